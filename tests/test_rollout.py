@@ -1,0 +1,138 @@
+"""rollout: shapes, equivalence with a step-by-step loop, keys, jit/vmap, random policy."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fhc_jax.envs import GridWorld, next_state_table
+from fhc_jax.rollout import UNROLLED_THREEFRY, Trajectory, rollout, uniform_random_policy
+
+H = 5
+fast_rollout = jax.jit(rollout, static_argnums=(1, 3, 4))
+
+
+@pytest.fixture(scope="module")
+def env() -> GridWorld:
+    return GridWorld(size=3, horizon=H, num_constraints=2, observation="xyt")
+
+
+@pytest.fixture(scope="module")
+def params(env):
+    rng = np.random.default_rng(0)
+    return env.params_from_maps(
+        reward_map=rng.uniform(0, 1, (H, 9)),
+        cost_map=rng.uniform(0, 1, (2, H, 9)),
+        thresholds=[1.0, 2.0],
+        terminal_rewards=rng.uniform(0, 1, 9),
+        terminal_costs=rng.uniform(0, 1, (2, 9)),
+        slip=0.3,
+    )
+
+
+def _reference(key, env, params, policy, num_episodes) -> Trajectory:
+    """Plain Python loop over episodes and stages calling env.reset / env.step."""
+    fields = {f: [] for f in ("states", "observations", "actions", "rewards", "costs", "next_states",
+                              "final_observations", "terminal_rewards", "terminal_costs")}
+    for episode_key in jax.random.split(key, num_episodes):
+        reset_key, steps_key = jax.random.split(episode_key)
+        stage_keys = jax.random.split(steps_key, (env.horizon, 2))
+        obs, state = env.reset(reset_key, params)
+        rows = {f: [] for f in ("states", "observations", "actions", "rewards", "costs", "next_states")}
+        for h in range(env.horizon):
+            action = policy(stage_keys[h, 0], obs, jnp.int32(h))
+            rows["states"].append(env.state_index(state))
+            rows["observations"].append(obs)
+            obs, state, reward, costs, _, _ = env.step(stage_keys[h, 1], state, action, params)
+            for f, v in (("actions", action), ("rewards", reward), ("costs", costs), ("next_states", env.state_index(state))):
+                rows[f].append(v)
+        for f, v in rows.items():
+            fields[f].append(jnp.stack(v))
+        fields["final_observations"].append(obs)
+        fields["terminal_rewards"].append(env.terminal_reward(state, params))
+        fields["terminal_costs"].append(env.terminal_costs(state, params))
+    return Trajectory(**{f: jnp.stack(v) for f, v in fields.items()})
+
+
+def test_shapes_and_dtypes(env, params):
+    traj = fast_rollout(jax.random.key(0), env, params, uniform_random_policy(9), 7)
+    assert traj.num_episodes == 7 and traj.horizon == H
+    for name, shape, dtype in (
+        ("states", (7, H), jnp.int32), ("observations", (7, H, 3), jnp.float32),
+        ("actions", (7, H), jnp.int32), ("rewards", (7, H), jnp.float32),
+        ("costs", (7, H, 2), jnp.float32), ("next_states", (7, H), jnp.int32),
+        ("final_observations", (7, 3), jnp.float32), ("terminal_rewards", (7,), jnp.float32),
+        ("terminal_costs", (7, 2), jnp.float32),
+    ):
+        value = getattr(traj, name)
+        assert value.shape == shape and value.dtype == dtype, name
+    np.testing.assert_array_equal(traj.states[:, 1:], traj.next_states[:, :-1])
+    np.testing.assert_allclose(traj.observations[:, :, 2], np.tile(np.arange(H) / H, (7, 1)), rtol=1e-6)
+    np.testing.assert_allclose(traj.episode_rewards, traj.rewards.sum(1) + traj.terminal_rewards, rtol=1e-6)
+    np.testing.assert_allclose(traj.episode_costs, traj.costs.sum(1) + traj.terminal_costs, rtol=1e-6)
+
+
+def test_matches_step_by_step_reference(env, params):
+    """Bulk noise + unrolled threefry give exactly what env.step with the same keys gives."""
+    logits = jnp.linspace(-1.0, 1.0, 9)
+    policy = lambda key, obs, h: jax.random.categorical(key, logits * obs[0] + h)
+    key = jax.random.key(1)
+    traj = rollout(key, env, params, policy, 2)  # also: works without jit
+    ref = _reference(key, env, params, policy, 2)
+    for a, b in zip(jax.tree.leaves(traj), jax.tree.leaves(ref)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_keys_reproducible_and_independent_of_batch_size(env, params):
+    policy = uniform_random_policy(9)
+    a = fast_rollout(jax.random.key(2), env, params, policy, 6)
+    b = fast_rollout(jax.random.key(2), env, params, policy, 6)
+    c = fast_rollout(jax.random.key(3), env, params, policy, 6)
+    small = fast_rollout(jax.random.key(2), env, params, policy, 2)
+    for x, y, z in zip(jax.tree.leaves(a), jax.tree.leaves(b), jax.tree.leaves(small)):
+        np.testing.assert_array_equal(x, y)
+        np.testing.assert_array_equal(x[:2], z)
+    assert not np.array_equal(a.actions, c.actions)
+    assert len({tuple(row) for row in np.asarray(a.actions).tolist()}) > 1  # episodes differ
+    legacy = fast_rollout(jax.random.PRNGKey(2), env, params, policy, 6)  # raw uint32 key
+    np.testing.assert_array_equal(legacy.actions, a.actions)
+
+
+def test_vmap_over_params(env, params):
+    both = jax.tree.map(lambda x, y: jnp.stack([x, y]), params.replace(slip=jnp.float32(0.0)),
+                        params.replace(slip=jnp.float32(1.0)))
+    run = jax.jit(jax.vmap(lambda p: rollout(jax.random.key(4), env, p, uniform_random_policy(9), 50)))
+    traj = run(both)
+    table = next_state_table(3)
+    intended = table[np.asarray(traj.states), np.asarray(traj.actions)]
+    assert np.all(intended[0] == np.asarray(traj.next_states[0]))  # slip 0: always intended
+    moved = intended[1] != table[np.asarray(traj.states[1]), 4]
+    assert np.any(intended[1][moved] != np.asarray(traj.next_states[1])[moved])
+
+
+def test_policy_sees_stage_index(env, params):
+    traj = fast_rollout(jax.random.key(6), env, params, lambda key, obs, h: h + 2, 3)
+    np.testing.assert_array_equal(traj.actions, np.tile(np.arange(H) + 2, (3, 1)))
+
+
+def test_uniform_random_policy_is_uniform_and_hashable():
+    policy = uniform_random_policy(9)
+    assert policy == uniform_random_policy(9) and hash(policy) == hash(uniform_random_policy(9))
+    actions = jax.vmap(lambda k: policy(k, None, 0))(jax.random.split(jax.random.key(5), 9000))
+    counts = np.bincount(np.asarray(actions), minlength=9)
+    assert counts.shape == (9,) and np.all(np.abs(counts - 1000) < 4 * np.sqrt(1000 * 8 / 9))
+
+
+def test_unrolled_threefry_is_bit_identical(x64):
+    for seed in (0, 123):
+        std, fast = jax.random.key(seed), jax.random.key(seed, impl=UNROLLED_THREEFRY)
+        data = jax.random.key_data
+        np.testing.assert_array_equal(data(jax.random.split(std, (3, 4))), data(jax.random.split(fast, (3, 4))))
+        np.testing.assert_array_equal(data(jax.random.fold_in(std, 9)), data(jax.random.fold_in(fast, 9)))
+        for bits in (8, 16, 32, 64):
+            dtype = jnp.dtype(f"uint{bits}")
+            np.testing.assert_array_equal(jax.random.bits(std, (5,), dtype), jax.random.bits(fast, (5,), dtype))
+        np.testing.assert_array_equal(jax.random.uniform(std, (7,)), jax.random.uniform(fast, (7,)))
+        np.testing.assert_array_equal(jax.random.normal(std, (7,)), jax.random.normal(fast, (7,)))

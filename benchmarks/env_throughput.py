@@ -2,9 +2,12 @@
 
 Uniformly random policy, default gridworld (10x10, H = 100, slip 0.1, "xy" observations),
 K episodes per batch. The JAX side is ``jax.jit(rollout)`` (vmap over episodes, scan over
-stages); compile time is measured apart (``jax.jit(f).lower(...).compile()``) and run times
-are medians of several ``jax.block_until_ready`` calls. The numpy references implement the
-same semantics from scratch (next-state lookup table, one uniform per step for the slip):
+stages) materialising the full ``Trajectory``; the uniform policy and the gridworld take the
+rollout's fast path (one threefry block, i.e. two 32-bit random words, per step). Compile time
+is measured apart (``jax.jit(f).lower(...).compile()``) and run times are medians of several
+``jax.block_until_ready`` calls, each with a fresh key built before the timed region. The
+numpy references implement the same semantics from scratch (next-state lookup table, one
+uniform per step for the slip):
 
 * ``numpy (K at once)``: a per-step Python loop that vectorises over the K episodes only,
   about as lean as plain numpy gets;
@@ -46,8 +49,10 @@ if ARGS is not None and ARGS.devices > 1:  # must happen before JAX initialises 
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={ARGS.devices}"
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from fhc_jax.cmdp.evaluate import evaluate  # noqa: E402
 from fhc_jax.envs import GridWorld  # noqa: E402
 from fhc_jax.rollout import episode, rollout, uniform_random_policy  # noqa: E402
 
@@ -160,8 +165,8 @@ def bench_jax(env, params, k: int, repeats: int, sharding=None) -> dict:
     compiled = fn.lower(jax.random.key(0), params).compile()
     compile_s = time.perf_counter() - t0
     jax.block_until_ready(compiled(jax.random.key(0), params))  # warm-up
-    seeds = iter(range(1, repeats + 1))
-    med, runs = median_time(lambda: jax.block_until_ready(compiled(jax.random.key(next(seeds)), params)), repeats)
+    keys = iter(jax.block_until_ready([jax.random.key(seed) for seed in range(1, repeats + 1)]))  # built untimed
+    med, runs = median_time(lambda: jax.block_until_ready(compiled(next(keys), params)), repeats)
     return dict(compile_s=compile_s, median_s=med, runs_s=runs, steps_per_s=k * env.horizon / med)
 
 
@@ -192,13 +197,16 @@ def main(args: argparse.Namespace) -> dict:
     k = 4096
     traj = jax.jit(lambda key: rollout(key, env, params, uniform_random_policy(9), k))(jax.random.key(99))
     ref = numpy_rollout(rng, tables, k)
+    exact = evaluate(env.to_cmdp(params), jnp.full((horizon, env.num_states, env.num_actions), 1 / env.num_actions))
     check = {}
-    for name, a, b in (
-        ("reward", np.asarray(traj.episode_rewards), ref["rewards"].sum(1) + ref["terminal_rewards"]),
-        ("cost", np.asarray(traj.episode_costs[:, 0]), ref["costs"][:, :, 0].sum(1) + ref["terminal_costs"][:, 0]),
+    for name, a, b, m in (
+        ("reward", np.asarray(traj.episode_rewards), ref["rewards"].sum(1) + ref["terminal_rewards"], exact.reward),
+        ("cost", np.asarray(traj.episode_costs[:, 0]), ref["costs"][:, :, 0].sum(1) + ref["terminal_costs"][:, 0], exact.costs[0]),
     ):
         se = float(np.sqrt(a.var() / a.size + b.var() / b.size))
-        check[name] = dict(jax=float(a.mean()), numpy=float(b.mean()), se=se, z=float((a.mean() - b.mean()) / se))
+        check[name] = dict(jax=float(a.mean()), numpy=float(b.mean()), se=se, z=float((a.mean() - b.mean()) / se),
+                           exact=float(m), z_jax_exact=float((a.mean() - m) / np.sqrt(a.var() / a.size)),
+                           z_numpy_exact=float((b.mean() - m) / np.sqrt(b.var() / b.size)))
 
     sharded = []
     if args.devices > 1 and len(jax.devices()) >= args.devices:
@@ -216,7 +224,8 @@ def main(args: argparse.Namespace) -> dict:
               f"{r['ratio_vs_numpy_one_episode']:>7.1f}x")
     print(f"numpy one episode at a time: {single_rate:.3g} env-steps/s")
     print("same semantics (K=4096, mean episode totals): " + ", ".join(
-        f"{n} jax {c['jax']:.3f} vs numpy {c['numpy']:.3f} (z = {c['z']:+.2f})" for n, c in check.items()))
+        f"{n} jax {c['jax']:.3f} vs numpy {c['numpy']:.3f} (z = {c['z']:+.2f}), exact {c['exact']:.3f} "
+        f"(z jax {c['z_jax_exact']:+.2f}, numpy {c['z_numpy_exact']:+.2f})" for n, c in check.items()))
     for r in sharded:
         print(f"sharded over {r['devices']} host devices, K={r['K']}: compile {r['compile_s']:.2f} s, "
               f"run {r['median_s'] * 1e3:.2f} ms, {r['steps_per_s']:.3g} env-steps/s")

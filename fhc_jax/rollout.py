@@ -13,6 +13,10 @@ Jitting::
 frozen dataclass such as :class:`UniformRandomPolicy`, or ``functools.partial`` of hashable
 pieces; put arrays a policy needs, e.g. per-stage parameters, in ``params``-like arguments
 of an enclosing jitted function instead of in a static argument).
+
+Speed: random-number generation dominates a tabular step on CPU. A policy with
+``action_from_uniform`` in an environment with ``noise_from_uniform`` (``GridWorld``) takes the
+fast path of :func:`rollout`: one threefry block per step, both of its 32-bit words used.
 """
 
 from __future__ import annotations
@@ -31,10 +35,10 @@ from fhc_jax.envs.base import Environment
 Array = jax.Array
 
 #: ``policy(key, observation, h) -> action``: unbatched observation, stage h (int32 scalar,
-#: the same for all episodes), action an int32 scalar in [0, A). Must be a pure function of
-#: its arguments: the rollout calls it once more per episode (h = H-1, final observation) and
-#: discards that action. Keys reach it as ``UNROLLED_THREEFRY`` keys when the caller's key is
-#: a threefry key: the same random streams as ``jax.random.key`` keys, faster on CPU.
+#: the same for all episodes), action an int32 scalar in [0, A); a pure function of its
+#: arguments. Keys reach it as ``UNROLLED_THREEFRY`` keys when the caller's key is a threefry
+#: key: the same random streams as ``jax.random.key`` keys, faster on CPU. Optionally also
+#: ``policy.action_from_uniform(u, observation, h)`` (the fast protocol, see :func:`rollout`).
 Policy = Callable[[Array, Array, Array], Array]
 
 
@@ -85,13 +89,17 @@ class Trajectory:
 
 @dataclasses.dataclass(frozen=True)
 class UniformRandomPolicy:
-    """mu_h(s, a) = 1 / A: one uniform draw per action (hashable, a valid static argument)."""
+    """mu_h(s, a) = 1 / A from one uniform draw (hashable, a valid static argument).
+
+    Implements the fast protocol ``action_from_uniform`` (see :func:`rollout`)."""
 
     num_actions: int
 
-    def __call__(self, key: Array, observation: Any, h: Array) -> Array:
-        u = jax.random.uniform(key, (), jnp.float32)
+    def action_from_uniform(self, u: Array, observation: Any, h: Array) -> Array:
         return jnp.minimum(jnp.floor(u * self.num_actions), self.num_actions - 1).astype(jnp.int32)
+
+    def __call__(self, key: Array, observation: Any, h: Array) -> Array:
+        return self.action_from_uniform(jax.random.uniform(key, (), jnp.float32), observation, h)
 
 
 def uniform_random_policy(num_actions: int) -> UniformRandomPolicy:
@@ -99,15 +107,7 @@ def uniform_random_policy(num_actions: int) -> UniformRandomPolicy:
     return UniformRandomPolicy(int(num_actions))
 
 
-# ----------------------------------------------------------------------------- fast keys
-# jax.random's threefry2x32 is lowered on CPU as a rolled 5-iteration loop of small kernels,
-# which dominates the cost of a rollout. Below is the SAME algorithm (jax's partitionable
-# threefry: split, random_bits, fold_in) written as straight-line jnp code, registered as a
-# PRNG implementation (no global registry). Wrapping a threefry key's data with it gives
-# bit-identical random streams, computed as one fused kernel. The rollout uses it for the bulk
-# key splits, the environment noise drawn before the scan and the policy's keys; keys that an
-# environment's ``noise`` passes through are converted back to the caller's implementation
-# (XLA would recompute an unrolled draw inside the scan once per consumer).
+# ----------------------------------------------------------------------------- random words
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 
@@ -117,7 +117,12 @@ def _rotl(x: Array, d: int) -> Array:
 
 
 def threefry2x32(k1: Array, k2: Array, x1: Array, x2: Array) -> tuple[Array, Array]:
-    """Threefry-2x32 block cipher (20 rounds, Salmon et al. 2011), unrolled; uint32 arrays."""
+    """Threefry-2x32 block cipher (20 rounds, Salmon et al. 2011) as straight-line jnp code.
+
+    The same function as jax's ``threefry2x32`` primitive, which XLA's CPU backend runs as a
+    rolled loop of small kernels; unrolled, a bulk draw is one fused kernel. uint32 arrays
+    (broadcast together); returns the block's two output words.
+    """
     ks = (k1, k2, k1 ^ k2 ^ jnp.uint32(0x1BD11BDA))
     x1, x2 = x1 + k1, x2 + k2
     for i in range(5):
@@ -129,6 +134,25 @@ def threefry2x32(k1: Array, k2: Array, x1: Array, x2: Array) -> tuple[Array, Arr
     return x1, x2
 
 
+def uniform_from_bits(bits: Array) -> Array:
+    """float32 uniforms in [0, 1) from uint32 words, exactly as ``jax.random.uniform`` maps its
+    random bits (top 23 bits as the mantissa): ``uniform(key) == uniform_from_bits(bits(key))``."""
+    mantissa = jax.lax.shift_right_logical(bits, jnp.uint32(9)) | jnp.uint32(0x3F800000)
+    return jax.lax.bitcast_convert_type(mantissa, jnp.float32) - 1.0
+
+
+def _typed(key: Array) -> Array:
+    """A typed key (legacy raw uint32[2] keys are wrapped with the default implementation)."""
+    return key if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else jax.random.wrap_key_data(key)
+
+
+# ----------------------------------------------------------------------------- fast keys
+# For policies without the fast protocol, which draw from a key inside the scan: the same
+# threefry algorithm registered as a PRNG implementation (jax's partitionable split,
+# random_bits and fold_in), so wrapping a threefry key's data with it gives bit-identical
+# random streams computed as one fused kernel instead of a rolled loop of small ones.
+
+
 def _counters(shape: tuple[int, ...]) -> tuple[Array, Array]:
     n = math.prod(shape)
     if n >= 2**32:
@@ -137,8 +161,7 @@ def _counters(shape: tuple[int, ...]) -> tuple[Array, Array]:
 
 
 def _split(key: Array, shape: tuple[int, ...]) -> Array:
-    b1, b2 = threefry2x32(key[0], key[1], *_counters(shape))
-    return jnp.stack([b1, b2], axis=-1)
+    return jnp.stack(threefry2x32(key[0], key[1], *_counters(shape)), axis=-1)
 
 
 def _random_bits(key: Array, bit_width: int, shape: tuple[int, ...]) -> Array:
@@ -150,18 +173,12 @@ def _random_bits(key: Array, bit_width: int, shape: tuple[int, ...]) -> Array:
 
 
 def _fold_in(key: Array, data: Array) -> Array:
-    b1, b2 = threefry2x32(key[0], key[1], jnp.zeros((), jnp.uint32), jnp.asarray(data, jnp.uint32))
-    return jnp.stack([b1, b2])
+    return jnp.stack(threefry2x32(key[0], key[1], jnp.zeros((), jnp.uint32), jnp.asarray(data, jnp.uint32)))
 
 
 UNROLLED_THREEFRY = define_prng_impl(
-    key_shape=(2,),
-    seed=threefry_prng_impl.seed,
-    split=_split,
-    random_bits=_random_bits,
-    fold_in=_fold_in,
-    name="threefry2x32_unrolled",
-    tag="fu",
+    key_shape=(2,), seed=threefry_prng_impl.seed, split=_split, random_bits=_random_bits,
+    fold_in=_fold_in, name="threefry2x32_unrolled", tag="fu",
 )
 
 
@@ -177,11 +194,6 @@ def _fast(key: Array) -> tuple[Array, Any]:
     return key, impl
 
 
-def _typed(key: Array) -> Array:
-    """A typed key (legacy raw uint32[2] keys are wrapped with the default implementation)."""
-    return key if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else jax.random.wrap_key_data(key)
-
-
 def _restore_keys(tree: Any, impl) -> Any:
     is_key = lambda x: jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
     return jax.tree.map(lambda x: _rewrap(x, impl) if is_key(x) else x, tree)
@@ -190,47 +202,75 @@ def _restore_keys(tree: Any, impl) -> Any:
 # ----------------------------------------------------------------------------- rollout
 
 
-def episode(key: Array, env: Environment, params: Any, policy: Policy) -> Trajectory:
-    """One episode (no leading K axis): reset, H steps, terminal reward and costs.
+def uses_uniforms(env: Environment, policy: Any) -> bool:
+    """Whether rollouts take the fast path: the environment defines ``noise_from_uniform``
+    and the policy ``action_from_uniform``."""
+    return env.noise_from_uniform is not None and callable(getattr(policy, "action_from_uniform", None))
 
-    Key use: ``reset_key, steps_key = split(key)``; ``split(steps_key, (H + 1, 2))[h]`` are the
-    (policy, env) keys of stage h (row H: one discarded look-ahead policy call). The result is
-    exactly that of calling ``policy`` and ``env.step`` with these keys stage by stage; for
-    speed, all the environment's ``noise`` is drawn before the scan, and the policy's action
-    for stage h+1 is computed at the end of iteration h and carried (a loop-carried value is
-    stored once, so XLA cannot recompute the policy's random draw in each consumer).
+
+def _stage_inputs(steps_keys: Array, impl: Any, env: Environment, params: Any, policy: Policy) -> Any:
+    """Per-stage randomness of episodes with keys ``steps_keys`` (K,), leading axes (H, K);
+    ``impl`` is the caller's key implementation (``steps_keys`` may be ``_fast`` keys).
+
+    Fast path: complex64 ``u_policy + 1j * u_env``. The pair of float32 uniforms is packed in one
+    complex number on purpose: XLA's CPU backend evaluates a fused elementwise computation once
+    per output array, so two separate outputs would compute every threefry block twice.
+    Otherwise: (policy keys, env noise).
     """
-    key = _typed(key)
     horizon = env.horizon
-    reset_key, steps_key = jax.random.split(key)
-    fast_key, impl = _fast(steps_key)
-    # split's counters make rows 0..H-1 identical to those of an (H, 2) split
-    stage_keys = jax.random.split(fast_key, (horizon + 1, 2))
-    noise = _restore_keys(jax.vmap(env.noise, in_axes=(0, None))(stage_keys[:-1, 1], params), impl)
-    policy_keys = stage_keys[:, 0]
-    act = lambda k, o, h: jnp.asarray(policy(k, o, h), jnp.int32)
+    if uses_uniforms(env, policy):
+        if impl == "threefry2x32":
+            data = jax.random.key_data(steps_keys)  # (K, 2)
+            counters = jax.lax.iota(jnp.uint32, horizon)[:, None]
+            words = threefry2x32(data[None, :, 0], data[None, :, 1], jnp.zeros_like(counters), counters)
+        else:
+            words = jax.vmap(lambda k: jax.random.bits(k, (2, horizon), jnp.uint32), out_axes=2)(steps_keys)
+        return jax.lax.complex(*(uniform_from_bits(w) for w in words))
+    stage_keys = jax.vmap(lambda k: jax.random.split(k, (horizon, 2)), out_axes=1)(steps_keys)  # (H, K, 2)
+    noise = jax.vmap(jax.vmap(env.noise, in_axes=(0, None)), in_axes=(0, None))(stage_keys[..., 1], params)
+    return stage_keys[..., 0], _restore_keys(noise, impl)
+
+
+def _scan(reset_key: Array, stage_xs: Any, env: Environment, params: Any, policy: Policy):
+    """One episode's loop given its reset key and per-stage randomness (``_stage_inputs``,
+    leading H): (states s_0..s_{H-1} (a state pytree, leading H), actions, rewards, costs,
+    final state)."""
+    fast = uses_uniforms(env, policy)
     obs, state = env.reset(reset_key, params)
 
     def body(carry, xs):
-        obs, state, action = carry
-        h, next_key, step_noise = xs
+        obs, state = carry
+        h, x = xs
+        if fast:
+            action = jnp.asarray(policy.action_from_uniform(jnp.real(x), obs, h), jnp.int32)
+            step_noise = env.noise_from_uniform(jnp.imag(x), params)
+        else:
+            key, step_noise = x
+            draw = lambda: jnp.asarray(policy(key, obs, h), jnp.int32)
+            # h >= 0 always holds; XLA never fuses across a conditional, so the policy's draw is
+            # computed once (else XLA would recompute the unrolled threefry in each consumer)
+            action = jax.lax.cond(h >= 0, draw, lambda: jnp.zeros((), jnp.int32))
         next_obs, next_state, reward, costs, _, _ = env.transition(step_noise, state, action, params)
-        next_action = act(next_key, next_obs, jnp.minimum(h + 1, horizon - 1))  # discarded at h = H-1
-        return (next_obs, next_state, next_action), (env.state_index(state), obs, action, reward, costs)
+        return (next_obs, next_state), (state, action, reward, costs)
 
-    first = act(policy_keys[0], obs, jnp.int32(0))
-    stages = jnp.arange(horizon, dtype=jnp.int32)
-    (final_obs, final_state, _), outs = jax.lax.scan(body, (obs, state, first), (stages, policy_keys[1:], noise))
-    states, observations, actions, rewards, costs = outs
-    next_states = jnp.concatenate([states[1:], env.state_index(final_state)[None]])
+    stages = jnp.arange(env.horizon, dtype=jnp.int32)
+    (_, final_state), outs = jax.lax.scan(body, (obs, state), (stages, stage_xs))
+    return (*outs, final_state)
+
+
+def _trajectory(states: Any, actions: Array, rewards: Array, costs: Array, final_state: Any,
+                env: Environment, params: Any) -> Trajectory:
+    """Assemble one episode's record; observations are encoded here, outside the loop."""
+    observe = lambda s: env.observation(s, params)
+    index = jax.vmap(env.state_index)(states)
     return Trajectory(
-        states=states,
-        observations=observations,
+        states=index,
+        observations=jax.vmap(observe)(states),
         actions=actions,
         rewards=rewards,
         costs=costs,
-        next_states=next_states,
-        final_observations=final_obs,
+        next_states=jnp.concatenate([index[1:], env.state_index(final_state)[None]]),
+        final_observations=observe(final_state),
         terminal_rewards=env.terminal_reward(final_state, params),
         terminal_costs=env.terminal_costs(final_state, params),
     )
@@ -239,18 +279,51 @@ def episode(key: Array, env: Environment, params: Any, policy: Policy) -> Trajec
 def rollout(key: Array, env: Environment, params: Any, policy: Policy, num_episodes: int) -> Trajectory:
     """K = ``num_episodes`` independent episodes of ``policy`` in ``env`` with ``params``.
 
-    ``jax.vmap`` over episodes (one key each, from ``jax.random.split(key, K)``) of a
-    ``lax.scan`` over stages. Jit with ``static_argnums=(1, 3, 4)``. The same key gives the same
-    trajectories for any K (episode i depends only on ``split(key, K)[i]``).
+    ``jax.vmap`` over episodes of a ``lax.scan`` over stages. Jit with
+    ``static_argnums=(1, 3, 4)``.
+
+    Randomness: episode i uses ``key_i = split(key, K)[i]`` only (the same key gives the same
+    trajectories for any K), ``reset_key, steps_key = split(key_i)``; s_0 comes from
+    ``env.reset(reset_key, params)``. Stage h's randomness comes from ``steps_key``:
+
+    * fast path (:func:`uses_uniforms`: the policy has ``action_from_uniform(u, obs, h)`` and
+      the environment ``noise_from_uniform(u, params)``): ONE threefry block per stage, the
+      block ``threefry2x32(steps_key, (0, h))`` (with jax's default partitionable threefry, the
+      key data of ``jax.random.split(steps_key, H)[h]``); its first 32-bit word gives the policy's uniform u and its second the
+      environment's, mapped to [0, 1) as ``jax.random.uniform`` maps bits
+      (:func:`uniform_from_bits`). The action is ``policy.action_from_uniform(u, obs, h)`` and
+      the step noise ``env.noise_from_uniform(u', params)``. A policy implementing the protocol
+      must satisfy ``policy(key, obs, h) == action_from_uniform(uniform(key), obs, h)``
+      (e.g. :class:`UniformRandomPolicy`, or inverse-CDF sampling of a probability table);
+    * otherwise ``split(steps_key, (H, 2))[h]`` are the (policy, env) keys of stage h: the
+      action is ``policy(key, obs, h)`` and the noise ``env.noise(key, params)``.
+
+    Either way the result is exactly that of calling the policy and ``env.transition`` stage
+    by stage with this randomness (all random numbers are drawn before the scan). The
+    recorded observations are ``env.observation(s_h, params)``, encoded after the scan.
 
     Args:
         key: PRNG key.
         env: the environment (static).
         params: its params pytree (may be traced, e.g. vmapped over).
-        policy: ``policy(key, obs, h) -> action`` (static).
+        policy: ``policy(key, obs, h) -> action`` (static), optionally with ``action_from_uniform``.
         num_episodes: K (static).
     Returns:
         :class:`Trajectory` with leading axes (K, H).
     """
-    keys = jax.random.split(_typed(key), num_episodes)
-    return jax.vmap(lambda k: episode(k, env, params, policy))(keys)
+    key, impl = _fast(_typed(key))
+    keys = jax.random.split(key, num_episodes)
+    reset_keys, steps_keys = jax.vmap(jax.random.split, out_axes=1)(keys)
+    loops = jax.vmap(lambda k, xs: _scan(k, xs, env, params, policy), in_axes=(0, 1))
+    out = loops(_restore_keys(reset_keys, impl), _stage_inputs(steps_keys, impl, env, params, policy))
+    return jax.vmap(lambda *o: _trajectory(*o, env, params))(*out)
+
+
+def episode(key: Array, env: Environment, params: Any, policy: Policy) -> Trajectory:
+    """One episode (no leading K axes) with episode key ``key``: the episode that
+    :func:`rollout` runs for ``key = split(rollout_key, K)[i]``."""
+    key, impl = _fast(_typed(key))
+    reset_key, steps_key = jax.random.split(key)
+    stage_xs = jax.tree.map(lambda x: x[:, 0], _stage_inputs(steps_key[None], impl, env, params, policy))
+    out = _scan(_restore_keys(reset_key, impl), stage_xs, env, params, policy)
+    return _trajectory(*out, env, params)

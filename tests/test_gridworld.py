@@ -12,7 +12,7 @@ import pytest
 import fhc_jax.cmdp.transitions as tr
 from fhc_jax.cmdp.evaluate import evaluate
 from fhc_jax.envs import GridState, GridWorld, MOVES, next_state_table
-from fhc_jax.rollout import rollout
+from fhc_jax.rollout import rollout, uses_uniforms
 
 SIZE, H = 4, 6
 
@@ -23,13 +23,13 @@ def env() -> GridWorld:
 
 
 def _state(env: GridWorld, s: int, h: int = 0) -> GridState:
-    return GridState(row=jnp.int32(s // env.size), col=jnp.int32(s % env.size), time=jnp.int32(h))
+    return GridState(index=jnp.int32(s), time=jnp.int32(h))
 
 
 @partial(jax.jit, static_argnums=0)
 def _batched_step(env, params, s, a, h, keys):
     """env.step from state s at stage h with action a, once per key (s, a, h traced)."""
-    state = GridState(row=jnp.int32(s) // env.size, col=jnp.int32(s) % env.size, time=jnp.int32(h))
+    state = GridState(index=jnp.int32(s), time=jnp.int32(h))
     return jax.vmap(lambda k: env.step(k, state, jnp.int32(a), params))(keys)
 
 
@@ -54,11 +54,32 @@ def test_slip_zero_is_deterministic_and_matches_table(env):
     for s in (0, 5, SIZE * SIZE - 1):
         for a in range(9):
             _, nxt, reward, costs, done, info = _batched_step(env, params, s, a, 2, keys)
-            idx = nxt.row * SIZE + nxt.col
+            idx = nxt.index
             assert np.all(np.asarray(idx) == table[s, a]), (s, a)
             assert np.all(np.asarray(info["move"]) == a)
             np.testing.assert_array_equal(reward, params.reward_map[2, table[s, a]])
             np.testing.assert_array_equal(costs[:, 0], params.cost_map[0, 2, table[s, a]])
+
+
+def test_noise_is_one_uniform_and_row_col(env):
+    params = env.default_params
+    for key in jax.random.split(jax.random.key(9), 4):
+        u = jax.random.uniform(key, (), jnp.float32)
+        assert env.noise(key, params) == env.noise_from_uniform(u, params) == u
+    row, col = env.row_col(GridState(index=jnp.arange(SIZE * SIZE), time=jnp.int32(0)))
+    np.testing.assert_array_equal(row * SIZE + col, np.arange(SIZE * SIZE))
+    np.testing.assert_array_equal(row, np.arange(SIZE * SIZE) // SIZE)
+
+
+def test_slip_boundaries_follow_the_uniform(env):
+    """u < 1 - slip executes the action; above, (u - keep) / slip picks the j-th other move."""
+    params = env.make_params(slip=0.2)
+    state = _state(env, 5, 0)
+    action = 3
+    us = jnp.array([0.0, 0.7999, 0.8001, 0.8249, 0.8251, 0.9999], jnp.float32)
+    moves = jax.vmap(lambda u: env.transition(u, state, jnp.int32(action), params)[5]["move"])(us)
+    # other moves in order 0, 1, 2, 4, 5, 6, 7, 8 (the action 3 skipped), each over 0.2 / 8 = 0.025
+    assert np.asarray(moves).tolist() == [3, 3, 0, 0, 1, 8]
 
 
 def test_slip_one_never_executes_the_chosen_move(env):
@@ -79,7 +100,7 @@ def test_step_frequencies_and_arrival_rewards_match_to_cmdp(env, s, a):
     n, h = 4000, 3
     keys = jax.random.split(jax.random.key(2), n)
     _, nxt, reward, costs, done, _ = _batched_step(env, params, s, a, h, keys)
-    idx = np.asarray(nxt.row * SIZE + nxt.col)
+    idx = np.asarray(nxt.index)
     freq = np.bincount(idx, minlength=SIZE * SIZE) / n
     p = np.asarray(cmdp.dense_transitions())[s, a]
     se = np.sqrt(p * (1 - p) / n) + 1e-3
@@ -104,7 +125,10 @@ def test_to_cmdp_structure(env):
     np.testing.assert_array_equal(cmdp.thresholds, [25.0])
 
 
-def test_evaluate_matches_monte_carlo(x64):
+@pytest.mark.parametrize("fast", [False, True])
+def test_evaluate_matches_monte_carlo(x64, fast):
+    """Monte-Carlo returns of a state- and stage-dependent policy match exact evaluation, through
+    the rollout's key path (categorical draws) and its fast path (inverse CDF of one uniform)."""
     env = GridWorld(size=3, horizon=5, observation="index")
     rng = np.random.default_rng(0)
     params = env.params_from_maps(
@@ -118,7 +142,16 @@ def test_evaluate_matches_monte_carlo(x64):
     )
     table = jnp.asarray(rng.dirichlet(np.ones(9), size=(5, 9)))
     exact = evaluate(env.to_cmdp(params), table)
-    policy = lambda key, obs, h: jax.random.categorical(key, jnp.log(table[h, obs]))
+    if fast:
+        cdf = jnp.cumsum(table, axis=-1).astype(jnp.float32)
+
+        def policy(key, obs, h):
+            return policy.action_from_uniform(jax.random.uniform(key), obs, h)
+
+        policy.action_from_uniform = lambda u, obs, h: jnp.minimum(jnp.sum(cdf[h, obs] <= u * cdf[h, obs, -1]), 8)
+        assert uses_uniforms(env, policy)
+    else:
+        policy = lambda key, obs, h: jax.random.categorical(key, jnp.log(table[h, obs]))
     traj = jax.jit(rollout, static_argnums=(1, 3, 4))(jax.random.key(3), env, params, policy, 4000)
     for sample, mean in ((traj.episode_rewards, exact.reward), (traj.episode_costs[:, 0], exact.costs[0])):
         se = float(np.std(sample)) / np.sqrt(sample.shape[0])
@@ -145,7 +178,7 @@ def test_reset_samples_initial_distribution(env):
     params = env.make_params(initial_distribution=beta)
     keys = jax.random.split(jax.random.key(4), 4000)
     _, states = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
-    freq = np.bincount(np.asarray(states.row * SIZE + states.col), minlength=SIZE * SIZE) / 4000
+    freq = np.bincount(np.asarray(states.index), minlength=SIZE * SIZE) / 4000
     assert set(np.flatnonzero(freq)) == {0, 7, 9}
     assert np.all(np.abs(freq - beta) < 4 * np.sqrt(beta * (1 - beta) / 4000) + 1e-9)
 
@@ -182,7 +215,7 @@ def test_encoders_shapes_and_ranges():
         env = GridWorld(size=3, horizon=4, observation=name)
         params = env.default_params
         assert env.observation_shape == shape and env.observation_dtype == dtype
-        states = GridState(row=jnp.array([0, 2, 1]), col=jnp.array([0, 2, 2]), time=jnp.array([0, 4, 2]))
+        states = GridState(index=jnp.array([0, 8, 5]), time=jnp.array([0, 4, 2]))  # (row, col) (0,0) (2,2) (1,2)
         obs = np.asarray(jax.vmap(env.observation, in_axes=(0, None))(states, params))
         assert obs.shape == (3, *shape) and obs.dtype == dtype
         if name == "xy":

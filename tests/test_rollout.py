@@ -1,4 +1,5 @@
-"""rollout: shapes, equivalence with a step-by-step loop, keys, jit/vmap, random policy."""
+"""rollout: shapes, equivalence with step-by-step loops (key and fast paths), keys, jit/vmap,
+random policy, exact transition frequencies."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ import numpy as np
 import pytest
 
 from fhc_jax.envs import GridWorld, next_state_table
-from fhc_jax.rollout import UNROLLED_THREEFRY, Trajectory, rollout, uniform_random_policy
+from fhc_jax.rollout import (
+    UNROLLED_THREEFRY,
+    Trajectory,
+    episode,
+    rollout,
+    uniform_from_bits,
+    uniform_random_policy,
+    uses_uniforms,
+)
 
 H = 5
 fast_rollout = jax.jit(rollout, static_argnums=(1, 3, 4))
@@ -32,20 +41,30 @@ def params(env):
     )
 
 
-def _reference(key, env, params, policy, num_episodes) -> Trajectory:
-    """Plain Python loop over episodes and stages calling env.reset / env.step."""
+def _reference(key, env, params, policy, num_episodes, fast=False) -> Trajectory:
+    """Plain Python loop over episodes and stages calling env.reset / env.step (key path) or
+    policy.action_from_uniform / env.transition with the documented uniforms (fast path)."""
     fields = {f: [] for f in ("states", "observations", "actions", "rewards", "costs", "next_states",
                               "final_observations", "terminal_rewards", "terminal_costs")}
     for episode_key in jax.random.split(key, num_episodes):
         reset_key, steps_key = jax.random.split(episode_key)
         stage_keys = jax.random.split(steps_key, (env.horizon, 2))
+        # fast path: the two 32-bit words of block h = the key data of split(steps_key, H)[h]
+        words = jax.random.key_data(jax.random.split(steps_key, env.horizon))
         obs, state = env.reset(reset_key, params)
         rows = {f: [] for f in ("states", "observations", "actions", "rewards", "costs", "next_states")}
         for h in range(env.horizon):
-            action = policy(stage_keys[h, 0], obs, jnp.int32(h))
+            if fast:
+                u_policy, u_env = uniform_from_bits(words[h])
+                action = policy.action_from_uniform(u_policy, obs, jnp.int32(h))
+            else:
+                action = policy(stage_keys[h, 0], obs, jnp.int32(h))
             rows["states"].append(env.state_index(state))
             rows["observations"].append(obs)
-            obs, state, reward, costs, _, _ = env.step(stage_keys[h, 1], state, action, params)
+            if fast:
+                obs, state, reward, costs, _, _ = env.transition(env.noise_from_uniform(u_env, params), state, action, params)
+            else:
+                obs, state, reward, costs, _, _ = env.step(stage_keys[h, 1], state, action, params)
             for f, v in (("actions", action), ("rewards", reward), ("costs", costs), ("next_states", env.state_index(state))):
                 rows[f].append(v)
         for f, v in rows.items():
@@ -54,6 +73,11 @@ def _reference(key, env, params, policy, num_episodes) -> Trajectory:
         fields["terminal_rewards"].append(env.terminal_reward(state, params))
         fields["terminal_costs"].append(env.terminal_costs(state, params))
     return Trajectory(**{f: jnp.stack(v) for f, v in fields.items()})
+
+
+def _assert_same(a, b):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
 
 
 def test_shapes_and_dtypes(env, params):
@@ -75,14 +99,42 @@ def test_shapes_and_dtypes(env, params):
 
 
 def test_matches_step_by_step_reference(env, params):
-    """Bulk noise + unrolled threefry give exactly what env.step with the same keys gives."""
+    """Key path (a policy without ``action_from_uniform``): bulk noise, unrolled threefry and
+    the conditional around the policy give exactly what env.step with the same keys gives."""
     logits = jnp.linspace(-1.0, 1.0, 9)
     policy = lambda key, obs, h: jax.random.categorical(key, logits * obs[0] + h)
+    assert not uses_uniforms(env, policy)
     key = jax.random.key(1)
     traj = rollout(key, env, params, policy, 2)  # also: works without jit
     ref = _reference(key, env, params, policy, 2)
     for a, b in zip(jax.tree.leaves(traj), jax.tree.leaves(ref)):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_fast_path_matches_step_by_step_reference(env, params):
+    """Fast path: one threefry block per stage, its two words for the policy and the env."""
+    policy = uniform_random_policy(9)
+    assert uses_uniforms(env, policy)
+    key = jax.random.key(11)
+    traj = fast_rollout(key, env, params, policy, 3)
+    ref = _reference(key, env, params, policy, 3, fast=True)
+    for a, b in zip(jax.tree.leaves(traj), jax.tree.leaves(ref)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    _assert_same(rollout(key, env, params, policy, 3), traj)  # jit and eager agree exactly
+    # episode(k) is the episode that rollout gives key k: rollout(key, K=1)[0] = episode(split(key, 1)[0])
+    one = jax.jit(episode, static_argnums=(1, 3))(jax.random.split(key, 1)[0], env, params, policy)
+    _assert_same(one, jax.tree.map(lambda x: x[0], fast_rollout(key, env, params, policy, 1)))
+    # the policy's key path and fast path agree given the same uniform
+    for k in jax.random.split(key, 5):
+        assert int(policy(k, None, 0)) == int(policy.action_from_uniform(jax.random.uniform(k), None, 0))
+
+
+def test_uniform_from_bits_is_jax_uniform():
+    key = jax.random.key(12)
+    np.testing.assert_array_equal(uniform_from_bits(jax.random.bits(key, (1000,), jnp.uint32)),
+                                  jax.random.uniform(key, (1000,), jnp.float32))
+    u = uniform_from_bits(jnp.array([0, 2**32 - 1], jnp.uint32))
+    assert float(u[0]) == 0.0 and float(u[1]) == 1.0 - 2.0**-23
 
 
 def test_keys_reproducible_and_independent_of_batch_size(env, params):
@@ -97,7 +149,11 @@ def test_keys_reproducible_and_independent_of_batch_size(env, params):
     assert not np.array_equal(a.actions, c.actions)
     assert len({tuple(row) for row in np.asarray(a.actions).tolist()}) > 1  # episodes differ
     legacy = fast_rollout(jax.random.PRNGKey(2), env, params, policy, 6)  # raw uint32 key
-    np.testing.assert_array_equal(legacy.actions, a.actions)
+    _assert_same(legacy, a)
+    # other key implementations take jax.random.bits for the stage words: still deterministic
+    rbg = [fast_rollout(jax.random.key(2, impl="rbg"), env, params, policy, 6) for _ in range(2)]
+    _assert_same(rbg[0], rbg[1])
+    assert not np.array_equal(rbg[0].actions, a.actions)
 
 
 def test_vmap_over_params(env, params):
@@ -136,3 +192,23 @@ def test_unrolled_threefry_is_bit_identical(x64):
             np.testing.assert_array_equal(jax.random.bits(std, (5,), dtype), jax.random.bits(fast, (5,), dtype))
         np.testing.assert_array_equal(jax.random.uniform(std, (7,)), jax.random.uniform(fast, (7,)))
         np.testing.assert_array_equal(jax.random.normal(std, (7,)), jax.random.normal(fast, (7,)))
+
+
+@pytest.mark.parametrize("slip", [0.3, 1.0])
+def test_fast_path_transition_frequencies_match_to_cmdp(slip):
+    """Empirical P(s' | s, a) and action frequencies over 2.4M rollout steps versus the exact model."""
+    env = GridWorld(size=3, horizon=12, observation="index")
+    params = env.make_params(slip=slip)
+    traj = fast_rollout(jax.random.key(7), env, params, uniform_random_policy(9), 200_000)
+    s, a, s2 = (np.asarray(x).reshape(-1) for x in (traj.states, traj.actions, traj.next_states))
+    n = s.size
+    assert np.all(np.abs(np.bincount(a, minlength=9) / n - 1 / 9) < 5 * np.sqrt(8 / 81 / n))
+    counts = np.zeros((9, 9, 9))
+    np.add.at(counts, (s, a, s2), 1)
+    visits = counts.sum(-1, keepdims=True)
+    p = np.asarray(env.to_cmdp(params).dense_transitions())
+    se = np.sqrt(p * (1 - p) / np.maximum(visits, 1))
+    assert np.all(visits > 5000)
+    assert np.all(np.abs(counts / visits - p) <= 5 * se + 1e-12)
+    # rewards and costs are paid on arrival at the recorded next state
+    np.testing.assert_array_equal(traj.rewards, np.asarray(params.reward_map)[np.arange(12), np.asarray(traj.next_states)])

@@ -15,6 +15,9 @@ Stepping past the horizon is undefined.
 ``step(key, ...)`` is ``transition(noise(key, params), ...)``: ``noise`` draws all of a step's
 randomness (independent of state and action), ``transition`` is deterministic. Rollouts use
 the split to draw the noise of all K x H steps in one vectorised call before the scan.
+Environments whose noise is a function of ONE float32 uniform number also define
+``noise_from_uniform`` (see :class:`Environment`), which lets rollouts spend a single 32-bit
+random word per step on them.
 """
 
 from __future__ import annotations
@@ -151,6 +154,12 @@ class Environment(abc.ABC, Generic[State, Params]):
         del params
         return key
 
+    #: Optional fast-noise protocol: ``noise_from_uniform(u, params) -> noise`` with u a float32
+    #: uniform in [0, 1), such that ``noise(key, params) == noise_from_uniform(
+    #: jax.random.uniform(key, (), jnp.float32), params)``. ``None`` where the noise needs more
+    #: than one uniform (then rollouts pass ``noise`` a key per step).
+    noise_from_uniform = None
+
     @abc.abstractmethod
     def transition(
         self, noise: Any, state: State, action: Array, params: Params
@@ -190,7 +199,10 @@ class Environment(abc.ABC, Generic[State, Params]):
         """The exact tabular model with the same semantics (host-side, validates; not jittable)."""
 
     def observation(self, state: State, params: Params) -> Array:
-        """Encode ``state`` with the environment's encoder; shape ``observation_shape``."""
+        """Encode ``state`` with the environment's encoder; shape ``observation_shape``.
+
+        ``reset`` and ``transition`` return this encoding of the new state (rollouts rely on
+        it: they record ``observation(s_h)`` computed after the loop)."""
         del params
         return self._encoder(self, state)
 

@@ -26,8 +26,10 @@ Semantics (exact; ``to_cmdp`` builds the same model):
   alpha (paper: 25) binds. With the defaults (10x10, H = 100, layout_seed = 0) the exact
   unconstrained optimum incurs an expected cost of 3.7 x alpha; see ``make_params``.
 
-A rollout of one step draws ONE uniform number (it decides both whether the move slips and
-which other move happens), which keeps the environment fast.
+A step draws ONE float32 uniform number u (it decides both whether the move slips and which
+other move happens): ``noise`` is ``jax.random.uniform(key)`` and ``noise_from_uniform`` is the
+identity, so rollouts can feed it bulk-drawn uniforms (see ``fhc_jax.rollout``). The state is
+the cell index itself and a step is one lookup in :func:`next_state_table`.
 """
 
 from __future__ import annotations
@@ -54,10 +56,10 @@ MOVES = np.array([(a // 3 - 1, a % 3 - 1) for a in range(NUM_MOVES)], dtype=np.i
 
 @struct.dataclass
 class GridState:
-    """Position and stage, int32 scalars: ``row``, ``col`` in [0, size), ``time`` h in [0, H]."""
+    """Position and stage, int32 scalars: cell ``index`` s = row * size + col in [0, S) and
+    ``time`` h in [0, H] (``GridWorld.row_col`` recovers (row, col))."""
 
-    row: Array
-    col: Array
+    index: Array
     time: Array
 
 
@@ -335,13 +337,16 @@ class GridWorld(Environment[GridState, GridParams]):
 
     # ------------------------------------------------------------------ dynamics
     def reset(self, key: Array, params: GridParams) -> tuple[Array, GridState]:
-        s = sample_index(key, params.initial_distribution)
-        state = GridState(row=s // self.size, col=s % self.size, time=jnp.zeros((), jnp.int32))
+        state = GridState(index=sample_index(key, params.initial_distribution), time=jnp.zeros((), jnp.int32))
         return self.observation(state, params), state
 
     def noise(self, key: Array, params: GridParams) -> Array:
         """The step's single uniform number u in [0, 1), float32 ()."""
         return jax.random.uniform(key, (), jnp.float32)
+
+    def noise_from_uniform(self, u: Array, params: GridParams) -> Array:
+        """The noise is u itself (``noise(key) == noise_from_uniform(uniform(key))``)."""
+        return u
 
     def transition(self, noise: Array, state: GridState, action: Array, params: GridParams):
         """One stage given u = ``noise``; see the module docstring. u < 1 - slip executes
@@ -355,24 +360,28 @@ class GridWorld(Environment[GridState, GridParams]):
         scale = (NUM_MOVES - 1) / jnp.where(params.slip > 0, params.slip, 1.0)
         j = jnp.clip(jnp.floor((u - keep) * scale).astype(jnp.int32), 0, NUM_MOVES - 2)
         move = jnp.where(u < keep, action, j + (j >= action))
-        row, col = state.row + move // 3 - 1, state.col + move % 3 - 1
-        inside = (row >= 0) & (row < self.size) & (col >= 0) & (col < self.size)
-        row, col = jnp.where(inside, row, state.row), jnp.where(inside, col, state.col)
-        s_next = row * self.size + col
+        table = jnp.asarray(next_state_table(self.size).reshape(-1))  # (S * 9,) constant
+        s_next = table.at[state.index * NUM_MOVES + move].get(mode="clip")
         h = state.time
         reward = params.reward_map[h, s_next]
         costs = params.cost_map[:, h, s_next]
-        next_state = GridState(row=row, col=col, time=h + 1)
+        next_state = GridState(index=s_next, time=h + 1)
         done = next_state.time == self.horizon
         return self.observation(next_state, params), next_state, reward, costs, done, {"move": move}
 
     def state_index(self, state: GridState) -> Array:
         """s = row * size + col, int32."""
-        return (state.row * self.size + state.col).astype(jnp.int32)
+        return jnp.asarray(state.index, jnp.int32)
+
+    def row_col(self, state: GridState) -> tuple[Array, Array]:
+        """(row, col) of the state's cell, int32."""
+        return jnp.divmod(self.state_index(state), self.size)
 
     def coordinates(self, state: GridState) -> Array:
         """(x, y) = (col, row) / (size - 1), (2,) float32 in [0, 1]."""
-        return jnp.stack([state.col, state.row]).astype(jnp.float32) / (self.size - 1)
+        row, col = np.divmod(np.arange(self.num_states), self.size)
+        table = np.stack([col, row], axis=1).astype(np.float32) / np.float32(self.size - 1)  # (S, 2)
+        return jnp.asarray(table)[self.state_index(state)]
 
     def terminal_reward(self, state: GridState, params: GridParams) -> Array:
         return params.terminal_rewards[self.state_index(state)]

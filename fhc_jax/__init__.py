@@ -17,7 +17,7 @@ from fhc_jax.cmdp import (
 )
 from fhc_jax.envs import Environment, GridWorld, TabularEnv
 from fhc_jax.rollout import Trajectory, rollout, uniform_random_policy
-from fhc_jax import cmdp, envs
+from fhc_jax import algos, cmdp, envs
 
 __version__ = "0.1.0"
 
@@ -28,6 +28,7 @@ __all__ = [
     "Trajectory",
     "rollout",
     "uniform_random_policy",
+    "algos",
     "cmdp",
     "envs",
     "Evaluation",

@@ -186,7 +186,7 @@ def _rewrap(keys: Array, impl) -> Array:
     return jax.random.wrap_key_data(jax.random.key_data(keys), impl=impl)
 
 
-def _fast(key: Array) -> tuple[Array, Any]:
+def fast_key(key: Array) -> tuple[Array, Any]:
     """(key with the unrolled implementation if that gives the same stream, caller's impl)."""
     impl = jax.random.key_impl(key)
     if impl == "threefry2x32" and jax.config.jax_threefry_partitionable:
@@ -210,7 +210,7 @@ def uses_uniforms(env: Environment, policy: Any) -> bool:
 
 def _stage_inputs(steps_keys: Array, impl: Any, env: Environment, params: Any, policy: Policy) -> Any:
     """Per-stage randomness of episodes with keys ``steps_keys`` (K,), leading axes (H, K);
-    ``impl`` is the caller's key implementation (``steps_keys`` may be ``_fast`` keys).
+    ``impl`` is the caller's key implementation (``steps_keys`` may be ``fast_key`` keys).
 
     Fast path: complex64 ``u_policy + 1j * u_env``. The pair of float32 uniforms is packed in one
     complex number on purpose: XLA's CPU backend evaluates a fused elementwise computation once
@@ -311,7 +311,7 @@ def rollout(key: Array, env: Environment, params: Any, policy: Policy, num_episo
     Returns:
         :class:`Trajectory` with leading axes (K, H).
     """
-    key, impl = _fast(_typed(key))
+    key, impl = fast_key(_typed(key))
     keys = jax.random.split(key, num_episodes)
     reset_keys, steps_keys = jax.vmap(jax.random.split, out_axes=1)(keys)
     loops = jax.vmap(lambda k, xs: _scan(k, xs, env, params, policy), in_axes=(0, 1))
@@ -322,7 +322,7 @@ def rollout(key: Array, env: Environment, params: Any, policy: Policy, num_episo
 def episode(key: Array, env: Environment, params: Any, policy: Policy) -> Trajectory:
     """One episode (no leading K axes) with episode key ``key``: the episode that
     :func:`rollout` runs for ``key = split(rollout_key, K)[i]``."""
-    key, impl = _fast(_typed(key))
+    key, impl = fast_key(_typed(key))
     reset_key, steps_key = jax.random.split(key)
     stage_xs = jax.tree.map(lambda x: x[:, 0], _stage_inputs(steps_key[None], impl, env, params, policy))
     out = _scan(_restore_keys(reset_key, impl), stage_xs, env, params, policy)

@@ -1,0 +1,263 @@
+"""Feature maps phi_h(s) for the linear critics and the Gibbs actor (paper Section 2-3).
+
+The paper approximates V_h(s) ~ v_h^T phi_h(s) and W_h^(k)(s) ~ w_h^(k)T phi_h(s) with
+features phi_h(s) in R^{x_h} (Assumption 2: linearly independent columns, x_h <= |S_h|), and
+uses a Gibbs policy mu_{theta_h}(s, .) = softmax(phi_h(s)^T theta_h) with theta_h of shape
+(x_h, A) here, so the compatible features are psi = grad log mu = phi_h(s) (e_a - mu_h(s, .))^T.
+
+A feature *spec* is a small frozen (hashable) dataclass: it can live in a static config
+field. :func:`build` turns a spec into a :class:`FeatureTable` for one environment: the values
+phi_h(s) for every tabular state index s (the learners are tabular-state learners; exact
+evaluation needs every state anyway), either time-invariant (S, X) or per stage (H+1, S, X).
+
+===================== ============================== ======================================
+spec                  X (features)                   notes
+===================== ============================== ======================================
+``OneHot()``          S                              tabular case; handled without tables
+``RadialBasis(n, w)`` n*n (+1 with ``bias``)         Gaussian bumps on an n x n grid of
+                                                     centres over the grid coordinates,
+                                                     normalised to sum to one per state
+``TileCoding(t, k)``  k*t*t                          k offset tilings of t x t tiles over
+                                                     the coordinates, binary, scaled 1/k
+``Custom(fn, X) ``     X                              ``fn(h, s) -> (X,)``, may depend on h
+===================== ============================== ======================================
+
+Coarse maps (radial basis, tile coding) need grid coordinates: they support environments that
+expose ``size`` (square grids with row-major state index s = row * size + col, like
+:class:`fhc_jax.envs.GridWorld`); use ``Custom`` otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class OneHot:
+    """phi_h(s) = e_s in R^S: the tabular (exact-representation) case, X = S."""
+
+    def num_features(self, env) -> int:
+        return int(env.num_states)
+
+
+@dataclasses.dataclass(frozen=True)
+class RadialBasis:
+    """Normalised Gaussian radial basis functions over grid coordinates in [0, 1]^2.
+
+    Centres on a ``num_centers x num_centers`` lattice covering [0, 1]^2; ``width`` is the
+    Gaussian standard deviation in coordinate units (default: the lattice spacing). Each
+    state's activations are divided by their sum (a partition of unity, so ||phi|| <= 1,
+    which keeps critic step sizes <= 1 stable). ``bias`` appends a constant feature 1.
+
+    X = num_centers**2 (+1). Choose X < S for real function approximation (Assumption 2).
+    """
+
+    num_centers: int = 4
+    width: float | None = None
+    bias: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.num_centers, bool) or not isinstance(self.num_centers, (int, np.integer)) or self.num_centers < 1:
+            raise ValueError(f"RadialBasis.num_centers must be an integer >= 1, found {self.num_centers!r}")
+        if self.width is not None and not (np.isfinite(self.width) and self.width > 0):
+            raise ValueError(f"RadialBasis.width must be a number > 0 (or None), found {self.width!r}")
+
+    def num_features(self, env) -> int:
+        return self.num_centers**2 + int(self.bias)
+
+
+@dataclasses.dataclass(frozen=True)
+class TileCoding:
+    """Binary tile coding over grid coordinates: ``num_tilings`` tilings of
+    ``tiles x tiles`` tiles, each offset by a fraction of a tile along both axes.
+    Every state activates exactly one tile per tiling; values are 1/num_tilings, so
+    sum_j phi_j(s) = 1. X = num_tilings * tiles**2."""
+
+    tiles: int = 3
+    num_tilings: int = 2
+
+    def __post_init__(self):
+        for name in ("tiles", "num_tilings"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"TileCoding.{name} must be an integer >= 1, found {v!r}")
+
+    def num_features(self, env) -> int:
+        return self.num_tilings * self.tiles**2
+
+
+@dataclasses.dataclass(frozen=True)
+class Custom:
+    """A user-supplied feature function ``fn(h, s) -> (num_features,)``.
+
+    ``h`` is the stage (int32 scalar, 0..H; H is the terminal stage) and ``s`` the tabular
+    state index (int32 scalar); ``fn`` must be traceable by JAX (it is vmapped over all (h, s)
+    once, when the learner is built). Set ``per_stage=False`` if ``fn`` ignores ``h``: a
+    single (S, X) table is then stored instead of (H+1, S, X).
+    """
+
+    fn: Callable[[Array, Array], Array]
+    dim: int
+    per_stage: bool = True
+
+    def __post_init__(self):
+        if not callable(self.fn):
+            raise ValueError(f"Custom.fn must be callable (h, s) -> (X,), found {type(self.fn).__name__}")
+        n = self.dim
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"Custom.dim must be an integer >= 1, found {n!r}")
+
+    def num_features(self, env) -> int:
+        return int(self.dim)
+
+
+FeatureSpec = Union[OneHot, RadialBasis, TileCoding, Custom]
+
+
+@struct.dataclass
+class FeatureTable:
+    """phi_h(s) for every stage and state.
+
+    Attributes:
+        table: (S, X) time-invariant or (H+1, S, X) per stage; ``None`` for one-hot features
+            (phi_h(s) = e_s is never materialised: v_h^T phi_h(s) = v[h, s]).
+        one_hot: static flag.
+        per_stage: static flag, True when ``table`` has a leading H+1 axis.
+        num_features: static X.
+    """
+
+    table: Any
+    one_hot: bool = struct.field(pytree_node=False, default=False)
+    per_stage: bool = struct.field(pytree_node=False, default=False)
+    num_features: int = struct.field(pytree_node=False, default=0)
+
+    def stage_table(self, h) -> Array:
+        """phi_h(.), (S, X), for a (possibly traced) stage index h (not for one-hot)."""
+        return self.table[h] if self.per_stage else self.table
+
+    def all_stages(self, horizon: int) -> Array:
+        """(H+1, S, X) table (broadcast if time-invariant; not for one-hot)."""
+        if self.per_stage:
+            return self.table
+        return jnp.broadcast_to(self.table, (horizon + 1,) + self.table.shape)
+
+    def values(self, weights: Array) -> Array:
+        """Per-stage linear values phi_h(s)^T weights_h for all s.
+
+        Args:
+            weights: (L, X, ...) per-stage weights for stages 0..L-1 (L = H or H+1).
+        Returns:
+            (L, S, ...).
+        """
+        if self.one_hot:
+            return weights
+        if self.per_stage:
+            return jnp.einsum("lsx,lx...->ls...", self.table[: weights.shape[0]], weights)
+        return jnp.einsum("sx,lx...->ls...", self.table, weights)
+
+    def project(self, stats: Array) -> Array:
+        """Phi_h^T stats_h: per-state statistics (L, S, ...) to per-feature ones (L, X, ...)."""
+        if self.one_hot:
+            return stats
+        if self.per_stage:
+            return jnp.einsum("lsx,ls...->lx...", self.table[: stats.shape[0]], stats)
+        return jnp.einsum("sx,ls...->lx...", self.table, stats)
+
+    def project_active(self, counts: Array) -> Array:
+        """sum_s counts[l, s] 1[phi_l(s)_j != 0]: (L, S) -> (L, X) (identity for one-hot)."""
+        if self.one_hot:
+            return counts
+        active = (self.table != 0).astype(counts.dtype)
+        if self.per_stage:
+            return jnp.einsum("lsx,ls->lx", active[: counts.shape[0]], counts)
+        return jnp.einsum("sx,ls->lx", active, counts)
+
+
+def grid_coordinates(env) -> np.ndarray:
+    """(S, 2) coordinates (x, y) = (col, row) / (size - 1) of a square grid environment."""
+    size = getattr(env, "size", None)
+    if not isinstance(size, (int, np.integer)) or size * size != env.num_states:
+        raise ValueError(
+            f"features: coarse coordinate features need a square grid environment with a `size` "
+            f"attribute and row-major state indices (like GridWorld); {type(env).__name__} has none. "
+            "Use features.Custom(fn, dim) instead."
+        )
+    s = np.arange(env.num_states)
+    row, col = np.divmod(s, size)
+    return np.stack([col, row], axis=1).astype(np.float64) / max(size - 1, 1)
+
+
+def _radial_basis(spec: RadialBasis, coords: np.ndarray) -> np.ndarray:
+    n = spec.num_centers
+    grid = np.linspace(0.0, 1.0, n) if n > 1 else np.array([0.5])
+    cx, cy = np.meshgrid(grid, grid, indexing="xy")
+    centres = np.stack([cx.ravel(), cy.ravel()], axis=1)  # (n*n, 2)
+    width = spec.width if spec.width is not None else (1.0 / (n - 1) if n > 1 else 1.0)
+    d2 = np.sum((coords[:, None, :] - centres[None]) ** 2, axis=-1)
+    act = np.exp(-0.5 * d2 / width**2)
+    act = act / act.sum(axis=1, keepdims=True)
+    if spec.bias:
+        act = np.concatenate([act, np.ones((coords.shape[0], 1))], axis=1)
+    return act
+
+
+def _tile_coding(spec: TileCoding, coords: np.ndarray) -> np.ndarray:
+    t, k = spec.tiles, spec.num_tilings
+    out = np.zeros((coords.shape[0], k * t * t))
+    for i in range(k):
+        offset = i / (k * t)  # shift by a fraction of one tile
+        idx = np.clip(np.floor((coords + offset) * t * (1 - 1e-9)).astype(int), 0, t - 1)
+        out[np.arange(coords.shape[0]), i * t * t + idx[:, 1] * t + idx[:, 0]] = 1.0 / k
+    return out
+
+
+def build(spec: FeatureSpec, env, dtype=jnp.float32) -> FeatureTable:
+    """Materialise ``spec`` for ``env`` (host-side; call outside ``jit``).
+
+    Args:
+        spec: a feature spec (:class:`OneHot`, :class:`RadialBasis`, :class:`TileCoding`,
+            :class:`Custom`).
+        env: the environment (needs ``num_states``, ``horizon``; coordinates for coarse maps).
+        dtype: table dtype (learners use float32).
+    Returns:
+        :class:`FeatureTable`.
+    Raises:
+        ValueError: unknown spec, a coarse map on a non-grid environment, or a custom function
+            returning the wrong shape or non-finite values.
+    """
+    s = int(env.num_states)
+    if isinstance(spec, OneHot):
+        return FeatureTable(table=None, one_hot=True, per_stage=False, num_features=s)
+    if isinstance(spec, RadialBasis):
+        table = _radial_basis(spec, grid_coordinates(env))
+        return FeatureTable(table=jnp.asarray(table, dtype), one_hot=False, per_stage=False, num_features=table.shape[1])
+    if isinstance(spec, TileCoding):
+        table = _tile_coding(spec, grid_coordinates(env))
+        return FeatureTable(table=jnp.asarray(table, dtype), one_hot=False, per_stage=False, num_features=table.shape[1])
+    if isinstance(spec, Custom):
+        stages = np.arange(env.horizon + 1) if spec.per_stage else np.zeros(1, dtype=np.int64)
+        hh, ss = np.meshgrid(stages, np.arange(s), indexing="ij")
+        fn = jax.vmap(jax.vmap(lambda h, x: jnp.asarray(spec.fn(h, x), dtype)))
+        table = np.asarray(fn(jnp.asarray(hh, jnp.int32), jnp.asarray(ss, jnp.int32)))
+        x = spec.num_features(env)
+        if table.shape != (len(stages), s, x):
+            raise ValueError(
+                f"features.Custom: fn(h, s) must return shape (dim,) = ({x},), "
+                f"found {table.shape[2:]}"
+            )
+        if not np.all(np.isfinite(table)):
+            raise ValueError("features.Custom: fn returned non-finite values")
+        table = table if spec.per_stage else table[0]
+        return FeatureTable(table=jnp.asarray(table, dtype), one_hot=False, per_stage=spec.per_stage, num_features=x)
+    raise ValueError(
+        "features: expected one of OneHot(), RadialBasis(...), TileCoding(...), Custom(...), "
+        f"found {type(spec).__name__}"
+    )

@@ -1,0 +1,329 @@
+"""FH-Constrained (paper Algorithm 1): equation-by-equation equivalence at K = 1, batched
+forms, learning regression judged by exact evaluation, validation, determinism."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fhc_jax as fhc
+from fhc_jax.algos import common, features, fh_constrained as fc
+from fhc_jax.algos.common import PowerSchedule
+from fhc_jax.envs.gridworld import GridWorld
+from fhc_jax.envs.tabular import TabularEnv
+from fhc_jax.rollout import uses_uniforms
+from conftest import random_cmdp
+
+
+# ----------------------------------------------------------------------------- reference
+
+
+def reference_update(theta, v, w, lam, batch, phi, alpha, a_n, b_n, c_n, bound, P):
+    """The paper's per-episode update, written with plain loops over h and k.
+
+    Paper sign convention: lambda in [P, 0]. ``phi[h][s]`` is the feature vector of state s at
+    stage h (h = 0..H). theta[h] has shape (X, A); v[h], w[k][h] shape (X,). Everything on
+    the right-hand side uses the iteration-n values, as the equations are written.
+    """
+    H = len(theta)
+    M = len(lam)
+    s = [int(x) for x in batch["states"]]
+    acts = [int(x) for x in batch["actions"]]
+    r, g = batch["rewards"], batch["costs"]  # (H,), (H, M)
+    rH, gH = float(batch["terminal_reward"]), batch["terminal_costs"]  # (), (M,)
+    new_theta = [t.copy() for t in theta]
+    new_v = [x.copy() for x in v]
+    new_w = [[x.copy() for x in wk] for wk in w]
+    for h in range(H):
+        c_lam = r[h] + sum(lam[k] * g[h][k] for k in range(M))
+        delta = c_lam + v[h + 1] @ phi[h + 1][s[h + 1]] - v[h] @ phi[h][s[h]]
+        new_v[h] = v[h] + a_n * delta * phi[h][s[h]]  # (algo1)
+        logits = phi[h][s[h]] @ theta[h]
+        mu = np.exp(logits - logits.max())
+        mu /= mu.sum()
+        psi = np.outer(phi[h][s[h]], np.eye(len(mu))[acts[h]] - mu)  # grad log mu
+        new_theta[h] = np.clip(theta[h] + b_n * psi * delta, -bound, bound)  # (algo3)
+    c_lam_H = rH + sum(lam[k] * (gH[k] - alpha[k]) for k in range(M))
+    new_v[H] = v[H] + a_n * (c_lam_H - v[H] @ phi[H][s[H]]) * phi[H][s[H]]  # (algo2)
+    new_lam = []
+    for k in range(M):
+        for h in range(H):
+            xi = g[h][k] + w[k][h + 1] @ phi[h + 1][s[h + 1]] - w[k][h] @ phi[h][s[h]]
+            new_w[k][h] = w[k][h] + a_n * xi * phi[h][s[h]]  # (algo4)
+        new_w[k][H] = w[k][H] + a_n * (gH[k] - alpha[k] - w[k][H] @ phi[H][s[H]]) * phi[H][s[H]]  # (algo5)
+        new_lam.append(min(0.0, max(P, lam[k] - c_n * (w[k][0] @ phi[0][s[0]]))))  # (algo7)
+    return new_theta, new_v, new_w, new_lam
+
+
+SMALL = GridWorld(size=3, horizon=5, num_constraints=2, observation="index", alpha=[1.5, 2.0])
+
+
+def _random_state(rng, env, x, nu):
+    h, a, m = env.horizon, env.num_actions, env.num_constraints
+    return fc.TrainState(
+        theta=jnp.asarray(np.clip(rng.normal(0.0, 1.0, (h, x, a)), -1.7, 1.7), jnp.float32),  # inside Gamma's box
+        critics=jnp.asarray(rng.normal(0.0, 1.0, (h + 1, x, 1 + m)), jnp.float32),
+        multipliers=jnp.asarray(nu, jnp.float32),
+        multiplier_integral=jnp.asarray(nu, jnp.float32),
+        step=jnp.asarray(3, jnp.int32),
+    )
+
+
+@pytest.mark.parametrize(
+    "spec,form,combine",
+    [
+        (features.OneHot(), "samples", "visits"),
+        (features.OneHot(), "table", "mean"),
+        (features.RadialBasis(2, bias=True), "samples", "mean"),
+        (features.RadialBasis(2, bias=True), "table", "visits"),
+        (features.Custom(lambda h, s: jnp.stack([1.0, s / 8.0, h / 5.0, (s % 3) * (h + 1) / 10.0]), 4), "table", "visits"),
+    ],
+)
+def test_k1_equals_paper_equations(spec, form, combine):
+    env, params = SMALL, SMALL.default_params
+    cfg = fc.Config(
+        num_iterations=1, episodes_per_iteration=1, features=spec, variant="paper", combine=combine,
+        update_form=form, theta_bound=1.7, multiplier_max=5.0,
+        critic_step=PowerSchedule(0.3, 0.55, 2.0), actor_step=PowerSchedule(0.2, 0.7, 2.0),
+        multiplier_step=PowerSchedule(0.1, 0.9, 2.0),
+    )
+    table = features.build(spec, env)
+    rng = np.random.default_rng(0)
+    nu = np.array([0.4, 1.3])
+    state = _random_state(rng, env, table.num_features, nu).replace(features=spec)
+    model = common.tabular_model(env, params)
+    logits = jax.nn.softmax(fc._logits_table(state.theta, table), axis=-1)
+    batch = common.rollout_tabular(jax.random.key(1), model, jnp.cumsum(logits, -1), lambda c, s: c[s], 1)
+    new, _ = fc.update(state, batch, table, jnp.asarray(params.thresholds), cfg)
+
+    phi_tab = np.eye(env.num_states) if table.one_hot else np.asarray(table.all_stages(env.horizon), np.float64)
+    phi = [phi_tab if table.one_hot else phi_tab[h] for h in range(env.horizon + 1)]
+    n = 3
+    a_n, b_n, c_n = (float(s.init / (1 + n / s.decay) ** s.power) for s in (cfg.critic_step, cfg.actor_step, cfg.multiplier_step))
+    crit = np.asarray(state.critics, np.float64)
+    ref = reference_update(
+        [np.asarray(t, np.float64) for t in state.theta],
+        [crit[h, :, 0] for h in range(env.horizon + 1)],
+        [[crit[h, :, 1 + k] for h in range(env.horizon + 1)] for k in range(2)],
+        list(-nu),
+        {
+            "states": np.asarray(batch.states[:, 0]), "actions": np.asarray(batch.actions[:, 0]),
+            "rewards": np.asarray(batch.rewards[:, 0], np.float64), "costs": np.asarray(batch.costs[:, 0], np.float64),
+            "terminal_reward": np.asarray(batch.terminal_rewards[0]), "terminal_costs": np.asarray(batch.terminal_costs[0], np.float64),
+        },
+        phi, np.asarray(params.thresholds, np.float64), a_n, b_n, c_n, 1.7, -5.0,
+    )
+    th, v, w, lam = ref
+    np.testing.assert_allclose(np.asarray(new.theta), np.stack(th), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(new.v), np.stack(v), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(new.w), np.array([np.stack(wk) for wk in w]), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(new.multipliers), -np.array(lam), atol=1e-5)
+    assert int(new.step) == 4
+
+
+@pytest.mark.parametrize("spec", [features.OneHot(), features.TileCoding(2, 2)])
+@pytest.mark.parametrize("combine", ["visits", "mean"])
+@pytest.mark.parametrize("variant", ["paper", "improved"])
+def test_update_forms_agree(spec, combine, variant):
+    """The "table" and "samples" forms compute the same update (K > 1, repeated visits)."""
+    env, params = SMALL, SMALL.default_params
+    table = features.build(spec, env)
+    rng = np.random.default_rng(1)
+    state = _random_state(rng, env, table.num_features, [0.4, 1.3]).replace(features=spec)
+    model = common.tabular_model(env, params)
+    mu = jax.nn.softmax(fc._logits_table(state.theta, table), axis=-1)
+    batch = common.rollout_tabular(jax.random.key(2), model, jnp.cumsum(mu, -1), lambda c, s: c[s], 16)
+    out = []
+    for form in ("table", "samples"):
+        cfg = fc.Config(num_iterations=1, episodes_per_iteration=16, features=spec, variant=variant,
+                        combine=combine, update_form=form, theta_bound=1.7)
+        new, metrics = fc.update(state, batch, table, jnp.asarray(params.thresholds), cfg)
+        out.append((new, metrics))
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), out[0], out[1])
+
+
+# ----------------------------------------------------------------------------- learning
+
+TINY = GridWorld(size=4, horizon=8, alpha=1.0, num_hotspots=1, num_quiet=2, num_phases=2)
+TINY_CONFIG = fc.Config(
+    num_iterations=300, episodes_per_iteration=64, eval_every=100,
+    multiplier_step=PowerSchedule(0.02, 0.8, 100.0), theta_bound=3.0, trace=0.5,
+)
+
+
+@functools.lru_cache(maxsize=None)
+def _tiny_train():
+    return jax.jit(jax.vmap(fc.make_train(TINY, TINY.default_params, TINY_CONFIG)))
+
+
+@functools.lru_cache(maxsize=None)
+def _tiny_result():
+    return _tiny_train()(jax.random.split(jax.random.key(0), 2))
+
+
+def test_learning_regression_small_grid():
+    """On a 4x4 grid with H = 8 the trained policy, judged exactly, meets the threshold and
+    gains at least 1.5 (about 80% of the constrained optimum's gain) over the initial policy."""
+    params = TINY.default_params
+    cmdp = TINY.to_cmdp(params)
+    best = fhc.solve(cmdp)
+    out = _tiny_result()
+    for seed in range(2):
+        state = jax.tree.map(lambda x: x[seed], out.state)
+        ev = fhc.evaluate(cmdp, fc.policy_table(state, TINY, params))
+        initial = float(out.metrics.exact.reward[seed, 0])
+        assert float(ev.costs[0]) <= 1.0 * 1.02, (seed, float(ev.costs[0]))
+        assert float(ev.reward) >= initial + 1.5, (seed, float(ev.reward), initial)
+        assert float(ev.reward) >= 0.8 * best.reward, (seed, float(ev.reward), best.reward)
+        # the in-jit exact evaluation agrees with evaluating the returned policy
+        np.testing.assert_allclose(out.metrics.exact.reward[seed, -1], ev.reward, rtol=1e-4)
+        np.testing.assert_allclose(out.metrics.exact.costs[seed, -1], ev.costs, rtol=1e-4, atol=1e-5)
+    assert out.metrics.reward.shape == (2, 300)
+    assert out.metrics.costs.shape == (2, 300, 1)
+    assert out.metrics.multipliers.shape == (2, 300, 1)
+    np.testing.assert_array_equal(out.metrics.exact.iteration[0], [0, 100, 200, 300])
+    assert np.all(np.asarray(out.metrics.multipliers) >= 0)
+
+
+def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
+    keys = jax.random.split(jax.random.key(0), 2)
+    batched = _tiny_result()
+    single = jax.jit(fc.make_train(TINY, TINY.default_params, TINY_CONFIG))
+    for i in range(2):
+        one = single(keys[i])
+        jax.tree.map(
+            lambda a, b: np.testing.assert_allclose(a, b[i], rtol=1e-4, atol=1e-4), one, batched
+        )
+    again = _tiny_train()(keys)
+    jax.tree.map(np.testing.assert_array_equal, again, batched)
+
+
+def test_vmap_over_hyperparameters():
+    """Numeric hyperparameters are pytree leaves: one compiled call sweeps them."""
+    cfg = TINY_CONFIG.replace(num_iterations=20, eval_every=0)
+    train = fc.make_train(TINY, TINY.default_params, cfg)
+    sweep = common.stack([cfg, cfg.replace(theta_bound=1.0, trace=0.0)])
+    out = jax.jit(jax.vmap(train, in_axes=(None, 0)))(jax.random.key(3), sweep)
+    second = jax.jit(train)(jax.random.key(3), cfg.replace(theta_bound=1.0, trace=0.0))
+    np.testing.assert_allclose(out.state.theta[1], second.state.theta, atol=1e-5)
+    assert float(jnp.max(jnp.abs(out.state.theta[1]))) <= 1.0 + 1e-6
+    with pytest.raises(ValueError, match="static fields"):
+        train(jax.random.key(0), cfg.replace(variant="paper"))
+
+
+def test_policy_for_rollout_matches_table():
+    params = TINY.default_params
+    state = jax.tree.map(lambda x: x[0], _tiny_result().state)
+    act = fc.policy(state, TINY, params)
+    traj = fhc.rollout(jax.random.key(5), TINY, params, act, 2000)
+    table = np.asarray(fc.policy_table(state, TINY, params))
+    s0, a0 = np.asarray(traj.states[:, 0]), np.asarray(traj.actions[:, 0])
+    # empirical first-stage action frequencies in the most visited start state
+    s = np.bincount(s0).argmax()
+    freq = np.bincount(a0[s0 == s], minlength=TINY.num_actions) / np.sum(s0 == s)
+    np.testing.assert_allclose(freq, table[0, s], atol=0.15)
+    assert uses_uniforms(TINY, act)  # fhc.rollout takes the one-block-per-step path
+    # Monte-Carlo returns of the sampled policy agree with the exact value of its table.
+    exact = fhc.evaluate(TINY.to_cmdp(params), jnp.asarray(table))
+    returns = np.asarray(traj.episode_rewards)
+    assert abs(returns.mean() - float(exact.reward)) <= 4 * returns.std() / np.sqrt(returns.size)
+    batch = common.batch_from_trajectory(traj)
+    assert batch.states.shape == (TINY.horizon + 1, 2000)
+    np.testing.assert_allclose(batch.episode_rewards, traj.episode_rewards, rtol=1e-6)
+
+
+def test_works_with_tabular_env_and_two_constraints():
+    from conftest import random_cmdp
+
+    cmdp = random_cmdp(3, num_states=6, num_actions=3, horizon=4, num_constraints=2, thresholds=np.array([1.5, 1.5]))
+    env = fhc.TabularEnv(cmdp)
+    cfg = fc.Config(num_iterations=30, episodes_per_iteration=32, eval_every=10)
+    out = jax.jit(fc.make_train(env, env.default_params, cfg))(jax.random.key(0))
+    assert out.metrics.multipliers.shape == (30, 2)
+    assert out.metrics.exact.costs.shape == (4, 2)
+    ev = fhc.evaluate(cmdp, fc.policy_table(out.state, env))
+    np.testing.assert_allclose(ev.costs, out.metrics.exact.costs[-1], rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    "changes,match",
+    [
+        (dict(critic_step=PowerSchedule(1.0, 0.5)), r"critic_step.power must lie in \(0.5, 1\].*squared"),
+        (dict(multiplier_step=PowerSchedule(1.0, 1.2)), r"multiplier_step.power must lie in \(0.5, 1\].*diverge"),
+        (dict(actor_step=PowerSchedule(1.0, 0.55)), r"actor_step.power must be > Config.critic_step.power"),
+        (dict(multiplier_step=PowerSchedule(1.0, 0.6)), r"multiplier_step.power must be > Config.actor_step.power"),
+        (dict(actor_step=PowerSchedule(0.0, 0.6)), r"actor_step.init must be > 0"),
+        (dict(critic_step=PowerSchedule(1.0, 0.55, -1.0)), r"critic_step.decay must be > 0"),
+        (dict(theta_bound=0.0), r"theta_bound must be > 0"),
+        (dict(trace=1.5), r"trace must lie in \[0, 1\]"),
+        (dict(initial_multiplier=30.0), r"initial_multiplier must lie in \[0, multiplier_max"),
+        (dict(episodes_per_iteration=0), r"episodes_per_iteration must be an integer >= 1"),
+        (dict(variant="fast"), r"variant must be one of 'paper', 'improved'"),
+        (dict(combine="sum"), r"combine must be one of"),
+    ],
+)
+def test_config_validation(changes, match):
+    with pytest.raises(ValueError, match=match):
+        fc.Config(**changes)
+
+
+def test_constant_step_sizes_need_opt_out():
+    const = dict(critic_step=PowerSchedule(0.5, 0.0), actor_step=PowerSchedule(0.1, 0.0), multiplier_step=PowerSchedule(0.01, 0.0))
+    with pytest.raises(ValueError, match="Assumption 3"):
+        fc.Config(**const)
+    fc.Config(**const, check_step_sizes=False)
+
+
+def test_coarse_features_need_a_grid():
+    from conftest import random_cmdp
+
+    env = fhc.TabularEnv(random_cmdp(0))
+    with pytest.raises(ValueError, match="square grid"):
+        fc.make_train(env, env.default_params, fc.Config(features=features.RadialBasis(2)))
+
+
+def test_advantage_increment_matches_direct_loop():
+    """Improved actor: per (h, s, a) the mean error of the episodes that took a, minus the
+    mean over all visits of (h, s); zero for actions not taken and unvisited states."""
+    rng = np.random.default_rng(0)
+    h_, k, s_, a_ = 3, 40, 4, 3
+    states = rng.integers(0, s_, (h_, k))
+    actions = rng.integers(0, a_, (h_, k))
+    delta = rng.normal(size=(h_, k))
+    table = features.build(features.OneHot(), TabularEnv(random_cmdp(0, num_states=s_, num_actions=a_, horizon=h_)))
+    got = np.asarray(fc._advantage_increment(
+        jnp.asarray(states, jnp.int32), jnp.asarray(actions, jnp.int32), jnp.asarray(delta, jnp.float32),
+        table, s_, a_, True))
+    want = np.zeros((h_, s_, a_))
+    for h in range(h_):
+        for s in range(s_):
+            at_s = states[h] == s
+            for a in range(a_):
+                took = at_s & (actions[h] == a)
+                if took.any():
+                    want[h, s, a] = delta[h, took].mean() - delta[h, at_s].mean()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_improved_multiplier_is_pi_controlled():
+    """nu = clip(nu_I + K_p (mean episode cost - alpha)), nu_I the paper's integral step."""
+    env = SMALL
+    params = env.default_params
+    cfg = fc.Config(num_iterations=1, episodes_per_iteration=8, multiplier_gain=0.3)
+    state = fc.init(jax.random.key(0), env, params, cfg)
+    table = features.build(cfg.features, env)
+    batch = common.rollout_tabular(
+        jax.random.key(1), common.tabular_model(env, params),
+        jnp.cumsum(fc.policy_table(state, env, params), -1), lambda cdf_h, s: cdf_h[s], 8)
+    new, metrics = fc.update(state, batch, table, jnp.asarray(params.thresholds), cfg)
+    violation = np.asarray(batch.episode_costs).mean(0) - np.asarray(params.thresholds)
+    integral = np.clip(cfg.multiplier_step(0) * violation, 0.0, cfg.multiplier_max)
+    np.testing.assert_allclose(new.multiplier_integral, integral, rtol=1e-5)
+    np.testing.assert_allclose(new.multipliers, np.clip(integral + 0.3 * violation, 0.0, cfg.multiplier_max), rtol=1e-5)

@@ -141,6 +141,25 @@ def uniform_from_bits(bits: Array) -> Array:
     return jax.lax.bitcast_convert_type(mantissa, jnp.float32) - 1.0
 
 
+def uniform_pairs(key: Array, shape: tuple[int, ...]) -> Array:
+    """Two independent float32 uniforms in [0, 1) per element from ONE threefry block (its two
+    32-bit output words), packed as complex64 ``u1 + 1j * u2`` of ``shape``.
+
+    Read ``.real`` and ``.imag`` where they are consumed (e.g. inside a ``lax.scan`` body): XLA's
+    CPU backend evaluates a fused elementwise computation once per output array, so returning
+    two separate arrays would compute every block twice. Half the blocks of two
+    ``jax.random.uniform`` calls (whose 32-bit draws XOR the two words of a block).
+    """
+    key, impl = fast_key(_typed(key))
+    if impl == "threefry2x32":
+        data = jax.random.key_data(key)
+        ctr_hi, ctr_lo = _counters(tuple(shape))
+        words = threefry2x32(data[0], data[1], ctr_hi, ctr_lo)
+    else:
+        words = jax.random.bits(key, (2, *shape), jnp.uint32)
+    return jax.lax.complex(*(uniform_from_bits(w) for w in words))
+
+
 def _typed(key: Array) -> Array:
     """A typed key (legacy raw uint32[2] keys are wrapped with the default implementation)."""
     return key if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else jax.random.wrap_key_data(key)

@@ -212,3 +212,21 @@ def test_fast_path_transition_frequencies_match_to_cmdp(slip):
     assert np.all(np.abs(counts / visits - p) <= 5 * se + 1e-12)
     # rewards and costs are paid on arrival at the recorded next state
     np.testing.assert_array_equal(traj.rewards, np.asarray(params.reward_map)[np.arange(12), np.asarray(traj.next_states)])
+
+
+@pytest.mark.parametrize("impl", ["threefry2x32", "rbg"])
+def test_uniform_pairs_are_uniform_and_independent(impl):
+    from fhc_jax.rollout import uniform_pairs
+
+    key = jax.random.key(3, impl=impl)
+    z = uniform_pairs(key, (200, 500))
+    assert z.shape == (200, 500) and z.dtype == jnp.complex64
+    np.testing.assert_array_equal(z, uniform_pairs(key, (200, 500)))  # deterministic
+    u1, u2 = np.asarray(z.real, np.float64).ravel(), np.asarray(z.imag, np.float64).ravel()
+    n = u1.size
+    for u in (u1, u2):
+        assert u.min() >= 0.0 and u.max() < 1.0
+        assert abs(u.mean() - 0.5) < 4 * np.sqrt(1 / 12 / n)
+    assert abs(np.corrcoef(u1, u2)[0, 1]) < 4 / np.sqrt(n)
+    other = uniform_pairs(jax.random.key(4, impl=impl), (200, 500))
+    assert not np.array_equal(np.asarray(other), np.asarray(z))

@@ -19,7 +19,7 @@ from fhc_jax.cmdp import transitions as tr
 from fhc_jax.cmdp.evaluate import evaluate
 from fhc_jax.cmdp.model import TabularCMDP
 from fhc_jax.cmdp.transitions import SparseTransitions
-from fhc_jax.rollout import fast_key
+from fhc_jax.rollout import fast_key, uniform_pairs
 
 Array = jax.Array
 
@@ -371,7 +371,8 @@ def rollout_tabular(
     """K episodes of a tabular model under a non-stationary policy, ``lax.scan`` over stages.
 
     Randomness: one uniform per episode for s_0 and two per (stage, episode) (action, then
-    successor), drawn in two calls up front; each key is used once.
+    successor) from one threefry block (:func:`fhc_jax.rollout.uniform_pairs`), drawn up front;
+    each key is used once.
 
     Args:
         key: PRNG key.
@@ -386,16 +387,16 @@ def rollout_tabular(
     k_init, k_steps = jax.random.split(key)
     horizon = model.rewards.shape[0]
     u0 = _uniform(k_init, (num_episodes,), model.cdf.dtype)
-    u = _uniform(k_steps, (horizon, num_episodes, 2), model.cdf.dtype)
+    u = uniform_pairs(k_steps, (horizon, num_episodes))  # complex64: (action, successor) uniforms
     s0 = inverse_cdf(model.initial_cdf, u0, model.initial_cdf.shape[0] - 1)
     hs = jnp.arange(horizon, dtype=jnp.int32)
 
     def step(s, xs):
         pol_h, u_h, h, kern_h = xs
         cdf_a = action_cdf(pol_h, s)
-        a = inverse_cdf(cdf_a, u_h[:, 0], cdf_a.shape[-1] - 1)
+        a = inverse_cdf(cdf_a, u_h.real.astype(cdf_a.dtype), cdf_a.shape[-1] - 1)
         nxt, cdf, last = kern_h if model.time_varying else (model.next_states, model.cdf, model.last)
-        j = inverse_cdf(cdf[s, a], u_h[:, 1], last[s, a])
+        j = inverse_cdf(cdf[s, a], u_h.imag.astype(cdf.dtype), last[s, a])
         s2 = nxt[s, a, j]
         if model.signal == "arrival":
             r = model.rewards[h, s2]

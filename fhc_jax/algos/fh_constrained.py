@@ -389,17 +389,31 @@ def _advantage_increment(
     count_s = count_sa.sum(-1)  # (H, S)
     mean_s = total_sa.sum(-1) / jnp.maximum(count_s, 1.0)
     adv = jnp.where(count_sa > 0, total_sa / jnp.maximum(count_sa, 1.0) - mean_s[..., None], 0.0)
-    inc = features.project(adv * count_s[..., None])
-    return inc / (jnp.maximum(features.project_active(count_s), 1.0)[..., None] if visits else k)
+    return _combine(features.project(adv * count_s[..., None]), features.project_active(count_s), k, visits)
 
 
-def _combine(crit_inc: Array, actor_inc: Array, active: Array, k: int, visits: bool) -> tuple[Array, Array]:
-    """Turn summed per-feature increments into one update (``Config.combine``): divide by the
-    number of episodes that activated the feature, ``active`` (H+1, X) ("visits"), or by K."""
+def _advantage_weights(states: Array, actions: Array, delta: Array) -> tuple[Array, Array]:
+    """Per-sample form of :func:`_advantage_increment` for small batches, from pairwise
+    comparisons of the K samples of each stage: O(H K^2) instead of O(H S A).
+
+    Sample k of stage h carries w_hk = A_hat_h(s_k, a_k) n_h(s_k) / n_h(s_k, a_k), so summing the
+    samples of a (h, s, a) cell gives n_h(s) A_hat_h(s, a), which the table form then maps to
+    features and normalises. Returns (w (H, K), n_h(s_k) (H, K)).
+    """
+    same_s = (states[:, :, None] == states[:, None, :]).astype(delta.dtype)  # (H, K, K)
+    same_sa = same_s * (actions[:, :, None] == actions[:, None, :]).astype(delta.dtype)
+    count_s, count_sa = same_s.sum(-1), same_sa.sum(-1)  # (H, K), both >= 1
+    adv = jnp.einsum("hkj,hj->hk", same_sa, delta) / count_sa - jnp.einsum("hkj,hj->hk", same_s, delta) / count_s
+    return adv * count_s / count_sa, count_s
+
+
+def _combine(increment: Array, active: Array, k: int, visits: bool) -> Array:
+    """Turn a summed per-feature increment (L, X, ...) into one update (``Config.combine``):
+    divide by the number of episodes that activated the feature, ``active`` (L, X)
+    ("visits"), or by K ("mean")."""
     if not visits:
-        return crit_inc / k, actor_inc / k
-    norm = jnp.maximum(active, 1.0)
-    return crit_inc / norm[..., None], actor_inc / norm[:-1, :, None]
+        return increment / k
+    return increment / jnp.maximum(active, 1.0)[..., None]
 
 
 def update(
@@ -474,7 +488,8 @@ def update(
         crit_inc = features.project(crit_sums)  # (H+1, X, C)
         actor_inc = features.project(actor_tab)  # (H, X, A)
         # episodes whose features are active: n_hj = sum_s counts_h(s) 1[phi_hj(s) != 0]
-        crit_inc, actor_inc = _combine(crit_inc, actor_inc, features.project_active(counts), k, visits)
+        active = features.project_active(counts)
+        crit_inc, actor_inc = _combine(crit_inc, active, k, visits), _combine(actor_inc, active[:-1], k, visits)
         critics = critics + a_n * crit_inc
         theta = jnp.clip(theta + b_n * actor_inc, -config.theta_bound, config.theta_bound)
     else:  # "samples": per visited row
@@ -498,16 +513,27 @@ def update(
             crit_inc = jnp.einsum("hkx,hkc->hxc", phi_all, errors)
             actor_inc = jnp.einsum("hkx,hka->hxa", phi_all[:-1], delta[..., None] * (onehot_a - mu_rows))
             active = jnp.sum((phi_all != 0).astype(errors.dtype), axis=1)  # (H+1, X)
-            crit_inc, actor_inc = _combine(crit_inc, actor_inc, active, k, visits)
+            crit_inc, actor_inc = _combine(crit_inc, active, k, visits), _combine(actor_inc, active[:-1], k, visits)
             critics = critics + a_n * crit_inc
             theta = jnp.clip(theta + b_n * actor_inc, -config.theta_bound, config.theta_bound)
 
     if not paper:  # the improved actor replaces the paper's (algo3) increment computed above
-        theta = jnp.clip(
-            train_state.theta + b_n * _advantage_increment(s_all[:-1], batch.actions, delta, features, num_states, num_actions, visits),
-            -config.theta_bound,
-            config.theta_bound,
-        )
+        s_h, a_h = s_all[:-1], batch.actions
+        if form == "table":
+            inc = _advantage_increment(s_h, a_h, delta, features, num_states, num_actions, visits)
+            theta = jnp.clip(train_state.theta + b_n * inc, -config.theta_bound, config.theta_bound)
+        elif features.one_hot:  # scatter straight into the visited rows
+            weight, count_s = _advantage_weights(s_h, a_h, delta)
+            theta = train_state.theta.at[hh[:-1], s_h, a_h].add(b_n * weight / (count_s if visits else k))
+            theta = theta.at[hh[:-1], s_h].set(
+                jnp.clip(theta[hh[:-1], s_h], -config.theta_bound, config.theta_bound)
+            )
+        else:
+            weight, _ = _advantage_weights(s_h, a_h, delta)
+            inc = jnp.einsum("hkx,hka->hxa", phi_all[:-1], weight[..., None] * jax.nn.one_hot(a_h, num_actions, dtype=weight.dtype))
+            active = jnp.sum((phi_all[:-1] != 0).astype(weight.dtype), axis=1)  # (H, X)
+            inc = _combine(inc, active, k, visits)
+            theta = jnp.clip(train_state.theta + b_n * inc, -config.theta_bound, config.theta_bound)
 
     # --- multipliers (algo7), penalties nu = -lambda
     critic_estimate = jnp.mean(vals[0, :, 1:], axis=0)  # mean_k w_0^T phi_0(s_0), (M,)

@@ -139,10 +139,6 @@ class FeatureTable:
     per_stage: bool = struct.field(pytree_node=False, default=False)
     num_features: int = struct.field(pytree_node=False, default=0)
 
-    def stage_table(self, h) -> Array:
-        """phi_h(.), (S, X), for a (possibly traced) stage index h (not for one-hot)."""
-        return self.table[h] if self.per_stage else self.table
-
     def all_stages(self, horizon: int) -> Array:
         """(H+1, S, X) table (broadcast if time-invariant; not for one-hot)."""
         if self.per_stage:

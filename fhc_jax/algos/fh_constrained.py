@@ -275,22 +275,11 @@ class TrainResult:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _num_features(spec: FeatureSpec, env) -> int:
-    return spec.num_features(env)
-
-
 def resolve_update_form(config: Config, num_states: int) -> str:
     """The update form "auto" picks for these sizes ("samples" iff 4 K <= S)."""
     if config.update_form != "auto":
         return config.update_form
     return "samples" if 4 * config.episodes_per_iteration <= num_states else "table"
-
-
-def _thresholds(env, params) -> Array:
-    th = getattr(params, "thresholds", None)
-    if th is None:
-        th = env.to_cmdp(params).thresholds
-    return jnp.asarray(th, jnp.float32)
 
 
 def _logits_table(theta: Array, feats: FeatureTable) -> Array:
@@ -331,7 +320,7 @@ def init(key: Array, env, params, config: Config) -> TrainState:
     """
     del key, params
     h, a, m = env.horizon, env.num_actions, env.num_constraints
-    x = _num_features(config.features, env)
+    x = config.features.num_features(env)
     return TrainState(
         theta=jnp.zeros((h, x, a), jnp.float32),
         critics=jnp.zeros((h + 1, x, 1 + m), jnp.float32),

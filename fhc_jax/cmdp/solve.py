@@ -144,7 +144,7 @@ class _Oracle:
         return acts, float(j), np.asarray(c, dtype=np.float64)
 
 
-def _tol(cmdp: TabularCMDP, scale: float) -> float:
+def _tol(scale: float) -> float:
     return 1e-9 * max(1.0, scale)
 
 
@@ -244,7 +244,7 @@ def _solve_single(cmdp: TabularCMDP, oracle: _Oracle, max_iterations: int):
     """M = 1: finite root search on the multiplier with exact two-policy mixing."""
     alpha = float(np.asarray(cmdp.thresholds)[0])
     scale = _scale(cmdp)
-    tol = _tol(cmdp, scale)
+    tol = _tol(scale)
     lo = oracle(np.zeros(1))  # nu = 0: best reward
     if lo[2][0] <= alpha + tol:
         return _occupancy(cmdp, lo[0]), np.zeros(1)
@@ -301,7 +301,7 @@ def _solve_column_generation(cmdp: TabularCMDP, oracle: _Oracle, max_iterations:
     alpha = np.asarray(cmdp.thresholds, dtype=np.float64)
     m = alpha.shape[0]
     scale = _scale(cmdp)
-    tol = _tol(cmdp, scale)
+    tol = _tol(scale)
     cols = [oracle(np.zeros(m))] + [oracle(np.eye(m)[k], reward_weight=0.0) for k in range(m)]
 
     def master(phase1):
@@ -361,7 +361,7 @@ def _solve_lp(cmdp: TabularCMDP, t0: float) -> Solution:
         cols.append(idx[h].reshape(-1))
         vals.append(np.ones(s_ * a_))
         if h > 0:
-            r, c, v = tr.to_numpy_coo(cmdp.transitions, h_, h - 1)
+            r, c, v = tr.to_numpy_coo(cmdp.transitions, h - 1)
             rows.append(h * s_ + c)
             cols.append((h - 1) * s_ * a_ + r)
             vals.append(-v)

@@ -118,7 +118,7 @@ def to_dense(transitions: Transitions, num_states: int) -> Array:
     return transitions
 
 
-def to_numpy_coo(transitions: Transitions, horizon: int, h: int):
+def to_numpy_coo(transitions: Transitions, h: int):
     """(rows=(s, a) flat index, cols=s', data=p) triplets of stage ``h`` as numpy arrays."""
     kernel = stage(transitions, h)
     if isinstance(kernel, SparseTransitions):

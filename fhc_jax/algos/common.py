@@ -421,6 +421,70 @@ def rollout_tabular(
     )
 
 
+def rollout_policy_table(key: Array, model: TabularModel, table: Array, num_episodes: int) -> Batch:
+    """K episodes under a tabulated non-stationary policy ``table`` (H, S, A) (rows sum to 1).
+
+    The learners that act through networks tabulate their policy once per iteration (one
+    batched forward pass over all (h, s)) and roll out from the table: same distribution as
+    acting per sample, far cheaper for tabular environments.
+    """
+    return rollout_tabular(key, model, jnp.cumsum(table, axis=-1), lambda cdf_h, s: cdf_h[s], num_episodes)
+
+
+# ----------------------------------------------------------------------------- observations
+
+
+def observation_table(env, params) -> Array:
+    """The environment's encoded observation of every state at every stage h = 0..H:
+    ``table[h, s] = env.observation(env.state_at(s, h), params)``, (H+1, S, *obs_shape).
+
+    Network learners gather their inputs from it (:func:`batch_observations`): the stage-H
+    rows feed the terminal critics V_H, W_H.
+    """
+    hs = jnp.arange(env.horizon + 1, dtype=jnp.int32)
+    ss = jnp.arange(env.num_states, dtype=jnp.int32)
+    obs = lambda h, s: env.observation(env.state_at(s, h), params)
+    table = jax.vmap(lambda h: jax.vmap(lambda s: obs(h, s))(ss))(hs)
+    return jnp.asarray(table, jnp.float32)
+
+
+def batch_observations(table: Array, states: Array) -> Array:
+    """Observations of time-major states (L, K) at stages 0..L-1: ``table[h, states[h]]``,
+    (L, K, *obs_shape)."""
+    hs = jnp.arange(states.shape[0], dtype=jnp.int32)[:, None]
+    return table[hs, states]
+
+
+# ----------------------------------------------------------------------------- advantages
+
+
+def finite_horizon_gae(rewards: Array, values: Array, gamma: Array = 1.0, lam: Array = 1.0) -> tuple[Array, Array]:
+    """Generalised advantage estimation over a fixed horizon (Schulman et al. 2016), with no
+    bootstrapping past H: ``values[H]`` is the value of the final state, e.g. the exact terminal
+    reward r_H(s_H) (or terminal cost g_H).
+
+    delta_h = r_h + gamma V_{h+1} - V_h;  A_h = delta_h + gamma lam A_{h+1}, A_H = 0;
+    returns R_h = A_h + V_h (the lambda-return targets of the critic).
+
+    Args:
+        rewards: r_h, time-major (H, K, ...).
+        values: V_0..V_H at the visited states, (H+1, K, ...).
+        gamma, lam: discount and GAE parameter in [0, 1] (scalars; vmappable).
+    Returns:
+        (advantages (H, K, ...), returns (H, K, ...)).
+    """
+    gamma = jnp.asarray(gamma, rewards.dtype)
+    lam = jnp.asarray(lam, rewards.dtype)
+    deltas = rewards + gamma * values[1:] - values[:-1]
+
+    def back(adv_next, delta):
+        adv = delta + gamma * lam * adv_next
+        return adv, adv
+
+    _, adv = jax.lax.scan(back, jnp.zeros_like(deltas[0]), deltas, reverse=True)
+    return adv, adv + values[:-1]
+
+
 # ----------------------------------------------------------------------------- training loop
 
 
@@ -498,6 +562,75 @@ def scan_with_evaluation(
         costs=jnp.concatenate(costs),
     )
     return carry, metrics, exact
+
+
+def resolve_hyperparameters(config: Any, hparams: Any | None) -> Any:
+    """``hparams`` if given (numeric leaves possibly traced or vmapped), else ``config``.
+
+    Raises:
+        ValueError: ``hparams`` whose static fields differ from ``config``'s (they set shapes
+            and code paths, so they cannot change without recompiling).
+    """
+    if hparams is None:
+        return config
+    if jax.tree.structure(hparams) != jax.tree.structure(config):
+        statics = ", ".join(getattr(type(config), "_static_fields", ()))
+        raise ValueError(
+            f"train: the hyperparameters passed to train(key, hparams) must have the same static "
+            f"fields ({statics}) as the {type(config).__module__}.{type(config).__name__} given to make_train"
+        )
+    return hparams
+
+
+@struct.dataclass
+class Carry:
+    """The training loop's carry: the learner's train state and the PRNG key of the next
+    iteration (everything a checkpoint must hold to resume bit-identically)."""
+
+    state: Any
+    key: Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Learner:
+    """A learner bound to one environment, as the iteration-level pure functions every training
+    loop is built from: ``make_train``'s single ``lax.scan`` (:func:`run`) and the chunked,
+    checkpointed runs of :mod:`fhc_jax.experiment`. All are traceable; ``vmap`` them over seeds
+    (keys) and numeric hyperparameters.
+
+    Attributes:
+        config: the learner's frozen ``Config`` (static fields fixed here).
+        init: ``(key, hparams) -> Carry``: initial train state and loop key.
+        step: ``(carry, hparams) -> (carry, metrics)``: one rollout + update; ``metrics`` is a
+            dict of small per-iteration arrays (independent of K and H).
+        evaluate: ``carry -> (exact reward (), exact costs (M,))`` of the current policy.
+        policy_table: ``train_state -> (H, S, A)``, the current policy for exact evaluation.
+    """
+
+    config: Any
+    init: Callable[[Array, Any], Carry]
+    step: Callable[[Carry, Any], tuple[Carry, dict[str, Array]]]
+    evaluate: Callable[[Carry], tuple[Array, Array]]
+    policy_table: Callable[[Any], Array]
+
+
+def run(learner: Learner, key: Array, hparams: Any | None = None) -> tuple[Any, dict[str, Array], ExactMetrics]:
+    """A whole training run in one ``lax.scan`` (jit it, vmap it over keys/hyperparameters).
+
+    Args:
+        learner: :class:`Learner`.
+        key: PRNG key of the run.
+        hparams: optional hyperparameters (same static fields as ``learner.config``).
+    Returns:
+        (final train state, per-iteration metrics dict with leading axis ``num_iterations``,
+        :class:`ExactMetrics` every ``config.eval_every`` updates).
+    """
+    cfg = resolve_hyperparameters(learner.config, hparams)
+    carry = learner.init(key, cfg)
+    carry, metrics, exact = scan_with_evaluation(
+        lambda c, _: learner.step(c, cfg), carry, cfg.num_iterations, cfg.eval_every, learner.evaluate
+    )
+    return carry.state, metrics, exact
 
 
 def exact_evaluator(cmdp: TabularCMDP) -> Callable[[Array], tuple[Array, Array]]:

@@ -294,18 +294,6 @@ def _feature_rows(feats: FeatureTable, states: Array) -> Array:
     return feats.table[states]
 
 
-def _hyper(config: Config, hparams: Config | None) -> Config:
-    if hparams is None:
-        return config
-    if jax.tree.structure(hparams) != jax.tree.structure(config):
-        raise ValueError(
-            "train: the hyperparameters passed to train(key, config) must have the same static fields "
-            "(num_iterations, episodes_per_iteration, features, variant, combine, update_form, "
-            "eval_every, check_step_sizes) as the config given to make_train"
-        )
-    return hparams
-
-
 # ----------------------------------------------------------------------------- public API
 
 
@@ -604,6 +592,62 @@ def policy(train_state: TrainState, env, params=None) -> Callable[[Array, Array,
     return act
 
 
+def make_learner(env, params, config: Config) -> common.Learner:
+    """FH-Constrained bound to ``env`` as iteration-level functions (:class:`common.Learner`);
+    :func:`make_train` scans them, :mod:`fhc_jax.experiment` runs them in chunks.
+
+    Raises:
+        ValueError: a config of another learner, or features that do not fit the environment.
+    """
+    if not isinstance(config, Config):
+        raise ValueError(f"make_train: config must be a fh_constrained.Config, found {type(config).__name__}")
+    feats = feat.build(config.features, env)
+    model = common.tabular_model(env, params)
+    cmdp = env.to_cmdp(params)
+    thresholds = jnp.asarray(cmdp.thresholds, jnp.float32)
+    evaluate_policy = common.exact_evaluator(cmdp)
+    num_states = env.num_states
+    form = resolve_update_form(config, num_states)
+    k = config.episodes_per_iteration
+
+    def sample_one_hot(theta_h, s):
+        return jnp.cumsum(jax.nn.softmax(theta_h[s], axis=-1), axis=-1)
+
+    def sample_features(xs, s):
+        theta_h, phi_h = xs
+        return jnp.cumsum(jax.nn.softmax(phi_h[s] @ theta_h, axis=-1), axis=-1)
+
+    def init_fn(key: Array, cfg: Config) -> common.Carry:
+        k_init, k_loop = jax.random.split(key)
+        return common.Carry(state=init(k_init, env, params, cfg), key=k_loop)
+
+    def step_fn(carry: common.Carry, cfg: Config) -> tuple[common.Carry, dict[str, Array]]:
+        st = carry.state
+        key, k_roll = jax.random.split(carry.key)
+        mu = None
+        if form == "table":
+            mu = jax.nn.softmax(_logits_table(st.theta, feats), axis=-1)
+            batch = common.rollout_policy_table(k_roll, model, mu, k)
+        elif feats.one_hot:
+            batch = common.rollout_tabular(k_roll, model, st.theta, sample_one_hot, k)
+        else:
+            phis = feats.all_stages(env.horizon)[: env.horizon]
+            batch = common.rollout_tabular(k_roll, model, (st.theta, phis), sample_features, k)
+        st, m = update(st, batch, feats, thresholds, cfg, policy=mu)
+        return common.Carry(state=st, key=key), m
+
+    def table_fn(st: TrainState) -> Array:
+        return jax.nn.softmax(_logits_table(st.theta, feats), axis=-1)
+
+    return common.Learner(
+        config=config,
+        init=init_fn,
+        step=step_fn,
+        evaluate=lambda carry: evaluate_policy(table_fn(carry.state)),
+        policy_table=table_fn,
+    )
+
+
 def make_train(env, params, config: Config) -> Callable[..., TrainResult]:
     """Build ``train(key, hparams=None) -> TrainResult``: rollouts and updates for
     ``config.num_iterations`` iterations in one ``lax.scan`` (one jit).
@@ -622,63 +666,10 @@ def make_train(env, params, config: Config) -> Callable[..., TrainResult]:
     Raises:
         ValueError: features that do not fit the environment.
     """
-    if not isinstance(config, Config):
-        raise ValueError(f"make_train: config must be a fh_constrained.Config, found {type(config).__name__}")
-    feats = feat.build(config.features, env)
-    model = common.tabular_model(env, params)
-    cmdp = env.to_cmdp(params)
-    thresholds = jnp.asarray(cmdp.thresholds, jnp.float32)
-    evaluate_policy = common.exact_evaluator(cmdp)
-    num_states, num_actions = env.num_states, env.num_actions
-    form = resolve_update_form(config, num_states)
-    k = config.episodes_per_iteration
-
-    def sample_from_table(cdf_h, s):
-        return cdf_h[s]
-
-    def sample_one_hot(theta_h, s):
-        return jnp.cumsum(jax.nn.softmax(theta_h[s], axis=-1), axis=-1)
-
-    def sample_features(xs, s):
-        theta_h, phi_h = xs
-        return jnp.cumsum(jax.nn.softmax(phi_h[s] @ theta_h, axis=-1), axis=-1)
+    learner = make_learner(env, params, config)
 
     def train(key: Array, hparams: Config | None = None) -> TrainResult:
-        cfg = _hyper(config, hparams)
-        k_init, k_loop = jax.random.split(key)
-        state0 = init(k_init, env, params, cfg)
-
-        def step_fn(carry, _):
-            st, key = carry
-            key, k_roll = jax.random.split(key)
-            mu = None
-            if form == "table":
-                mu = jax.nn.softmax(_logits_table(st.theta, feats), axis=-1)
-                batch = common.rollout_tabular(k_roll, model, jnp.cumsum(mu, axis=-1), sample_from_table, k)
-            elif feats.one_hot:
-                batch = common.rollout_tabular(k_roll, model, st.theta, sample_one_hot, k)
-            else:
-                phis = feats.all_stages(env.horizon)[: env.horizon]
-                batch = common.rollout_tabular(k_roll, model, (st.theta, phis), sample_features, k)
-            st, m = update(st, batch, feats, thresholds, cfg, policy=mu)
-            return (st, key), m
-
-        def evaluate_fn(carry):
-            st = carry[0]
-            return evaluate_policy(jax.nn.softmax(_logits_table(st.theta, feats), axis=-1))
-
-        (state, _), metrics, exact = common.scan_with_evaluation(
-            step_fn, (state0, k_loop), cfg.num_iterations, cfg.eval_every, evaluate_fn
-        )
-        return TrainResult(
-            state=state,
-            metrics=Metrics(
-                reward=metrics["reward"],
-                costs=metrics["costs"],
-                multipliers=metrics["multipliers"],
-                critic_costs=metrics["critic_costs"],
-                exact=exact,
-            ),
-        )
+        state, metrics, exact = common.run(learner, key, hparams)
+        return TrainResult(state=state, metrics=Metrics(exact=exact, **metrics))
 
     return train

@@ -182,6 +182,11 @@ class Environment(abc.ABC, Generic[State, Params]):
         """
         return self.transition(self.noise(key, params), state, action, params)
 
+    def state_at(self, index: Array, time: Array) -> State:
+        """The state with tabular index ``index`` at stage ``time`` (inverse of
+        :meth:`state_index`; learners use it to tabulate observations of every state)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot build a state from its index")
+
     @abc.abstractmethod
     def state_index(self, state: State) -> Array:
         """Tabular index s in [0, S) of ``state``, int32 scalar (matches ``to_cmdp``)."""

@@ -369,6 +369,9 @@ class GridWorld(Environment[GridState, GridParams]):
         done = next_state.time == self.horizon
         return self.observation(next_state, params), next_state, reward, costs, done, {"move": move}
 
+    def state_at(self, index: Array, time: Array) -> GridState:
+        return GridState(index=jnp.asarray(index, jnp.int32), time=jnp.asarray(time, jnp.int32))
+
     def state_index(self, state: GridState) -> Array:
         """s = row * size + col, int32."""
         return jnp.asarray(state.index, jnp.int32)

@@ -87,6 +87,9 @@ class TabularEnv(Environment[TabularState, TabularCMDP]):
         done = next_state.time == self.horizon
         return self.observation(next_state, params), next_state, reward, costs, done, {}
 
+    def state_at(self, index: Array, time: Array) -> TabularState:
+        return TabularState(index=jnp.asarray(index, jnp.int32), time=jnp.asarray(time, jnp.int32))
+
     def state_index(self, state: TabularState) -> Array:
         return state.index
 

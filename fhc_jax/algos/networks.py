@@ -1,0 +1,81 @@
+"""Neural networks of the deep learners (flax.linen), and per-stage stacks of them.
+
+* :class:`MLP`: fully connected, ``depth`` hidden layers of ``width`` units, configurable
+  activation, a linear output layer. The paper's NN-Constrained networks are
+  ``MLP(width=10, depth=2, activation="tanh")`` on the 2-d coordinates ("Env 1").
+* :class:`Stacked`: ONE module whose parameters carry a leading stage axis L (L = H for the
+  actors, H + 1 for the critics): ``init`` and ``apply`` are ``jax.vmap`` over that axis, so
+  stage h's parameters are applied to the batch of inputs seen at stage h, and all stages run
+  as one batched computation (no Python list of H networks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    "tanh": jnp.tanh,
+    "relu": jax.nn.relu,
+    "elu": jax.nn.elu,
+    "gelu": jax.nn.gelu,
+    "silu": jax.nn.silu,
+}
+
+
+def check_architecture(owner: str, width: Any, depth: Any, activation: Any) -> None:
+    """Raise ``ValueError`` naming the field unless width >= 1, depth >= 0 are integers and
+    ``activation`` is one of :data:`ACTIVATIONS`."""
+    for name, value, low in (("width", width, 1), ("depth", depth, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{owner}.{name} must be an integer >= {low}, found {value!r}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"{owner}.activation must be one of {', '.join(map(repr, ACTIVATIONS))}, found {activation!r}")
+
+
+class MLP(nn.Module):
+    """x (..., D) -> (..., outputs): ``depth`` hidden layers of ``width`` units, then linear.
+
+    Hidden layers use LeCun-normal weights (flax's default), zero biases; the output layer is
+    scaled by ``output_scale`` (small values start a softmax policy near uniform).
+    """
+
+    outputs: int
+    width: int = 10
+    depth: int = 2
+    activation: str = "tanh"
+    output_scale: float = 1.0
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        act = ACTIVATIONS[self.activation]
+        for _ in range(self.depth):
+            x = act(nn.Dense(self.width)(x))
+        init = nn.initializers.variance_scaling(self.output_scale**2, "fan_in", "truncated_normal")
+        return nn.Dense(self.outputs, kernel_init=init)(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stacked:
+    """L independent copies of ``module`` as one stacked parameter pytree (leading axis L).
+
+    ``init(key, x)``: x (D,) or (B, D) a sample input; returns params whose every leaf has a
+    leading axis L (each stage initialised from its own key). ``apply(params, x)``: x (L, B, D)
+    (stage l's inputs) -> (L, B, outputs), one vmapped call.
+    """
+
+    module: nn.Module
+    num_stages: int
+
+    def init(self, key: Array, x: Array) -> Any:
+        keys = jax.random.split(key, self.num_stages)
+        return jax.vmap(lambda k: self.module.init(k, x))(keys)
+
+    def apply(self, params: Any, x: Array) -> Array:
+        return jax.vmap(self.module.apply)(params, x)

@@ -19,6 +19,7 @@ from fhc_jax.cmdp import transitions as tr
 from fhc_jax.cmdp.evaluate import evaluate
 from fhc_jax.cmdp.model import TabularCMDP
 from fhc_jax.cmdp.transitions import SparseTransitions
+from fhc_jax.envs.encoders import make_encoder
 from fhc_jax.rollout import fast_key, uniform_pairs
 
 Array = jax.Array
@@ -434,17 +435,29 @@ def rollout_policy_table(key: Array, model: TabularModel, table: Array, num_epis
 # ----------------------------------------------------------------------------- observations
 
 
-def observation_table(env, params) -> Array:
-    """The environment's encoded observation of every state at every stage h = 0..H:
-    ``table[h, s] = env.observation(env.state_at(s, h), params)``, (H+1, S, *obs_shape).
+def observation_table(env, params, observation: str | None = None) -> Array:
+    """The encoded observation of every state at every stage h = 0..H:
+    ``table[h, s] = encoder(env, env.state_at(s, h))``, (H+1, S, *obs_shape), float32.
+
+    Args:
+        env, params: the environment.
+        observation: encoder name ("xy", "xyt", "one_hot", "index"; see
+            :mod:`fhc_jax.envs.encoders`), or None for the environment's own encoder. A learner
+            whose config chooses its input (e.g. the baselines' "Env 1" / "Env 2") passes it here.
+    Raises:
+        ValueError: an encoder the environment does not support.
 
     Network learners gather their inputs from it (:func:`batch_observations`): the stage-H
     rows feed the terminal critics V_H, W_H.
     """
+    if observation is None:
+        encode = lambda state: env.observation(state, params)
+    else:
+        encoder = make_encoder(type(env).__name__, observation, env.supported_observations)
+        encode = lambda state: encoder(env, state)
     hs = jnp.arange(env.horizon + 1, dtype=jnp.int32)
     ss = jnp.arange(env.num_states, dtype=jnp.int32)
-    obs = lambda h, s: env.observation(env.state_at(s, h), params)
-    table = jax.vmap(lambda h: jax.vmap(lambda s: obs(h, s))(ss))(hs)
+    table = jax.vmap(lambda h: jax.vmap(lambda s: encode(env.state_at(s, h)))(ss))(hs)
     return jnp.asarray(table, jnp.float32)
 
 

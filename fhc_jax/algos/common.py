@@ -207,6 +207,49 @@ def multiplier_step(penalties: Array, violation: Array, step: Array, bound: Arra
     return project_multipliers(penalties + step * violation, bound)
 
 
+def pi_multiplier_step(
+    integral: Array, violation: Array, step: Array, bound: Array, gain: Array
+) -> tuple[Array, Array]:
+    """Projected multiplier update with an optional proportional term (PI control, as in
+    PID-Lagrangian, Stooke et al. 2020), shared by the constrained learners.
+
+    nu_I <- clip(nu_I + c(n) violation, 0, bound)   (paper eq. (algo7) with nu = -lambda)
+    nu   <- clip(nu_I + gain * violation, 0, bound)
+
+    ``gain = 0`` is the paper's update (nu = nu_I). At a fixed point violation = 0 the
+    proportional term vanishes, so the equilibria are the paper's.
+
+    Args:
+        integral: nu_I, (M,). violation: estimate of S^(k) - alpha^(k), (M,).
+        step: c(n). bound: -P. gain: K_p >= 0.
+    Returns:
+        (penalties nu used by the learner, new integral nu_I), both (M,).
+    """
+    integral = multiplier_step(integral, violation, step, bound)
+    return project_multipliers(integral + gain * violation, bound), integral
+
+
+def lambda_returns(stage: Array, terminal: Array, next_values: Array, trace: Array) -> Array:
+    """lambda-returns G_h = c_h + (1 - trace) V_{h+1}(s_{h+1}) + trace G_{h+1}, G_H = c_H
+    (trace 0: the paper's TD(0) targets; 1: Monte-Carlo returns).
+
+    Args:
+        stage: c_h, (H, K, ...). terminal: c_H, (K, ...).
+        next_values: V_{h+1}(s_{h+1}) for h = 0..H-1, (H, K, ...).
+        trace: scalar in [0, 1].
+    Returns:
+        targets for stages 0..H-1, (H, K, ...).
+    """
+
+    def back(g_next, xs):
+        c_h, v_next = xs
+        g = c_h + (1.0 - trace) * v_next + trace * g_next
+        return g, g
+
+    _, g = jax.lax.scan(back, terminal, (stage, next_values), reverse=True)
+    return g
+
+
 # ----------------------------------------------------------------------------- batches
 
 
@@ -466,6 +509,24 @@ def batch_observations(table: Array, states: Array) -> Array:
     (L, K, *obs_shape)."""
     hs = jnp.arange(states.shape[0], dtype=jnp.int32)[:, None]
     return table[hs, states]
+
+
+def observation_to_index(env) -> Callable[[Array], Array]:
+    """``obs -> tabular state index`` for the environment's observation encoder: "index"
+    (itself), "one_hot" (argmax), "xy"/"xyt" on square grids (rounded coordinates)."""
+    name = env.encoder.name
+    if name == "index":
+        return lambda obs: jnp.asarray(obs, jnp.int32)
+    if name == "one_hot":
+        return lambda obs: jnp.argmax(obs).astype(jnp.int32)
+    size = getattr(env, "size", None)
+    if name in ("xy", "xyt") and isinstance(size, int):
+        def decode(obs):
+            col = jnp.round(obs[0] * (size - 1)).astype(jnp.int32)
+            row = jnp.round(obs[1] * (size - 1)).astype(jnp.int32)
+            return row * size + col
+        return decode
+    raise ValueError(f"policy: cannot recover the state index from {type(env).__name__} observations {name!r}")
 
 
 # ----------------------------------------------------------------------------- advantages

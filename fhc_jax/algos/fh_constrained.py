@@ -319,24 +319,6 @@ def init(key: Array, env, params, config: Config) -> TrainState:
     )
 
 
-def _returns(stage: Array, terminal: Array, next_values: Array, trace: Array) -> Array:
-    """lambda-returns G_h = c_h + (1 - trace) V_{h+1} + trace G_{h+1}, G_H = c_H.
-
-    Args:
-        stage: c_h, (H, K, C). terminal: c_H, (K, C). next_values: V_{h+1}(s_{h+1}), (H, K, C).
-    Returns:
-        (H, K, C) targets for stages 0..H-1.
-    """
-
-    def back(g_next, xs):
-        c_h, v_next = xs
-        g = c_h + (1.0 - trace) * v_next + trace * g_next
-        return g, g
-
-    _, g = jax.lax.scan(back, terminal, (stage, next_values), reverse=True)
-    return g
-
-
 def _advantage_increment(
     states: Array, actions: Array, delta: Array, features: FeatureTable, num_states: int, num_actions: int, visits: bool
 ) -> Array:
@@ -446,7 +428,7 @@ def update(
     if paper:
         targets = stage + vals[1:]
     else:
-        targets = _returns(stage, terminal, vals[1:], jnp.asarray(config.trace, jnp.float32))
+        targets = common.lambda_returns(stage, terminal, vals[1:], jnp.asarray(config.trace, jnp.float32))
     errors = jnp.concatenate([targets, terminal[None]], axis=0) - vals  # (H+1, K, C)
     delta = errors[:-1, :, 0]  # actor signal (H, K)
 
@@ -521,11 +503,10 @@ def update(
     else:
         violation = jnp.mean(episode_costs, axis=0) - thresholds
         critic_costs = critic_estimate
-    integral = common.multiplier_step(train_state.multiplier_integral, violation, c_n, config.multiplier_max)
-    if paper:
-        new_nu = integral
-    else:
-        new_nu = common.project_multipliers(integral + config.multiplier_gain * violation, config.multiplier_max)
+    gain = 0.0 if paper else config.multiplier_gain
+    new_nu, integral = common.pi_multiplier_step(
+        train_state.multiplier_integral, violation, c_n, config.multiplier_max, gain
+    )
 
     new_state = train_state.replace(
         theta=theta, critics=critics, multipliers=new_nu, multiplier_integral=integral, step=n + 1
@@ -553,22 +534,8 @@ def policy_table(train_state: TrainState, env, params=None) -> Array:
     return fn(train_state.theta)
 
 
-def observation_to_index(env) -> Callable[[Array], Array]:
-    """``obs -> tabular state index`` for the environment's observation encoder: "index"
-    (itself), "one_hot" (argmax), "xy"/"xyt" on square grids (rounded coordinates)."""
-    name = env.encoder.name
-    if name == "index":
-        return lambda obs: jnp.asarray(obs, jnp.int32)
-    if name == "one_hot":
-        return lambda obs: jnp.argmax(obs).astype(jnp.int32)
-    size = getattr(env, "size", None)
-    if name in ("xy", "xyt") and isinstance(size, int):
-        def decode(obs):
-            col = jnp.round(obs[0] * (size - 1)).astype(jnp.int32)
-            row = jnp.round(obs[1] * (size - 1)).astype(jnp.int32)
-            return row * size + col
-        return decode
-    raise ValueError(f"policy: cannot recover the state index from {type(env).__name__} observations {name!r}")
+#: re-exported from :mod:`fhc_jax.algos.common` (where every learner's ``policy`` finds it)
+observation_to_index = common.observation_to_index
 
 
 def policy(train_state: TrainState, env, params=None) -> Callable[[Array, Array, Array], Array]:

@@ -1,0 +1,707 @@
+"""NN-Constrained: the paper's deep variant of FH-Constrained (Section 5), with per-stage
+neural actors and critics stacked on one leading stage axis and trained in one jit.
+
+Networks (:mod:`fhc_jax.algos.networks`), each family ONE stacked module:
+
+* actor mu_h(s, .) = softmax(f_{theta_h}(o_h(s))), h = 0..H-1, params with leading axis H;
+* Lagrangian critic V_h(s) = f_{v_h}(o_h(s)), h = 0..H, leading axis H + 1;
+* constraint critics W_h^(k)(s) = f_{w_h}(o_h(s))_k, h = 0..H, leading axis H + 1 (one network
+  per stage with M outputs);
+
+where o_h(s) is the observation ("xy": the 2-d coordinates, the paper's input; "xyt", "one_hot")
+and f is an MLP (default: 2 hidden layers of 10 tanh units, the paper's architecture).
+
+Losses for a batch of K trajectories under pi(n) (paper Section 5), with the Lagrangian reward
+c_h = r_h - nu . g_h (penalties nu = -lambda >= 0, as in FH-Constrained), c_H = r_H -
+nu . (g_H - alpha) and the constraint terminal signal g_H - alpha; "|_{n}" marks a value held
+fixed at the current parameters (``stop_gradient``):
+
+* CL(v_h)  = 1/K sum_i (c_h + V_{h+1}(s_{h+1}^i)|_n - V_h(s_h^i))^2,  CL(v_H) = 1/K sum_i (c_H - V_H(s_H^i))^2
+* CCL(w_h) = 1/K sum_i (g_h + W_{h+1}(s_{h+1}^i)|_n - W_h(s_h^i))^2, CCL(w_H) = 1/K sum_i (g_H - alpha - W_H(s_H^i))^2
+* AL(theta_h) = 1/K sum_i log mu_h(s_h^i, a_h^i) (c_h + V_{h+1}(s_{h+1}^i)|_n - V_h(s_h^i)|_n), maximised.
+
+Each stage's parameters appear only in its own loss, so minimising the SUM over stages updates
+every stage by its own loss, in one gradient computation. Three timescales: the critics'
+learning rate a(n) > the actor's b(n) > the multiplier's c(n), power schedules checked against
+Assumption 3 and fed to an optax optimizer (``Config.optimizer``: "adam" by default, "sgd"
+for the paper's plain stochastic approximation). The multiplier follows (algo7):
+nu <- clip(nu + c(n) mean_i W_0(s_0^i), 0, -P).
+
+**Variants** (``Config.variant``), as in :mod:`fhc_jax.algos.fh_constrained`:
+
+* ``"paper"``: the losses above verbatim (TD(0) targets, terminal -alpha, multiplier driven by
+  the constraint critic W_0).
+* ``"improved"`` (default): the paper's form lets the terminal -alpha reach W_0 one stage per
+  update, so W_0 over-estimates the violation for hundreds of updates and the multiplier
+  over-penalises. Here (i) the multiplier moves with the batch's Monte-Carlo violation
+  mean_i sum_h g_h^i - alpha (unbiased for S(theta) - alpha, the quantity W_0 tracks at
+  convergence) plus a proportional term K_p (C_hat - alpha) (PI control, which vanishes at the
+  fixed point), (ii) critic targets are lambda-returns with trace ``Config.trace``
+  (same fixed points; no H-update delay), (iii) the constraint critics predict the cost-to-go
+  without -alpha, and (iv) the actor takes the improved FH-Constrained step in logit space and
+  projects it onto the network: with z_h(s, .) the current logits and A_hat_h(s, a) the
+  visit-averaged lambda-return advantage of a at (h, s) (:func:`advantage_targets`), the
+  networks regress, for ``Config.actor_epochs`` optimizer steps, onto the targets
+  q_h(s, .) = softmax(z_h(s, .) + eta A_hat_h(s, .)) at every visited (h, s), all visited
+  (h, s) weighted equally (a mirror-descent policy step; eta = ``Config.logit_step``). The
+  paper's AL moves a state's logits in proportion to how often it is visited and how likely
+  each action already is; on coordinate inputs that left the default gridworld at about 50% of
+  the optimal reward after 2000 updates, although a 2 x 10 tanh network can represent a policy
+  within 1% of the optimum (fitted by imitation of ``fhc_jax.solve``'s policy).
+
+**Loss forms** (``Config.loss_form``, speed only): the losses are sums over samples; with a
+tabular environment they equal sums over (stage, state, action) cells weighted by per-cell
+statistics of the batch (counts, sums of targets and squared targets, sums of advantages),
+so ``"table"`` applies each network once per (h, s) (H S rows, independent of K) — the same
+forward pass that tabulates the policy for the rollout — while ``"samples"`` applies it per
+sample (H K rows). Loss values and gradients are identical up to float rounding; ``"auto"``
+picks "table" when S <= K.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from fhc_jax.algos import common
+from fhc_jax.algos.common import Batch, ExactMetrics, PowerSchedule, hyperparameters
+from fhc_jax.algos.networks import MLP, Stacked, check_architecture
+from fhc_jax.envs.encoders import make_encoder
+
+Array = jax.Array
+
+VARIANTS = ("paper", "improved")
+OPTIMIZERS = ("adam", "sgd")
+LOSS_FORMS = ("auto", "table", "samples")
+OBSERVATIONS = ("xy", "xyt", "one_hot")
+
+_STATIC = (
+    "num_iterations",
+    "episodes_per_iteration",
+    "observation",
+    "width",
+    "depth",
+    "activation",
+    "normalize_inputs",
+    "variant",
+    "optimizer",
+    "loss_form",
+    "actor_epochs",
+    "eval_every",
+    "check_step_sizes",
+)
+
+
+@hyperparameters(static=_STATIC)
+class Config:
+    """Hyperparameters of NN-Constrained. Defaults are tuned for the default ``GridWorld``
+    (10x10, H = 100, alpha = 25); see ``benchmarks/nn_constrained.py``.
+
+    Static fields:
+        num_iterations: updates per training run (N >= 1).
+        episodes_per_iteration: K >= 1 trajectories per update.
+        observation: network input, "xy" (paper, Env 1), "xyt" or "one_hot"; must be supported
+            by the environment.
+        width, depth, activation: the MLPs (paper: 10, 2, "tanh").
+        normalize_inputs: standardise the inputs over all (stage, state) (:func:`input_table`).
+        variant: "paper" or "improved" (module docstring).
+        optimizer: "adam" or "sgd" (both with the schedules below as learning rates).
+        loss_form: "auto", "table" or "samples" (speed only, module docstring; the improved
+            actor always uses the per-(h, s) table).
+        actor_epochs: optimizer steps of the improved actor per update (>= 1).
+        eval_every: exact evaluation every this many updates (0: initial and final only).
+        check_step_sizes: validate the schedules against Assumption 3 (default True).
+
+    Numeric fields (pytree leaves; ``vmap`` over them without recompiling):
+        critic_step: a(n), learning rate of V and W (fastest).
+        actor_step: b(n), learning rate of the actors (middle).
+        multiplier_step: c(n), multiplier step (slowest).
+        multiplier_max: -P, penalties nu in [0, multiplier_max] (> 0).
+        initial_multiplier: nu at n = 0.
+        trace: lambda-return trace of the improved variant, in [0, 1].
+        multiplier_gain: proportional gain K_p >= 0 of the improved variant's multiplier.
+        output_scale: initial scale of the actors' output layer (> 0; small = near-uniform
+            initial policy).
+        logit_step: eta > 0, the improved actor's step in logit space (module docstring).
+    """
+
+    num_iterations: int = 1500
+    episodes_per_iteration: int = 256
+    observation: str = "xy"
+    width: int = 10
+    depth: int = 2
+    activation: str = "tanh"
+    normalize_inputs: bool = True
+    variant: str = "improved"
+    optimizer: str = "adam"
+    loss_form: str = "auto"
+    actor_epochs: int = 4
+    eval_every: int = 100
+    check_step_sizes: bool = True
+    critic_step: PowerSchedule = PowerSchedule(init=0.05, power=0.55, decay=500.0)
+    actor_step: PowerSchedule = PowerSchedule(init=0.03, power=0.7, decay=500.0)
+    multiplier_step: PowerSchedule = PowerSchedule(init=3e-4, power=0.8, decay=1000.0)
+    multiplier_max: float = 20.0
+    initial_multiplier: float = 0.0
+    trace: float = 0.5
+    multiplier_gain: float = 0.02
+    output_scale: float = 0.1
+    logit_step: float = 1.0
+
+    def __post_init__(self):
+        own = "Config"
+        for name, low in (("num_iterations", 1), ("episodes_per_iteration", 1), ("actor_epochs", 1), ("eval_every", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+                raise ValueError(f"{own}.{name} must be an integer >= {low}, found {v!r}")
+        for name, allowed in (
+            ("observation", OBSERVATIONS),
+            ("variant", VARIANTS),
+            ("optimizer", OPTIMIZERS),
+            ("loss_form", LOSS_FORMS),
+        ):
+            v = getattr(self, name)
+            if v not in allowed:
+                raise ValueError(f"{own}.{name} must be one of {', '.join(map(repr, allowed))}, found {v!r}")
+        check_architecture(own, self.width, self.depth, self.activation)
+        for name in ("check_step_sizes", "normalize_inputs"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{own}.{name} must be True or False, found {getattr(self, name)!r}")
+        schedules = {"critic_step": self.critic_step, "actor_step": self.actor_step, "multiplier_step": self.multiplier_step}
+        if self.check_step_sizes:
+            common.check_assumption3(own, schedules)
+        else:
+            for name, s in schedules.items():
+                if not isinstance(s, PowerSchedule):
+                    raise ValueError(f"{own}.{name} must be a PowerSchedule, found {type(s).__name__}")
+                common.check_positive(own, f"{name}.init", s.init)
+                common.check_positive(own, f"{name}.decay", s.decay)
+                common.check_positive(own, f"{name}.power", s.power, allow_zero=True)
+        common.check_positive(own, "multiplier_max", self.multiplier_max)
+        common.check_positive(own, "initial_multiplier", self.initial_multiplier, allow_zero=True)
+        mx = common._real(own, "multiplier_max", self.multiplier_max)
+        init = common._real(own, "initial_multiplier", self.initial_multiplier)
+        if mx is not None and init is not None and np.any(init > mx):
+            raise ValueError(
+                f"{own}.initial_multiplier must lie in [0, multiplier_max = {common._fmt(mx)}], found {common._fmt(init)}"
+            )
+        common.check_range(own, "trace", self.trace, 0.0, 1.0)
+        common.check_positive(own, "multiplier_gain", self.multiplier_gain, allow_zero=True)
+        common.check_positive(own, "output_scale", self.output_scale)
+        common.check_positive(own, "logit_step", self.logit_step)
+
+    def replace(self, **changes) -> "Config":
+        """A validated copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+
+@struct.dataclass
+class TrainState:
+    """Learner parameters (H stages, M constraints); every network leaf has a leading stage axis.
+
+    Attributes:
+        actor: actor params, leaves (H, ...).
+        critic: Lagrangian critic params V_0..V_H, leaves (H+1, ...).
+        cost_critic: constraint critic params W_0..W_H (M outputs), leaves (H+1, ...).
+        actor_opt, critic_opt: optax states (the critic optimizer holds (critic, cost_critic)).
+        multipliers: penalties nu = -lambda >= 0 used in c_h, (M,).
+        multiplier_integral: integral part nu_I (= multipliers in the paper variant), (M,).
+        step: updates done, n, int32 ().
+    """
+
+    actor: Any
+    critic: Any
+    cost_critic: Any
+    actor_opt: Any
+    critic_opt: Any
+    multipliers: Array
+    multiplier_integral: Array
+    step: Array
+
+
+@struct.dataclass
+class Metrics:
+    """Per-iteration metrics (N iterations, M constraints); O(N) memory whatever K, H.
+
+    Attributes:
+        reward: mean total episode reward (terminal included), (N,).
+        costs: mean total episode cost per constraint, (N, M).
+        multipliers: penalties nu after the update, (N, M).
+        critic_costs: the constraint critics' estimate of the expected total cost,
+            mean_i W_0(s_0^i) (+ alpha in the paper variant), before the update, (N, M).
+        critic_loss: CL + CCL summed over stages (before the update), (N,).
+        exact: exact reward and costs every ``eval_every`` updates.
+    """
+
+    reward: Array
+    costs: Array
+    multipliers: Array
+    critic_costs: Array
+    critic_loss: Array
+    exact: ExactMetrics
+
+
+@struct.dataclass
+class TrainResult:
+    """What ``train(key)`` returns: the final :class:`TrainState` and the :class:`Metrics`."""
+
+    state: TrainState
+    metrics: Metrics
+
+
+@dataclasses.dataclass(frozen=True)
+class Networks:
+    """The three stacked network families of one environment and config."""
+
+    actor: Stacked
+    critic: Stacked
+    cost_critic: Stacked
+
+    @classmethod
+    def build(cls, env, config: Config) -> "Networks":
+        h, a, m = env.horizon, env.num_actions, env.num_constraints
+        arch = dict(width=config.width, depth=config.depth, activation=config.activation)
+        return cls(
+            actor=Stacked(MLP(outputs=a, output_scale=config.output_scale, **arch), h),
+            critic=Stacked(MLP(outputs=1, **arch), h + 1),
+            cost_critic=Stacked(MLP(outputs=m, **arch), h + 1),
+        )
+
+
+def resolve_loss_form(config: Config, num_states: int) -> str:
+    """The loss form "auto" picks ("table" iff S <= K)."""
+    if config.loss_form != "auto":
+        return config.loss_form
+    return "table" if num_states <= config.episodes_per_iteration else "samples"
+
+
+def _optimizer(config: Config, schedule: PowerSchedule, steps_per_update: int = 1) -> optax.GradientTransformation:
+    """The optimizer of one network family; its learning rate at optimizer step t is the
+    schedule at update n = t // steps_per_update."""
+    lr = schedule if steps_per_update == 1 else (lambda t: schedule(t // steps_per_update))
+    if config.optimizer == "adam":
+        return optax.adam(learning_rate=lr)
+    return optax.sgd(learning_rate=lr)
+
+
+def input_table(env, params, config: Config) -> Array:
+    """The networks' inputs for every (stage, state): the observation table
+    (:func:`common.observation_table`, (H+1, S, D)), standardised per input dimension over all
+    stages and states when ``config.normalize_inputs`` (a fixed affine map: coordinates in
+    [0, 1] become zero-mean, unit-variance, which lets small tanh networks draw sharper maps).
+    """
+    table = common.observation_table(env, params, config.observation)
+    if not config.normalize_inputs:
+        return table
+    flat = table.reshape(-1, table.shape[-1])
+    std = jnp.std(flat, axis=0)
+    return (table - jnp.mean(flat, axis=0)) / jnp.where(std > 0, std, 1.0)
+
+
+def _check_env(env, config: Config) -> None:
+    if config.observation not in env.supported_observations:
+        raise ValueError(
+            f"Config.observation must be one of {', '.join(map(repr, env.supported_observations))} "
+            f"for {type(env).__name__}, found {config.observation!r}"
+        )
+
+
+def init(key: Array, env, params, config: Config) -> TrainState:
+    """Initial parameters: per-stage networks each from its own key, nu = initial_multiplier.
+
+    Args:
+        key: PRNG key.
+        env: the environment (sizes H, S, A, M; observation shape).
+        params: env params (unused).
+        config: :class:`Config` (possibly with traced numeric leaves).
+    """
+    del params
+    nets = Networks.build(env, config)
+    obs = jnp.zeros(make_encoder(type(env).__name__, config.observation, env.supported_observations).shape(env), jnp.float32)
+    ka, kv, kw = jax.random.split(key, 3)
+    actor = nets.actor.init(ka, obs)
+    critic = nets.critic.init(kv, obs)
+    cost_critic = nets.cost_critic.init(kw, obs)
+    nu = jnp.broadcast_to(jnp.asarray(config.initial_multiplier, jnp.float32), (env.num_constraints,))
+    return TrainState(
+        actor=actor,
+        critic=critic,
+        cost_critic=cost_critic,
+        actor_opt=_optimizer(config, config.actor_step).init(actor),
+        critic_opt=_optimizer(config, config.critic_step).init((critic, cost_critic)),
+        multipliers=nu,
+        multiplier_integral=nu,
+        step=jnp.zeros((), jnp.int32),
+    )
+
+
+# ----------------------------------------------------------------------------- losses
+
+
+@struct.dataclass
+class Targets:
+    """Fixed (stop-gradient) regression targets and actor advantages of one batch.
+
+    Attributes (time-major; C = 1 + M channels: Lagrangian, then constraints):
+        targets: y_h for stages 0..H (stage H: the terminal signal), (H+1, K, C).
+        advantages: the actor's weights (TD error or lambda-return advantage), (H, K).
+        values: critic outputs at the visited states before the update, (H+1, K, C).
+    """
+
+    targets: Array
+    advantages: Array
+    values: Array
+
+
+def batch_targets(values: Array, batch: Batch, multipliers: Array, thresholds: Array, variant: str, trace: Array) -> Targets:
+    """The paper's bootstrap targets (or the improved variant's lambda-returns).
+
+    Args:
+        values: [V_h(s_h), W_h(s_h)] at the visited states s_0..s_H, (H+1, K, 1+M).
+        batch: the trajectories (time-major :class:`Batch`).
+        multipliers: nu, (M,). thresholds: alpha, (M,).
+        variant: "paper" or "improved". trace: lambda-return trace (improved).
+    """
+    paper = variant == "paper"
+    stage = jnp.concatenate([(batch.rewards - batch.costs @ multipliers)[..., None], batch.costs], axis=-1)  # (H, K, C)
+    term_cost = batch.terminal_costs - thresholds if paper else batch.terminal_costs
+    terminal = jnp.concatenate([(batch.terminal_rewards - term_cost @ multipliers)[:, None], term_cost], axis=-1)
+    if paper:
+        y = stage + values[1:]
+    else:
+        y = common.lambda_returns(stage, terminal, values[1:], jnp.asarray(trace, values.dtype))
+    targets = jax.lax.stop_gradient(jnp.concatenate([y, terminal[None]], axis=0))
+    advantages = jax.lax.stop_gradient(targets[:-1, :, 0] - values[:-1, :, 0])
+    return Targets(targets=targets, advantages=advantages, values=values)
+
+
+def sample_losses(
+    nets: Networks, state: TrainState, observations: Array, actions: Array, fixed: Targets
+) -> tuple[Array, Array]:
+    """The paper's losses as sums over samples (the reference form).
+
+    Args:
+        nets: :class:`Networks`. state: current parameters.
+        observations: o_h(s_h) for stages 0..H, (H+1, K, D). actions: a_h, (H, K).
+        fixed: :class:`Targets`.
+    Returns:
+        (critic loss = sum_h CL(v_h) + sum_{h,k} CCL(w_h^(k)) over stages 0..H,
+         actor loss = -sum_h AL(theta_h)), both ().
+    """
+    k = actions.shape[1]
+    v = nets.critic.apply(state.critic, observations)  # (H+1, K, 1)
+    w = nets.cost_critic.apply(state.cost_critic, observations)  # (H+1, K, M)
+    pred = jnp.concatenate([v, w], axis=-1)
+    critic_loss = jnp.sum((fixed.targets - pred) ** 2) / k
+    logits = nets.actor.apply(state.actor, observations[:-1])  # (H, K, A)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), actions[..., None], axis=-1)[..., 0]
+    actor_loss = -jnp.sum(logp * fixed.advantages) / k
+    return critic_loss, actor_loss
+
+
+@struct.dataclass
+class CellStats:
+    """Per-(stage, state) statistics of a batch: the table form of the sample losses.
+
+    Attributes (S states, A actions, C = 1 + M):
+        counts: visits n_h(s), (H+1, S).
+        target_sums: sum of targets over the visits of (h, s), (H+1, S, C).
+        target_squares: sum of squared targets, (H+1, S, C).
+        advantage_sums: sum of actor advantages over the samples in (h, s, a), (H, S, A).
+    """
+
+    counts: Array
+    target_sums: Array
+    target_squares: Array
+    advantage_sums: Array
+    advantage_counts: Array | None = None
+
+
+def cell_stats(states: Array, actions: Array, fixed: Targets, num_states: int, num_actions: int, counts_sa: bool = False) -> CellStats:
+    """Scatter the batch into :class:`CellStats` (one scatter per quantity, O(H K))."""
+    h1, k = states.shape
+    hh = jnp.arange(h1, dtype=jnp.int32)[:, None]
+    y = fixed.targets
+    vals = jnp.concatenate([jnp.ones((h1, k, 1), y.dtype), y, y * y], axis=-1)
+    per_state = jnp.zeros((h1, num_states, vals.shape[-1]), y.dtype).at[hh, states].add(vals)
+    c = y.shape[-1]
+    adv = jnp.zeros((h1 - 1, num_states * num_actions, 2), y.dtype)
+    adv = adv.at[hh[:-1], states[:-1] * num_actions + actions].add(jnp.stack([fixed.advantages, jnp.ones_like(fixed.advantages)], -1))
+    return CellStats(
+        advantage_counts=adv[..., 1].reshape(h1 - 1, num_states, num_actions) if counts_sa else None,
+        counts=per_state[..., 0],
+        target_sums=per_state[..., 1 : 1 + c],
+        target_squares=per_state[..., 1 + c :],
+        advantage_sums=adv[..., 0].reshape(h1 - 1, num_states, num_actions),
+    )
+
+
+def table_losses(nets: Networks, state: TrainState, obs_table: Array, stats: CellStats, k: int) -> tuple[Array, Array]:
+    """The same losses as :func:`sample_losses`, from per-cell statistics:
+    sum_i (y_i - f(s_i))^2 = sum_s [n_s f(s)^2 - 2 f(s) sum y + sum y^2] and
+    sum_i log mu(s_i, a_i) A_i = sum_{s,a} log mu(s, a) (sum of A over (s, a)).
+
+    Args:
+        obs_table: observations of every state at stages 0..H, (H+1, S, D).
+        stats: :class:`CellStats`. k: K.
+    """
+    v = nets.critic.apply(state.critic, obs_table)
+    w = nets.cost_critic.apply(state.cost_critic, obs_table)
+    f = jnp.concatenate([v, w], axis=-1)  # (H+1, S, C)
+    sq = stats.counts[..., None] * f * f - 2.0 * f * stats.target_sums + stats.target_squares
+    critic_loss = jnp.sum(sq) / k
+    logits = nets.actor.apply(state.actor, obs_table[:-1])  # (H, S, A)
+    actor_loss = -jnp.sum(jax.nn.log_softmax(logits, axis=-1) * stats.advantage_sums) / k
+    return critic_loss, actor_loss
+
+
+def advantage_targets(logits: Array, stats: CellStats, logit_step: Array) -> tuple[Array, Array]:
+    """Target policies of the improved actor: the tabular improved FH-Constrained step taken in
+    logit space, q_h(s, .) = softmax(z_h(s, .) + eta A_hat_h(s, .)), at every visited (h, s).
+
+    A_hat_h(s, a) is the visit-averaged advantage of a at (h, s) (mean advantage of the samples
+    that took a, minus the mean over all samples in (h, s); 0 for actions not taken), as in
+    :func:`fhc_jax.algos.fh_constrained._advantage_increment`.
+
+    Args:
+        logits: z = the actor's logits at every (h, s), (H, S, A).
+        stats: :class:`CellStats` with ``advantage_counts``.
+        logit_step: eta.
+    Returns:
+        (q (H, S, A), visited indicator 1[n_h(s) > 0] (H, S)).
+    """
+    n_sa = stats.advantage_counts
+    n_s = n_sa.sum(-1, keepdims=True)
+    mean_s = stats.advantage_sums.sum(-1, keepdims=True) / jnp.maximum(n_s, 1.0)
+    adv = jnp.where(n_sa > 0, stats.advantage_sums / jnp.maximum(n_sa, 1.0) - mean_s, 0.0)
+    q = jax.nn.softmax(logits + logit_step * adv, axis=-1)
+    return jax.lax.stop_gradient(q), (n_s[..., 0] > 0).astype(logits.dtype)
+
+
+def improved_actor_loss(nets: Networks, actor: Any, obs_table: Array, q: Array, visited: Array) -> Array:
+    """Cross-entropy of the actor to the targets q over the visited (h, s), each (h, s) weighted
+    equally (the "visits" combination of FH-Constrained): sum_{h,s} 1[visited] CE(q, mu) /
+    max(#visited, 1)."""
+    logp = jax.nn.log_softmax(nets.actor.apply(actor, obs_table[:-1]), axis=-1)
+    return -jnp.sum(visited[..., None] * q * logp) / jnp.maximum(jnp.sum(visited), 1.0)
+
+
+# ----------------------------------------------------------------------------- update
+
+
+def _values_at(nets: Networks, state: TrainState, obs_table: Array, states: Array, form: str, observations: Array | None):
+    """[V_h(s_h), W_h(s_h)] at the visited states, (H+1, K, 1+M)."""
+    if form == "table":
+        hh = jnp.arange(states.shape[0], dtype=jnp.int32)[:, None]
+        v = nets.critic.apply(state.critic, obs_table)
+        w = nets.cost_critic.apply(state.cost_critic, obs_table)
+        return jnp.concatenate([v, w], axis=-1)[hh, states]
+    v = nets.critic.apply(state.critic, observations)
+    w = nets.cost_critic.apply(state.cost_critic, observations)
+    return jnp.concatenate([v, w], axis=-1)
+
+
+def update(
+    train_state: TrainState,
+    batch: Batch,
+    nets: Networks,
+    obs_table: Array,
+    thresholds: Array,
+    config: Config,
+) -> tuple[TrainState, dict[str, Array]]:
+    """One NN-Constrained update from K trajectories: critic, actor and multiplier steps.
+
+    Args:
+        train_state: parameters at iteration n (the batch was generated under its actor).
+        batch: time-major :class:`Batch` with tabular state indices.
+        nets: :class:`Networks`.
+        obs_table: (H+1, S, D) observations of every (stage, state).
+        thresholds: alpha, (M,).
+        config: :class:`Config`.
+    Returns:
+        (parameters at n + 1, metrics: reward (), costs (M,), multipliers (M,),
+        critic_costs (M,), critic_loss ()).
+    """
+    k = batch.actions.shape[1]
+    num_states, num_actions = obs_table.shape[1], jax.tree.leaves(train_state.actor)[-1].shape[-1]
+    form = resolve_loss_form(config, num_states)
+    paper = config.variant == "paper"
+    n = train_state.step
+    observations = None if form == "table" else common.batch_observations(obs_table, batch.states)
+    values = _values_at(nets, train_state, obs_table, batch.states, form, observations)
+    fixed = batch_targets(values, batch, train_state.multipliers, thresholds, config.variant, config.trace)
+
+    if form == "table" or not paper:
+        stats = cell_stats(batch.states, batch.actions, fixed, num_states, num_actions, counts_sa=not paper)
+    if form == "table":
+        loss_fn = lambda st: table_losses(nets, st, obs_table, stats, k)
+    else:
+        loss_fn = lambda st: sample_losses(nets, st, observations, batch.actions, fixed)
+
+    def critic_objective(crit):
+        st = train_state.replace(critic=crit[0], cost_critic=crit[1])
+        return loss_fn(st)[0]
+
+    def actor_objective(actor):
+        return loss_fn(train_state.replace(actor=actor))[1]
+
+    crit = (train_state.critic, train_state.cost_critic)
+    critic_loss, critic_grads = jax.value_and_grad(critic_objective)(crit)
+    crit_opt = _optimizer(config, config.critic_step)
+    crit_updates, critic_opt = crit_opt.update(critic_grads, train_state.critic_opt, crit)
+    crit = optax.apply_updates(crit, crit_updates)
+    act_opt = _optimizer(config, config.actor_step, 1 if paper else config.actor_epochs)
+    if paper:
+        actor_grads = jax.grad(actor_objective)(train_state.actor)
+        actor_updates, actor_opt = act_opt.update(actor_grads, train_state.actor_opt, train_state.actor)
+        actor = optax.apply_updates(train_state.actor, actor_updates)
+    else:
+        logits = nets.actor.apply(train_state.actor, obs_table[:-1])
+        q, visited = advantage_targets(logits, stats, config.logit_step)
+
+        def epoch(carry, _):
+            actor, opt_state = carry
+            grads = jax.grad(improved_actor_loss, argnums=1)(nets, actor, obs_table, q, visited)
+            updates, opt_state = act_opt.update(grads, opt_state, actor)
+            return (optax.apply_updates(actor, updates), opt_state), None
+
+        (actor, actor_opt), _ = jax.lax.scan(epoch, (train_state.actor, train_state.actor_opt), None, length=config.actor_epochs)
+
+    critic_estimate = jnp.mean(values[0, :, 1:], axis=0)  # mean_i W_0(s_0^i), (M,)
+    episode_costs = batch.episode_costs
+    if paper:
+        violation, critic_costs = critic_estimate, critic_estimate + thresholds
+    else:
+        violation, critic_costs = jnp.mean(episode_costs, axis=0) - thresholds, critic_estimate
+    gain = 0.0 if paper else config.multiplier_gain
+    nu, integral = common.pi_multiplier_step(
+        train_state.multiplier_integral, violation, config.multiplier_step(n), config.multiplier_max, gain
+    )
+    new_state = train_state.replace(
+        actor=actor,
+        critic=crit[0],
+        cost_critic=crit[1],
+        actor_opt=actor_opt,
+        critic_opt=critic_opt,
+        multipliers=nu,
+        multiplier_integral=integral,
+        step=n + 1,
+    )
+    metrics = {
+        "reward": jnp.mean(batch.episode_rewards),
+        "costs": jnp.mean(episode_costs, axis=0),
+        "multipliers": nu,
+        "critic_costs": critic_costs,
+        "critic_loss": critic_loss,
+    }
+    return new_state, metrics
+
+
+# ----------------------------------------------------------------------------- policies
+
+
+def _table(nets: Networks, actor: Any, obs_table: Array) -> Array:
+    return jax.nn.softmax(nets.actor.apply(actor, obs_table[:-1]), axis=-1)
+
+
+def policy_table(train_state: TrainState, env, params, config: Config) -> Array:
+    """The actor at every stage and state, mu_h(s, a), (H, S, A) (leading seed axes on the
+    state give leading axes on the table). Feed it to ``fhc_jax.evaluate``.
+
+    Args:
+        config: the :class:`Config` the state was trained with (network shapes, input).
+    """
+    nets = Networks.build(env, config)
+    obs_table = input_table(env, params, config)
+    fn = lambda actor: _table(nets, actor, obs_table)
+    template = jax.eval_shape(lambda: init(jax.random.key(0), env, params, config).actor)
+    extra = jax.tree.leaves(train_state.actor)[0].ndim - jax.tree.leaves(template)[0].ndim
+    for _ in range(extra):
+        fn = jax.vmap(fn)
+    return fn(train_state.actor)
+
+
+def policy(train_state: TrainState, env, params, config: Config) -> Callable[[Array, Array, Array], Array]:
+    """``act(key, observation, h) -> action`` for :func:`fhc_jax.rollout`: samples the actor of
+    stage h at the state the observation encodes (via the policy table; one uniform per call).
+    The environment's own encoder must let the state index be recovered (any of the
+    gridworld's encoders)."""
+    cdf = jnp.cumsum(policy_table(train_state, env, params, config), axis=-1)
+    to_index = common.observation_to_index(env)
+
+    def action_from_uniform(u: Array, observation: Array, h: Array) -> Array:
+        return common.inverse_cdf(cdf[h, to_index(observation)], u, cdf.shape[-1] - 1)
+
+    def act(key: Array, observation: Array, h: Array) -> Array:
+        return action_from_uniform(jax.random.uniform(key, (), cdf.dtype), observation, h)
+
+    act.action_from_uniform = action_from_uniform
+    return act
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def make_learner(env, params, config: Config) -> common.Learner:
+    """NN-Constrained bound to ``env`` (:class:`common.Learner`).
+
+    Raises:
+        ValueError: a config of another learner, or an observation the env does not support.
+    """
+    if not isinstance(config, Config):
+        raise ValueError(f"make_train: config must be a nn_constrained.Config, found {type(config).__name__}")
+    _check_env(env, config)
+    nets = Networks.build(env, config)
+    model = common.tabular_model(env, params)
+    cmdp = env.to_cmdp(params)
+    thresholds = jnp.asarray(cmdp.thresholds, jnp.float32)
+    evaluate_policy = common.exact_evaluator(cmdp)
+    obs_table = input_table(env, params, config)
+    k = config.episodes_per_iteration
+
+    def init_fn(key: Array, cfg: Config) -> common.Carry:
+        k_init, k_loop = jax.random.split(key)
+        return common.Carry(state=init(k_init, env, params, cfg), key=k_loop)
+
+    def step_fn(carry: common.Carry, cfg: Config) -> tuple[common.Carry, dict[str, Array]]:
+        key, k_roll = jax.random.split(carry.key)
+        table = _table(nets, carry.state.actor, obs_table)
+        batch = common.rollout_policy_table(k_roll, model, table, k)
+        st, m = update(carry.state, batch, nets, obs_table, thresholds, cfg)
+        return common.Carry(state=st, key=key), m
+
+    table_fn = lambda st: _table(nets, st.actor, obs_table)
+    return common.Learner(
+        config=config,
+        init=init_fn,
+        step=step_fn,
+        evaluate=lambda carry: evaluate_policy(table_fn(carry.state)),
+        policy_table=table_fn,
+    )
+
+
+def make_train(env, params, config: Config) -> Callable[..., TrainResult]:
+    """Build ``train(key, hparams=None) -> TrainResult``: the whole run in one ``lax.scan``.
+
+    ``jax.jit(jax.vmap(train))(keys)`` trains several seeds in one compiled call;
+    ``jax.vmap(train, in_axes=(None, 0))(key, common.stack([...]))`` sweeps numeric
+    hyperparameters without recompiling.
+
+    Args:
+        env: a tabular environment (``GridWorld``, ``TabularEnv``).
+        params: its params.
+        config: :class:`Config`.
+    """
+    learner = make_learner(env, params, config)
+
+    def train(key: Array, hparams: Config | None = None) -> TrainResult:
+        state, metrics, exact = common.run(learner, key, hparams)
+        return TrainResult(state=state, metrics=Metrics(exact=exact, **metrics))
+
+    return train

@@ -1,0 +1,250 @@
+"""NN-Constrained: stacked per-stage networks, the paper's losses against a direct per-stage
+reference, loss forms, learning regression judged by exact evaluation, vmap and determinism."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fhc_jax as fhc
+from fhc_jax.algos import common, nn_constrained as nc
+from fhc_jax.algos.common import PowerSchedule
+from fhc_jax.algos.networks import MLP, Stacked
+from fhc_jax.envs.gridworld import GridWorld
+from fhc_jax.envs.tabular import TabularEnv
+from conftest import random_cmdp
+
+SMALL = GridWorld(size=3, horizon=4, num_constraints=2, alpha=[1.5, 2.0])
+
+
+def _small_batch(config: nc.Config, k: int = 6, seed: int = 1):
+    """A train state with random critics and nu > 0, and a batch rolled out under its actor."""
+    params = SMALL.default_params
+    state = nc.init(jax.random.key(seed), SMALL, params, config)
+    nu = jnp.asarray([0.3, 0.7], jnp.float32)
+    state = state.replace(multipliers=nu, multiplier_integral=nu)
+    nets = nc.Networks.build(SMALL, config)
+    obs_table = nc.input_table(SMALL, params, config)
+    table = nc._table(nets, state.actor, obs_table)
+    batch = common.rollout_policy_table(jax.random.key(seed + 10), common.tabular_model(SMALL, params), table, k)
+    return state, batch, nets, obs_table
+
+
+def test_stacked_parameter_shapes():
+    cfg = nc.Config(width=7, depth=3)
+    state = nc.init(jax.random.key(0), SMALL, SMALL.default_params, cfg)
+    h, m = SMALL.horizon, SMALL.num_constraints
+    for leaf in jax.tree.leaves(state.actor):
+        assert leaf.shape[0] == h
+    for leaf in jax.tree.leaves((state.critic, state.cost_critic)):
+        assert leaf.shape[0] == h + 1
+    dense = state.actor["params"]
+    assert dense["Dense_0"]["kernel"].shape == (h, 2, 7)
+    assert dense["Dense_3"]["kernel"].shape == (h, 7, SMALL.num_actions)
+    assert state.cost_critic["params"]["Dense_3"]["kernel"].shape == (h + 1, 7, m)
+    assert state.multipliers.shape == (m,)
+
+
+def test_stacked_equals_separate_modules():
+    """Stacked.init gives stage l the params module.init(split(key)[l]); Stacked.apply applies
+    stage l's params to stage l's inputs, exactly as H separate modules would."""
+    module = MLP(outputs=4, width=5, depth=2)
+    stacked = Stacked(module, 3)
+    x = jax.random.normal(jax.random.key(1), (3, 6, 2))
+    params = stacked.init(jax.random.key(2), x[0, 0])
+    out = stacked.apply(params, x)
+    keys = jax.random.split(jax.random.key(2), 3)
+    for l in range(3):
+        separate = module.init(keys[l], x[0, 0])
+        jax.tree.map(np.testing.assert_array_equal, separate, jax.tree.map(lambda p: p[l], params))
+        np.testing.assert_allclose(out[l], module.apply(separate, x[l]), rtol=1e-6, atol=1e-6)
+
+
+def reference_losses(nets, state, batch, obs_table, thresholds, nu):
+    """CL, CCL and AL of the paper with plain loops over stages and samples (paper variant:
+    TD(0) targets at the current parameters, terminal constraint signal g_H - alpha)."""
+    H, K = batch.actions.shape
+    M = len(nu)
+    module_v, module_w, module_a = nets.critic.module, nets.cost_critic.module, nets.actor.module
+    stage = lambda tree, h: jax.tree.map(lambda p: p[h], tree)
+    V = lambda h, s: float(module_v.apply(stage(state.critic, h), obs_table[h, s])[0])
+    W = lambda h, s: np.asarray(module_w.apply(stage(state.cost_critic, h), obs_table[h, s]))
+    logmu = lambda h, s, a: float(jax.nn.log_softmax(module_a.apply(stage(state.actor, h), obs_table[h, s]))[a])
+    S = np.asarray(batch.states)
+    A = np.asarray(batch.actions)
+    r, g = np.asarray(batch.rewards), np.asarray(batch.costs)
+    rH, gH = np.asarray(batch.terminal_rewards), np.asarray(batch.terminal_costs)
+    cl = ccl = al = 0.0
+    for h in range(H):
+        for i in range(K):
+            s, s2, a = S[h, i], S[h + 1, i], A[h, i]
+            c = r[h, i] - sum(nu[k] * g[h, i, k] for k in range(M))
+            td = c + V(h + 1, s2) - V(h, s)
+            cl += td**2 / K
+            ccl += np.sum((g[h, i] + W(h + 1, s2) - W(h, s)) ** 2) / K
+            al += logmu(h, s, a) * td / K
+    for i in range(K):
+        s = S[H, i]
+        cH = rH[i] - sum(nu[k] * (gH[i, k] - thresholds[k]) for k in range(M))
+        cl += (cH - V(H, s)) ** 2 / K
+        ccl += np.sum((gH[i] - thresholds - W(H, s)) ** 2) / K
+    return cl + ccl, -al
+
+
+@pytest.mark.parametrize("form", ["samples", "table"])
+def test_losses_equal_direct_reference(form):
+    cfg = nc.Config(variant="paper", loss_form=form, width=6)
+    state, batch, nets, obs_table = _small_batch(cfg)
+    thresholds = jnp.asarray([1.5, 2.0], jnp.float32)
+    observations = common.batch_observations(obs_table, batch.states)
+    values = nc._values_at(nets, state, obs_table, batch.states, "samples", observations)
+    fixed = nc.batch_targets(values, batch, state.multipliers, thresholds, "paper", 0.0)
+    if form == "samples":
+        crit, act = nc.sample_losses(nets, state, observations, batch.actions, fixed)
+    else:
+        stats = nc.cell_stats(batch.states, batch.actions, fixed, SMALL.num_states, SMALL.num_actions)
+        crit, act = nc.table_losses(nets, state, obs_table, stats, batch.actions.shape[1])
+    ref_crit, ref_act = reference_losses(nets, state, batch, np.asarray(obs_table), np.asarray(thresholds), np.asarray(state.multipliers))
+    np.testing.assert_allclose(float(crit), ref_crit, rtol=1e-4)
+    np.testing.assert_allclose(float(act), ref_act, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", ["paper", "improved"])
+def test_loss_forms_give_the_same_update(variant):
+    """The table form is a speed choice: the same update as the per-sample form."""
+    thresholds = jnp.asarray([1.5, 2.0], jnp.float32)
+    outs = []
+    for form in ("samples", "table"):
+        cfg = nc.Config(variant=variant, loss_form=form, width=6)
+        state, batch, nets, obs_table = _small_batch(cfg, k=12)
+        outs.append(nc.update(state, batch, nets, obs_table, thresholds, cfg))
+    if variant == "paper":  # the improved actor's per-cell advantage has no per-sample form
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5), outs[0], outs[1])
+    else:
+        for name in ("critic", "cost_critic", "multipliers"):
+            jax.tree.map(
+                lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5),
+                getattr(outs[0][0], name), getattr(outs[1][0], name),
+            )
+
+
+def test_paper_multiplier_uses_constraint_critic():
+    """Paper (algo7): nu <- clip(nu + c(n) mean_i W_0(s_0^i), 0, -P), W including -alpha."""
+    cfg = nc.Config(variant="paper", width=6, multiplier_step=PowerSchedule(0.5, 0.8, 10.0))
+    state, batch, nets, obs_table = _small_batch(cfg)
+    thresholds = jnp.asarray([1.5, 2.0], jnp.float32)
+    new, metrics = nc.update(state, batch, nets, obs_table, thresholds, cfg)
+    w0 = nets.cost_critic.apply(state.cost_critic, obs_table)[0][batch.states[0]].mean(0)
+    expected = np.clip(np.asarray(state.multipliers) + 0.5 * np.asarray(w0), 0.0, 20.0)
+    np.testing.assert_allclose(new.multipliers, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(metrics["critic_costs"], np.asarray(w0) + np.asarray(thresholds), rtol=1e-5, atol=1e-6)
+
+
+TINY = GridWorld(size=4, horizon=8, alpha=1.0, num_hotspots=1, num_quiet=2, num_phases=2)
+TINY_CONFIG = nc.Config(
+    num_iterations=400, episodes_per_iteration=64, eval_every=100, observation="xy",
+    width=16, multiplier_step=PowerSchedule(0.02, 0.8, 100.0), multiplier_gain=0.005,
+)
+
+
+@functools.lru_cache(maxsize=None)
+def _tiny_train():
+    return jax.jit(jax.vmap(nc.make_train(TINY, TINY.default_params, TINY_CONFIG)))
+
+
+@functools.lru_cache(maxsize=None)
+def _tiny_result():
+    return _tiny_train()(jax.random.split(jax.random.key(0), 2))
+
+
+def test_learning_regression_small_grid():
+    """On a 4x4 grid with H = 8 and coordinate inputs the trained networks, judged exactly,
+    meet the threshold (2% slack) and gain at least 60% of the constrained optimum's gain over
+    the initial policy."""
+    params = TINY.default_params
+    cmdp = TINY.to_cmdp(params)
+    best = fhc.solve(cmdp)
+    out = _tiny_result()
+    tables = nc.policy_table(out.state, TINY, params, TINY_CONFIG)
+    assert tables.shape == (2, TINY.horizon, TINY.num_states, TINY.num_actions)
+    for seed in range(2):
+        ev = fhc.evaluate(cmdp, tables[seed])
+        initial = float(out.metrics.exact.reward[seed, 0])
+        assert float(ev.costs[0]) <= 1.0 * 1.02, (seed, float(ev.costs[0]))
+        assert float(ev.reward) >= initial + 0.6 * (best.reward - initial), (seed, float(ev.reward), initial, best.reward)
+        np.testing.assert_allclose(out.metrics.exact.reward[seed, -1], ev.reward, rtol=1e-4)
+    assert out.metrics.reward.shape == (2, 400)
+    assert out.metrics.critic_loss.shape == (2, 400)
+    assert np.all(np.asarray(out.metrics.multipliers) >= 0)
+
+
+def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
+    """Short runs (training amplifies float rounding, which differs between batched and single
+    matrix products, so long runs drift apart chaotically)."""
+    cfg = TINY_CONFIG.replace(num_iterations=10, eval_every=5)
+    keys = jax.random.split(jax.random.key(0), 2)
+    train = nc.make_train(TINY, TINY.default_params, cfg)
+    batched = jax.jit(jax.vmap(train))(keys)
+    single = jax.jit(train)
+    for i in range(2):
+        one = single(keys[i])
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b[i], rtol=1e-4, atol=1e-5), one, batched)
+    again = _tiny_train()(keys)
+    jax.tree.map(np.testing.assert_array_equal, again, _tiny_result())
+
+
+def test_policy_for_rollout_samples_the_table():
+    params = TINY.default_params
+    state = jax.tree.map(lambda x: x[0], _tiny_result().state)
+    act = nc.policy(state, TINY, params, TINY_CONFIG)
+    traj = fhc.rollout(jax.random.key(5), TINY, params, act, 2000)
+    exact = fhc.evaluate(TINY.to_cmdp(params), nc.policy_table(state, TINY, params, TINY_CONFIG))
+    returns = np.asarray(traj.episode_rewards)
+    assert abs(returns.mean() - float(exact.reward)) <= 4 * returns.std() / np.sqrt(returns.size)
+
+
+def test_tabular_env_one_hot_input_and_hyperparameter_vmap():
+    env = TabularEnv(random_cmdp(3, num_states=4, num_actions=2, horizon=3, num_constraints=2, thresholds=[1.2, 1.5]))
+    cfg = nc.Config(num_iterations=5, episodes_per_iteration=8, observation="one_hot", eval_every=0, width=4)
+    train = nc.make_train(env, env.default_params, cfg)
+    sweep = common.stack([cfg, cfg.replace(trace=0.0, multiplier_gain=0.1)])
+    out = jax.jit(jax.vmap(train, in_axes=(None, 0)))(jax.random.key(0), sweep)
+    second = jax.jit(train)(jax.random.key(0), cfg.replace(trace=0.0, multiplier_gain=0.1))
+    np.testing.assert_allclose(out.metrics.multipliers[1], second.metrics.multipliers, rtol=1e-5, atol=1e-6)
+    assert out.metrics.costs.shape == (2, 5, 2)
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        (dict(num_iterations=0), "num_iterations"),
+        (dict(episodes_per_iteration=1.5), "episodes_per_iteration"),
+        (dict(observation="pixels"), "observation"),
+        (dict(width=0), "width"),
+        (dict(depth=-1), "depth"),
+        (dict(activation="sigmoid"), "activation"),
+        (dict(variant="fast"), "variant"),
+        (dict(optimizer="lbfgs"), "optimizer"),
+        (dict(trace=1.5), "trace"),
+        (dict(multiplier_max=0.0), "multiplier_max"),
+        (dict(initial_multiplier=30.0), "initial_multiplier"),
+        (dict(actor_step=PowerSchedule(0.01, 0.5, 100.0)), "actor_step.power"),
+        (dict(multiplier_step=PowerSchedule(0.01, 0.6, 100.0)), "multiplier_step.power"),
+        (dict(output_scale=-1.0), "output_scale"),
+        (dict(actor_epochs=0), "actor_epochs"),
+        (dict(logit_step=0.0), "logit_step"),
+    ],
+)
+def test_config_validation(changes, match):
+    with pytest.raises(ValueError, match=match):
+        nc.Config(**changes)
+
+
+def test_unsupported_observation_is_refused_before_compiling():
+    env = TabularEnv(random_cmdp(0))
+    with pytest.raises(ValueError, match="observation"):
+        nc.make_train(env, env.default_params, nc.Config(observation="xy"))

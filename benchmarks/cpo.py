@@ -1,0 +1,161 @@
+"""CPO benchmark: quality on the default gridworld (judged exactly) and training throughput.
+
+1. **Quality.** Default ``GridWorld`` (10x10, H = 100, alpha = 25), default ``cpo.Config`` with
+   the network input "xy" (paper Env 1) and "xyt" (Env 2), 5 seeds in one
+   ``jax.jit(jax.vmap(train))`` call (wall time includes compilation, reported separately too).
+   Each seed's final policy is evaluated exactly (``fhc_jax.evaluate``) and compared with
+   ``fhc_jax.solve``'s constrained optimum.
+2. **Speed.** Training env-steps/s (rollout + CPO update, whole loop in one jit, compile
+   excluded via ``jit(...).lower().compile()``, median of several runs) at K = 256 and 4096,
+   for both inputs.
+
+Usage::
+
+    python benchmarks/cpo.py [--quick] [--skip-quality] [--skip-speed]
+
+Results go to ``benchmarks/results/cpo.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import fhc_jax as fhc
+from fhc_jax.algos import cpo
+from fhc_jax.envs import GridWorld
+
+
+def _block(x):
+    return jax.block_until_ready(x)
+
+
+def quality(env, params, config: cpo.Config, seeds: int = 5) -> dict:
+    cmdp = env.to_cmdp(params)
+    best = fhc.solve(cmdp)
+    train = cpo.make_train(env, params, config)
+    keys = jax.random.split(jax.random.key(0), seeds)
+    t0 = time.perf_counter()
+    compiled = jax.jit(jax.vmap(train)).lower(keys).compile()
+    compile_s = time.perf_counter() - t0
+    out = _block(compiled(keys))
+    wall = time.perf_counter() - t0
+    tables = cpo.policy_table(out.state, env, params)
+    evs = jax.vmap(lambda p: fhc.evaluate(cmdp, p))(tables)
+    alpha = float(cmdp.thresholds[0])
+    rows = []
+    for i in range(seeds):
+        r, c = float(evs.reward[i]), float(evs.costs[i, 0])
+        rows.append({
+            "seed": i,
+            "exact_reward": r,
+            "exact_cost": c,
+            "gap_to_optimum": best.reward - r,
+            "reward_fraction_of_optimum": r / best.reward,
+            "cost_ok": bool(c <= 1.02 * alpha),
+            "final_multiplier_nu": float(out.state.multipliers[i, 0]),
+        })
+    m = out.metrics
+    last = max(1, int(np.ceil(10_000 / config.episodes_per_iteration)))
+    return {
+        "observation": config.observation,
+        "wall_s_including_compile": wall,
+        "compile_s": compile_s,
+        "alpha": alpha,
+        "optimum_reward": best.reward,
+        "optimum_cost": float(best.costs[0]),
+        "seeds": rows,
+        "mean_exact_reward": float(np.mean([r["exact_reward"] for r in rows])),
+        "mean_exact_cost": float(np.mean([r["exact_cost"] for r in rows])),
+        "cost_ok_seeds": sum(r["cost_ok"] for r in rows),
+        "last_10000_episodes_mean_reward": float(np.mean(m.reward[:, -last:])),
+        "last_10000_episodes_mean_cost": float(np.mean(m.costs[:, -last:, 0])),
+        "accepted_step_rate": float(np.mean(np.asarray(m.step_fraction) > 0)),
+        "case_counts": np.bincount(np.asarray(m.optimisation_case).ravel(), minlength=5).tolist(),
+        "exact_curve_mean": {
+            "iteration": np.asarray(m.exact.iteration[0]).tolist(),
+            "reward": np.asarray(m.exact.reward.mean(0)).round(3).tolist(),
+            "cost": np.asarray(m.exact.costs[..., 0].mean(0)).round(3).tolist(),
+        },
+    }
+
+
+def steps_per_second(env, params, observation: str, k: int, iterations: int, repeats: int = 3) -> dict:
+    cfg = cpo.Config(num_iterations=iterations, episodes_per_iteration=k, eval_every=0, observation=observation)
+    train = jax.jit(cpo.make_train(env, params, cfg))
+    key = jax.random.key(0)
+    t0 = time.perf_counter()
+    compiled = train.lower(key).compile()
+    compile_s = time.perf_counter() - t0
+    times = []
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        _block(compiled(jax.random.key(r)))
+        times.append(time.perf_counter() - t0)
+    t = float(np.median(times))
+    return {
+        "observation": observation, "K": k, "iterations": iterations,
+        "compile_s": compile_s, "run_s": t,
+        "env_steps_per_s": iterations * k * env.horizon / t,
+        "episodes_per_s": iterations * k / t,
+        "updates_per_s": iterations / t,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--skip-quality", action="store_true")
+    parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "cpo.json"))
+    args = parser.parse_args()
+
+    env = GridWorld()
+    params = env.default_params
+    result: dict = {
+        "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                    "cpu_count": os.cpu_count(), "jax": jax.__version__,
+                    "devices": [str(d) for d in jax.devices()],
+                    "load_average_at_start": list(os.getloadavg())},
+        "default_config": {k: v for k, v in vars(cpo.Config()).items()},
+    }
+    if not args.skip_quality:
+        result["quality"] = {}
+        for obs in ("xy", "xyt"):
+            cfg = cpo.Config(observation=obs)
+            if args.quick:
+                cfg = cfg.replace(num_iterations=20, eval_every=10)
+            q = quality(env, params, cfg)
+            result["quality"][obs] = q
+            print(f"[quality/{obs}] {q['wall_s_including_compile']:.1f}s (compile {q['compile_s']:.1f}s); optimum "
+                  f"{q['optimum_reward']:.2f} at cost {q['optimum_cost']:.2f}")
+            print("   seed | exact reward | gap to opt | exact cost | nu")
+            for r in q["seeds"]:
+                print(f"   {r['seed']:4d} | {r['exact_reward']:12.2f} | {r['gap_to_optimum']:10.2f} | "
+                      f"{r['exact_cost']:10.2f} | {r['final_multiplier_nu']:.3f}")
+            print(f"   mean | {q['mean_exact_reward']:12.2f} | {q['optimum_reward'] - q['mean_exact_reward']:10.2f} | "
+                  f"{q['mean_exact_cost']:10.2f} |   (last 10k episodes: reward {q['last_10000_episodes_mean_reward']:.2f}, "
+                  f"cost {q['last_10000_episodes_mean_cost']:.2f})")
+    if not args.skip_speed:
+        rows = []
+        for obs in ("xy", "xyt"):
+            for k, iters in ((256, 10), (4096, 5)):
+                row = steps_per_second(env, params, obs, k, iters if not args.quick else 3, repeats=3)
+                rows.append(row)
+                print(f"[speed] {obs:3s} K={k:5d}: {row['env_steps_per_s'] / 1e6:.2f}M env-steps/s, "
+                      f"{row['updates_per_s']:.1f} updates/s; compile {row['compile_s']:.1f}s")
+        result["speed"] = rows
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()

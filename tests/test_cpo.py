@@ -1,0 +1,330 @@
+"""CPO: conjugate gradient, the trust-region step (against a generic QCQP solver), the Fisher
+product (against forward-over-reverse autodiff), learning on a bandit-like CMDP judged by
+exact evaluation, vmap / determinism, the rollout policy, validation."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.flatten_util
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+
+import fhc_jax as fhc
+from fhc_jax.algos import common, cpo
+from fhc_jax.algos.networks import MLP
+from fhc_jax.envs.gridworld import GridWorld
+from fhc_jax.envs.tabular import TabularEnv
+from fhc_jax.rollout import uses_uniforms
+
+
+# ----------------------------------------------------------------------------- pure pieces
+
+
+def test_conjugate_gradient_solves_small_spd_system():
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(6, 6))
+    f = q @ q.T + 0.5 * np.eye(6)
+    b = rng.normal(size=6)
+    fj = jnp.asarray(f, jnp.float32)
+    x = jax.jit(lambda rhs: cpo.conjugate_gradient(lambda v: fj @ v, rhs, 12))(jnp.asarray(b, jnp.float32))
+    np.testing.assert_allclose(x, np.linalg.solve(f, b), rtol=2e-3, atol=2e-3)
+    # fewer iterations than the dimension: a worse (but finite) approximation
+    x2 = cpo.conjugate_gradient(lambda v: fj @ v, jnp.asarray(b, jnp.float32), 2)
+    assert np.linalg.norm(f @ np.asarray(x2) - b) > np.linalg.norm(f @ np.asarray(x) - b)
+    # vmap over right-hand sides (as the learner solves F x = g, F y = b together)
+    rhs = np.stack([b, -2 * b])
+    xs = jax.vmap(lambda r: cpo.conjugate_gradient(lambda v: fj @ v, r, 12))(jnp.asarray(rhs, jnp.float32))
+    np.testing.assert_allclose(xs[1], -2 * np.asarray(xs[0]), rtol=1e-4, atol=1e-4)
+    # zero right-hand side: zero solution, no NaN
+    np.testing.assert_array_equal(cpo.conjugate_gradient(lambda v: fj @ v, jnp.zeros(6), 5), np.zeros(6))
+
+
+def _quadratic_problem(seed: int, c: float, align: float = 0.0):
+    rng = np.random.default_rng(seed)
+    n = 5
+    q = rng.normal(size=(n, n))
+    f = q @ q.T + 0.5 * np.eye(n)
+    g = rng.normal(size=n)
+    b = align * g + rng.normal(size=n)
+    return f, g, b, c
+
+
+def _solve_direction(f, g, b, c, delta):
+    x, y = np.linalg.solve(f, g), np.linalg.solve(f, b)
+    with jax.enable_x64(True):
+        d, lam, nu, case = cpo.cpo_direction(*(jnp.asarray(v) for v in (g, b, x, y)), jnp.asarray(c), jnp.asarray(delta))
+        return np.asarray(d), float(lam), float(nu), int(case)
+
+
+def _qcqp_best(f, g, b, c, delta, objective):
+    """max objective^T d s.t. d^T F d / 2 <= delta (and c + b^T d <= 0 unless c is None), SLSQP."""
+    cons = [{"type": "ineq", "fun": lambda z: delta - 0.5 * z @ f @ z}]
+    if c is not None:
+        cons.append({"type": "ineq", "fun": lambda z: -(c + b @ z)})
+    best = -np.inf
+    for start in np.random.default_rng(1).normal(scale=0.01, size=(4, len(g))):
+        res = minimize(lambda z: -objective @ z, start, constraints=cons, method="SLSQP",
+                       options={"ftol": 1e-12, "maxiter": 500})
+        if res.success:
+            best = max(best, -res.fun)
+    return best
+
+
+@pytest.mark.parametrize(
+    "seed,c,align,expected_case",
+    [
+        (0, -5.0, 0.0, 3),  # whole trust region feasible: TRPO step
+        (1, -0.05, 1.0, 2),  # feasible, the constraint cuts the trust region
+        (2, -0.02, -1.0, 2),
+        (3, 0.05, 1.0, 1),  # infeasible now, but the trust region meets the constraint
+        (4, 0.1, 0.5, 1),
+    ],
+)
+def test_cpo_step_solves_the_trust_region_subproblem(seed, c, align, expected_case):
+    """The closed-form step satisfies the trust region and the linearised constraint and attains
+    the optimum of max g^T d s.t. c + b^T d <= 0, d^T F d / 2 <= delta (checked with SLSQP)."""
+    delta = 0.05
+    f, g, b, c = _quadratic_problem(seed, c, align)
+    d, lam, nu, case = _solve_direction(f, g, b, c, delta)
+    assert case == expected_case
+    assert 0.5 * d @ f @ d <= delta * (1 + 1e-6)
+    assert c + b @ d <= 1e-7
+    assert nu >= 0 and lam > 0
+    np.testing.assert_allclose(g @ d, _qcqp_best(f, g, b, c, delta, g), rtol=1e-4, atol=1e-6)
+    # KKT: d = F^-1 (g - nu b) / lambda with complementary slackness
+    np.testing.assert_allclose(lam * f @ d, g - nu * b, rtol=1e-6, atol=1e-8)
+    if nu > 1e-9:
+        assert abs(c + b @ d) < 1e-6
+    if case == 3:
+        assert nu == 0.0
+        np.testing.assert_allclose(0.5 * d @ f @ d, delta, rtol=1e-6)
+
+
+def test_cpo_step_infeasible_recovery():
+    """c > 0 and no point of the trust region satisfies the linearised constraint: the step is
+    -sqrt(2 delta / s) F^-1 b, on the trust-region boundary, and decreases b^T d as much as the
+    trust region allows."""
+    delta = 0.05
+    f, g, b, c = _quadratic_problem(5, 10.0)
+    d, lam, nu, case = _solve_direction(f, g, b, c, delta)
+    assert case == 0 and lam == 0.0
+    y = np.linalg.solve(f, b)
+    s = b @ y
+    np.testing.assert_allclose(nu, np.sqrt(2 * delta / s), rtol=1e-9)
+    np.testing.assert_allclose(d, -np.sqrt(2 * delta / s) * y, rtol=1e-9)
+    np.testing.assert_allclose(0.5 * d @ f @ d, delta, rtol=1e-9)
+    np.testing.assert_allclose(-(b @ d), _qcqp_best(f, g, b, None, delta, -b), rtol=1e-4)
+    assert c + b @ d > 0  # still infeasible, as the case analysis says
+
+
+def test_cpo_dual_edge_cases():
+    # zero cost gradient while feasible: case 4 (TRPO), nu = 0
+    lam, nu, case = cpo.cpo_dual(jnp.float32(2.0), jnp.float32(0.0), jnp.float32(0.0), jnp.float32(-1.0), 0.01, True)
+    assert int(case) == 4 and float(nu) == 0.0
+    np.testing.assert_allclose(float(lam), np.sqrt(2.0 / 0.02), rtol=1e-6)
+    # all outputs finite at c = 0 (the boundary between cases)
+    out = cpo.cpo_dual(jnp.float32(2.0), jnp.float32(0.5), jnp.float32(1.0), jnp.float32(0.0), 0.01)
+    assert all(np.isfinite(float(v)) for v in out) and int(out[2]) == 1
+
+
+def test_fisher_vector_product_is_the_hessian_of_the_mean_kl():
+    """Gauss-Newton product via linearize/vjp == forward-over-reverse Hessian-vector product of
+    KLbar(theta') = sum_u w_u KL(pi_theta(.|u) || pi_theta'(.|u)) at theta' = theta."""
+    module = MLP(outputs=4, width=8, depth=2, activation="tanh")
+    x = jax.random.normal(jax.random.key(0), (7, 3))
+    params = module.init(jax.random.key(1), x[0])
+    theta, unravel = jax.flatten_util.ravel_pytree(params)
+    logits_fn = lambda th: module.apply(unravel(th), x)
+    w = jax.random.uniform(jax.random.key(2), (7,))
+    w = w / w.sum()
+    logp0 = jax.nn.log_softmax(logits_fn(theta))
+
+    def mean_kl(th):
+        return jnp.sum(w * jnp.sum(jnp.exp(logp0) * (logp0 - jax.nn.log_softmax(logits_fn(th))), -1))
+
+    v = jax.random.normal(jax.random.key(3), theta.shape)
+    hvp = jax.jit(lambda t, u: jax.jvp(jax.grad(mean_kl), (t,), (u,))[1])(theta, v)
+    fvp = jax.jit(lambda t, u, damp: cpo.fisher_vector_product(logits_fn, t, w, damp)(u))
+    np.testing.assert_allclose(fvp(theta, v, 0.0), hvp, rtol=2e-3, atol=1e-6)
+    np.testing.assert_allclose(fvp(theta, v, 0.3), hvp + 0.3 * v, rtol=2e-3, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- learning
+
+
+def bandit_cmdp() -> fhc.TabularCMDP:
+    """H = 2, two states visited uniformly whatever the action (a contextual bandit), two
+    actions: a "hot" one (reward 1, cost 1; action 0 in state 0, action 1 in state 1) and a
+    "safe" one (reward 0.2, cost 0). alpha = 1.5 over the 2 stages binds: the uniform policy
+    earns 1.2 at cost 1.0, the unconstrained optimum 2.0 at cost 2.0, the constrained optimum
+    1.6 at cost 1.5."""
+    rewards = np.array([[1.0, 0.2], [0.2, 1.0]])
+    costs = np.array([[1.0, 0.0], [0.0, 1.0]])
+    return fhc.TabularCMDP(
+        transitions=np.full((2, 2, 2), 0.5),
+        rewards=np.broadcast_to(rewards, (2, 2, 2)),
+        costs=np.broadcast_to(costs, (1, 2, 2, 2)),
+        terminal_rewards=np.zeros(2),
+        terminal_costs=np.zeros((1, 2)),
+        thresholds=np.array([1.5]),
+        initial_distribution=np.array([0.5, 0.5]),
+    )
+
+
+BANDIT = TabularEnv(bandit_cmdp())
+BANDIT_CONFIG = cpo.Config(
+    num_iterations=40, episodes_per_iteration=256, observation="one_hot", width=16, depth=1,
+    critic_epochs=2, critic_minibatches=1, eval_every=20, max_kl=0.05,
+)
+
+
+@functools.lru_cache(maxsize=None)
+def _bandit_train():
+    return jax.jit(jax.vmap(cpo.make_train(BANDIT, BANDIT.default_params, BANDIT_CONFIG)))
+
+
+@functools.lru_cache(maxsize=None)
+def _bandit_result():
+    return _bandit_train()(jax.random.split(jax.random.key(0), 2))
+
+
+def test_learning_on_bandit_cmdp_moves_to_the_threshold():
+    """Judged exactly: cost rises from 1.0 to the threshold 1.5 (within 0.1) and the reward gains
+    at least 0.25 of the 0.4 available over the initial (uniform) policy."""
+    cmdp = BANDIT.default_params
+    best = fhc.solve(cmdp)
+    np.testing.assert_allclose(best.reward, 1.6, atol=1e-6)
+    out = _bandit_result()
+    for seed in range(2):
+        state = jax.tree.map(lambda x: x[seed], out.state)
+        ev = fhc.evaluate(cmdp, cpo.policy_table(state, BANDIT, cmdp))
+        initial_reward = float(out.metrics.exact.reward[seed, 0])
+        initial_cost = float(out.metrics.exact.costs[seed, 0, 0])
+        assert abs(initial_cost - 1.0) < 0.05 and abs(initial_reward - 1.2) < 0.05
+        assert float(ev.costs[0]) <= 1.5 + 0.1, (seed, float(ev.costs[0]))
+        assert float(ev.costs[0]) >= 1.3, (seed, float(ev.costs[0]))  # moved toward the threshold
+        assert float(ev.reward) >= initial_reward + 0.25, (seed, float(ev.reward), initial_reward)
+        np.testing.assert_allclose(out.metrics.exact.reward[seed, -1], ev.reward, rtol=1e-4)
+        np.testing.assert_allclose(out.metrics.exact.costs[seed, -1], ev.costs, rtol=1e-4, atol=1e-5)
+    m = out.metrics
+    assert m.reward.shape == (2, 40) and m.costs.shape == (2, 40, 1) and m.multipliers.shape == (2, 40, 1)
+    assert m.kl.shape == m.step_fraction.shape == m.optimisation_case.shape == m.entropy.shape == (2, 40)
+    np.testing.assert_array_equal(m.exact.iteration[0], [0, 20, 40])
+    assert np.all(np.asarray(m.multipliers) >= 0)
+    assert np.all(np.asarray(m.kl) <= BANDIT_CONFIG.max_kl + 1e-6)
+    assert np.all((np.asarray(m.optimisation_case) >= 0) & (np.asarray(m.optimisation_case) <= 4))
+    assert np.mean(np.asarray(m.step_fraction) > 0) > 0.5  # most line searches accept a step
+    # the constraint became active: cases 1/2 with a positive multiplier occurred
+    assert np.any(np.asarray(m.multipliers) > 0)
+
+
+def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
+    keys = jax.random.split(jax.random.key(0), 2)
+    batched = _bandit_result()
+    single = jax.jit(cpo.make_train(BANDIT, BANDIT.default_params, BANDIT_CONFIG))
+    for i in range(2):
+        one = single(keys[i])
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b[i], rtol=1e-4, atol=1e-4), one, batched)
+    again = _bandit_train()(keys)
+    jax.tree.map(np.testing.assert_array_equal, again, batched)
+
+
+def test_policy_for_rollout_matches_table():
+    """``policy`` samples the table's distribution through fhc.rollout's fast path, both when the
+    env's encoder is the network's input ("xyt") and when the state index is decoded ("xy"
+    input, "one_hot" env observations)."""
+    env = GridWorld(size=3, horizon=4, alpha=3.0, observation="xyt")
+    params = env.default_params
+    config = cpo.Config(observation="xyt", width=8, depth=1)
+    state = cpo.init(jax.random.key(0), env, params, config)
+    state = state.replace(actor=jax.tree.map(lambda x: 300.0 * x, state.actor))  # far from uniform
+    table = np.asarray(cpo.policy_table(state, env, params))
+    assert table.shape == (4, 9, 9)
+    np.testing.assert_allclose(table.sum(-1), 1.0, rtol=1e-5)
+    assert not np.allclose(table[0], table[3])  # "xyt": the stationary network still sees h
+    act = cpo.policy(state, env, params)
+    assert uses_uniforms(env, act)
+    traj = fhc.rollout(jax.random.key(5), env, params, act, 3000)
+    s0, a0 = np.asarray(traj.states[:, 0]), np.asarray(traj.actions[:, 0])
+    for s in range(2):
+        freq = np.bincount(a0[s0 == s], minlength=9) / np.sum(s0 == s)
+        np.testing.assert_allclose(freq, table[0, s], atol=0.08)
+    exact = fhc.evaluate(env.to_cmdp(params), jnp.asarray(table))
+    returns = np.asarray(traj.episode_rewards)
+    assert abs(returns.mean() - float(exact.reward)) <= 4 * returns.std() / np.sqrt(returns.size) + 1e-6
+    # "xy" input: stage-free policy; an env with another encoder goes through the table
+    env_oh = GridWorld(size=3, horizon=4, alpha=3.0, observation="one_hot")
+    st_xy = cpo.init(jax.random.key(1), env_oh, params, cpo.Config(observation="xy", width=8, depth=1))
+    tab_xy = np.asarray(cpo.policy_table(st_xy, env_oh, params))
+    np.testing.assert_allclose(tab_xy[0], tab_xy[3], rtol=1e-6)
+    act_xy = cpo.policy(st_xy, env_oh, params)
+    obs = jax.nn.one_hot(4, 9)
+    u = jnp.linspace(0.0, 0.999, 50)
+    got = jax.vmap(lambda x: act_xy.action_from_uniform(x, obs, 2))(u)
+    want = common.inverse_cdf(jnp.broadcast_to(jnp.cumsum(tab_xy[2, 4]), (50, 9)), u, 8)
+    np.testing.assert_array_equal(got, want)
+    # batched states give batched tables
+    both = jax.tree.map(lambda a, b: jnp.stack([a, b]), state, state)
+    assert cpo.policy_table(both, env, params).shape == (2, 4, 9, 9)
+
+
+def test_distinct_inputs():
+    env = GridWorld(size=3, horizon=4)
+    params = env.default_params
+    inputs, cell = cpo.distinct_inputs(env, params, "xy")
+    assert inputs.shape == (9, 2) and cell.shape == (4, 9)
+    np.testing.assert_array_equal(cell[0], cell[3])
+    inputs_t, cell_t = cpo.distinct_inputs(env, params, "xyt")
+    assert inputs_t.shape == (36, 3) and len(np.unique(cell_t)) == 36
+    table = np.asarray(common.observation_table(env, params, "xyt"))[:4]
+    np.testing.assert_array_equal(inputs_t[cell_t], table)
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    "changes,match",
+    [
+        ({"num_iterations": 0}, r"Config.num_iterations must be an integer >= 1"),
+        ({"episodes_per_iteration": 2.5}, r"Config.episodes_per_iteration must be an integer >= 1"),
+        ({"cg_iterations": 0}, r"Config.cg_iterations must be an integer >= 1"),
+        ({"line_search_steps": 0}, r"Config.line_search_steps must be an integer >= 1"),
+        ({"critic_minibatches": 0}, r"Config.critic_minibatches must be an integer >= 1"),
+        ({"fisher_samples": -1}, r"Config.fisher_samples must be an integer >= 0"),
+        ({"observation": "index"}, r"Config.observation must be one of 'xy', 'xyt', 'one_hot'"),
+        ({"width": 0}, r"Config.width must be an integer >= 1"),
+        ({"activation": "sigmoid"}, r"Config.activation must be one of"),
+        ({"max_kl": 0.0}, r"Config.max_kl must be > 0"),
+        ({"damping": -0.1}, r"Config.damping must be >= 0"),
+        ({"backtrack_ratio": 1.0}, r"Config.backtrack_ratio must lie in \(0, 1\)"),
+        ({"gamma": 1.5}, r"Config.gamma must lie in \[0, 1\]"),
+        ({"gae_lambda": -0.1}, r"Config.gae_lambda must lie in \[0, 1\]"),
+        ({"critic_learning_rate": 0.0}, r"Config.critic_learning_rate must be > 0"),
+    ],
+)
+def test_config_validation(changes, match):
+    with pytest.raises(ValueError, match=match):
+        cpo.Config(**changes)
+
+
+def test_more_than_one_constraint_is_rejected():
+    env = GridWorld(size=3, horizon=4, num_constraints=2, alpha=[3.0, 3.0])
+    with pytest.raises(ValueError, match=r"CPO supports a single constraint.*num_constraints = 2"):
+        cpo.make_train(env, env.default_params, cpo.Config())
+
+
+def test_unsupported_observation_and_other_errors():
+    with pytest.raises(ValueError, match=r"observation = 'xy' is not supported by TabularEnv"):
+        cpo.make_train(BANDIT, BANDIT.default_params, cpo.Config(observation="xy"))
+    with pytest.raises(ValueError, match=r"critic_minibatches must be at most the number of distinct observations \(2"):
+        cpo.make_train(BANDIT, BANDIT.default_params, cpo.Config(observation="one_hot", critic_minibatches=4))
+    with pytest.raises(ValueError, match="config must be a cpo.Config"):
+        cpo.make_train(BANDIT, BANDIT.default_params, object())
+    train = cpo.make_train(BANDIT, BANDIT.default_params, BANDIT_CONFIG)
+    with pytest.raises(ValueError, match="static fields"):
+        train(jax.random.key(0), BANDIT_CONFIG.replace(width=8))

@@ -1,0 +1,122 @@
+"""Chunked training (fhc_jax.experiment) vs one monolithic jit (make_train).
+
+FH-Constrained on the default gridworld with the default Config (1600 updates, K = 256,
+10x10, H = 100). Three ways of running the same updates for R seeds:
+
+* monolithic: ``jax.jit(jax.vmap(make_train(...)))(keys)``, one lax.scan, no host contact;
+* chunked: ``ChunkedTrainer`` with chunk_size = eval_every = 100 (16 chunks), a progress line
+  and a metrics.csv rewrite after every chunk (what ``fhc-jax train`` does);
+* chunked + checkpoints: the same plus an orbax checkpoint after every chunk.
+
+Compile time is measured apart (AOT ``lower().compile()``); run times are medians of
+``--repeats`` runs. Target: chunked < 5% slower than monolithic. Writes
+benchmarks/results/chunked_training.json.
+
+    python benchmarks/chunked_training.py [--repeats 5] [--seeds 1] [--iterations 1600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import fhc_jax as fhc
+from fhc_jax.algos import fh_constrained as fc
+from fhc_jax.experiment import checkpoint, rundir
+from fhc_jax.experiment.progress import Progress
+from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--iterations", type=int, default=1600)
+    ap.add_argument("--chunk-size", type=int, default=100)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "chunked_training.json"))
+    args = ap.parse_args()
+
+    env = fhc.GridWorld()
+    params = env.default_params
+    cfg = fc.Config(num_iterations=args.iterations)
+    keys = seed_keys(0, args.seeds)
+    steps = args.iterations * cfg.episodes_per_iteration * env.horizon * args.seeds
+
+    # --- monolithic
+    t0 = time.perf_counter()
+    mono = jax.jit(jax.vmap(fc.make_train(env, params, cfg))).lower(keys).compile()
+    mono_compile = time.perf_counter() - t0
+    mono_times = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(mono(keys))
+        mono_times.append(time.perf_counter() - t0)
+
+    # --- chunked (progress + metrics.csv), with and without checkpoints
+    learner = fc.make_learner(env, params, cfg)
+    trainer = ChunkedTrainer(learner, args.seeds, args.chunk_size)
+    thresholds = np.asarray(params.thresholds)
+
+    def run_chunked(ckpt_dir: Path | None) -> tuple[float, object]:
+        sink = io.StringIO()
+        progress = Progress("bench", args.iterations, args.seeds, cfg.episodes_per_iteration * env.horizon,
+                            thresholds, sink)
+        tmp = Path(tempfile.mkdtemp())
+
+        def on_chunk(st):
+            progress(st)
+            rundir.write_bytes_atomic(tmp / "metrics.csv", rundir.metrics_csv(
+                st.metrics, st.exact_iterations, st.exact_reward, st.exact_costs, st.iteration).encode())
+            if ckpt_dir is not None:
+                checkpoint.save(ckpt_dir, trainer, st)
+
+        t0 = time.perf_counter()
+        st = trainer.run(trainer.init(keys), on_chunk=on_chunk)
+        jax.block_until_ready(st.carry)
+        return time.perf_counter() - t0, st
+
+    run_chunked(None)  # compiles init + chunk programs
+    chunk_compile = trainer.compile_s
+    chunk_times, ckpt_times = [], []
+    for _ in range(args.repeats):
+        t, st = run_chunked(None)
+        chunk_times.append(t)
+        t, _ = run_chunked(Path(tempfile.mkdtemp()) / "ckpt")
+        ckpt_times.append(t)
+    same = bool(np.array_equal(np.asarray(out.state.theta), trainer.host_carry(st.carry).state.theta))
+
+    rows = [("monolithic make_train", mono_compile, mono_times),
+            ("chunked + progress + metrics.csv", chunk_compile, chunk_times),
+            ("chunked + checkpoint every chunk", chunk_compile, ckpt_times)]
+    base = float(np.median(mono_times))
+    print(f"FH-Constrained, default gridworld, {args.iterations} updates x K={cfg.episodes_per_iteration}, "
+          f"{args.seeds} seed(s), chunk_size={args.chunk_size}, {args.repeats} repeats, {jax.devices()[0].device_kind}")
+    print(f"| mode | compile [s] | run median [s] | min [s] | env-steps/s | vs monolithic |")
+    print("|---|---|---|---|---|---|")
+    results = []
+    for name, comp, times in rows:
+        med = float(np.median(times))
+        print(f"| {name} | {comp:.2f} | {med:.3f} | {min(times):.3f} | {steps / med / 1e6:.2f}M | {100 * (med / base - 1):+.1f}% |")
+        results.append({"mode": name, "compile_s": comp, "run_median_s": med, "run_times_s": times,
+                        "env_steps_per_s": steps / med, "slowdown_vs_monolithic": med / base - 1})
+    print(f"final parameters identical to the monolithic run: {same}")
+    payload = {"benchmark": "chunked_training", "iterations": args.iterations, "seeds": args.seeds,
+               "chunk_size": args.chunk_size, "episodes_per_iteration": cfg.episodes_per_iteration,
+               "repeats": args.repeats, "results": results, "bit_identical_to_monolithic": same,
+               "device": jax.devices()[0].device_kind, "platform": jax.devices()[0].platform,
+               "versions": {"jax": jax.__version__, "fhc_jax": fhc.__version__, "python": platform.python_version()},
+               "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    rundir.write_json_atomic(Path(args.out), payload)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+"""Chunked training: a learner's iterations run in compiled chunks of ``chunk_size`` updates,
+vmapped over runs (seeds, or hyperparameter configurations x seeds), with exact evaluation,
+progress and checkpoints between chunks.
+
+A chunk is ``jax.jit(jax.vmap(chunk))`` where ``chunk`` is a ``lax.scan`` of
+``learner.step`` for ``chunk_size`` iterations followed by ``learner.evaluate`` of the
+result (:class:`fhc_jax.algos.common.Learner`). The host sees the carry and the metrics only
+between chunks; everything inside a chunk stays on the device. The runs axis is sharded over
+all devices (``jax.sharding``: a one-axis ``Mesh`` named ``"runs"``, padded to a multiple of
+the device count), so the same code uses one CPU, several GPUs, or several hosts (after
+``jax.distributed.initialize()``; every process builds the same global inputs).
+
+The pure pieces are :class:`ChunkedTrainer` (compiled programs bound to a learner and runs)
+and :class:`ChunkState` (where a run stands); :func:`train_seeds` is the one-call form that
+other tools (benchmarks, ``fhc-jax compare``) reuse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from fhc_jax.algos import common
+
+Array = jax.Array
+
+RUNS_AXIS = "runs"
+
+
+def seed_keys(seed: int, num_seeds: int) -> Array:
+    """Keys of seeds 0..R-1: ``fold_in(key(seed), i)``, so seed i's run does not depend on R.
+    Typed key array, (R,)."""
+    base = jax.random.key(seed)
+    return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(num_seeds, dtype=jnp.uint32))
+
+
+def runs_sharding(devices: list | None = None) -> NamedSharding:
+    """``NamedSharding`` that splits a leading runs axis over ``devices`` (default: all)."""
+    devices = jax.devices() if devices is None else devices
+    return NamedSharding(Mesh(np.asarray(devices), (RUNS_AXIS,)), PartitionSpec(RUNS_AXIS))
+
+
+def _is_key(x: Any) -> bool:
+    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _to_host(x: Array) -> np.ndarray:
+    """A global array as numpy on every process (gathers across hosts when needed)."""
+    if _is_key(x):
+        x = jax.random.key_data(x)
+    if jax.process_count() > 1 and not x.is_fully_addressable:  # pragma: no cover (multi-host)
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
+def _put(x: np.ndarray, sharding: NamedSharding | None) -> Array:
+    """A global numpy array (identical on every process) as a device array sharded along axis 0."""
+    if sharding is None:
+        return jnp.asarray(x)
+    x = np.asarray(x)
+    return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+
+
+@dataclasses.dataclass
+class ChunkState:
+    """Where a chunked run stands (between chunks).
+
+    Attributes (R runs, n iterations done, E = exact evaluations so far, M constraints):
+        carry: the learner's :class:`~fhc_jax.algos.common.Carry` with a leading runs axis
+            (padded to a multiple of the device count; device arrays).
+        iteration: n, updates done.
+        metrics: per-iteration metrics, name -> (R, n, ...) numpy arrays.
+        exact_iterations: iterations at which the policy was evaluated exactly, (E,) int.
+        exact_reward: exact J of each run's policy there, (R, E).
+        exact_costs: exact S^(k), (R, E, M).
+        elapsed_s: seconds spent in chunks so far (compilation excluded).
+    """
+
+    carry: Any
+    iteration: int
+    metrics: dict[str, np.ndarray]
+    exact_iterations: np.ndarray
+    exact_reward: np.ndarray
+    exact_costs: np.ndarray
+    elapsed_s: float = 0.0
+
+
+class ChunkedTrainer:
+    """Compiled chunk programs of one learner for R runs.
+
+    Args:
+        learner: :class:`fhc_jax.algos.common.Learner`.
+        num_runs: R.
+        chunk_size: iterations per chunk (>= 1); the last chunk is shorter when it does not
+            divide ``num_iterations`` (one more compilation).
+        num_iterations: total updates N (default ``learner.config.num_iterations``).
+        hparams: None (every run uses ``learner.config``, baked into the program exactly as
+            ``make_train`` does) or a stacked config with leading axis R
+            (:func:`fhc_jax.algos.common.stack`): one configuration per run.
+        shard: split the runs axis over all devices (padding it to a multiple of their count).
+    """
+
+    def __init__(self, learner: common.Learner, num_runs: int, chunk_size: int, *,
+                 num_iterations: int | None = None, hparams: Any | None = None, shard: bool = True):
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be an integer >= 1, found {chunk_size}")
+        self.learner = learner
+        self.num_runs = int(num_runs)
+        self.chunk_size = int(chunk_size)
+        self.num_iterations = int(learner.config.num_iterations if num_iterations is None else num_iterations)
+        self.sharding = runs_sharding() if shard else None
+        ndev = len(jax.devices()) if shard else 1
+        self.padded_runs = -(-self.num_runs // ndev) * ndev
+        self.batched = hparams is not None
+        self.hparams = None
+        if self.batched:
+            leaves = jax.tree.leaves(hparams)
+            if any(np.shape(x)[:1] != (self.num_runs,) for x in leaves):
+                raise ValueError(f"hparams: every numeric leaf needs a leading axis of R = {self.num_runs} runs")
+            self.hparams = jax.tree.map(lambda x: _put(self._pad(np.asarray(x)), self.sharding), hparams)
+        self.compile_s = 0.0
+        self._programs: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ helpers
+    def _pad(self, x: np.ndarray) -> np.ndarray:
+        extra = self.padded_runs - x.shape[0]
+        if extra == 0:
+            return x
+        return np.concatenate([x, np.repeat(x[-1:], extra, axis=0)], axis=0)
+
+    def _compiled(self, name: str, fn: Callable, *args) -> Any:
+        if name not in self._programs:
+            t0 = time.perf_counter()
+            # every input and output has a leading runs axis: shard all of them along it
+            shardings = {} if self.sharding is None else {"in_shardings": self.sharding, "out_shardings": self.sharding}
+            self._programs[name] = jax.jit(fn, **shardings).lower(*args).compile()
+            self.compile_s += time.perf_counter() - t0
+        return self._programs[name]
+
+    def _args(self, *args):
+        return args + ((self.hparams,) if self.batched else ())
+
+    def _vmap(self, fn: Callable) -> Callable:
+        """vmap ``fn(x, cfg)`` over runs, with cfg the per-run hparams or the constant config."""
+        cfg = self.learner.config
+        if self.batched:
+            return jax.vmap(fn)
+        return jax.vmap(lambda x: fn(x, cfg))
+
+    def put_carry(self, carry_host: Any, template: Any) -> Any:
+        """Host (numpy, key data for keys, R or padded rows) -> device carry like ``template``."""
+        def put(x, t):
+            x = self._pad(np.asarray(x))
+            if _is_key(t):
+                return jax.random.wrap_key_data(_put(x, self.sharding), impl=jax.random.key_impl(t))
+            return _put(x.astype(t.dtype), self.sharding)
+
+        return jax.tree.map(put, carry_host, template)
+
+    def host_carry(self, carry: Any) -> Any:
+        """Device carry -> numpy (keys as key data), first R runs."""
+        return jax.tree.map(lambda x: _to_host(x)[: self.num_runs], carry)
+
+    # ------------------------------------------------------------------ programs
+    def init(self, keys: Array) -> ChunkState:
+        """Initial carries of the runs (``keys``: typed key array (R,)) and their exact evaluation."""
+        data = self._pad(np.asarray(jax.random.key_data(keys)))
+        impl = jax.random.key_impl(keys)
+        data = _put(data, self.sharding)
+
+        def init_eval(kd, cfg):
+            carry = self.learner.init(jax.random.wrap_key_data(kd, impl=impl), cfg)
+            return carry, self.learner.evaluate(carry)
+
+        prog = self._compiled("init", self._vmap(init_eval), *self._args(data))
+        carry, (r, c) = prog(*self._args(data))
+        return ChunkState(
+            carry=carry, iteration=0, metrics={},
+            exact_iterations=np.array([0]),
+            exact_reward=_to_host(r)[: self.num_runs, None],
+            exact_costs=_to_host(c)[: self.num_runs, None],
+        )
+
+    def _chunk_fn(self, length: int) -> Callable:
+        learner = self.learner
+
+        def chunk(carry, cfg):
+            carry, metrics = jax.lax.scan(lambda c, _: learner.step(c, cfg), carry, None, length=length)
+            return carry, metrics, learner.evaluate(carry)
+
+        return self._vmap(chunk)
+
+    def advance(self, state: ChunkState) -> ChunkState:
+        """One chunk: min(chunk_size, N - n) updates of every run, then exact evaluation."""
+        length = min(self.chunk_size, self.num_iterations - state.iteration)
+        if length <= 0:
+            return state
+        prog = self._compiled(f"chunk{length}", self._chunk_fn(length), *self._args(state.carry))
+        t0 = time.perf_counter()
+        carry, metrics, (r, c) = prog(*self._args(state.carry))
+        metrics = {k: _to_host(v)[: self.num_runs] for k, v in metrics.items()}
+        r, c = _to_host(r)[: self.num_runs], _to_host(c)[: self.num_runs]
+        elapsed = time.perf_counter() - t0
+        merged = {k: np.concatenate([state.metrics[k], v], axis=1) if k in state.metrics else v
+                  for k, v in metrics.items()}
+        return ChunkState(
+            carry=carry,
+            iteration=state.iteration + length,
+            metrics=merged,
+            exact_iterations=np.append(state.exact_iterations, state.iteration + length),
+            exact_reward=np.concatenate([state.exact_reward, r[:, None]], axis=1),
+            exact_costs=np.concatenate([state.exact_costs, c[:, None]], axis=1),
+            elapsed_s=state.elapsed_s + elapsed,
+        )
+
+    def run(self, state: ChunkState, *, on_chunk: Callable[[ChunkState], None] | None = None,
+            max_chunks: int | None = None) -> ChunkState:
+        """Advance until N updates (or ``max_chunks`` chunks), calling ``on_chunk`` after each."""
+        done = 0
+        while state.iteration < self.num_iterations and (max_chunks is None or done < max_chunks):
+            state = self.advance(state)
+            done += 1
+            if on_chunk is not None:
+                on_chunk(state)
+        return state
+
+    def policy_tables(self, state: ChunkState) -> np.ndarray:
+        """The current policies of the runs, (R, H, S, A) numpy."""
+        prog = self._compiled("policy", jax.vmap(lambda c: self.learner.policy_table(c.state)), state.carry)
+        return _to_host(prog(state.carry))[: self.num_runs]
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What :func:`train_seeds` returns (R seeds, N iterations, E evaluations, M constraints).
+
+    Attributes:
+        state: the final :class:`ChunkState` (metrics (R, N, ...), exact evaluations (R, E, ...)).
+        final_state: the learners' final train states, leading axis R (numpy; keys as key data).
+        policy: final policy tables, (R, H, S, A).
+        compile_s: seconds spent compiling; run_s: seconds in chunks (compile excluded).
+    """
+
+    state: ChunkState
+    final_state: Any
+    policy: np.ndarray
+    compile_s: float
+    run_s: float
+
+
+def train_seeds(module, env, params, config, num_seeds: int, *, seed: int = 0, chunk_size: int | None = None,
+                on_chunk: Callable[[ChunkState], None] | None = None, shard: bool = True) -> RunResult:
+    """Train one learner on ``num_seeds`` seeds in chunks and return everything measured.
+
+    Args:
+        module: the learner module (``fhc_jax.algos.fh_constrained``, or
+            ``registry.load_algorithm(name)``).
+        env, params: a tabular environment (exact evaluation needs ``to_cmdp``).
+        config: the module's ``Config``.
+        num_seeds: R; seed i starts from ``fold_in(key(seed), i)`` (:func:`seed_keys`).
+        chunk_size: iterations per chunk (default ``config.eval_every`` or 100).
+        on_chunk: called with the :class:`ChunkState` after every chunk (progress, checkpoints).
+        shard: split the seeds over all devices.
+    """
+    learner = module.make_learner(env, params, config)
+    chunk = chunk_size or int(getattr(config, "eval_every", 0) or 100)
+    trainer = ChunkedTrainer(learner, num_seeds, min(chunk, config.num_iterations), shard=shard)
+    state = trainer.run(trainer.init(seed_keys(seed, num_seeds)), on_chunk=on_chunk)
+    return RunResult(state=state, final_state=trainer.host_carry(state.carry).state,
+                     policy=trainer.policy_tables(state), compile_s=trainer.compile_s, run_s=state.elapsed_s)

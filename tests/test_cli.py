@@ -1,0 +1,150 @@
+"""The ``fhc-jax`` command: train / plot / resume / sweep end to end on tiny gridworlds."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fhc_jax.cli import main
+from fhc_jax.experiment import config_io, rundir, runner, sweep
+
+TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20",
+        "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0"]
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    """One complete tiny run (2 seeds, 4 chunks), shared by the tests below."""
+    out = tmp_path_factory.mktemp("runs") / "full"
+    assert main(["train", "--seeds", "2", *TINY, "--out", str(out)]) == 0
+    return out
+
+
+def test_train_writes_complete_run_directory(full_run):
+    cfg = json.loads((full_run / "config.json").read_text())
+    assert cfg["algo"] == "fh-constrained" and cfg["seeds"] == 2 and cfg["chunk_size"] == 5
+    assert cfg["env"]["size"] == 3 and cfg["learner"]["num_iterations"] == 20
+    assert set(cfg["versions"]) >= {"jax", "fhc_jax", "python"}
+    assert config_io.load_spec(settings=cfg["settings"]).num_iterations == 20
+    with (full_run / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 * 21
+    assert {"seed", "iteration", "reward", "cost_0", "multiplier_0", "exact_reward", "exact_cost_0"} <= set(rows[0])
+    exact_its = [int(r["iteration"]) for r in rows if r["seed"] == "0" and r["exact_reward"]]
+    assert exact_its == [0, 5, 10, 15, 20]
+    summary = json.loads((full_run / "summary.json").read_text())
+    assert summary["complete"] and len(summary["seeds"]) == 2
+    seed0 = summary["seeds"][0]
+    for key in ("exact_reward", "exact_costs", "violation", "reward_gap", "relative_gap", "multipliers",
+                "optimal_multipliers"):
+        assert key in seed0
+    assert seed0["violation"][0] == pytest.approx(max(0.0, seed0["exact_costs"][0] - 3.0))
+    assert summary["optimum"]["reward"] > 0
+    assert {"wall_s", "compile_s", "train_s"} <= set(summary["timing"])
+    assert {"jax", "fhc_jax", "python"} <= set(summary["versions"]) and summary["device"]["count"] >= 1
+    with np.load(full_run / "policy.npz") as f:
+        assert f["policy"].shape == (2, 4, 9, 9) and f["optimal_policy"].shape == (4, 9, 9)
+        assert f["stage_costs"].shape == (2, 1, 5)
+        np.testing.assert_allclose(f["policy"].sum(-1), 1.0, rtol=1e-5)
+    for name in ("learning_curves", "multipliers", "stage_costs", "policy_maps"):
+        assert (full_run / "plots" / f"{name}.png").stat().st_size > 1000
+    assert (full_run / "checkpoints" / "20").is_dir()
+
+
+def test_plot_redraws_from_files(full_run, tmp_path, capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(full_run, copy, ignore=shutil.ignore_patterns("plots", "checkpoints"))
+    assert main(["plot", str(copy), "--stages", "0,3"]) == 0
+    assert (copy / "plots" / "policy_maps.png").exists()
+    assert "learning_curves.png" in capsys.readouterr().out
+
+
+def test_resume_is_bit_identical(full_run, tmp_path, capsys):
+    out = tmp_path / "resumed"
+    assert main(["train", "--seeds", "2", *TINY, "--out", str(out), "--max-chunks", "2", "--quiet"]) == 0
+    assert not (out / "summary.json").exists()
+    assert json.loads((out / "config.json").read_text())["settings"] == \
+        json.loads((full_run / "config.json").read_text())["settings"]
+    assert main(["train", "--resume", "--out", str(out)]) == 0
+    assert "resuming from iteration 10 of 20" in capsys.readouterr().err
+    assert (out / "metrics.csv").read_text() == (full_run / "metrics.csv").read_text()
+    with np.load(out / "policy.npz") as a, np.load(full_run / "policy.npz") as b:
+        np.testing.assert_array_equal(a["policy"], b["policy"])
+    a = json.loads((out / "summary.json").read_text())["seeds"]
+    b = json.loads((full_run / "summary.json").read_text())["seeds"]
+    assert a == b
+
+
+def test_refusals_leave_existing_run_untouched(full_run, capsys):
+    before = (full_run / "metrics.csv").read_bytes()
+    assert main(["train", *TINY, "--out", str(full_run)]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert main(["train", "--resume", "--set", "env.size=4", "--out", str(full_run)]) == 2
+    assert "env.size: 3 -> 4" in capsys.readouterr().err
+    assert (full_run / "metrics.csv").read_bytes() == before
+
+
+def test_config_errors_before_compiling(tmp_path, monkeypatch, capsys):
+    def boom(*a, **k):
+        raise AssertionError("compiled despite a config error")
+
+    monkeypatch.setattr(runner.ChunkedTrainer, "__init__", boom)
+    toml = tmp_path / "bad.toml"
+    toml.write_text("[env]\nsize = 4\nwidth = 3\n")
+    cases = [
+        (["--set", "critc_step.init=0.5"], "did you mean 'critic_step.init'"),
+        (["--set", "critic_step.power=0.4"], "critic_step.power must lie in (0.5, 1]"),
+        (["--set", "env.horizon=four"], "env.horizon must be an integer, found 'four'"),
+        (["--config", str(toml)], "unknown key 'env.width'"),
+        (["--config", str(tmp_path / "missing.toml")], "does not exist"),
+    ]
+    for args, message in cases:
+        out = tmp_path / "never"
+        assert main(["train", *args, "--out", str(out)]) == 2
+        assert message in capsys.readouterr().err
+        assert not out.exists()
+    assert main(["sweep", *TINY, "--grid", "episodes_per_iteration=4,8", "--out", str(tmp_path / "s")]) == 2
+    assert "only numeric hyperparameters" in capsys.readouterr().err
+
+
+def test_console_script_sweep_sharded_equals_unsharded(tmp_path):
+    """`fhc-jax sweep` in a subprocess with 4 host devices (runs axis sharded, padded 6 -> 8)
+    gives the results of the same sweep unsharded in this process."""
+    out = tmp_path / "sweep"
+    grid = ["--grid", "trace=0.2,0.8", "--grid", "critic_step.init=0.5,1.0,0.8"]
+    exe = Path(sys.executable).with_name("fhc-jax")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fhc_jax.cli"]
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    proc = subprocess.run(cmd + ["sweep", "--seeds", "1", *TINY, *grid, "--out", str(out), "--quiet"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "best" in proc.stdout or "no configuration" in proc.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["device"]["count"] == 4 and summary["sharded"]
+    spec = config_io.load_spec(overrides=TINY[1::2], seeds=1)
+    local = sweep.run_sweep(spec, sweep.parse_grid(grid[1::2]), shard=False, quiet=True)
+    with (out / "runs.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 6
+    sharded_reward = np.array([float(r["exact_reward"]) for r in rows]).reshape(6, 1)
+    sharded_nu = np.array([float(r["multiplier_0"]) for r in rows]).reshape(6, 1, 1)
+    # training is identical; the exact evaluation's float32 reductions may differ in the last ulp
+    # when XLA vectorises a different number of runs per device
+    np.testing.assert_allclose(sharded_reward, local["exact_reward"], rtol=1e-6)
+    np.testing.assert_allclose(sharded_nu, local["multipliers"], rtol=1e-6)
+    assert [r["best"] for r in summary["rows"]] == [r["best"] for r in local["rows"]]
+
+
+def test_solve_still_works(tmp_path, capsys):
+    out = tmp_path / "solve.json"
+    assert main(["solve", "--size", "3", "--horizon", "4", "--alpha", "3", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["constrained"]["reward"] > 0
+    assert "constrained" in capsys.readouterr().out

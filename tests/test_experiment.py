@@ -1,0 +1,111 @@
+"""fhc_jax.experiment: typed config loading, the chunked runner, checkpoints, registry."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import fhc_jax as fhc
+from fhc_jax.algos import fh_constrained as fc
+from fhc_jax.experiment import checkpoint, config_io, registry, runner, sweep
+
+TINY = ["env.size=3", "env.horizon=4", "num_iterations=20", "episodes_per_iteration=8", "run.chunk_size=5"]
+
+
+def test_registry_names_and_errors(monkeypatch):
+    assert registry.canonical_name("ppo_lagrangian") == "ppo-lag"
+    assert registry.load_algorithm("fh-constrained") is fc
+    assert "fh-constrained" in registry.available_algorithms()
+    with pytest.raises(ValueError, match="unknown algorithm 'sac'.*fh-constrained"):
+        registry.load_algorithm("sac")
+    monkeypatch.setitem(registry.ALGORITHMS, "not-yet", "module_that_does_not_exist")
+    with pytest.raises(ValueError, match="'not-yet' is not available"):
+        registry.load_algorithm("not-yet")
+
+
+def test_toml_and_overrides(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('num_iterations = 12\nvariant = "paper"\n[critic_step]\ninit = 0.5\n'
+                    '[env]\nsize = 4\nalpha = [3.0]\n[run]\nseeds = 2\n')
+    spec = config_io.load_spec("fh-constrained", config_file=path, overrides=["env.horizon=5", "trace=1"])
+    assert spec.env["size"] == 4 and spec.env["horizon"] == 5 and spec.seeds == 2
+    assert spec.learner.critic_step.init == 0.5 and spec.learner.variant == "paper"
+    assert spec.learner.trace == 1.0 and isinstance(spec.learner.trace, float)
+    assert spec.chunk_size == 12  # min(eval_every, num_iterations)
+    assert config_io.load_spec(settings=spec.settings()) == spec  # config.json round trip
+    feats = config_io.load_spec(overrides=["features.kind=tile_coding", "features.tiles=2"]).learner.features
+    assert feats == fc.feat.TileCoding(tiles=2)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("critc_step.init=1", r"unknown key 'critc_step.init' \(did you mean 'critic_step.init'\?\).*valid keys: .*actor_step.decay"),
+    ("env.sise=4", r"unknown key 'env.sise'.*env.size"),
+    ("run.seeds=0", r"run.seeds must be an integer >= 1, found 0"),
+    ("critic_step.power=0.3", r"critic_step.power must lie in \(0.5, 1\]"),
+    ("critic_step.init=abc", r"critic_step.init must be a number, found 'abc' \(str\)"),
+    ("num_iterations=2.5", r"num_iterations must be an integer, found 2.5"),
+    ("env.size=1", r"size must be an integer >= 2, found 1"),
+    ("env.slip=1.5", r"slip"),
+    ("trace=2", r"trace must lie in \[0, 1\]"),
+    ("features.kind=fourier", r"features.kind must be one of"),
+    ("noequals", r"--set expects key=value"),
+])
+def test_config_errors(override, message):
+    with pytest.raises(ValueError, match=message):
+        config_io.load_spec("fh-constrained", overrides=[override])
+
+
+def test_obs_only_for_network_learners():
+    with pytest.raises(ValueError, match="--obs does not apply to 'fh-constrained'"):
+        config_io.load_spec("fh-constrained", observation="xyt")
+
+
+def test_chunked_equals_make_train():
+    """Chunks of a lax.scan end exactly where one monolithic scan ends (same step, same keys)."""
+    env = fhc.GridWorld(3, 4)
+    cfg = fc.Config(num_iterations=12, episodes_per_iteration=8, eval_every=4)
+    res = runner.train_seeds(fc, env, env.default_params, cfg, 2, chunk_size=4)
+    out = jax.jit(jax.vmap(fc.make_train(env, env.default_params, cfg)))(runner.seed_keys(0, 2))
+    np.testing.assert_array_equal(res.final_state.theta, np.asarray(out.state.theta))
+    np.testing.assert_array_equal(res.state.metrics["multipliers"], np.asarray(out.metrics.multipliers))
+    np.testing.assert_array_equal(res.state.exact_iterations, np.asarray(out.metrics.exact.iteration)[0])
+    np.testing.assert_array_equal(res.state.exact_reward, np.asarray(out.metrics.exact.reward))
+    assert res.policy.shape == (2, 4, 9, 9)
+
+
+def test_checkpoint_resume_bit_identical(tmp_path):
+    """4 chunks in one go == 2 chunks, checkpoint, fresh trainer, restore, 2 more chunks."""
+    spec = config_io.load_spec("fh-constrained", overrides=TINY, seeds=2)
+    env, params = spec.make_env()
+    keys = runner.seed_keys(spec.seed, spec.seeds)
+    trainer = runner.ChunkedTrainer(fc.make_learner(env, params, spec.learner), 2, spec.chunk_size)
+    full = trainer.run(trainer.init(keys))
+    half = trainer.run(trainer.init(keys), max_chunks=2)
+    checkpoint.save(tmp_path / "ckpt", trainer, half)
+    assert checkpoint.latest_iteration(tmp_path / "ckpt") == 10
+    fresh = runner.ChunkedTrainer(fc.make_learner(env, params, spec.learner), 2, spec.chunk_size)
+    restored = checkpoint.restore(tmp_path / "ckpt", fresh, fresh.init(keys))
+    assert restored.iteration == 10
+    resumed = fresh.run(restored)
+    a, b = trainer.host_carry(full.carry), fresh.host_carry(resumed.carry)
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(x, y)
+    for k in full.metrics:
+        np.testing.assert_array_equal(full.metrics[k], resumed.metrics[k])
+    np.testing.assert_array_equal(full.exact_costs, resumed.exact_costs)
+
+
+def test_sweep_grid_validation():
+    spec = config_io.load_spec("fh-constrained", overrides=TINY, seeds=1)
+    assert sweep.parse_grid(["trace=0.2,0.5", "critic_step.init=1"]) == {"trace": [0.2, 0.5], "critic_step.init": [1]}
+    with pytest.raises(ValueError, match="only numeric hyperparameters"):
+        sweep.grid_specs(spec, {"episodes_per_iteration": [4, 8]})
+    with pytest.raises(ValueError, match="only numeric hyperparameters"):
+        sweep.grid_specs(spec, {"env.size": [3, 4]})
+    with pytest.raises(ValueError, match="trace must lie in"):
+        sweep.grid_specs(spec, {"trace": [0.5, 3.0]})
+    with pytest.raises(ValueError, match="--grid expects"):
+        sweep.parse_grid(["trace"])
+    assert len(sweep.grid_specs(spec, {"trace": [0.2, 0.5], "critic_step.init": [0.5, 1.0]})) == 4

@@ -7,6 +7,6 @@ and :mod:`fhc_jax.algos.networks` hold the shared pieces.
 * :mod:`ppo_lagrangian`, :mod:`cpo`: the stationary baselines of the paper's comparison.
 """
 
-from fhc_jax.algos import common, cpo, features, fh_constrained, networks, nn_constrained
+from fhc_jax.algos import common, cpo, features, fh_constrained, networks, nn_constrained, ppo_lagrangian
 
-__all__ = ["common", "cpo", "features", "fh_constrained", "networks", "nn_constrained"]
+__all__ = ["common", "cpo", "features", "fh_constrained", "networks", "nn_constrained", "ppo_lagrangian"]

@@ -132,7 +132,7 @@ class Config:
     """
 
     num_iterations: int = 1500
-    episodes_per_iteration: int = 256
+    episodes_per_iteration: int = 512
     observation: str = "xy"
     width: int = 10
     depth: int = 2

@@ -19,6 +19,7 @@ from fhc_jax.envs.tabular import TabularEnv
 from conftest import random_cmdp
 
 SMALL = GridWorld(size=3, horizon=4, num_constraints=2, alpha=[1.5, 2.0])
+_jit_update = jax.jit(nc.update, static_argnums=(2,))
 
 
 def _small_batch(config: nc.Config, k: int = 6, seed: int = 1):
@@ -121,7 +122,7 @@ def test_loss_forms_give_the_same_update(variant):
     for form in ("samples", "table"):
         cfg = nc.Config(variant=variant, loss_form=form, width=6)
         state, batch, nets, obs_table = _small_batch(cfg, k=12)
-        outs.append(nc.update(state, batch, nets, obs_table, thresholds, cfg))
+        outs.append(_jit_update(state, batch, nets, obs_table, thresholds, cfg))
     if variant == "paper":  # the improved actor's per-cell advantage has no per-sample form
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5), outs[0], outs[1])
     else:
@@ -137,7 +138,7 @@ def test_paper_multiplier_uses_constraint_critic():
     cfg = nc.Config(variant="paper", width=6, multiplier_step=PowerSchedule(0.5, 0.8, 10.0))
     state, batch, nets, obs_table = _small_batch(cfg)
     thresholds = jnp.asarray([1.5, 2.0], jnp.float32)
-    new, metrics = nc.update(state, batch, nets, obs_table, thresholds, cfg)
+    new, metrics = _jit_update(state, batch, nets, obs_table, thresholds, cfg)
     w0 = nets.cost_critic.apply(state.cost_critic, obs_table)[0][batch.states[0]].mean(0)
     expected = np.clip(np.asarray(state.multipliers) + 0.5 * np.asarray(w0), 0.0, 20.0)
     np.testing.assert_allclose(new.multipliers, expected, rtol=1e-5, atol=1e-6)

@@ -171,6 +171,7 @@ def main() -> None:
                 print(f"[speed] K={k:5d} {obs:3s} ({row['update_form']}): {row['env_steps_per_s'] / 1e3:.0f}k steps/s, "
                       f"{row['run_s'] / iters:.2f}s per iteration; compile {row['compile_s']:.1f}s")
         result["speed"] = rows
+    result["machine"]["load_average_at_end"] = os.getloadavg()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print("wrote", args.out)

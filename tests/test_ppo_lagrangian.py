@@ -284,6 +284,35 @@ def test_update_forms_agree():
     jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5), outs[0], outs[1])
 
 
+def test_critic_time_inputs():
+    """critic_time: the critics see (x, y, h / H) when the actor sees "xy" (one row per
+    (h, s)), the actor keeps its S rows; no change for "xyt" or with critic_time=False; the
+    critic parameters take the 3-d input and the update runs in both forms."""
+    env, params = TINY_GRID, TINY_GRID.default_params
+    model = common.tabular_model(env, params)
+    h, s = env.horizon, env.num_states
+    xy = np.asarray(common.observation_table(env, params, "xy"))[0]  # (S, 2)
+    setup = pl._setup(env, params, GRID_CONFIG.replace(observation="xy"), model)
+    assert setup.rows.shape == (s, 2) and not setup.per_stage
+    assert setup.critic_rows.shape == (h * s, 3) and setup.critic_per_stage
+    crows = np.asarray(setup.critic_rows).reshape(h, s, 3)
+    np.testing.assert_allclose(crows[..., :2], np.broadcast_to(xy, (h, s, 2)))
+    np.testing.assert_allclose(crows[..., 2], np.broadcast_to(np.arange(h)[:, None] / h, (h, s)), rtol=1e-6)
+    # row indices: the critic's depend on the stage, the actor's do not
+    hs, ss = jnp.array([0, 2]), jnp.array([5, 5])
+    np.testing.assert_array_equal(np.asarray(setup.row_index(hs, ss)), [5, 5])
+    np.testing.assert_array_equal(np.asarray(setup.row_index(hs, ss, critic=True)), [5, 2 * s + 5])
+    state = pl._init(jax.random.key(0), setup, 2, GRID_CONFIG.replace(observation="xy"))
+    assert state.params["reward_critic"]["params"]["Dense_0"]["kernel"].shape[0] == 3
+    assert state.params["actor"]["params"]["Dense_0"]["kernel"].shape[0] == 2
+    off = pl._setup(env, params, GRID_CONFIG.replace(observation="xy", critic_time=False), model)
+    assert off.critic_rows.shape == (s, 2) and not off.critic_per_stage
+    xyt = pl._setup(env, params, GRID_CONFIG, model)
+    np.testing.assert_array_equal(np.asarray(xyt.critic_rows), np.asarray(xyt.rows))
+    with pytest.raises(ValueError, match="critic_time must be True or False"):
+        pl.Config(critic_time=1)
+
+
 def test_policy_for_rollout_matches_table():
     """policy() acts through the network on the env's observations; Monte-Carlo returns of
     fhc.rollout agree with the exact value of policy_table."""

@@ -13,7 +13,9 @@ follow a non-stationary optimum: that is the paper's point, not a defect of the 
 1. Tabulate pi_h(s, .) = softmax(f_theta(x_h(s))) for all (h, s) (one batched forward pass)
    and roll out K episodes from the table (:func:`fhc_jax.algos.common.rollout_policy_table`).
 2. Critics. Separate networks: a reward critic V_r(x) (1 output) and a cost critic V_c(x)
-   (M outputs, one per constraint). Finite horizon, no bootstrapping past H: the value of the
+   (M outputs, one per constraint). With ``critic_time`` (default) their input is x plus h / H
+   when x itself does not depend on h ("xy", "one_hot"): the finite-horizon value depends on
+   the stage even for a stationary policy; the actor still sees only x. Finite horizon, no bootstrapping past H: the value of the
    final state is the exact terminal signal, V_H = r_H(s_H) and g_H^(k)(s_H).
 3. GAE per signal u in {r, g^(1..M)} (Schulman et al. 2016), fixed horizon:
    delta_h = u_h + gamma V_{h+1} - V_h,  A_h = delta_h + gamma lam A_{h+1},  A_H = 0,
@@ -62,7 +64,8 @@ CMDP's scale.
 
 **Speed** (``update_form``, identical results up to float rounding). The inputs take few
 distinct values: S rows when the observation does not depend on h ("xy", "one_hot"), H S rows
-otherwise. ``"table"`` applies the networks to those U distinct rows and gathers the
+otherwise (critics with ``critic_time``: H S rows; each network picks its own form).
+``"table"`` applies the networks to those U distinct rows and gathers the
 per-sample outputs (autodiff turns the gather into a scatter-add, the same gradient);
 ``"samples"`` applies them to each minibatch sample. ``"auto"`` picks "table" when
 num_minibatches U <= H K.
@@ -111,6 +114,7 @@ _STATIC = (
     "anneal_lr",
     "update_form",
     "eval_every",
+    "critic_time",
 )
 
 #: (field, low, high) of the numeric fields that live in a closed interval
@@ -127,13 +131,23 @@ _RANGES = (
 class Config:
     """Hyperparameters of PPO-Lagrangian. Defaults are tuned for the default ``GridWorld``
     (10x10, H = 100, alpha = 25) within about a minute for 5 vmapped seeds on a 2-core CPU;
-    see ``benchmarks/ppo_lagrangian.py``. The network is a standard PPO MLP (64 x 64, tanh)
-    for the actor and for each critic. Tuning notes (default gridworld, "xy"): the policy only
-    moves fast enough with many small steps per iteration (8 epochs x 16 minibatches at
-    lr 1e-3; OmniSafe's 4 x 4 steps at 3e-4 moved it by KL ~ 5e-4 per iteration and stalled near
-    reward 8); gae_lambda = 1 (Monte-Carlo advantages, the critic only a baseline) beat 0.95
-    because a critic on "xy" cannot see the stage, so bootstrapping from it is biased; a
-    multiplier step of 0.01 (Adam) over-corrects less early on than OmniSafe's 0.035.
+    see ``benchmarks/ppo_lagrangian.py``. Networks: 32 x 32 tanh MLPs (actor and each critic).
+    Tuning notes (default gridworld, "xy"; sweeps over actor_lr, entropy_coef, gae_lambda,
+    clip_eps/target_kl, K, and both multiplier methods):
+
+    * Budget: 4 epochs x 4 minibatches per iteration (16 Adam steps on 1600 samples) at
+      actor lr 1e-2 learns as fast as the former 8 x 16 steps at 1e-3 on 64 x 64 networks,
+      for about 1/4 of the time; K = 256 with fewer iterations was not better.
+    * ``critic_time`` (critics see h / H) makes bootstrapping from the critic unbiased in the
+      stage, so gae_lambda = 0.95 is usable (it was 1, Monte-Carlo, with a stage-blind critic).
+    * Multiplier: the learned ("lagrangian", Adam step 0.01) multiplier spiked early (the
+      batch cost crosses alpha while the policy is still diffuse), then the policy collapsed
+      into cost-free behaviour and the multiplier decayed to 0; the PI controller (K_P = 0.01,
+      K_I = 0.001 on the violation in cost units, K_D = 0) reacts in proportion and does not
+      wind up. With entropy_coef = 0.01 the policy keeps entropy ~1.3 nats instead of ~0.4.
+    * Even with the multiplier at 0 (unconstrained PPO), the stationary "xy" policy settles
+      in low-cost local optima (exact reward ~9-11 at cost ~4-9): rewards sit on isolated
+      cells whose fares move every 20 stages, so the constraint is not what holds it back.
 
     Static fields (set shapes or code paths; part of the compilation cache key):
         num_iterations: N >= 1 iterations (rollout + update).
@@ -153,6 +167,11 @@ class Config:
         anneal_lr: decay the actor and critic learning rates linearly to 0 over the run.
         update_form: "auto", "table" or "samples" (speed only; module docstring).
         eval_every: exact evaluation every this many iterations (0: initial and final only).
+        critic_time: the critics also receive h / H when the actor's input does not depend
+            on the stage ("xy", "one_hot"); no effect for "xyt". The value of a finite-horizon
+            problem depends on the stage even under a stationary policy, so this is a standard,
+            legitimate variance reduction for the advantages; the actor (the policy being
+            compared) still sees only ``observation``.
 
     Numeric fields (pytree leaves: ``jax.vmap`` over them without recompiling):
         actor_lr, critic_lr: Adam step sizes (> 0).
@@ -173,33 +192,34 @@ class Config:
     num_iterations: int = 250
     episodes_per_iteration: int = 64
     observation: str = "xy"
-    width: int = 64
+    width: int = 32
     depth: int = 2
     activation: str = "tanh"
-    num_epochs: int = 8
-    num_minibatches: int = 16
-    multiplier_method: str = "lagrangian"
+    num_epochs: int = 4
+    num_minibatches: int = 4
+    multiplier_method: str = "pid"
     multiplier_optimizer: str = "adam"
     pid_delay: int = 10
     normalize_advantages: bool = True
     anneal_lr: bool = True
     update_form: str = "auto"
     eval_every: int = 25
-    actor_lr: float = 1e-3
+    critic_time: bool = True
+    actor_lr: float = 1e-2
     critic_lr: float = 1e-3
     clip_eps: float = 0.2
     gamma: float = 1.0
-    gae_lambda: float = 1.0
+    gae_lambda: float = 0.95
     max_grad_norm: float = 0.5
-    entropy_coef: float = 0.0
+    entropy_coef: float = 0.01
     target_kl: float = 0.02
     multiplier_lr: float = 0.01
     initial_multiplier: float = 0.0
     multiplier_max: float = 100.0
-    pid_kp: float = 0.1
-    pid_ki: float = 0.01
-    pid_kd: float = 0.01
-    pid_p_ema: float = 0.95
+    pid_kp: float = 0.01
+    pid_ki: float = 0.001
+    pid_kd: float = 0.0
+    pid_p_ema: float = 0.9
     pid_d_ema: float = 0.95
 
     def __post_init__(self):
@@ -218,7 +238,7 @@ class Config:
             v = getattr(self, name)
             if v not in allowed:
                 raise ValueError(f"{own}.{name} must be one of {', '.join(map(repr, allowed))}, found {v!r}")
-        for name in ("normalize_advantages", "anneal_lr"):
+        for name in ("normalize_advantages", "anneal_lr", "critic_time"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{own}.{name} must be True or False, found {getattr(self, name)!r}")
         check_architecture(own, self.width, self.depth, self.activation)
@@ -422,19 +442,25 @@ def _check_observation(env, observation: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class _Setup:
-    """Environment-derived constants of one learner (host-side, built once)."""
+    """Environment-derived constants of one learner (host-side, built once). The actor and the
+    critics may have different inputs (``critic_time``): each network has its own table of
+    distinct input rows and its own update form."""
 
     modules: dict[str, MLP]
-    rows: Array  # the U distinct network inputs, (U, D)
-    per_stage: bool  # inputs depend on h (U = H S) or not (U = S)
+    rows: Array  # the U distinct actor inputs, (U, D)
+    per_stage: bool  # actor inputs depend on h (U = H S) or not (U = S)
+    critic_rows: Array  # the U_c distinct critic inputs, (U_c, D_c)
+    critic_per_stage: bool  # critic inputs depend on h
     horizon: int
     num_states: int
     num_actions: int
     value_scale: Array  # B per signal [r, g^(1..M)], (1+M,)
-    form: str  # "table" or "samples"
+    form: str  # actor: "table" or "samples"
+    critic_form: str  # critics: "table" or "samples"
 
-    def row_index(self, hs: Array, states: Array) -> Array:
-        return hs * self.num_states + states if self.per_stage else states
+    def row_index(self, hs: Array, states: Array, critic: bool = False) -> Array:
+        per_stage = self.critic_per_stage if critic else self.per_stage
+        return hs * self.num_states + states if per_stage else states
 
     def logits_table(self, actor_params: Any) -> Array:
         """f_theta(x_h(s)) for all h < H and s, (H, S, A)."""
@@ -444,11 +470,13 @@ class _Setup:
         return jnp.broadcast_to(out, (self.horizon,) + out.shape)
 
     def apply(self, name: str, params: Any, rows: Array, table: bool) -> Array:
-        """Network ``name`` at the inputs with row indices ``rows`` (...,) -> (..., outputs)."""
+        """Network ``name`` at the inputs with row indices ``rows`` (...,) -> (..., outputs)
+        (row indices into ``self.rows`` for the actor, ``self.critic_rows`` for the critics)."""
         mod = self.modules[name]
+        inputs = self.rows if name == "actor" else self.critic_rows
         if table:
-            return mod.apply(params, self.rows)[rows]
-        return mod.apply(params, self.rows[rows])
+            return mod.apply(params, inputs)[rows]
+        return mod.apply(params, inputs[rows])
 
 
 def _return_bound(stage: np.ndarray, terminal: np.ndarray, horizon: int) -> float:
@@ -462,15 +490,24 @@ def _setup(env, params, config: Config, model: common.TabularModel) -> _Setup:
     table = np.asarray(common.observation_table(env, params, config.observation))[:h]  # (H, S, D)
     per_stage = not np.array_equal(table, np.broadcast_to(table[:1], table.shape))
     rows = table.reshape(h * s, -1) if per_stage else table[0].reshape(s, -1)
+    if config.critic_time and not per_stage:
+        # the critics also see h / H (the actor's input does not depend on the stage)
+        t = np.broadcast_to((np.arange(h, dtype=np.float32) / h)[:, None, None], (h, s, 1))
+        critic_rows, critic_per_stage = np.concatenate([table, t], axis=-1).reshape(h * s, -1), True
+    else:
+        critic_rows, critic_per_stage = rows, per_stage
     n_samples = h * config.episodes_per_iteration
     if config.num_minibatches > n_samples:
         raise ValueError(
             f"ppo_lagrangian: Config.num_minibatches must be <= H K = {n_samples} samples per iteration, "
             f"found {config.num_minibatches}"
         )
-    form = config.update_form
-    if form == "auto":
-        form = "table" if config.num_minibatches * rows.shape[0] <= n_samples else "samples"
+
+    def pick(u: int) -> str:
+        if config.update_form != "auto":
+            return config.update_form
+        return "table" if config.num_minibatches * u <= n_samples else "samples"
+
     m = env.num_constraints
     rewards, costs = np.asarray(model.rewards), np.asarray(model.costs)
     scale = [_return_bound(rewards, np.asarray(model.terminal_rewards), h)]
@@ -479,11 +516,14 @@ def _setup(env, params, config: Config, model: common.TabularModel) -> _Setup:
         modules=_modules(env.num_actions, m, config),
         rows=jnp.asarray(rows, jnp.float32),
         per_stage=per_stage,
+        critic_rows=jnp.asarray(critic_rows, jnp.float32),
+        critic_per_stage=critic_per_stage,
         horizon=h,
         num_states=s,
         num_actions=env.num_actions,
         value_scale=jnp.asarray(scale, jnp.float32),
-        form=form,
+        form=pick(rows.shape[0]),
+        critic_form=pick(critic_rows.shape[0]),
     )
 
 
@@ -492,8 +532,8 @@ def _setup(env, params, config: Config, model: common.TabularModel) -> _Setup:
 
 def _init(key: Array, setup: _Setup, num_constraints: int, cfg: Config) -> TrainState:
     keys = jax.random.split(key, 3)
-    x = setup.rows[:1]
-    net_params = {name: setup.modules[name].init(k, x) for name, k in zip(("actor", "reward_critic", "cost_critic"), keys)}
+    inputs = {"actor": setup.rows[:1], "reward_critic": setup.critic_rows[:1], "cost_critic": setup.critic_rows[:1]}
+    net_params = {name: setup.modules[name].init(k, inputs[name]) for name, k in zip(("actor", "reward_critic", "cost_critic"), keys)}
     nu = jnp.broadcast_to(jnp.asarray(cfg.initial_multiplier, jnp.float32), (num_constraints,))
     zeros = jnp.zeros((num_constraints,), jnp.float32)
     return TrainState(
@@ -554,16 +594,17 @@ def update(
     logp_table = jax.nn.log_softmax(logits, axis=-1)  # (H, S, A)
     hs = jnp.broadcast_to(jnp.arange(num_stages, dtype=jnp.int32)[:, None], (num_stages, k))
     s_h = batch.states[:-1]
-    rows = setup.row_index(hs, s_h)  # (H, K)
+    rows = setup.row_index(hs, s_h)  # actor input rows, (H, K)
+    crows = setup.row_index(hs, s_h, critic=True)  # critic input rows, (H, K)
     logp_rows = logp_table[hs, s_h]  # (H, K, A)
     logp_old = jnp.take_along_axis(logp_rows, batch.actions[..., None], axis=-1)[..., 0]
     entropy = -jnp.mean(jnp.sum(jnp.exp(logp_rows) * logp_rows, axis=-1))
 
     # --- critics at the visited states (real units) and GAE with exact terminal values
-    value_table = setup.rows.shape[0] <= n_samples
+    value_table = setup.critic_rows.shape[0] <= n_samples
     values = jnp.concatenate(
-        [setup.apply("reward_critic", p["reward_critic"], rows, value_table),
-         setup.apply("cost_critic", p["cost_critic"], rows, value_table)], axis=-1,
+        [setup.apply("reward_critic", p["reward_critic"], crows, value_table),
+         setup.apply("cost_critic", p["cost_critic"], crows, value_table)], axis=-1,
     ) * setup.value_scale  # (H, K, 1+M)
     adv, targets = advantages_and_targets(batch, values, cfg.gamma, cfg.gae_lambda)
 
@@ -581,6 +622,7 @@ def update(
         adv_r, adv_c = normalise_advantages(adv_r, adv_c)
     data = {
         "rows": rows.reshape(-1),
+        "crows": crows.reshape(-1),
         "actions": batch.actions.reshape(-1),
         "logp_old": logp_old.reshape(-1),
         "adv": penalised_advantage(adv_r, adv_c, nu).reshape(-1),
@@ -589,7 +631,7 @@ def update(
 
     frac = 1.0 - st.step.astype(jnp.float32) / cfg.num_iterations if cfg.anneal_lr else 1.0
     tx = _optimizer(cfg, frac)
-    table = setup.form == "table"
+    table, critic_table = setup.form == "table", setup.critic_form == "table"
     mb_size = n_samples // cfg.num_minibatches
 
     def loss_fn(net, mb):
@@ -598,8 +640,8 @@ def update(
         surrogate = clipped_surrogate(logp, mb["logp_old"], mb["adv"], cfg.clip_eps)
         ent = -jnp.sum(jnp.exp(lg) * lg, axis=-1)
         actor_loss = -jnp.mean(surrogate) - cfg.entropy_coef * jnp.mean(ent)
-        v_r = setup.apply("reward_critic", net["reward_critic"], mb["rows"], table)
-        v_c = setup.apply("cost_critic", net["cost_critic"], mb["rows"], table)
+        v_r = setup.apply("reward_critic", net["reward_critic"], mb["crows"], critic_table)
+        v_c = setup.apply("cost_critic", net["cost_critic"], mb["crows"], critic_table)
         t = mb["targets"]
         value_loss = jnp.mean((v_r[:, 0] - t[:, 0]) ** 2) + jnp.mean(jnp.sum((v_c - t[:, 1:]) ** 2, axis=-1))
         log_ratio = logp - mb["logp_old"]

@@ -263,6 +263,7 @@ def test_works_with_tabular_env_and_two_constraints():
         (dict(critic_step=PowerSchedule(1.0, 0.55, -1.0)), r"critic_step.decay must be > 0"),
         (dict(theta_bound=0.0), r"theta_bound must be > 0"),
         (dict(trace=1.5), r"trace must lie in \[0, 1\]"),
+        (dict(policy_averaging=1.0), r"policy_averaging must lie in \[0, 1\)"),
         (dict(initial_multiplier=30.0), r"initial_multiplier must lie in \[0, multiplier_max"),
         (dict(episodes_per_iteration=0), r"episodes_per_iteration must be an integer >= 1"),
         (dict(variant="fast"), r"variant must be one of 'paper', 'improved'"),
@@ -327,3 +328,23 @@ def test_improved_multiplier_is_pi_controlled():
     integral = np.clip(cfg.multiplier_step(0) * violation, 0.0, cfg.multiplier_max)
     np.testing.assert_allclose(new.multiplier_integral, integral, rtol=1e-5)
     np.testing.assert_allclose(new.multipliers, np.clip(integral + 0.3 * violation, 0.0, cfg.multiplier_max), rtol=1e-5)
+
+
+def test_reported_policy_is_the_polyak_average():
+    """theta_bar(n+1) = beta theta_bar(n) + (1 - beta) theta(n+1), theta_bar(0) = theta(0) = 0;
+    policy_table reports softmax of theta_bar (of theta itself when beta = 0)."""
+    cfg = TINY_CONFIG.replace(num_iterations=6, eval_every=0, policy_averaging=0.6)
+    learner = fc.make_learner(TINY, TINY.default_params, cfg)
+    step = jax.jit(lambda c: learner.step(c, cfg))
+    carry = learner.init(jax.random.key(4), cfg)
+    expected = np.zeros_like(np.asarray(carry.state.theta))
+    for _ in range(6):
+        carry, _ = step(carry)
+        expected = 0.6 * expected + 0.4 * np.asarray(carry.state.theta)
+    np.testing.assert_allclose(carry.state.theta_average, expected, rtol=1e-5, atol=1e-6)
+    table = fc.policy_table(carry.state, TINY, TINY.default_params)
+    feats = features.build(cfg.features, TINY)
+    np.testing.assert_allclose(table, jax.nn.softmax(fc._logits_table(jnp.asarray(expected), feats), -1), atol=1e-6)
+    last = fc.policy_table(carry.state.replace(theta_average=None), TINY, TINY.default_params)
+    np.testing.assert_allclose(last, jax.nn.softmax(fc._logits_table(carry.state.theta, feats), -1), atol=1e-6)
+    assert not np.allclose(table, last)

@@ -186,6 +186,22 @@ def check_assumption3(owner: str, schedules: dict[str, PowerSchedule]) -> None:
             )
 
 
+def check_schedules(owner: str, schedules: dict[str, PowerSchedule], assumption3: bool = True) -> None:
+    """Validate the learner's step-size schedules (fastest first): against Assumption 3
+    (:func:`check_assumption3`) when ``assumption3``, else only that each is a
+    :class:`PowerSchedule` with init > 0, decay > 0 and power >= 0 (e.g. constant step sizes,
+    outside the paper's theory)."""
+    if assumption3:
+        check_assumption3(owner, schedules)
+        return
+    for name, s in schedules.items():
+        if not isinstance(s, PowerSchedule):
+            raise ValueError(f"{owner}.{name} must be a PowerSchedule, found {type(s).__name__}")
+        check_positive(owner, f"{name}.init", s.init)
+        check_positive(owner, f"{name}.decay", s.decay)
+        check_positive(owner, f"{name}.power", s.power, allow_zero=True)
+
+
 # ----------------------------------------------------------------------------- multipliers
 
 
@@ -527,6 +543,33 @@ def observation_to_index(env) -> Callable[[Array], Array]:
             return row * size + col
         return decode
     raise ValueError(f"policy: cannot recover the state index from {type(env).__name__} observations {name!r}")
+
+
+def sampling_policy(cdf_of: Callable[[Array, Array], Array]) -> Callable[[Array, Array, Array], Array]:
+    """A :data:`fhc_jax.rollout.Policy` ``act(key, observation, h) -> action`` that samples by
+    inverse CDF from ``cdf_of(observation, h)`` (cumulative action weights, (A,)), with one
+    uniform per call; it implements the fast protocol ``action_from_uniform`` of
+    :func:`fhc_jax.rollout` (``act(key, ...) == action_from_uniform(uniform(key), ...)``)."""
+
+    def action_from_uniform(u: Array, observation: Array, h: Array) -> Array:
+        cdf = cdf_of(observation, h)
+        return inverse_cdf(cdf, u, cdf.shape[-1] - 1)
+
+    def act(key: Array, observation: Array, h: Array) -> Array:
+        return action_from_uniform(jax.random.uniform(key, (), jnp.float32), observation, h)
+
+    act.action_from_uniform = action_from_uniform
+    return act
+
+
+def table_policy(table: Array, env) -> Callable[[Array, Array, Array], Array]:
+    """:func:`sampling_policy` of a policy table (H, S, A) in ``env``: recovers the state index
+    from the environment's observation (:func:`observation_to_index`). The returned function
+    closes over the table: pass it to ``rollout`` un-jitted, or build it inside the jitted
+    function that calls ``rollout``."""
+    cdf = jnp.cumsum(table, axis=-1)
+    to_index = observation_to_index(env)
+    return sampling_policy(lambda observation, h: cdf[h, to_index(observation)])
 
 
 # ----------------------------------------------------------------------------- advantages

@@ -516,30 +516,17 @@ def policy(train_state: TrainState, env, params=None) -> Callable[[Array, Array,
     recovered from the observation (:func:`fhc_jax.algos.common.observation_to_index`)
     and the action drawn from :func:`policy_table`. Either way it samples the same policy.
     """
-    num_actions = env.num_actions
-    if env.encoder.name == train_state.observation:
-        actor, _ = _modules(train_state, num_actions, 1 + env.num_constraints)
-        actor_params = train_state.actor
+    if env.encoder.name != train_state.observation:
+        return common.table_policy(policy_table(train_state, env, params), env)
+    actor, _ = _modules(train_state, env.num_actions, 1 + env.num_constraints)
+    actor_params = train_state.actor
 
-        def cdf_of(observation: Array, h: Array) -> Array:
-            del h
-            logits = actor.apply(actor_params, jnp.asarray(observation, jnp.float32))
-            return jnp.cumsum(jax.nn.softmax(logits, axis=-1), axis=-1)
-    else:
-        cdf = jnp.cumsum(policy_table(train_state, env, params), axis=-1)
-        to_index = common.observation_to_index(env)
+    def cdf_of(observation: Array, h: Array) -> Array:
+        del h  # stationary
+        logits = actor.apply(actor_params, jnp.asarray(observation, jnp.float32))
+        return jnp.cumsum(jax.nn.softmax(logits, axis=-1), axis=-1)
 
-        def cdf_of(observation: Array, h: Array) -> Array:
-            return cdf[h, to_index(observation)]
-
-    def action_from_uniform(u: Array, observation: Array, h: Array) -> Array:
-        return common.inverse_cdf(cdf_of(observation, h), u, num_actions - 1)
-
-    def act(key: Array, observation: Array, h: Array) -> Array:
-        return action_from_uniform(jax.random.uniform(key, (), jnp.float32), observation, h)
-
-    act.action_from_uniform = action_from_uniform  # fast path of fhc_jax.rollout
-    return act
+    return common.sampling_policy(cdf_of)
 
 
 def make_learner(env, params, config: Config) -> common.Learner:

@@ -174,15 +174,7 @@ class Config:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{own}.{name} must be True or False, found {getattr(self, name)!r}")
         schedules = {"critic_step": self.critic_step, "actor_step": self.actor_step, "multiplier_step": self.multiplier_step}
-        if self.check_step_sizes:
-            common.check_assumption3(own, schedules)
-        else:
-            for name, s in schedules.items():
-                if not isinstance(s, PowerSchedule):
-                    raise ValueError(f"{own}.{name} must be a PowerSchedule, found {type(s).__name__}")
-                common.check_positive(own, f"{name}.init", s.init)
-                common.check_positive(own, f"{name}.decay", s.decay)
-                common.check_positive(own, f"{name}.power", s.power, allow_zero=True)
+        common.check_schedules(own, schedules, self.check_step_sizes)
         common.check_positive(own, "multiplier_max", self.multiplier_max)
         common.check_positive(own, "initial_multiplier", self.initial_multiplier, allow_zero=True)
         mx = common._real(own, "multiplier_max", self.multiplier_max)
@@ -632,17 +624,7 @@ def policy(train_state: TrainState, env, params, config: Config) -> Callable[[Ar
     stage h at the state the observation encodes (via the policy table; one uniform per call).
     The environment's own encoder must let the state index be recovered (any of the
     gridworld's encoders)."""
-    cdf = jnp.cumsum(policy_table(train_state, env, params, config), axis=-1)
-    to_index = common.observation_to_index(env)
-
-    def action_from_uniform(u: Array, observation: Array, h: Array) -> Array:
-        return common.inverse_cdf(cdf[h, to_index(observation)], u, cdf.shape[-1] - 1)
-
-    def act(key: Array, observation: Array, h: Array) -> Array:
-        return action_from_uniform(jax.random.uniform(key, (), cdf.dtype), observation, h)
-
-    act.action_from_uniform = action_from_uniform
-    return act
+    return common.table_policy(policy_table(train_state, env, params, config), env)
 
 
 # ----------------------------------------------------------------------------- training

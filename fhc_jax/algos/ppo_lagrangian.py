@@ -739,17 +739,12 @@ def policy(train_state: TrainState, env, params=None) -> Callable[[Array, Array,
     actor = _modules(env.num_actions, env.num_constraints, train_state)["actor"]
     actor_params = train_state.params["actor"]
 
-    def action_from_uniform(u: Array, observation: Array, h: Array) -> Array:
+    def cdf_of(observation: Array, h: Array) -> Array:
         del h  # stationary
         x = jnp.asarray(observation, jnp.float32)
-        cdf = jnp.cumsum(jax.nn.softmax(actor.apply(actor_params, x), axis=-1), axis=-1)
-        return common.inverse_cdf(cdf, u, cdf.shape[-1] - 1)
+        return jnp.cumsum(jax.nn.softmax(actor.apply(actor_params, x), axis=-1), axis=-1)
 
-    def act(key: Array, observation: Array, h: Array) -> Array:
-        return action_from_uniform(jax.random.uniform(key, (), jnp.float32), observation, h)
-
-    act.action_from_uniform = action_from_uniform  # fast path of fhc_jax.rollout
-    return act
+    return common.sampling_policy(cdf_of)
 
 
 def make_learner(env, params, config: Config) -> common.Learner:

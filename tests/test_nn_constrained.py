@@ -238,6 +238,7 @@ def test_tabular_env_one_hot_input_and_hyperparameter_vmap():
         (dict(output_scale=-1.0), "output_scale"),
         (dict(actor_epochs=0), "actor_epochs"),
         (dict(logit_step=0.0), "logit_step"),
+        (dict(policy_averaging=1.0), r"policy_averaging must lie in \[0, 1\)"),
     ],
 )
 def test_config_validation(changes, match):
@@ -249,3 +250,19 @@ def test_unsupported_observation_is_refused_before_compiling():
     env = TabularEnv(random_cmdp(0))
     with pytest.raises(ValueError, match="observation"):
         nc.make_train(env, env.default_params, nc.Config(observation="xy"))
+
+
+def test_reported_actor_is_the_polyak_average():
+    cfg = TINY_CONFIG.replace(num_iterations=3, eval_every=0, policy_averaging=0.5)
+    learner = nc.make_learner(TINY, TINY.default_params, cfg)
+    carry = learner.init(jax.random.key(2), cfg)
+    expected = carry.state.actor
+    step = jax.jit(lambda c: learner.step(c, cfg))
+    for _ in range(3):
+        carry, _ = step(carry)
+        expected = jax.tree.map(lambda e, a: 0.5 * e + 0.5 * a, expected, carry.state.actor)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), carry.state.actor_average, expected)
+    table = nc.policy_table(carry.state, TINY, TINY.default_params, cfg)
+    last = nc.policy_table(carry.state.replace(actor_average=None), TINY, TINY.default_params, cfg)
+    np.testing.assert_allclose(table, learner.policy_table(carry.state), atol=1e-6)
+    assert not np.allclose(table, last)

@@ -149,6 +149,13 @@ def check_range(owner: str, name: str, value: Any, low: float, high: float) -> N
         raise ValueError(f"{owner}.{name} must lie in [{low:g}, {high:g}], found {_fmt(arr)}")
 
 
+def check_averaging(owner: str, name: str, value: Any) -> None:
+    """Raise ``ValueError`` unless 0 <= value < 1 (an averaging weight)."""
+    arr = _real(owner, name, value)
+    if arr is not None and (np.any(arr < 0) or np.any(arr >= 1)):
+        raise ValueError(f"{owner}.{name} must lie in [0, 1), found {_fmt(arr)}")
+
+
 def check_assumption3(owner: str, schedules: dict[str, PowerSchedule]) -> None:
     """Validate fast-to-slow schedules against the paper's Assumption 3.
 

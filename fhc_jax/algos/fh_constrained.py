@@ -208,9 +208,7 @@ class Config:
             )
         common.check_range(own, "trace", self.trace, 0.0, 1.0)
         common.check_positive(own, "multiplier_gain", self.multiplier_gain, allow_zero=True)
-        beta = common._real(own, "policy_averaging", self.policy_averaging)
-        if beta is not None and (np.any(beta < 0) or np.any(beta >= 1)):
-            raise ValueError(f"{own}.policy_averaging must lie in [0, 1), found {common._fmt(beta)}")
+        common.check_averaging(own, "policy_averaging", self.policy_averaging)
 
     def replace(self, **changes) -> "Config":
         """A validated copy with some fields changed."""

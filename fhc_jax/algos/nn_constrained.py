@@ -129,6 +129,11 @@ class Config:
         output_scale: initial scale of the actors' output layer (> 0; small = near-uniform
             initial policy).
         logit_step: eta > 0, the improved actor's step in logit space (module docstring).
+        policy_averaging: beta in [0, 1): the reported policy (:func:`policy_table`, the exact
+            evaluations in the metrics) is the actor with the exponential Polyak average of its
+            parameters, bar <- beta bar + (1 - beta) params(n+1); 0 reports the last iterate.
+            Rollouts use the current actor. As in FH-Constrained: the last iterate drifts by a
+            few cost units around alpha near nu*, the average does not.
     """
 
     num_iterations: int = 1500
@@ -153,6 +158,7 @@ class Config:
     multiplier_gain: float = 0.02
     output_scale: float = 0.1
     logit_step: float = 1.0
+    policy_averaging: float = 0.99
 
     def __post_init__(self):
         own = "Config"
@@ -187,6 +193,7 @@ class Config:
         common.check_positive(own, "multiplier_gain", self.multiplier_gain, allow_zero=True)
         common.check_positive(own, "output_scale", self.output_scale)
         common.check_positive(own, "logit_step", self.logit_step)
+        common.check_averaging(own, "policy_averaging", self.policy_averaging)
 
     def replace(self, **changes) -> "Config":
         """A validated copy with some fields changed."""
@@ -205,6 +212,8 @@ class TrainState:
         multipliers: penalties nu = -lambda >= 0 used in c_h, (M,).
         multiplier_integral: integral part nu_I (= multipliers in the paper variant), (M,).
         step: updates done, n, int32 ().
+        actor_average: exponential Polyak average of the actor params (weight
+            ``Config.policy_averaging``), the reported policy; None: report ``actor``.
     """
 
     actor: Any
@@ -215,6 +224,7 @@ class TrainState:
     multipliers: Array
     multiplier_integral: Array
     step: Array
+    actor_average: Any = None
 
 
 @struct.dataclass
@@ -323,6 +333,7 @@ def init(key: Array, env, params, config: Config) -> TrainState:
     nu = jnp.broadcast_to(jnp.asarray(config.initial_multiplier, jnp.float32), (env.num_constraints,))
     return TrainState(
         actor=actor,
+        actor_average=actor,
         critic=critic,
         cost_critic=cost_critic,
         actor_opt=_optimizer(config, config.actor_step).init(actor),
@@ -584,6 +595,10 @@ def update(
         multipliers=nu,
         multiplier_integral=integral,
         step=n + 1,
+        actor_average=None if train_state.actor_average is None else jax.tree.map(
+            lambda avg, new: config.policy_averaging * avg + (1.0 - config.policy_averaging) * new,
+            train_state.actor_average, actor,
+        ),
     )
     metrics = {
         "reward": jnp.mean(batch.episode_rewards),
@@ -616,7 +631,12 @@ def policy_table(train_state: TrainState, env, params, config: Config) -> Array:
     extra = jax.tree.leaves(train_state.actor)[0].ndim - jax.tree.leaves(template)[0].ndim
     for _ in range(extra):
         fn = jax.vmap(fn)
-    return fn(train_state.actor)
+    return fn(reported_actor(train_state))
+
+
+def reported_actor(train_state: TrainState) -> Any:
+    """The actor params of the reported policy: the Polyak average when kept, else the iterate."""
+    return train_state.actor if train_state.actor_average is None else train_state.actor_average
 
 
 def policy(train_state: TrainState, env, params, config: Config) -> Callable[[Array, Array, Array], Array]:
@@ -658,7 +678,7 @@ def make_learner(env, params, config: Config) -> common.Learner:
         st, m = update(carry.state, batch, nets, obs_table, thresholds, cfg)
         return common.Carry(state=st, key=key), m
 
-    table_fn = lambda st: _table(nets, st.actor, obs_table)
+    table_fn = lambda st: _table(nets, reported_actor(st), obs_table)
     return common.Learner(
         config=config,
         init=init_fn,

@@ -5,6 +5,8 @@
   (config.json, metrics.csv, summary.json, policy.npz, checkpoints/, plots/); ``--resume``.
 * ``fhc-jax plot RUN_DIR``: redraw a run directory's figures from its files.
 * ``fhc-jax sweep``: a grid of numeric hyperparameters x seeds as one sharded program.
+* ``fhc-jax compare``: the paper's comparison (FH-Constrained, NN-Constrained, PPO-Lagrangian,
+  CPO; both inputs where they apply) -> a table, JSON and a Fig. 1-style figure.
 
 Configuration errors (unknown keys, wrong types, out-of-range values) and unusable output
 directories are reported with exit status 2 before anything is compiled.
@@ -170,6 +172,28 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from fhc_jax.experiment import compare
+
+    try:  # validated before anything is compiled
+        if args.seeds < 1:
+            raise ValueError(f"--seeds must be an integer >= 1, found {args.seeds}")
+        runs = compare.select_runs(args.algos, args.inputs)
+        compare.build_specs(runs, args.seeds, args.set or ())
+        try:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ValueError(f"--out {args.out}: {err}") from None
+        result = compare.run_comparison(runs, seeds=args.seeds, overrides=args.set or (), quiet=args.quiet)
+    except ValueError as err:
+        return _error("compare", err)
+    paths = compare.write_outputs(result, args.out, stem=args.name)
+    print(compare.format_markdown(result))
+    for path in paths.values():
+        print(f"wrote {path}")
+    return 0
+
+
 def _add_config_options(p: argparse.ArgumentParser) -> None:
     from fhc_jax.experiment.registry import ALGORITHMS
 
@@ -223,6 +247,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--distributed", action="store_true",
                    help="call jax.distributed.initialize() first (multi-host; run on every host)")
     p.set_defaults(func=_cmd_sweep)
+
+    from fhc_jax.experiment.registry import ALGORITHMS
+
+    p = sub.add_parser("compare", help="the paper's comparison of the learners -> table, JSON, figure",
+                       description="Train FH-Constrained, NN-Constrained (xy), PPO-Lagrangian and CPO (xy and "
+                                   "xyt) with their default configs on several seeds each and judge them by "
+                                   "the paper's metric (last 10,000 episodes) and exactly (fhc_jax.solve). "
+                                   "Writes NAME.json, NAME.md (the table) and NAME.png (the figure) to --out.")
+    p.add_argument("--seeds", type=int, default=5, help="seeds per run, vmapped (default 5)")
+    p.add_argument("--algos", nargs="+", choices=tuple(ALGORITHMS), default=None, help="learners (default all)")
+    p.add_argument("--inputs", nargs="+", choices=("xy", "xyt"), default=None,
+                   help="network inputs of the baselines (default both; NN-Constrained runs xy only)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="env.* (e.g. env.size=4), a setting of every learner that has it (num_iterations=20), "
+                        "or ALGO.key for one learner (cpo.num_iterations=50); repeatable")
+    p.add_argument("--out", default="benchmarks/results", help="output folder (default benchmarks/results)")
+    p.add_argument("--name", default="reproduce_paper", help="file name stem (default reproduce_paper)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_cmd_compare)
     return parser
 
 

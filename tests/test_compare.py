@@ -1,0 +1,127 @@
+"""The paper's comparison (``fhc-jax compare``, ``fhc_jax.experiment.compare``) end to end on a
+tiny gridworld: every learner, 2 seeds, a few iterations; the table, JSON and figure must be
+written and agree with each other and with exact evaluation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from fhc_jax.cli import main
+from fhc_jax.experiment import compare, config_io, summary as summ
+
+TINY = ["env.size=3", "env.horizon=4", "env.alpha=3.0", "num_iterations=6", "episodes_per_iteration=8",
+        "run.chunk_size=3", "cpo.episodes_per_iteration=16"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The CLI on every learner with input xy (the xyt runs compile the same programs with another
+    input; their selection is tested without compiling below)."""
+    out = tmp_path_factory.mktemp("compare")
+    argv = ["compare", "--seeds", "2", "--inputs", "xy", "--out", str(out), "--quiet"]
+    for s in TINY:
+        argv += ["--set", s]
+    assert main(argv) == 0
+    return out, json.loads((out / "reproduce_paper.json").read_text())
+
+
+def test_outputs_written_and_consistent(tiny):
+    out, res = tiny
+    assert [r["name"] for r in res["runs"]] == ["FH-Constrained", "NN-Constrained (xy)", "PPO-Lagrangian (xy)", "CPO (xy)"]
+    assert res["seeds"] == 2 and res["thresholds"] == [3.0] and res["env"]["size"] == 3
+    assert res["optimum"]["reward"] > 0 and res["unconstrained"]["reward"] >= res["optimum"]["reward"] - 1e-6
+    assert res["optimum"]["costs"][0] == pytest.approx(3.0, abs=1e-6)
+    for key in ("cpu_model", "cpu_count", "device"):
+        assert key in res["hardware"]
+    assert "source" in res and (res["source"] is None or len(res["source"]["commit"]) == 40)
+    assert res["versions"]["jax"] and res["timing"]["total_wall_s"] >= res["timing"]["runs_wall_s"] > 0
+    md = (out / "reproduce_paper.md").read_text()
+    assert (out / "reproduce_paper.png").stat().st_size > 10_000
+    lines = [line for line in md.splitlines() if line.startswith("|")]
+    assert len(lines) == 2 + len(res["runs"]) + 2  # header, rule, runs, the two optima
+    for row, line in zip(res["runs"], lines[2:]):
+        assert row["num_iterations"] == 6
+        k = row["episodes_per_iteration"]
+        assert k == (16 if row["algo"] == "cpo" else 8)
+        assert row["changed_settings"]["num_iterations"] == 6
+        assert row["settings"]["num_iterations"] == 6 and row["settings"]["episodes_per_iteration"] == k
+        # the whole run is shorter than 10,000 episodes: the window is every iteration
+        assert row["paper_metric"]["window_iterations"] == 6
+        assert row["paper_metric"]["window_episodes"] == 6 * k
+        ex = row["exact"]
+        for s in (ex["reward"], ex["costs"][0], row["paper_metric"]["reward"]):
+            assert len(s["per_seed"]) == 2
+            assert s["mean"] == pytest.approx(np.mean(s["per_seed"]))
+            assert s["min"] <= s["mean"] <= s["max"]
+        costs = np.array(ex["costs"][0]["per_seed"])
+        assert ex["violating_seeds"] == int(np.sum(costs > 3.0 * (1 + compare.TOLERANCE)))
+        assert ex["gap"]["mean"] == pytest.approx(res["optimum"]["reward"] - ex["reward"]["mean"], abs=1e-9)
+        assert ex["reward"]["max"] <= res["optimum"]["reward"] + 1e-4 or ex["costs"][0]["max"] > 3.0
+        assert line.startswith(f"| {row['label']} | {row['input']} | 6 x {k} * |")
+        assert f"{ex['reward']['mean']:.2f} ± {ex['reward']['std']:.2f}" in line
+        assert f"{ex['violating_seeds']}/2 | {row['paper_metric']['violating_seeds']}/2" in line
+        assert row["timing"]["wall_s"] >= row["timing"]["compile_s"] > 0
+        assert row["exact_curve"]["iterations"] == [0, 3, 6]
+    assert f"{res['optimum']['reward']:.2f}" in lines[-2] and "Exact optimum" in lines[-2]
+    assert "Total wall time" in md and "load average" in md
+
+
+def test_exact_values_match_fhc_evaluate():
+    """The exact columns are fhc_jax.evaluate of the returned final policies; the paper metric is
+    the mean of the per-iteration batch means over the window."""
+    res = compare.run_comparison(compare.select_runs(["fh-constrained"]), seeds=2, overrides=TINY[:-1],
+                                 quiet=True, keep_policies=True)
+    spec = compare.build_specs(compare.select_runs(["fh-constrained"]), 2, TINY[:-1])[0]
+    env, params = spec.make_env()
+    ev = summ.evaluate_policies(env.to_cmdp(params), res["_policies"][0])
+    row = res["runs"][0]
+    np.testing.assert_allclose(row["exact"]["reward"]["per_seed"], ev["reward"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(row["exact"]["costs"][0]["per_seed"], ev["costs"][:, 0], rtol=1e-5, atol=1e-5)
+
+
+def test_judge_run_window_and_violations():
+    r, n, k = 3, 100, 256
+    metrics = {"reward": np.tile(np.arange(n, dtype=float), (r, 1)), "costs": np.full((r, n, 1), 20.0)}
+    metrics["costs"][1, -5:, 0] = 100.0  # seed 1's last iterations: mean over the window > alpha
+    out = compare.judge_run(metrics, np.array([40.0, 41.0, 42.0]), np.array([[25.4], [25.6], [10.0]]),
+                            np.array([25.0]), k, {"reward": 45.0})
+    window = math.ceil(10_000 / k)
+    assert out["paper_metric"]["window_iterations"] == window == 40
+    assert out["paper_metric"]["reward"]["mean"] == pytest.approx(np.mean(np.arange(n - window, n)))
+    assert out["paper_metric"]["violating_seeds"] == 1
+    assert out["paper_metric"]["fraction_of_window_iterations_above_alpha"] == pytest.approx(5 / (3 * 40))
+    # 25.4 is within 2% of 25, 25.6 is not
+    assert out["exact"]["violating_seeds"] == 1 and out["exact"]["violation_rate"] == pytest.approx(1 / 3)
+    assert out["exact"]["gap"]["per_seed"] == pytest.approx([5.0, 4.0, 3.0])
+
+
+def test_selection_and_settings_validation():
+    names = [r.name for r in compare.select_runs()]
+    assert names == ["FH-Constrained", "NN-Constrained (xy)", "PPO-Lagrangian (xy)", "PPO-Lagrangian (xyt)",
+                     "CPO (xy)", "CPO (xyt)"]
+    assert [r.name for r in compare.select_runs(["ppo_lagrangian", "cpo"], ["xyt"])] == [
+        "PPO-Lagrangian (xyt)", "CPO (xyt)"]
+    with pytest.raises(ValueError, match="no run"):
+        compare.select_runs(["nn-constrained"], ["xyt"])
+    specs = compare.build_specs(compare.select_runs(["fh-constrained", "cpo"], ["xyt"]), 3,
+                                ["env.size=4", "cpo.num_iterations=7", "theta_bound=2.0"])
+    assert [s.algo for s in specs] == ["fh-constrained", "cpo"]
+    assert all(s.env["size"] == 4 and s.seeds == 3 for s in specs)
+    assert specs[1].learner.num_iterations == 7 and specs[1].learner.observation == "xyt"
+    assert specs[0].learner.num_iterations == 1600 and specs[0].learner.theta_bound == 2.0
+    for bad in (["nope=1"], ["cpo.nope=1"], ["env.nope=1"], ["observation=xyt"]):
+        with pytest.raises(config_io.ConfigError):
+            compare.build_specs(compare.select_runs(["fh-constrained", "cpo"]), 2, bad)
+    with pytest.raises(config_io.ConfigError, match="not among"):
+        compare.build_specs(compare.select_runs(["cpo"]), 2, ["ppo-lag.num_iterations=3"])
+
+
+def test_cli_rejects_bad_settings_before_compiling(tmp_path, capsys):
+    assert main(["compare", "--set", "num_iterations=0", "--out", str(tmp_path)]) == 2
+    assert "num_iterations" in capsys.readouterr().err
+    assert main(["compare", "--seeds", "0", "--out", str(tmp_path)]) == 2
+    assert not list(tmp_path.iterdir())

@@ -31,6 +31,7 @@ import numpy as np
 import fhc_jax as fhc
 from fhc_jax.algos import fh_constrained as fc
 from fhc_jax.experiment import checkpoint, rundir
+from fhc_jax.experiment.config_io import RUN_DEFAULTS
 from fhc_jax.experiment.progress import Progress
 from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
 
@@ -41,6 +42,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--iterations", type=int, default=1600)
     ap.add_argument("--chunk-size", type=int, default=100)
+    ap.add_argument("--checkpoint-every", type=int, default=RUN_DEFAULTS["checkpoint_every"],
+                    help="chunks between checkpoints of the default-checkpointing mode (default: fhc-jax train's)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "chunked_training.json"))
     args = ap.parse_args()
 
@@ -65,7 +68,7 @@ def main() -> None:
     trainer = ChunkedTrainer(learner, args.seeds, args.chunk_size)
     thresholds = np.asarray(params.thresholds)
 
-    def run_chunked(ckpt_dir: Path | None) -> tuple[float, object]:
+    def run_chunked(ckpt_dir: Path | None, every: int = 1) -> tuple[float, object]:
         sink = io.StringIO()
         progress = Progress("bench", args.iterations, args.seeds, cfg.episodes_per_iteration * env.horizon,
                             thresholds, sink)
@@ -75,7 +78,7 @@ def main() -> None:
             progress(st)
             rundir.write_bytes_atomic(tmp / "metrics.csv", rundir.metrics_csv(
                 st.metrics, st.exact_iterations, st.exact_reward, st.exact_costs, st.iteration).encode())
-            if ckpt_dir is not None:
+            if ckpt_dir is not None and (st.iteration // args.chunk_size % every == 0 or st.iteration == args.iterations):
                 checkpoint.save(ckpt_dir, trainer, st)
 
         t0 = time.perf_counter()
@@ -85,17 +88,20 @@ def main() -> None:
 
     run_chunked(None)  # compiles init + chunk programs
     chunk_compile = trainer.compile_s
-    chunk_times, ckpt_times = [], []
+    chunk_times, ckpt_times, default_times = [], [], []
     for _ in range(args.repeats):
         t, st = run_chunked(None)
         chunk_times.append(t)
         t, _ = run_chunked(Path(tempfile.mkdtemp()) / "ckpt")
         ckpt_times.append(t)
+        t, _ = run_chunked(Path(tempfile.mkdtemp()) / "ckpt", args.checkpoint_every)
+        default_times.append(t)
     same = bool(np.array_equal(np.asarray(out.state.theta), trainer.host_carry(st.carry).state.theta))
 
     rows = [("monolithic make_train", mono_compile, mono_times),
             ("chunked + progress + metrics.csv", chunk_compile, chunk_times),
-            ("chunked + checkpoint every chunk", chunk_compile, ckpt_times)]
+            ("chunked + checkpoint every chunk", chunk_compile, ckpt_times),
+            (f"chunked + checkpoint every {args.checkpoint_every} chunks (fhc-jax train default)", chunk_compile, default_times)]
     base = float(np.median(mono_times))
     print(f"FH-Constrained, default gridworld, {args.iterations} updates x K={cfg.episodes_per_iteration}, "
           f"{args.seeds} seed(s), chunk_size={args.chunk_size}, {args.repeats} repeats, {jax.devices()[0].device_kind}")

@@ -68,7 +68,7 @@ _ENV_TYPES: dict[str, str] = {
 
 #: How an experiment runs. ``chunk_size = 0``: the learner's ``eval_every`` (or 100).
 #: ``checkpoint_every``: checkpoint every this many chunks (0: only at the end).
-RUN_DEFAULTS: dict[str, Any] = {"seeds": 5, "seed": 0, "chunk_size": 0, "checkpoint_every": 1}
+RUN_DEFAULTS: dict[str, Any] = {"seeds": 5, "seed": 0, "chunk_size": 0, "checkpoint_every": 4}
 _RUN_RANGES: dict[str, int] = {"seeds": 1, "seed": 0, "chunk_size": 0, "checkpoint_every": 0}
 
 #: feature-spec kinds settable through ``features.kind``

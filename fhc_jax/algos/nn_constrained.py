@@ -151,7 +151,7 @@ class Config:
     check_step_sizes: bool = True
     critic_step: PowerSchedule = PowerSchedule(init=0.05, power=0.55, decay=500.0)
     actor_step: PowerSchedule = PowerSchedule(init=0.03, power=0.7, decay=500.0)
-    multiplier_step: PowerSchedule = PowerSchedule(init=3e-4, power=0.8, decay=1000.0)
+    multiplier_step: PowerSchedule = PowerSchedule(init=1e-3, power=0.8, decay=1000.0)
     multiplier_max: float = 20.0
     initial_multiplier: float = 0.0
     trace: float = 0.5

@@ -31,6 +31,7 @@ import numpy as np
 import fhc_jax as fhc
 from fhc_jax.algos import cpo
 from fhc_jax.envs import GridWorld
+from timing import compile_and_time
 
 
 def _block(x):
@@ -89,17 +90,7 @@ def quality(env, params, config: cpo.Config, seeds: int = 5) -> dict:
 
 def steps_per_second(env, params, observation: str, k: int, iterations: int, repeats: int = 3) -> dict:
     cfg = cpo.Config(num_iterations=iterations, episodes_per_iteration=k, eval_every=0, observation=observation)
-    train = jax.jit(cpo.make_train(env, params, cfg))
-    key = jax.random.key(0)
-    t0 = time.perf_counter()
-    compiled = train.lower(key).compile()
-    compile_s = time.perf_counter() - t0
-    times = []
-    for r in range(repeats):
-        t0 = time.perf_counter()
-        _block(compiled(jax.random.key(r)))
-        times.append(time.perf_counter() - t0)
-    t = float(np.median(times))
+    compile_s, t = compile_and_time(cpo.make_train(env, params, cfg), repeats)
     return {
         "observation": observation, "K": k, "iterations": iterations,
         "compile_s": compile_s, "run_s": t,

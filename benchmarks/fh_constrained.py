@@ -34,6 +34,7 @@ import numpy as np
 import fhc_jax as fhc
 from fhc_jax.algos import common, fh_constrained as fc
 from fhc_jax.envs import GridWorld
+from timing import compile_and_time
 
 
 def _block(x):
@@ -156,17 +157,7 @@ class NumpyPaper:
 
 def jax_steps_per_second(env, params, k: int, iterations: int, form: str = "auto", repeats: int = 3) -> dict:
     cfg = fc.Config(num_iterations=iterations, episodes_per_iteration=k, eval_every=0, update_form=form)
-    train = jax.jit(fc.make_train(env, params, cfg))
-    key = jax.random.key(0)
-    t0 = time.perf_counter()
-    compiled = train.lower(key).compile()
-    compile_s = time.perf_counter() - t0
-    times = []
-    for r in range(repeats):
-        t0 = time.perf_counter()
-        _block(compiled(jax.random.key(r)))
-        times.append(time.perf_counter() - t0)
-    t = float(np.median(times))
+    compile_s, t = compile_and_time(fc.make_train(env, params, cfg), repeats)
     return {
         "K": k, "iterations": iterations, "update_form": fc.resolve_update_form(cfg, env.num_states),
         "compile_s": compile_s, "run_s": t,

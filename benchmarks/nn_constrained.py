@@ -35,6 +35,7 @@ import optax
 import fhc_jax as fhc
 from fhc_jax.algos import nn_constrained as nc
 from fhc_jax.envs import GridWorld
+from timing import compile_and_time
 
 
 def _block(x):
@@ -111,16 +112,7 @@ def capacity(env, params, config: nc.Config, steps: int = 4000) -> dict:
 
 def steps_per_second(env, params, k: int, iterations: int, repeats: int = 3) -> dict:
     cfg = nc.Config(num_iterations=iterations, episodes_per_iteration=k, eval_every=0)
-    train = jax.jit(nc.make_train(env, params, cfg))
-    t0 = time.perf_counter()
-    compiled = train.lower(jax.random.key(0)).compile()
-    compile_s = time.perf_counter() - t0
-    times = []
-    for r in range(repeats):
-        t0 = time.perf_counter()
-        _block(compiled(jax.random.key(r)))
-        times.append(time.perf_counter() - t0)
-    t = float(np.median(times))
+    compile_s, t = compile_and_time(nc.make_train(env, params, cfg), repeats)
     return {"K": k, "iterations": iterations, "loss_form": nc.resolve_loss_form(cfg, env.num_states),
             "compile_s": compile_s, "run_s": t, "env_steps_per_s": iterations * k * env.horizon / t,
             "updates_per_s": iterations / t}

@@ -33,6 +33,7 @@ import numpy as np
 import fhc_jax as fhc
 from fhc_jax.algos import common, ppo_lagrangian as pl
 from fhc_jax.envs import GridWorld
+from timing import compile_and_time
 from fhc_jax.envs.gridworld import MOVES
 
 
@@ -107,17 +108,7 @@ def quality(env, params, config: pl.Config, seeds: int = 5) -> dict:
 
 def steps_per_second(env, params, k: int, iterations: int, repeats: int = 3, **changes) -> dict:
     cfg = pl.Config(num_iterations=iterations, episodes_per_iteration=k, eval_every=0, **changes)
-    train = jax.jit(pl.make_train(env, params, cfg))
-    key = jax.random.key(0)
-    t0 = time.perf_counter()
-    compiled = train.lower(key).compile()
-    compile_s = time.perf_counter() - t0
-    times = []
-    for r in range(repeats):
-        t0 = time.perf_counter()
-        _block(compiled(jax.random.key(r)))
-        times.append(time.perf_counter() - t0)
-    t = float(np.median(times))
+    compile_s, t = compile_and_time(pl.make_train(env, params, cfg), repeats)
     return {
         "K": k, "observation": cfg.observation, "iterations": iterations,
         "update_form": pl._setup(env, params, cfg, common.tabular_model(env, params)).form,

@@ -14,11 +14,14 @@ uniform per step for the slip):
 * ``numpy (1 episode)``: one episode at a time, scalar operations per step.
 
 Both record the same trajectory arrays as ``fhc_jax.rollout.Trajectory`` (states,
-observations, actions, rewards, costs, next states, terminal terms).
+observations, actions, rewards, costs, next states, terminal terms). A second table times
+Monte-Carlo evaluation, ``fhc_jax.rollout_returns`` (episode totals accumulated in the loop
+carry, no trajectory arrays written), against the numpy loop that does the same
+(``numpy_returns``).
 
 Usage::
 
-    python benchmarks/env_throughput.py [--quick] [--devices N]
+    python benchmarks/env_throughput.py [--quick] [--devices N] [--repeats R] [--batch-sizes 1,256,4096]
 
 ``--devices N`` (N > 1) splits the host CPU into N XLA devices and adds a row where the
 episodes are sharded over them (one thread each). Results go to
@@ -40,6 +43,10 @@ def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer batch sizes and repetitions")
     parser.add_argument("--devices", type=int, default=1, help="XLA host devices for a sharded row")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed runs per row, after one warm-up (default 21; --quick: 5)")
+    parser.add_argument("--batch-sizes", type=lambda v: [int(x) for x in v.split(",")], default=None,
+                        help="comma-separated K values (default 1,256,4096,16384; --quick: 1,256,4096)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "env_throughput.json"))
     return parser.parse_args()
 
@@ -54,7 +61,7 @@ import numpy as np  # noqa: E402
 
 from fhc_jax.cmdp.evaluate import evaluate  # noqa: E402
 from fhc_jax.envs import GridWorld  # noqa: E402
-from fhc_jax.rollout import episode, rollout, uniform_random_policy  # noqa: E402
+from fhc_jax.rollout import episode, rollout, rollout_returns, uniform_random_policy  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- numpy references
@@ -129,6 +136,25 @@ def numpy_one_episode(rng: np.random.Generator, t: dict) -> tuple:
     return states, obs, actions, rewards, costs, next_states, t["terminal_rewards"][s], t["terminal_costs"][:, s]
 
 
+def numpy_returns(rng: np.random.Generator, t: dict, num_episodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Episode totals only (reward (K,), costs (K, M)) of K episodes stepped together: the
+    numpy counterpart of ``fhc_jax.rollout_returns``."""
+    k = num_episodes
+    horizon, n = t["reward_map"].shape
+    keep, scale = 1.0 - t["slip"], (8.0 / t["slip"] if t["slip"] > 0 else 0.0)
+    total_r = np.zeros(k, np.float32)
+    total_c = np.zeros((t["cost_map"].shape[0], k), np.float32)
+    s = np.minimum(np.searchsorted(t["cdf"], rng.random(k) * t["cdf"][-1], side="right"), n - 1)
+    for h in range(horizon):
+        a = (rng.random(k, dtype=np.float32) * 9).astype(np.int32)
+        u = rng.random(k, dtype=np.float32)
+        j = np.clip(((u - keep) * scale).astype(np.int32), 0, 7)
+        s = t["next_state"][s, np.where(u < keep, a, j + (j >= a))]
+        total_r += t["reward_map"][h, s]
+        total_c += t["cost_map"][:, h, s]
+    return total_r + t["terminal_rewards"][s], (total_c + t["terminal_costs"][:, s]).T
+
+
 # ----------------------------------------------------------------------------- timing
 
 
@@ -152,9 +178,11 @@ def median_time(fn, repeats: int) -> tuple[float, list[float]]:
     return float(np.median(times)), times
 
 
-def bench_jax(env, params, k: int, repeats: int, sharding=None) -> dict:
+def bench_jax(env, params, k: int, repeats: int, sharding=None, returns_only: bool = False) -> dict:
     policy = uniform_random_policy(env.num_actions)
-    if sharding is None:
+    if returns_only:
+        fn = jax.jit(lambda key, p: rollout_returns(key, env, p, policy, k))
+    elif sharding is None:
         fn = jax.jit(lambda key, p: rollout(key, env, p, policy, k))
     else:  # episodes sharded over the host devices: each device runs K / D of them
         def fn_(key, p):
@@ -175,8 +203,8 @@ def main(args: argparse.Namespace) -> dict:
     params = env.default_params
     tables = numpy_tables(params, env.size)
     horizon = env.horizon
-    batch_sizes = [1, 256, 4096] if args.quick else [1, 256, 4096, 16384]
-    repeats = 3 if args.quick else 5
+    batch_sizes = args.batch_sizes or ([1, 256, 4096] if args.quick else [1, 256, 4096, 16384])
+    repeats = args.repeats or (5 if args.quick else 21)
     rng = np.random.default_rng(0)
 
     # one episode at a time (scalar numpy): time a fixed number of episodes
@@ -193,6 +221,16 @@ def main(args: argparse.Namespace) -> dict:
                          numpy_steps_per_s=k * horizon / np_s,
                          ratio_vs_numpy=jx["steps_per_s"] / (k * horizon / np_s),
                          ratio_vs_numpy_one_episode=jx["steps_per_s"] / single_rate))
+    # Monte-Carlo evaluation: episode totals only (fhc_jax.rollout_returns), no trajectory arrays
+    returns_rows = []
+    for k in batch_sizes:
+        jx = bench_jax(env, params, k, repeats, returns_only=True)
+        numpy_returns(rng, tables, k)  # warm-up
+        np_s, np_runs = median_time(lambda: numpy_returns(rng, tables, k), repeats)
+        returns_rows.append(dict(K=k, **jx, numpy_median_s=np_s, numpy_runs_s=np_runs,
+                                 numpy_steps_per_s=k * horizon / np_s,
+                                 ratio_vs_numpy=jx["steps_per_s"] / (k * horizon / np_s),
+                                 ratio_vs_numpy_one_episode=jx["steps_per_s"] / single_rate))
     # the numpy reference has the same semantics: compare mean episode rewards and costs
     k = 4096
     traj = jax.jit(lambda key: rollout(key, env, params, uniform_random_policy(9), k))(jax.random.key(99))
@@ -222,6 +260,12 @@ def main(args: argparse.Namespace) -> dict:
         print(f"{r['K']:>6} {r['compile_s']:>10.2f} {r['median_s'] * 1e3:>10.2f} {r['steps_per_s']:>13.3g} "
               f"{r['numpy_median_s'] * 1e3:>10.2f} {r['numpy_steps_per_s']:>14.3g} {r['ratio_vs_numpy']:>8.2f}x "
               f"{r['ratio_vs_numpy_one_episode']:>7.1f}x")
+    print("episode totals only (fhc_jax.rollout_returns vs numpy_returns):")
+    print(header)
+    for r in returns_rows:
+        print(f"{r['K']:>6} {r['compile_s']:>10.2f} {r['median_s'] * 1e3:>10.2f} {r['steps_per_s']:>13.3g} "
+              f"{r['numpy_median_s'] * 1e3:>10.2f} {r['numpy_steps_per_s']:>14.3g} {r['ratio_vs_numpy']:>8.2f}x "
+              f"{r['ratio_vs_numpy_one_episode']:>7.1f}x")
     print(f"numpy one episode at a time: {single_rate:.3g} env-steps/s")
     print("same semantics (K=4096, mean episode totals): " + ", ".join(
         f"{n} jax {c['jax']:.3f} vs numpy {c['numpy']:.3f} (z = {c['z']:+.2f}), exact {c['exact']:.3f} "
@@ -242,6 +286,7 @@ def main(args: argparse.Namespace) -> dict:
             jax_version=jax.__version__, numpy_version=np.__version__, python=sys.version.split()[0],
         ),
         jax=rows,
+        jax_returns_only=returns_rows,
         jax_sharded=sharded,
         semantics_check=check,
         numpy_one_episode=dict(episodes=n_single, median_s=single_s, steps_per_s=single_rate),

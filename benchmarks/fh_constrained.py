@@ -187,6 +187,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--batch-sizes", type=lambda v: [int(x) for x in v.split(",")], default=[1, 256, 4096],
+                        help="comma-separated K values of the speed table (default 1,256,4096)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "fh_constrained.json"))
     args = parser.parse_args()
 
@@ -212,7 +214,8 @@ def main() -> None:
         ref = NumpyPaper(env, params)
         np_sps = ref.steps_per_second(2.0 if args.quick else 5.0)
         rows = []
-        for k, iters in ((1, 2000), (256, 50), (4096, 10)):
+        for k in args.batch_sizes:
+            iters = {1: 2000, 256: 50}.get(k, 10)
             row = jax_steps_per_second(env, params, k, iters if not args.quick else max(iters // 2, 5))
             row["speedup_vs_numpy"] = row["env_steps_per_s"] / np_sps
             rows.append(row)

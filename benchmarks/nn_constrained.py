@@ -124,6 +124,8 @@ def main() -> None:
     parser.add_argument("--paper", action="store_true", help="also run variant='paper'")
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--batch-sizes", type=lambda v: [int(x) for x in v.split(",")], default=[256, 4096],
+                        help="comma-separated K values of the speed table (default 256,4096)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "nn_constrained.json"))
     args = parser.parse_args()
 
@@ -155,7 +157,8 @@ def main() -> None:
                   f"{c['imitation_reward']:.2f} ({100 * c['fraction_of_optimum']:.1f}%) at cost {c['imitation_cost']:.2f}")
     if not args.skip_speed:
         rows = []
-        for k, iters in ((256, 100), (4096, 10)):
+        for k in args.batch_sizes:
+            iters = 100 if k <= 256 else 10
             row = steps_per_second(env, params, k, iters if not args.quick else max(iters // 2, 5))
             rows.append(row)
             print(f"[speed] K={k:5d} ({row['loss_form']}): {row['env_steps_per_s'] / 1e6:.2f}M env-steps/s, "

@@ -16,7 +16,7 @@ from fhc_jax.cmdp import (
     solve_unconstrained,
 )
 from fhc_jax.envs import Environment, GridWorld, TabularEnv
-from fhc_jax.rollout import Trajectory, rollout, uniform_random_policy
+from fhc_jax.rollout import Returns, Trajectory, rollout, rollout_returns, uniform_random_policy
 from fhc_jax import algos, cmdp, envs
 
 __version__ = "0.1.0"
@@ -27,6 +27,8 @@ __all__ = [
     "TabularEnv",
     "Trajectory",
     "rollout",
+    "rollout_returns",
+    "Returns",
     "uniform_random_policy",
     "algos",
     "cmdp",

@@ -338,6 +338,64 @@ def rollout(key: Array, env: Environment, params: Any, policy: Policy, num_episo
     return jax.vmap(lambda *o: _trajectory(*o, env, params))(*out)
 
 
+@struct.dataclass
+class Returns:
+    """Total reward and costs of K episodes, terminal signals included (samples of the
+    paper's eqs. (1)-(2)).
+
+    Attributes:
+        rewards: sum_h r_h + r_H of each episode, (K,).
+        costs: sum_h g_h^(k) + g_H^(k) of each episode, (K, M).
+    """
+
+    rewards: Array
+    costs: Array
+
+
+def rollout_returns(key: Array, env: Environment, params: Any, policy: Policy, num_episodes: int) -> Returns:
+    """Episode totals of the same K episodes as :func:`rollout` (same key, same randomness,
+    identical totals up to float summation order), without recording trajectories.
+
+    For Monte-Carlo policy evaluation: the (K, H) trajectory arrays are never written, and the
+    totals accumulate in the loop carry, so memory is O(K) and the loop is bound by the
+    environment step and random-number generation alone. Jit with
+    ``static_argnums=(1, 3, 4)``.
+
+    Returns:
+        :class:`Returns` with ``rewards`` (K,) and ``costs`` (K, M).
+    """
+    key, impl = fast_key(_typed(key))
+    keys = jax.random.split(key, num_episodes)
+    reset_keys, steps_keys = jax.vmap(jax.random.split, out_axes=1)(keys)
+    fast = uses_uniforms(env, policy)
+
+    def one(reset_key, stage_xs):
+        obs, state = env.reset(reset_key, params)
+
+        def body(carry, xs):
+            obs, state, total_r, total_c = carry
+            h, x = xs
+            if fast:
+                action = jnp.asarray(policy.action_from_uniform(jnp.real(x), obs, h), jnp.int32)
+                step_noise = env.noise_from_uniform(jnp.imag(x), params)
+            else:
+                key, step_noise = x
+                draw = lambda: jnp.asarray(policy(key, obs, h), jnp.int32)
+                action = jax.lax.cond(h >= 0, draw, lambda: jnp.zeros((), jnp.int32))
+            next_obs, next_state, reward, costs, _, _ = env.transition(step_noise, state, action, params)
+            return (next_obs, next_state, total_r + reward, total_c + costs), None
+
+        init = (obs, state, jnp.zeros_like(env.terminal_reward(state, params)),
+                jnp.zeros_like(env.terminal_costs(state, params)))
+        stages = jnp.arange(env.horizon, dtype=jnp.int32)
+        (_, final, total_r, total_c), _ = jax.lax.scan(body, init, (stages, stage_xs))
+        return total_r + env.terminal_reward(final, params), total_c + env.terminal_costs(final, params)
+
+    loops = jax.vmap(one, in_axes=(0, 1))
+    rewards, costs = loops(_restore_keys(reset_keys, impl), _stage_inputs(steps_keys, impl, env, params, policy))
+    return Returns(rewards=rewards, costs=costs)
+
+
 def episode(key: Array, env: Environment, params: Any, policy: Policy) -> Trajectory:
     """One episode (no leading K axes) with episode key ``key``: the episode that
     :func:`rollout` runs for ``key = split(rollout_key, K)[i]``."""

@@ -14,6 +14,7 @@ from fhc_jax.rollout import (
     Trajectory,
     episode,
     rollout,
+    rollout_returns,
     uniform_from_bits,
     uniform_random_policy,
     uses_uniforms,
@@ -127,6 +128,25 @@ def test_fast_path_matches_step_by_step_reference(env, params):
     # the policy's key path and fast path agree given the same uniform
     for k in jax.random.split(key, 5):
         assert int(policy(k, None, 0)) == int(policy.action_from_uniform(jax.random.uniform(k), None, 0))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_rollout_returns_are_the_rollout_totals(env, params, fast):
+    """Same key -> the same K episodes as ``rollout``: totals equal its ``episode_rewards`` /
+    ``episode_costs`` (fast path and key path; jitted)."""
+    if fast:
+        policy = uniform_random_policy(9)
+    else:
+        logits = jnp.linspace(-1.0, 1.0, 9)
+        policy = lambda key, obs, h: jax.random.categorical(key, logits * obs[0] + h)
+    assert uses_uniforms(env, policy) == fast
+    key = jax.random.key(5)
+    traj = rollout(key, env, params, policy, 33)
+    ret = jax.jit(rollout_returns, static_argnums=(1, 3, 4))(key, env, params, policy, 33)
+    assert ret.rewards.shape == (33,) and ret.costs.shape == (33, 2)
+    np.testing.assert_allclose(ret.rewards, traj.episode_rewards, rtol=1e-5)
+    np.testing.assert_allclose(ret.costs, traj.episode_costs, rtol=1e-5)
+    assert float(jnp.std(ret.rewards)) > 0  # the episodes differ: a real sample, not one episode repeated
 
 
 def test_uniform_from_bits_is_jax_uniform():

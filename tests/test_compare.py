@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from fhc_jax.algos import fh_constrained
 from fhc_jax.cli import main
 from fhc_jax.experiment import compare, config_io, summary as summ
 
@@ -112,7 +113,7 @@ def test_selection_and_settings_validation():
     assert [s.algo for s in specs] == ["fh-constrained", "cpo"]
     assert all(s.env["size"] == 4 and s.seeds == 3 for s in specs)
     assert specs[1].learner.num_iterations == 7 and specs[1].learner.observation == "xyt"
-    assert specs[0].learner.num_iterations == 1600 and specs[0].learner.theta_bound == 2.0
+    assert specs[0].learner.num_iterations == fh_constrained.Config().num_iterations and specs[0].learner.theta_bound == 2.0
     for bad in (["nope=1"], ["cpo.nope=1"], ["env.nope=1"], ["observation=xyt"]):
         with pytest.raises(config_io.ConfigError):
             compare.build_specs(compare.select_runs(["fh-constrained", "cpo"]), 2, bad)

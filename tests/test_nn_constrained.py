@@ -186,7 +186,7 @@ def test_learning_regression_small_grid():
 def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
     """Short runs (training amplifies float rounding, which differs between batched and single
     matrix products, so long runs drift apart chaotically)."""
-    cfg = TINY_CONFIG.replace(num_iterations=10, eval_every=5)
+    cfg = TINY_CONFIG.replace(num_iterations=10, eval_every=5, actor_epochs=4)  # fewer sequential steps to drift
     keys = jax.random.split(jax.random.key(0), 2)
     train = nc.make_train(TINY, TINY.default_params, cfg)
     batched = jax.jit(jax.vmap(train))(keys)
@@ -210,7 +210,7 @@ def test_policy_for_rollout_samples_the_table():
 
 def test_tabular_env_one_hot_input_and_hyperparameter_vmap():
     env = TabularEnv(random_cmdp(3, num_states=4, num_actions=2, horizon=3, num_constraints=2, thresholds=[1.2, 1.5]))
-    cfg = nc.Config(num_iterations=5, episodes_per_iteration=8, observation="one_hot", eval_every=0, width=4)
+    cfg = nc.Config(num_iterations=5, episodes_per_iteration=8, observation="one_hot", eval_every=0, width=4, actor_epochs=4)
     train = nc.make_train(env, env.default_params, cfg)
     sweep = common.stack([cfg, cfg.replace(trace=0.0, multiplier_gain=0.1)])
     out = jax.jit(jax.vmap(train, in_axes=(None, 0)))(jax.random.key(0), sweep)

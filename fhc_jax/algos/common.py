@@ -19,6 +19,7 @@ from fhc_jax.cmdp import transitions as tr
 from fhc_jax.cmdp.evaluate import evaluate
 from fhc_jax.cmdp.model import TabularCMDP
 from fhc_jax.cmdp.transitions import SparseTransitions
+from fhc_jax.envs.base import Environment
 from fhc_jax.envs.encoders import make_encoder
 from fhc_jax.rollout import fast_key, uniform_pairs
 
@@ -339,6 +340,11 @@ class TabularModel:
         terminal_rewards: r_H, (S,); terminal_costs: g_H, (M, S).
         initial_cdf: cumulative beta, (S,).
         signal: static, see above. time_varying: static.
+        step_env: static; where set (environments with a closed-form step from one uniform,
+            ``noise_from_uniform``, such as ``GridWorld``), rollouts draw successors and signals
+            through ``step_env.transition`` instead of the N-way successor table: the same
+            distribution, one table lookup instead of an N-way inverse-CDF search.
+        step_params: the params ``step_env`` is stepped with (a pytree; None otherwise).
     """
 
     next_states: Array
@@ -351,10 +357,18 @@ class TabularModel:
     initial_cdf: Array
     signal: str = struct.field(pytree_node=False, default="expected")
     time_varying: bool = struct.field(pytree_node=False, default=False)
+    step_env: Any = struct.field(pytree_node=False, default=None)
+    step_params: Any = None
 
     @property
     def num_constraints(self) -> int:
         return self.costs.shape[0]
+
+
+def _steps_itself(env) -> bool:
+    """Whether ``env`` has a closed-form step from one uniform and can rebuild states from
+    (index, stage): then :func:`rollout_tabular` steps it directly (``TabularModel.step_env``)."""
+    return getattr(env, "noise_from_uniform", None) is not None and type(env).state_at is not Environment.state_at
 
 
 def _successor_form(transitions, num_states: int) -> tuple[np.ndarray, np.ndarray]:
@@ -406,6 +420,8 @@ def tabular_model(env, params, dtype=jnp.float32) -> TabularModel:
         initial_cdf=jnp.asarray(np.cumsum(np.asarray(beta, np.float64)), dtype),
         signal=signal,
         time_varying=time_varying,
+        step_env=env if _steps_itself(env) else None,
+        step_params=params if _steps_itself(env) else None,
     )
 
 
@@ -439,7 +455,9 @@ def rollout_tabular(
 
     Randomness: one uniform per episode for s_0 and two per (stage, episode) (action, then
     successor) from one threefry block (:func:`fhc_jax.rollout.uniform_pairs`), drawn up front;
-    each key is used once.
+    each key is used once. The successor uniform goes to the environment's own step where the
+    model has one (``TabularModel.step_env``), else to an inverse-CDF search of the successor
+    table.
 
     Args:
         key: PRNG key.
@@ -458,10 +476,18 @@ def rollout_tabular(
     s0 = inverse_cdf(model.initial_cdf, u0, model.initial_cdf.shape[0] - 1)
     hs = jnp.arange(horizon, dtype=jnp.int32)
 
+    def env_step(u, s, a, h):
+        env, p = model.step_env, model.step_params
+        _, state, r, g, _, _ = env.transition(env.noise_from_uniform(u, p), env.state_at(s, h), a, p)
+        return env.state_index(state), r.astype(model.rewards.dtype), g.astype(model.costs.dtype)
+
     def step(s, xs):
         pol_h, u_h, h, kern_h = xs
         cdf_a = action_cdf(pol_h, s)
         a = inverse_cdf(cdf_a, u_h.real.astype(cdf_a.dtype), cdf_a.shape[-1] - 1)
+        if model.step_env is not None:
+            s2, r, g = jax.vmap(env_step, in_axes=(0, 0, 0, None))(u_h.imag, s, a, h)
+            return s2, (s, a, r, g)
         nxt, cdf, last = kern_h if model.time_varying else (model.next_states, model.cdf, model.last)
         j = inverse_cdf(cdf[s, a], u_h.imag.astype(cdf.dtype), last[s, a])
         s2 = nxt[s, a, j]

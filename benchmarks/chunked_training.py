@@ -1,10 +1,10 @@
 """Chunked training (fhc_jax.experiment) vs one monolithic jit (make_train).
 
-FH-Constrained on the default gridworld with the default Config (1600 updates, K = 256,
-10x10, H = 100). Three ways of running the same updates for R seeds:
+FH-Constrained on the default gridworld with the default Config (10x10, H = 100; by default
+its own number of updates and K). Three ways of running the same updates for R seeds:
 
 * monolithic: ``jax.jit(jax.vmap(make_train(...)))(keys)``, one lax.scan, no host contact;
-* chunked: ``ChunkedTrainer`` with chunk_size = eval_every = 100 (16 chunks), a progress line
+* chunked: ``ChunkedTrainer`` with chunk_size = eval_every = 100, a progress line
   and a metrics.csv rewrite after every chunk (what ``fhc-jax train`` does);
 * chunked + checkpoints: the same plus an orbax checkpoint after every chunk.
 
@@ -12,7 +12,7 @@ Compile time is measured apart (AOT ``lower().compile()``); run times are median
 ``--repeats`` runs. Target: chunked < 5% slower than monolithic. Writes
 benchmarks/results/chunked_training.json.
 
-    python benchmarks/chunked_training.py [--repeats 5] [--seeds 1] [--iterations 1600]
+    python benchmarks/chunked_training.py [--repeats 5] [--seeds 1] [--iterations N]
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seeds", type=int, default=1)
-    ap.add_argument("--iterations", type=int, default=1600)
+    ap.add_argument("--iterations", type=int, default=None, help="updates (default: the Config's)")
     ap.add_argument("--chunk-size", type=int, default=100)
     ap.add_argument("--checkpoint-every", type=int, default=RUN_DEFAULTS["checkpoint_every"],
                     help="chunks between checkpoints of the default-checkpointing mode (default: fhc-jax train's)")
@@ -49,6 +49,8 @@ def main() -> None:
 
     env = fhc.GridWorld()
     params = env.default_params
+    if args.iterations is None:
+        args.iterations = fc.Config().num_iterations
     cfg = fc.Config(num_iterations=args.iterations)
     keys = seed_keys(0, args.seeds)
     steps = args.iterations * cfg.episodes_per_iteration * env.horizon * args.seeds

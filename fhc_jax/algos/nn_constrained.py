@@ -155,7 +155,7 @@ class Config:
     multiplier_step: PowerSchedule = PowerSchedule(init=1e-3, power=0.8, decay=1000.0)
     multiplier_max: float = 20.0
     initial_multiplier: float = 0.0
-    trace: float = 0.5
+    trace: float = 0.4
     multiplier_gain: float = 0.05
     output_scale: float = 0.1
     logit_step: float = 1.0

@@ -97,8 +97,8 @@ def _cmd_solve(args: argparse.Namespace) -> int:
 
 
 #: iterations of ``fhc-jax train`` when neither --config nor --set choose num_iterations: the
-#: learner's Config default (1600 for fh-constrained; make_train takes ~35 s for 5 seeds on a
-#: 2-core CPU per README, the chunked CLI path was not timed end to end yet).
+#: learner's Config default (2500 updates of K = 512 for fh-constrained: about 42 s for 5 seeds
+#: on a 2-core CPU, see README).
 TRAIN_DEFAULTS: dict = {}
 
 

@@ -62,8 +62,9 @@ def test_feature_tables():
         features.RadialBasis(0)
 
 
-def _mc_check(env, params, policy, num_episodes=4000):
+def _mc_check(env, params, policy, num_episodes=4000, steps_itself=False):
     model = common.tabular_model(env, params)
+    assert (model.step_env is env) == steps_itself  # which successor sampler is under test
     cdf = jnp.cumsum(jnp.asarray(policy, jnp.float32), -1)
     batch = jax.jit(common.rollout_tabular, static_argnums=(3, 4))(jax.random.key(0), model, cdf, _row, num_episodes)
     ev = fhc.evaluate(env.to_cmdp(params), jnp.asarray(policy, jnp.float32))
@@ -81,7 +82,7 @@ def test_fast_rollout_matches_exact_evaluation_gridworld():
     env = GridWorld(size=4, horizon=6, slip=0.3)
     params = env.default_params
     policy = np.random.default_rng(0).dirichlet(np.ones(9), size=(6, 16))
-    batch = _mc_check(env, params, policy)
+    batch = _mc_check(env, params, policy, steps_itself=True)  # GridWorld's own closed-form step
     # realised arrival rewards: r_h = reward_map[h, s_{h+1}]
     np.testing.assert_allclose(batch.rewards, params.reward_map[jnp.arange(6)[:, None], batch.states[1:]])
 

@@ -250,26 +250,42 @@ def _stage_inputs(steps_keys: Array, impl: Any, env: Environment, params: Any, p
     return stage_keys[..., 0], _restore_keys(noise, impl)
 
 
+def _episode_inputs(key: Array, env: Environment, params: Any, policy: Policy, num_episodes: int) -> tuple[Array, Any]:
+    """Reset keys (K,) and per-stage randomness (leading (H, K)) of the K episodes of ``key``:
+    episode i uses ``split(key, K)[i]`` only, split again into (reset key, steps key)."""
+    key, impl = fast_key(_typed(key))
+    keys = jax.random.split(key, num_episodes)
+    reset_keys, steps_keys = jax.vmap(jax.random.split, out_axes=1)(keys)
+    return _restore_keys(reset_keys, impl), _stage_inputs(steps_keys, impl, env, params, policy)
+
+
+def _stage_step(x: Any, obs: Any, state: Any, h: Array, env: Environment, params: Any, policy: Policy):
+    """One stage of one episode from its randomness ``x`` (an element of ``_stage_inputs``):
+    the policy's action, then ``env.transition``. Returns (action, next_obs, next_state,
+    reward, costs)."""
+    if uses_uniforms(env, policy):
+        action = jnp.asarray(policy.action_from_uniform(jnp.real(x), obs, h), jnp.int32)
+        step_noise = env.noise_from_uniform(jnp.imag(x), params)
+    else:
+        key, step_noise = x
+        draw = lambda: jnp.asarray(policy(key, obs, h), jnp.int32)
+        # h >= 0 always holds; XLA never fuses across a conditional, so the policy's draw is
+        # computed once (else XLA would recompute the unrolled threefry in each consumer)
+        action = jax.lax.cond(h >= 0, draw, lambda: jnp.zeros((), jnp.int32))
+    next_obs, next_state, reward, costs, _, _ = env.transition(step_noise, state, action, params)
+    return action, next_obs, next_state, reward, costs
+
+
 def _scan(reset_key: Array, stage_xs: Any, env: Environment, params: Any, policy: Policy):
     """One episode's loop given its reset key and per-stage randomness (``_stage_inputs``,
     leading H): (states s_0..s_{H-1} (a state pytree, leading H), actions, rewards, costs,
     final state)."""
-    fast = uses_uniforms(env, policy)
     obs, state = env.reset(reset_key, params)
 
     def body(carry, xs):
         obs, state = carry
         h, x = xs
-        if fast:
-            action = jnp.asarray(policy.action_from_uniform(jnp.real(x), obs, h), jnp.int32)
-            step_noise = env.noise_from_uniform(jnp.imag(x), params)
-        else:
-            key, step_noise = x
-            draw = lambda: jnp.asarray(policy(key, obs, h), jnp.int32)
-            # h >= 0 always holds; XLA never fuses across a conditional, so the policy's draw is
-            # computed once (else XLA would recompute the unrolled threefry in each consumer)
-            action = jax.lax.cond(h >= 0, draw, lambda: jnp.zeros((), jnp.int32))
-        next_obs, next_state, reward, costs, _, _ = env.transition(step_noise, state, action, params)
+        action, next_obs, next_state, reward, costs = _stage_step(x, obs, state, h, env, params, policy)
         return (next_obs, next_state), (state, action, reward, costs)
 
     stages = jnp.arange(env.horizon, dtype=jnp.int32)
@@ -330,11 +346,8 @@ def rollout(key: Array, env: Environment, params: Any, policy: Policy, num_episo
     Returns:
         :class:`Trajectory` with leading axes (K, H).
     """
-    key, impl = fast_key(_typed(key))
-    keys = jax.random.split(key, num_episodes)
-    reset_keys, steps_keys = jax.vmap(jax.random.split, out_axes=1)(keys)
     loops = jax.vmap(lambda k, xs: _scan(k, xs, env, params, policy), in_axes=(0, 1))
-    out = loops(_restore_keys(reset_keys, impl), _stage_inputs(steps_keys, impl, env, params, policy))
+    out = loops(*_episode_inputs(key, env, params, policy, num_episodes))
     return jax.vmap(lambda *o: _trajectory(*o, env, params))(*out)
 
 
@@ -364,10 +377,6 @@ def rollout_returns(key: Array, env: Environment, params: Any, policy: Policy, n
     Returns:
         :class:`Returns` with ``rewards`` (K,) and ``costs`` (K, M).
     """
-    key, impl = fast_key(_typed(key))
-    keys = jax.random.split(key, num_episodes)
-    reset_keys, steps_keys = jax.vmap(jax.random.split, out_axes=1)(keys)
-    fast = uses_uniforms(env, policy)
 
     def one(reset_key, stage_xs):
         obs, state = env.reset(reset_key, params)
@@ -375,14 +384,7 @@ def rollout_returns(key: Array, env: Environment, params: Any, policy: Policy, n
         def body(carry, xs):
             obs, state, total_r, total_c = carry
             h, x = xs
-            if fast:
-                action = jnp.asarray(policy.action_from_uniform(jnp.real(x), obs, h), jnp.int32)
-                step_noise = env.noise_from_uniform(jnp.imag(x), params)
-            else:
-                key, step_noise = x
-                draw = lambda: jnp.asarray(policy(key, obs, h), jnp.int32)
-                action = jax.lax.cond(h >= 0, draw, lambda: jnp.zeros((), jnp.int32))
-            next_obs, next_state, reward, costs, _, _ = env.transition(step_noise, state, action, params)
+            _, next_obs, next_state, reward, costs = _stage_step(x, obs, state, h, env, params, policy)
             return (next_obs, next_state, total_r + reward, total_c + costs), None
 
         init = (obs, state, jnp.zeros_like(env.terminal_reward(state, params)),
@@ -391,8 +393,7 @@ def rollout_returns(key: Array, env: Environment, params: Any, policy: Policy, n
         (_, final, total_r, total_c), _ = jax.lax.scan(body, init, (stages, stage_xs))
         return total_r + env.terminal_reward(final, params), total_c + env.terminal_costs(final, params)
 
-    loops = jax.vmap(one, in_axes=(0, 1))
-    rewards, costs = loops(_restore_keys(reset_keys, impl), _stage_inputs(steps_keys, impl, env, params, policy))
+    rewards, costs = jax.vmap(one, in_axes=(0, 1))(*_episode_inputs(key, env, params, policy, num_episodes))
     return Returns(rewards=rewards, costs=costs)
 
 

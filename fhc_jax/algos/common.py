@@ -406,6 +406,7 @@ def tabular_model(env, params, dtype=jnp.float32) -> TabularModel:
             costs = jnp.broadcast_to(cmdp.costs[..., None], cmdp.costs.shape + (cmdp.num_states,))
         term_r, term_c, beta = cmdp.terminal_rewards, cmdp.terminal_costs, cmdp.initial_distribution
         time_varying = cmdp.time_varying
+    steps_itself = _steps_itself(env)
     cdf = np.cumsum(prob, axis=-1)
     n = prob.shape[-1]
     last = (n - 1 - np.argmax(prob[..., ::-1] > 0, axis=-1)).astype(np.int32)
@@ -420,8 +421,8 @@ def tabular_model(env, params, dtype=jnp.float32) -> TabularModel:
         initial_cdf=jnp.asarray(np.cumsum(np.asarray(beta, np.float64)), dtype),
         signal=signal,
         time_varying=time_varying,
-        step_env=env if _steps_itself(env) else None,
-        step_params=params if _steps_itself(env) else None,
+        step_env=env if steps_itself else None,
+        step_params=params if steps_itself else None,
     )
 
 

@@ -22,69 +22,31 @@ import argparse
 import json
 import os
 import platform
-import time
 from pathlib import Path
 
 import jax
 import numpy as np
 
-import fhc_jax as fhc
 from fhc_jax.algos import cpo
 from fhc_jax.envs import GridWorld
+from judge import train_and_judge
 from timing import compile_and_time
 
 
-def _block(x):
-    return jax.block_until_ready(x)
-
-
 def quality(env, params, config: cpo.Config, seeds: int = 5) -> dict:
-    cmdp = env.to_cmdp(params)
-    best = fhc.solve(cmdp)
-    train = cpo.make_train(env, params, config)
-    keys = jax.random.split(jax.random.key(0), seeds)
-    t0 = time.perf_counter()
-    compiled = jax.jit(jax.vmap(train)).lower(keys).compile()
-    compile_s = time.perf_counter() - t0
-    out = _block(compiled(keys))
-    wall = time.perf_counter() - t0
-    tables = cpo.policy_table(out.state, env, params)
-    evs = jax.vmap(lambda p: fhc.evaluate(cmdp, p))(tables)
-    alpha = float(cmdp.thresholds[0])
-    rows = []
-    for i in range(seeds):
-        r, c = float(evs.reward[i]), float(evs.costs[i, 0])
-        rows.append({
-            "seed": i,
-            "exact_reward": r,
-            "exact_cost": c,
-            "gap_to_optimum": best.reward - r,
-            "reward_fraction_of_optimum": r / best.reward,
-            "cost_ok": bool(c <= 1.02 * alpha),
-            "final_multiplier_nu": float(out.state.multipliers[i, 0]),
-        })
-    m = out.metrics
+    j = train_and_judge(env, params, cpo.make_train(env, params, config),
+                        lambda st: cpo.policy_table(st, env, params), seeds)
+    m = j.out.metrics
+    for row, nu in zip(j.rows, np.asarray(j.out.state.multipliers[:, 0])):
+        row["final_multiplier_nu"] = float(nu)
     last = max(1, int(np.ceil(10_000 / config.episodes_per_iteration)))
     return {
         "observation": config.observation,
-        "wall_s_including_compile": wall,
-        "compile_s": compile_s,
-        "alpha": alpha,
-        "optimum_reward": best.reward,
-        "optimum_cost": float(best.costs[0]),
-        "seeds": rows,
-        "mean_exact_reward": float(np.mean([r["exact_reward"] for r in rows])),
-        "mean_exact_cost": float(np.mean([r["exact_cost"] for r in rows])),
-        "cost_ok_seeds": sum(r["cost_ok"] for r in rows),
+        **j.summary(),
         "last_10000_episodes_mean_reward": float(np.mean(m.reward[:, -last:])),
         "last_10000_episodes_mean_cost": float(np.mean(m.costs[:, -last:, 0])),
         "accepted_step_rate": float(np.mean(np.asarray(m.step_fraction) > 0)),
         "case_counts": np.bincount(np.asarray(m.optimisation_case).ravel(), minlength=5).tolist(),
-        "exact_curve_mean": {
-            "iteration": np.asarray(m.exact.iteration[0]).tolist(),
-            "reward": np.asarray(m.exact.reward.mean(0)).round(3).tolist(),
-            "cost": np.asarray(m.exact.costs[..., 0].mean(0)).round(3).tolist(),
-        },
     }
 
 

@@ -31,9 +31,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import fhc_jax as fhc
 from fhc_jax.algos import common, fh_constrained as fc
 from fhc_jax.envs import GridWorld
+from judge import train_and_judge
 from timing import compile_and_time
 
 
@@ -45,42 +45,14 @@ def _block(x):
 
 
 def quality(env, params, config: fc.Config, seeds: int = 5) -> dict:
-    cmdp = env.to_cmdp(params)
-    best = fhc.solve(cmdp)
-    train = fc.make_train(env, params, config)
-    keys = jax.random.split(jax.random.key(0), seeds)
-    t0 = time.perf_counter()
-    out = _block(jax.jit(jax.vmap(train))(keys))
-    wall = time.perf_counter() - t0
-    tables = fc.policy_table(out.state, env, params)
-    evs = jax.vmap(lambda p: fhc.evaluate(cmdp, p))(tables)
-    alpha = float(cmdp.thresholds[0])
-    rows = []
-    for i in range(seeds):
-        rows.append({
-            "seed": i,
-            "exact_reward": float(evs.reward[i]),
-            "exact_cost": float(evs.costs[i, 0]),
-            "reward_fraction_of_optimum": float(evs.reward[i]) / best.reward,
-            "cost_ok": bool(float(evs.costs[i, 0]) <= 1.02 * alpha),
-            "learned_multiplier": float(out.state.multipliers[i, 0]),
-        })
+    j = train_and_judge(env, params, fc.make_train(env, params, config),
+                        lambda st: fc.policy_table(st, env, params), seeds)
+    for row, nu in zip(j.rows, np.asarray(j.out.state.multipliers[:, 0])):
+        row["learned_multiplier"] = float(nu)
     return {
         "variant": config.variant,
-        "wall_s_including_compile": wall,
-        "alpha": alpha,
-        "optimum_reward": best.reward,
-        "optimum_cost": float(best.costs[0]),
-        "optimal_multiplier": float(best.multipliers[0]),
-        "seeds": rows,
-        "cost_ok_seeds": sum(r["cost_ok"] for r in rows),
-        "min_reward_fraction": min(r["reward_fraction_of_optimum"] for r in rows),
-        "exact_curve_mean": {
-            "iteration": np.asarray(out.metrics.exact.iteration[0]).tolist(),
-            "reward": np.asarray(out.metrics.exact.reward.mean(0)).round(3).tolist(),
-            "cost": np.asarray(out.metrics.exact.costs[..., 0].mean(0)).round(3).tolist(),
-        },
-        "multiplier_curve_seed0": np.asarray(out.metrics.multipliers[0, :: max(1, config.num_iterations // 24), 0]).round(4).tolist(),
+        **j.summary(),
+        "multiplier_curve_seed0": np.asarray(j.out.metrics.multipliers[0, :: max(1, config.num_iterations // 24), 0]).round(4).tolist(),
     }
 
 

@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import platform
-import time
 from pathlib import Path
 
 import jax
@@ -35,49 +34,20 @@ import optax
 import fhc_jax as fhc
 from fhc_jax.algos import nn_constrained as nc
 from fhc_jax.envs import GridWorld
+from judge import train_and_judge
 from timing import compile_and_time
 
 
-def _block(x):
-    return jax.block_until_ready(x)
-
-
 def quality(env, params, config: nc.Config, seeds: int = 5) -> dict:
-    cmdp = env.to_cmdp(params)
-    best = fhc.solve(cmdp)
-    train = nc.make_train(env, params, config)
-    keys = jax.random.split(jax.random.key(0), seeds)
-    t0 = time.perf_counter()
-    out = _block(jax.jit(jax.vmap(train))(keys))
-    wall = time.perf_counter() - t0
-    tables = nc.policy_table(out.state, env, params, config)
-    evs = jax.vmap(lambda p: fhc.evaluate(cmdp, p))(tables)
-    alpha = float(cmdp.thresholds[0])
-    rows = [{
-        "seed": i,
-        "exact_reward": float(evs.reward[i]),
-        "exact_cost": float(evs.costs[i, 0]),
-        "reward_fraction_of_optimum": float(evs.reward[i]) / best.reward,
-        "cost_ok": bool(float(evs.costs[i, 0]) <= 1.02 * alpha),
-        "learned_multiplier": float(out.state.multipliers[i, 0]),
-    } for i in range(seeds)]
+    j = train_and_judge(env, params, nc.make_train(env, params, config),
+                        lambda st: nc.policy_table(st, env, params, config), seeds)
+    for row, nu in zip(j.rows, np.asarray(j.out.state.multipliers[:, 0])):
+        row["learned_multiplier"] = float(nu)
     return {
         "variant": config.variant,
         "observation": config.observation,
         "num_iterations": config.num_iterations,
-        "wall_s_including_compile": wall,
-        "alpha": alpha,
-        "optimum_reward": best.reward,
-        "optimum_cost": float(best.costs[0]),
-        "optimal_multiplier": float(best.multipliers[0]),
-        "seeds": rows,
-        "cost_ok_seeds": sum(r["cost_ok"] for r in rows),
-        "min_reward_fraction": min(r["reward_fraction_of_optimum"] for r in rows),
-        "exact_curve_mean": {
-            "iteration": np.asarray(out.metrics.exact.iteration[0]).tolist(),
-            "reward": np.asarray(out.metrics.exact.reward.mean(0)).round(3).tolist(),
-            "cost": np.asarray(out.metrics.exact.costs[..., 0].mean(0)).round(3).tolist(),
-        },
+        **j.summary(),
     }
 
 

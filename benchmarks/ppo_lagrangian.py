@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import platform
-import time
 from pathlib import Path
 
 import jax
@@ -33,12 +32,10 @@ import numpy as np
 import fhc_jax as fhc
 from fhc_jax.algos import common, ppo_lagrangian as pl
 from fhc_jax.envs import GridWorld
+from judge import train_and_judge
 from timing import compile_and_time
 from fhc_jax.envs.gridworld import MOVES
 
-
-def _block(x):
-    return jax.block_until_ready(x)
 
 
 def best_goto_policy(env, cmdp) -> dict:
@@ -63,46 +60,18 @@ def best_goto_policy(env, cmdp) -> dict:
 
 
 def quality(env, params, config: pl.Config, seeds: int = 5) -> dict:
-    cmdp = env.to_cmdp(params)
-    best = fhc.solve(cmdp)
-    train = pl.make_train(env, params, config)
-    keys = jax.random.split(jax.random.key(0), seeds)
-    t0 = time.perf_counter()
-    out = _block(jax.jit(jax.vmap(train))(keys))
-    wall = time.perf_counter() - t0
-    tables = pl.policy_table(out.state, env, params)
-    evs = jax.vmap(lambda p: fhc.evaluate(cmdp, p))(tables)
-    alpha = float(cmdp.thresholds[0])
+    j = train_and_judge(env, params, pl.make_train(env, params, config),
+                        lambda st: pl.policy_table(st, env, params), seeds)
+    m = j.out.metrics
     last = max(1, 10_000 // config.episodes_per_iteration)  # iterations holding the last 10,000 episodes
-    rows = []
-    for i in range(seeds):
-        rows.append({
-            "seed": i,
-            "exact_reward": float(evs.reward[i]),
-            "exact_cost": float(evs.costs[i, 0]),
-            "gap_to_optimum": best.reward - float(evs.reward[i]),
-            "reward_fraction_of_optimum": float(evs.reward[i]) / best.reward,
-            "cost_ok": bool(float(evs.costs[i, 0]) <= 1.02 * alpha),
-            "final_multiplier": float(out.state.multipliers[i, 0]),
-            "last_10k_episodes_reward": float(out.metrics.reward[i, -last:].mean()),
-            "last_10k_episodes_cost": float(out.metrics.costs[i, -last:, 0].mean()),
-        })
+    for i, row in enumerate(j.rows):
+        row["final_multiplier"] = float(j.out.state.multipliers[i, 0])
+        row["last_10k_episodes_reward"] = float(m.reward[i, -last:].mean())
+        row["last_10k_episodes_cost"] = float(m.costs[i, -last:, 0].mean())
     return {
         "observation": config.observation,
-        "wall_s_including_compile": wall,
-        "alpha": alpha,
-        "optimum_reward": best.reward,
-        "optimum_cost": float(best.costs[0]),
-        "seeds": rows,
-        "mean_exact_reward": float(np.mean([r["exact_reward"] for r in rows])),
-        "mean_exact_cost": float(np.mean([r["exact_cost"] for r in rows])),
-        "cost_ok_seeds": sum(r["cost_ok"] for r in rows),
-        "exact_curve_mean": {
-            "iteration": np.asarray(out.metrics.exact.iteration[0]).tolist(),
-            "reward": np.asarray(out.metrics.exact.reward.mean(0)).round(3).tolist(),
-            "cost": np.asarray(out.metrics.exact.costs[..., 0].mean(0)).round(3).tolist(),
-        },
-        "multiplier_curve_seed0": np.asarray(out.metrics.multipliers[0, :: max(1, config.num_iterations // 25), 0]).round(4).tolist(),
+        **j.summary(),
+        "multiplier_curve_seed0": np.asarray(m.multipliers[0, :: max(1, config.num_iterations // 25), 0]).round(4).tolist(),
     }
 
 

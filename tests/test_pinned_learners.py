@@ -1,0 +1,87 @@
+"""Refactors keep numbers: a short run of every learner (and its main variants) with a fixed
+key, compared with values recorded before the learners shared one scaffold.
+
+The recorded arrays live in ``tests/data/pinned_learners.npz`` (written by running this file
+as a script: ``python tests/test_pinned_learners.py --record``; only do that for a deliberate,
+documented change of behaviour). On the jax version that recorded them the comparison is
+bit-for-bit; on another version float rounding may differ, so it is to 1e-4.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fhc_jax as fhc
+from fhc_jax.algos import cpo, fh_constrained as fc, features, nn_constrained as nc, ppo_lagrangian as pl
+
+DATA = pathlib.Path(__file__).parent / "data" / "pinned_learners.npz"
+
+ENV = fhc.GridWorld(size=5, horizon=12)
+
+
+def _cases():
+    small = dict(num_iterations=6, episodes_per_iteration=16, eval_every=3)
+    return {
+        "fh_improved_table": (fc, fc.Config(**small, update_form="table")),
+        "fh_improved_samples": (fc, fc.Config(**small, update_form="samples")),
+        "fh_paper": (fc, fc.Config(**small, variant="paper")),
+        "fh_rbf_mean": (fc, fc.Config(**small, features=features.RadialBasis(3), combine="mean")),
+        "nn_improved": (nc, nc.Config(**small)),
+        "nn_paper_samples": (nc, nc.Config(**small, variant="paper", loss_form="samples")),
+        "ppo_pid_xy": (pl, pl.Config(**small)),
+        "ppo_lagrangian_xyt": (pl, pl.Config(**small, observation="xyt", multiplier_method="lagrangian")),
+        "cpo_xy": (cpo, cpo.Config(**small)),
+        "cpo_xyt": (cpo, cpo.Config(**small, observation="xyt")),
+    }
+
+
+def _run(module, config) -> dict[str, np.ndarray]:
+    params = ENV.default_params
+    out = jax.jit(module.make_train(ENV, params, config))(jax.random.key(7))
+    table = module.policy_table(out.state, ENV, params, *((config,) if module is nc else ()))
+    values = {
+        "policy": table,
+        "multipliers": out.state.multipliers,
+        "reward": out.metrics.reward,
+        "costs": out.metrics.costs,
+        "exact_reward": out.metrics.exact.reward,
+        "exact_costs": out.metrics.exact.costs,
+    }
+    return {k: np.asarray(v) for k, v in values.items()}
+
+
+def record() -> None:
+    arrays = {}
+    for name, (module, config) in _cases().items():
+        for k, v in _run(module, config).items():
+            arrays[f"{name}/{k}"] = v
+    arrays["__jax_version__"] = np.array(jax.__version__)
+    np.savez(DATA, **arrays)
+    print(f"recorded {len(arrays) - 1} arrays with jax {jax.__version__} to {DATA}")
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+def test_learner_numbers_pinned(name):
+    pinned = np.load(DATA)
+    module, config = _cases()[name]
+    got = _run(module, config)
+    exact = str(pinned["__jax_version__"]) == jax.__version__
+    for key, value in got.items():
+        want = pinned[f"{name}/{key}"]
+        assert value.shape == want.shape, (name, key)
+        if exact:
+            np.testing.assert_array_equal(value, want, err_msg=f"{name}/{key} changed")
+        else:
+            np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-4, err_msg=f"{name}/{key} changed")
+
+
+if __name__ == "__main__":
+    if "--record" in sys.argv:
+        record()

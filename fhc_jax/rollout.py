@@ -222,9 +222,9 @@ def _restore_keys(tree: Any, impl) -> Any:
 
 
 def uses_uniforms(env: Environment, policy: Any) -> bool:
-    """Whether rollouts take the fast path: the environment defines ``noise_from_uniform``
+    """Whether rollouts take the fast path: the environment declares ``has_uniform_noise``
     and the policy ``action_from_uniform``."""
-    return env.noise_from_uniform is not None and callable(getattr(policy, "action_from_uniform", None))
+    return env.has_uniform_noise and callable(getattr(policy, "action_from_uniform", None))
 
 
 def _stage_inputs(steps_keys: Array, impl: Any, env: Environment, params: Any, policy: Policy) -> Any:

@@ -45,7 +45,7 @@ def _cases():
 def _run(module, config) -> dict[str, np.ndarray]:
     params = ENV.default_params
     out = jax.jit(module.make_train(ENV, params, config))(jax.random.key(7))
-    table = module.policy_table(out.state, ENV, params, *((config,) if module is nc else ()))
+    table = module.policy_table(out.state, ENV, params)
     values = {
         "policy": table,
         "multipliers": out.state.multipliers,

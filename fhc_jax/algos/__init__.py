@@ -1,12 +1,52 @@
-"""Learners. Each module exposes ``Config``, ``init``, ``update``, ``make_learner``,
-``make_train`` and ``policy_table``; :mod:`fhc_jax.algos.common`, :mod:`fhc_jax.algos.features`
-and :mod:`fhc_jax.algos.networks` hold the shared pieces.
+"""Learners for finite-horizon constrained MDPs, one module each, on one shared scaffold.
+
+Each learner module holds only its algorithm: a frozen ``Config`` (declarative validation),
+``setup``, ``init``, ``rollout``, a module-level ``update(train_state, batch, key, setup,
+config)`` with the signature all learners share, and the logits of its reported policy; the
+scaffold (:mod:`fhc_jax.algos.learner`) binds them into ``make_learner``, ``make_train``,
+``policy_table(train_state, env, params)`` and ``policy(train_state, env, params)``.
 
 * :mod:`fh_constrained`: FH-Constrained (paper Algorithm 1), per-stage linear critics and actors.
 * :mod:`nn_constrained`: NN-Constrained (paper Section 5), per-stage MLPs stacked on a stage axis.
 * :mod:`ppo_lagrangian`, :mod:`cpo`: the stationary baselines of the paper's comparison.
+
+Shared pieces: :mod:`hyperparameters` (configs, schedules, :func:`stack`), :mod:`multipliers`
+(one optax-style family of multiplier updates), :mod:`returns` (lambda-returns and GAE),
+:mod:`tabular_rollout` (the learners' fast rollout and :class:`Batch`), :mod:`policies`,
+:mod:`features` and :mod:`networks`.
 """
 
-from fhc_jax.algos import common, cpo, features, fh_constrained, networks, nn_constrained, ppo_lagrangian
+from fhc_jax.algos import (
+    cpo,
+    features,
+    fh_constrained,
+    hyperparameters,
+    learner,
+    multipliers,
+    networks,
+    nn_constrained,
+    policies,
+    ppo_lagrangian,
+    returns,
+    tabular_rollout,
+)
+from fhc_jax.algos.hyperparameters import PowerSchedule, stack
+from fhc_jax.algos.tabular_rollout import Batch
 
-__all__ = ["common", "cpo", "features", "fh_constrained", "networks", "nn_constrained", "ppo_lagrangian"]
+__all__ = [
+    "Batch",
+    "PowerSchedule",
+    "cpo",
+    "features",
+    "fh_constrained",
+    "hyperparameters",
+    "learner",
+    "multipliers",
+    "networks",
+    "nn_constrained",
+    "policies",
+    "ppo_lagrangian",
+    "returns",
+    "stack",
+    "tabular_rollout",
+]

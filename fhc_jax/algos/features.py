@@ -23,7 +23,7 @@ spec                  X (features)                   notes
 ===================== ============================== ======================================
 
 Coarse maps (radial basis, tile coding) need grid coordinates: they support environments that
-expose ``size`` (square grids with row-major state index s = row * size + col, like
+spatial environments (``env.is_spatial``: row-major cells of ``env.grid_shape``, like
 :class:`fhc_jax.envs.GridWorld`); use ``Custom`` otherwise.
 """
 
@@ -178,17 +178,16 @@ class FeatureTable:
 
 
 def grid_coordinates(env) -> np.ndarray:
-    """(S, 2) coordinates (x, y) = (col, row) / (size - 1) of a square grid environment."""
-    size = getattr(env, "size", None)
-    if not isinstance(size, (int, np.integer)) or size * size != env.num_states:
+    """(S, 2) coordinates (x, y) = (col / (cols - 1), row / (rows - 1)) of a spatial environment
+    (``env.is_spatial``: row-major cells of ``env.grid_shape``)."""
+    if not env.is_spatial:
         raise ValueError(
-            f"features: coarse coordinate features need a square grid environment with a `size` "
-            f"attribute and row-major state indices (like GridWorld); {type(env).__name__} has none. "
-            "Use features.Custom(fn, dim) instead."
+            f"features: coarse coordinate features need a spatial environment (is_spatial, like "
+            f"GridWorld); {type(env).__name__} is not. Use features.Custom(fn, dim) instead."
         )
-    s = np.arange(env.num_states)
-    row, col = np.divmod(s, size)
-    return np.stack([col, row], axis=1).astype(np.float64) / max(size - 1, 1)
+    rows, cols = env.grid_shape
+    row, col = np.divmod(np.arange(env.num_states), cols)
+    return np.stack([col / max(cols - 1, 1), row / max(rows - 1, 1)], axis=1).astype(np.float64)
 
 
 def _radial_basis(spec: RadialBasis, coords: np.ndarray) -> np.ndarray:

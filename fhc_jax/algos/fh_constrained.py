@@ -96,15 +96,17 @@ picks "samples" when 4 K <= S (small batches or large grids), "table" otherwise.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Literal
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 
-from fhc_jax.algos import common, features as feat
-from fhc_jax.algos.common import Batch, ExactMetrics, PowerSchedule, hyperparameters
+from fhc_jax.algos import features as feat, learner, multipliers
+from fhc_jax.algos.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
+from fhc_jax.algos.learner import ExactMetrics
+from fhc_jax.algos.returns import lambda_returns
+from fhc_jax.algos.tabular_rollout import Batch, TabularModel, rollout_policy_table, rollout_tabular, tabular_model
 from fhc_jax.algos.features import FeatureSpec, FeatureTable, OneHot
 
 Array = jax.Array
@@ -112,20 +114,10 @@ Array = jax.Array
 VARIANTS = ("paper", "improved")
 COMBINE_RULES = ("visits", "mean")
 UPDATE_FORMS = ("auto", "table", "samples")
-
-_STATIC = (
-    "num_iterations",
-    "episodes_per_iteration",
-    "features",
-    "variant",
-    "combine",
-    "update_form",
-    "eval_every",
-    "check_step_sizes",
-)
+_FEATURE_SPECS = (feat.OneHot, feat.RadialBasis, feat.TileCoding, feat.Custom)
 
 
-@hyperparameters(static=_STATIC)
+@hyperparameters
 class Config:
     """Hyperparameters of FH-Constrained. Defaults are tuned for the default ``GridWorld``
     (10x10, H = 100, alpha = 25) by vmapped grid searches (``fhc-jax sweep``, up to 480 runs
@@ -140,7 +132,7 @@ class Config:
         combine: how K per-episode increments are combined: "visits" or "mean".
         update_form: "auto", "table" or "samples" (speed only, module docstring).
         eval_every: exact evaluation of the policy every this many updates (0: only the
-            initial and final policies). Tabular environments only.
+            initial and final policies).
         check_step_sizes: validate the schedules against Assumption 3 (default True). Set
             False only to experiment with schedules outside the paper's theory (e.g.
             constant step sizes); positivity is always checked.
@@ -162,59 +154,24 @@ class Config:
             0 reports the last iterate. Rollouts during training always use theta(n).
     """
 
-    num_iterations: int = 2500
-    episodes_per_iteration: int = 512
-    features: FeatureSpec = OneHot()
-    variant: str = "improved"
-    combine: str = "visits"
-    update_form: str = "auto"
-    eval_every: int = 100
-    check_step_sizes: bool = True
-    critic_step: PowerSchedule = PowerSchedule(init=1.0, power=0.55, decay=100.0)
-    actor_step: PowerSchedule = PowerSchedule(init=3.0, power=0.6, decay=100.0)
-    multiplier_step: PowerSchedule = PowerSchedule(init=2e-4, power=0.8, decay=1000.0)
-    theta_bound: float = 4.0
-    multiplier_max: float = 20.0
-    initial_multiplier: float = 0.0
-    trace: float = 0.5
-    multiplier_gain: float = 0.01
-    policy_averaging: float = 0.99
-
-    def __post_init__(self):
-        own = "Config"
-        for name, low in (("num_iterations", 1), ("episodes_per_iteration", 1), ("eval_every", 0)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
-                raise ValueError(f"{own}.{name} must be an integer >= {low}, found {v!r}")
-        for name, allowed in (("variant", VARIANTS), ("combine", COMBINE_RULES), ("update_form", UPDATE_FORMS)):
-            v = getattr(self, name)
-            if v not in allowed:
-                raise ValueError(f"{own}.{name} must be one of {', '.join(map(repr, allowed))}, found {v!r}")
-        if not isinstance(self.features, (feat.OneHot, feat.RadialBasis, feat.TileCoding, feat.Custom)):
-            raise ValueError(
-                f"{own}.features must be a feature spec (features.OneHot(), RadialBasis(...), "
-                f"TileCoding(...), Custom(...)), found {type(self.features).__name__}"
-            )
-        if not isinstance(self.check_step_sizes, bool):
-            raise ValueError(f"{own}.check_step_sizes must be True or False, found {self.check_step_sizes!r}")
-        schedules = {"critic_step": self.critic_step, "actor_step": self.actor_step, "multiplier_step": self.multiplier_step}
-        common.check_schedules(own, schedules, self.check_step_sizes)
-        common.check_positive(own, "theta_bound", self.theta_bound)
-        common.check_positive(own, "multiplier_max", self.multiplier_max)
-        common.check_positive(own, "initial_multiplier", self.initial_multiplier, allow_zero=True)
-        mx = common._real(own, "multiplier_max", self.multiplier_max)
-        init = common._real(own, "initial_multiplier", self.initial_multiplier)
-        if mx is not None and init is not None and np.any(init > mx):
-            raise ValueError(
-                f"{own}.initial_multiplier must lie in [0, multiplier_max = {common._fmt(mx)}], found {common._fmt(init)}"
-            )
-        common.check_range(own, "trace", self.trace, 0.0, 1.0)
-        common.check_positive(own, "multiplier_gain", self.multiplier_gain, allow_zero=True)
-        common.check_averaging(own, "policy_averaging", self.policy_averaging)
-
-    def replace(self, **changes) -> "Config":
-        """A validated copy with some fields changed."""
-        return dataclasses.replace(self, **changes)
+    num_iterations: int = static(2500, low=1)
+    episodes_per_iteration: int = static(512, low=1)
+    features: FeatureSpec = static(OneHot(), types=_FEATURE_SPECS, description=(
+        "a feature spec (features.OneHot(), RadialBasis(...), TileCoding(...), Custom(...))"))
+    variant: str = static("improved", choices=VARIANTS)
+    combine: str = static("visits", choices=COMBINE_RULES)
+    update_form: str = static("auto", choices=UPDATE_FORMS)
+    eval_every: int = static(100, low=0)
+    check_step_sizes: bool = static(True)
+    critic_step: PowerSchedule = schedule(PowerSchedule(init=1.0, power=0.55, decay=100.0))
+    actor_step: PowerSchedule = schedule(PowerSchedule(init=3.0, power=0.6, decay=100.0))
+    multiplier_step: PowerSchedule = schedule(PowerSchedule(init=2e-4, power=0.8, decay=1000.0))
+    theta_bound: float = numeric(4.0, low=0.0, low_open=True)
+    multiplier_max: float = numeric(20.0, low=0.0, low_open=True)
+    initial_multiplier: float = numeric(0.0, low=0.0, high="multiplier_max")
+    trace: float = numeric(0.5, low=0.0, high=1.0)
+    multiplier_gain: float = numeric(0.01, low=0.0)
+    policy_averaging: float = numeric(0.99, low=0.0, high=1.0, high_open=True)
 
 
 @struct.dataclass
@@ -226,20 +183,20 @@ class TrainState:
         critics: critic weights for stages 0..H, (H+1, X, 1+M): channel 0 is the Lagrangian
             critic v_h, channels 1..M the constraint critics w_h^(k) (see :attr:`v`, :attr:`w`).
         multipliers: penalties nu^(k) = -lambda^(k) >= 0 used in c^lambda, (M,).
-        multiplier_integral: the integral part nu_I of the multiplier update (algo7); equal to
-            ``multipliers`` in the paper variant, (M,).
+        multiplier_state: the multiplier update's state (:mod:`fhc_jax.algos.multipliers`;
+            its ``integral`` is nu_I of (algo7), equal to ``multipliers`` in the paper variant).
         step: number of updates done, n, int32 ().
         theta_average: Polyak average of theta (exponential, weight ``Config.policy_averaging``),
-            (H, X, A): the learner's reported policy (:func:`policy_table`). None: report theta.
+            (H, X, A): the learner's reported policy (:func:`policy_table`).
         features: the feature spec (static).
     """
 
     theta: Array
     critics: Array
     multipliers: Array
-    multiplier_integral: Array
+    multiplier_state: multipliers.MultiplierState
     step: Array
-    theta_average: Array | None = None
+    theta_average: Array
     features: FeatureSpec = struct.field(pytree_node=False, default=OneHot())
 
     @property
@@ -264,8 +221,7 @@ class Metrics:
         critic_costs: the constraint critics' estimate of the expected total cost,
             mean_k w_0^T phi_0(s_0) (+ alpha in the paper variant, whose critic includes
             -alpha), before the update, (N, M).
-        exact: exact reward and costs of the current policy every ``eval_every`` updates
-            (:class:`fhc_jax.algos.common.ExactMetrics`).
+        exact: exact reward and costs of the reported policy every ``eval_every`` updates.
     """
 
     reward: Array
@@ -275,15 +231,25 @@ class Metrics:
     exact: ExactMetrics
 
 
-@struct.dataclass
-class TrainResult:
-    """What ``train(key)`` returns: the final :class:`TrainState` and the :class:`Metrics`."""
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """Constants derived from the environment (built once by :func:`setup`).
 
-    state: TrainState
-    metrics: Metrics
+    Attributes:
+        features: phi_h(s) of every stage and state (:class:`FeatureTable`).
+        model: the tabular rollout model. thresholds: alpha^(k), (M,).
+        num_states, num_actions, num_constraints, horizon: S, A, M, H.
+        form: the resolved update form, "table" or "samples".
+    """
 
-
-# ----------------------------------------------------------------------------- helpers
+    features: FeatureTable
+    model: TabularModel | None
+    thresholds: Array
+    num_states: int
+    num_actions: int
+    num_constraints: int
+    horizon: int
+    form: str
 
 
 def resolve_update_form(config: Config, num_states: int) -> str:
@@ -293,9 +259,75 @@ def resolve_update_form(config: Config, num_states: int) -> str:
     return "samples" if 4 * config.episodes_per_iteration <= num_states else "table"
 
 
+def setup(env, params, config: Config) -> Setup:
+    """Features, rollout model and thresholds of ``env`` (host-side).
+
+    Raises:
+        ValueError: features that do not fit the environment.
+    """
+    return Setup(
+        features=feat.build(config.features, env),
+        model=tabular_model(env, params),
+        thresholds=jnp.asarray(env.to_cmdp(params).thresholds, jnp.float32),
+        num_states=env.num_states, num_actions=env.num_actions, num_constraints=env.num_constraints,
+        horizon=env.horizon, form=resolve_update_form(config, env.num_states),
+    )
+
+
+def policy_setup(env, params, train_state: TrainState) -> Setup:
+    """What :func:`logits` needs, from the features recorded in the train state."""
+    del params
+    return Setup(features=feat.build(train_state.features, env), model=None, thresholds=None,
+                 num_states=env.num_states, num_actions=env.num_actions,
+                 num_constraints=env.num_constraints, horizon=env.horizon, form="table")
+
+
+def _multiplier_update(config: Config, n: Array) -> multipliers.MultiplierUpdate:
+    """(algo7) with the improved variant's proportional term (gain 0 in the paper variant)."""
+    gain = 0.0 if config.variant == "paper" else config.multiplier_gain
+    return multipliers.projected_gradient(config.multiplier_step(n), config.multiplier_max, gain)
+
+
+def init(key: Array, setup: Setup, config: Config) -> TrainState:
+    """Initial parameters: theta = 0 (uniform policy), critics = 0, nu = initial_multiplier.
+    ``key`` is unused (the initialisation is deterministic)."""
+    del key
+    h, a, m, x = setup.horizon, setup.num_actions, setup.num_constraints, setup.features.num_features
+    nu = jnp.broadcast_to(jnp.asarray(config.initial_multiplier, jnp.float32), (m,))
+    return TrainState(
+        theta=jnp.zeros((h, x, a), jnp.float32),
+        theta_average=jnp.zeros((h, x, a), jnp.float32),
+        critics=jnp.zeros((h + 1, x, 1 + m), jnp.float32),
+        multipliers=nu,
+        multiplier_state=_multiplier_update(config, 0).init(m, nu),
+        step=jnp.zeros((), jnp.int32),
+        features=config.features,
+    )
+
+
 def _logits_table(theta: Array, feats: FeatureTable) -> Array:
     """phi_h(s)^T theta_h for all h < H and s, (H, S, A)."""
     return feats.values(theta)
+
+
+def logits(train_state: TrainState, setup: Setup) -> Array:
+    """Logits of the reported policy (the Polyak-averaged actor), (H, S, A)."""
+    return _logits_table(train_state.theta_average, setup.features)
+
+
+def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -> Batch:
+    """K episodes under theta(n). The "table" form samples from the policy table (kept in
+    ``Batch.behaviour`` for the update); "samples" applies the actor per visited state."""
+    feats, k = setup.features, config.episodes_per_iteration
+    if setup.form == "table":
+        mu = jax.nn.softmax(_logits_table(train_state.theta, feats), axis=-1)
+        return rollout_policy_table(key, setup.model, mu, k).replace(behaviour=mu)
+    if feats.one_hot:
+        cdf = lambda theta_h, s: jnp.cumsum(jax.nn.softmax(theta_h[s], axis=-1), axis=-1)
+        return rollout_tabular(key, setup.model, train_state.theta, cdf, k)
+    phis = feats.all_stages(setup.horizon)[: setup.horizon]
+    cdf = lambda xs, s: jnp.cumsum(jax.nn.softmax(xs[1][s] @ xs[0], axis=-1), axis=-1)
+    return rollout_tabular(key, setup.model, (train_state.theta, phis), cdf, k)
 
 
 def _feature_rows(feats: FeatureTable, states: Array) -> Array:
@@ -303,32 +335,6 @@ def _feature_rows(feats: FeatureTable, states: Array) -> Array:
     if feats.per_stage:
         return jnp.take_along_axis(feats.table[: states.shape[0]], states[..., None], axis=1)
     return feats.table[states]
-
-
-# ----------------------------------------------------------------------------- public API
-
-
-def init(key: Array, env, params, config: Config) -> TrainState:
-    """Initial parameters: theta = 0 (uniform policy), critics = 0, nu = initial_multiplier.
-
-    Args:
-        key: PRNG key (unused: the initialisation is deterministic; kept for a uniform API).
-        env: the environment (sizes H, S, A, M).
-        params: env params (unused).
-        config: :class:`Config`.
-    """
-    del key, params
-    h, a, m = env.horizon, env.num_actions, env.num_constraints
-    x = config.features.num_features(env)
-    return TrainState(
-        theta=jnp.zeros((h, x, a), jnp.float32),
-        theta_average=jnp.zeros((h, x, a), jnp.float32),
-        critics=jnp.zeros((h + 1, x, 1 + m), jnp.float32),
-        multipliers=jnp.broadcast_to(jnp.asarray(config.initial_multiplier, jnp.float32), (m,)),
-        multiplier_integral=jnp.broadcast_to(jnp.asarray(config.initial_multiplier, jnp.float32), (m,)),
-        step=jnp.zeros((), jnp.int32),
-        features=config.features,
-    )
 
 
 def _advantage_increment(
@@ -393,37 +399,29 @@ def _combine(increment: Array, active: Array, k: int, visits: bool) -> Array:
 
 
 def update(
-    train_state: TrainState,
-    batch: Batch,
-    features: FeatureTable,
-    thresholds: Array,
-    config: Config,
-    *,
-    policy: Array | None = None,
+    train_state: TrainState, batch: Batch, key: Array | None, setup: Setup, config: Config
 ) -> tuple[TrainState, dict[str, Array]]:
-    """One FH-Constrained update from K episodes (all H stages at once).
+    """One FH-Constrained update from K episodes, all H stages at once (module docstring).
 
     Args:
         train_state: parameters at iteration n.
-        batch: K episodes generated under ``train_state``'s policy (:class:`Batch`, time-major).
-        features: ``features.build(config.features, env)``.
-        thresholds: alpha^(k), (M,).
+        batch: K episodes generated under ``train_state``'s policy (:class:`Batch`, time-major;
+            the "table" form reuses ``batch.behaviour``, the policy table, when present).
+        key: unused (the update is deterministic given the batch).
+        setup: :func:`setup` of the environment.
         config: :class:`Config` (its static fields select variant, combination rule, form).
-        policy: optional policy table mu (H, S, A) of ``train_state`` (the "table" form needs
-            it and computes it when absent).
     Returns:
         (parameters at n + 1, per-iteration metrics dict: reward (), costs (M,),
         multipliers (M,), critic_costs (M,)).
     """
+    del key
+    features, thresholds = setup.features, setup.thresholds
     num_stages, k = batch.actions.shape
-    num_actions = train_state.theta.shape[-1]
-    m = thresholds.shape[0]
-    num_states = features.num_features if features.one_hot else features.table.shape[-2]
-    form = resolve_update_form(config, num_states)
+    num_actions, num_states, m = setup.num_actions, setup.num_states, setup.num_constraints
     paper = config.variant == "paper"
     visits = config.combine == "visits"
     n = train_state.step
-    a_n, b_n, c_n = config.critic_step(n), config.actor_step(n), config.multiplier_step(n)
+    a_n, b_n = config.critic_step(n), config.actor_step(n)
     nu = train_state.multipliers
     critics, theta = train_state.critics, train_state.theta
     s_all = batch.states  # (H+1, K)
@@ -445,14 +443,15 @@ def update(
     if paper:
         targets = stage + vals[1:]
     else:
-        targets = common.lambda_returns(stage, terminal, vals[1:], jnp.asarray(config.trace, jnp.float32))
+        targets = lambda_returns(stage, terminal, vals[1:], jnp.asarray(config.trace, jnp.float32))
     errors = jnp.concatenate([targets, terminal[None]], axis=0) - vals  # (H+1, K, C)
     delta = errors[:-1, :, 0]  # actor signal (H, K)
+    s_h, a_h = s_all[:-1], batch.actions
 
-    if form == "table":
-        mu = policy if policy is not None else jax.nn.softmax(_logits_table(theta, features), axis=-1)
+    # --- critics (algo1, algo2, algo4, algo5) and actor: paper (algo3) or improved, per form
+    if setup.form == "table":
         # one scatter of [count, errors...] into (H, S*A) cells; terminal stage into (S,)
-        cells = s_all[:-1] * num_actions + batch.actions  # (H, K)
+        cells = s_h * num_actions + a_h  # (H, K)
         vals_sc = jnp.concatenate([jnp.ones((num_stages, k, 1), errors.dtype), errors[:-1]], axis=-1)
         stats = jnp.zeros((num_stages, num_states * num_actions, 2 + m), errors.dtype)
         stats = stats.at[hh[:-1], cells].add(vals_sc).reshape(num_stages, num_states, num_actions, 2 + m)
@@ -460,56 +459,43 @@ def update(
         term_stats = jnp.zeros((num_states, 2 + m), errors.dtype).at[s_all[-1]].add(term_vals)
         per_state = jnp.concatenate([stats.sum(axis=2), term_stats[None]], axis=0)  # (H+1, S, 2+M)
         counts, crit_sums = per_state[..., 0], per_state[..., 1:]
-        actor_tab = stats[..., 1] - mu * per_state[:-1, :, 1][..., None]  # sum_k delta (e_a - mu), (H, S, A)
-        crit_inc = features.project(crit_sums)  # (H+1, X, C)
-        actor_inc = features.project(actor_tab)  # (H, X, A)
         # episodes whose features are active: n_hj = sum_s counts_h(s) 1[phi_hj(s) != 0]
         active = features.project_active(counts)
-        crit_inc, actor_inc = _combine(crit_inc, active, k, visits), _combine(actor_inc, active[:-1], k, visits)
-        critics = critics + a_n * crit_inc
-        theta = jnp.clip(theta + b_n * actor_inc, -config.theta_bound, config.theta_bound)
-    else:  # "samples": per visited row
-        onehot_a = jax.nn.one_hot(batch.actions, num_actions, dtype=errors.dtype)  # (H, K, A)
-        if features.one_hot:
-            if visits:
-                counts = jnp.zeros((num_stages + 1, num_states), errors.dtype).at[hh, s_all].add(1.0)
-                weight = 1.0 / counts[hh, s_all]  # (H+1, K)
-            else:
-                weight = jnp.full(s_all.shape, 1.0 / k, errors.dtype)
-            critics = critics.at[hh, s_all].add(a_n * weight[..., None] * errors)
-            rows = theta[hh[:-1], s_all[:-1]]  # (H, K, A)
-            mu_rows = jax.nn.softmax(rows, axis=-1)
-            grad = (weight[:-1] * delta)[..., None] * (onehot_a - mu_rows)
-            theta = theta.at[hh[:-1], s_all[:-1]].add(b_n * grad)
-            theta = theta.at[hh[:-1], s_all[:-1]].set(
-                jnp.clip(theta[hh[:-1], s_all[:-1]], -config.theta_bound, config.theta_bound)
-            )
-        else:
-            mu_rows = jax.nn.softmax(jnp.einsum("hkx,hxa->hka", phi_all[:-1], theta), axis=-1)
-            crit_inc = jnp.einsum("hkx,hkc->hxc", phi_all, errors)
-            actor_inc = jnp.einsum("hkx,hka->hxa", phi_all[:-1], delta[..., None] * (onehot_a - mu_rows))
-            active = jnp.sum((phi_all != 0).astype(errors.dtype), axis=1)  # (H+1, X)
-            crit_inc, actor_inc = _combine(crit_inc, active, k, visits), _combine(actor_inc, active[:-1], k, visits)
-            critics = critics + a_n * crit_inc
-            theta = jnp.clip(theta + b_n * actor_inc, -config.theta_bound, config.theta_bound)
-
-    if not paper:  # the improved actor replaces the paper's (algo3) increment computed above
-        s_h, a_h = s_all[:-1], batch.actions
-        if form == "table":  # stats already hold n_h(s, a) and sum delta per cell
+        critics = critics + a_n * _combine(features.project(crit_sums), active, k, visits)
+        if paper:
+            mu = batch.behaviour if batch.behaviour is not None else jax.nn.softmax(_logits_table(theta, features), axis=-1)
+            actor_tab = stats[..., 1] - mu * per_state[:-1, :, 1][..., None]  # sum_k delta (e_a - mu), (H, S, A)
+            inc = _combine(features.project(actor_tab), active[:-1], k, visits)
+        else:  # stats already hold n_h(s, a) and sum delta per cell
             inc = _advantage_increment_from_sums(stats[..., 0], stats[..., 1], features, k, visits)
-            theta = jnp.clip(train_state.theta + b_n * inc, -config.theta_bound, config.theta_bound)
-        elif features.one_hot:  # scatter straight into the visited rows
-            weight, count_s = _advantage_weights(s_h, a_h, delta)
-            theta = train_state.theta.at[hh[:-1], s_h, a_h].add(b_n * weight / (count_s if visits else k))
-            theta = theta.at[hh[:-1], s_h].set(
-                jnp.clip(theta[hh[:-1], s_h], -config.theta_bound, config.theta_bound)
-            )
+        theta = jnp.clip(theta + b_n * inc, -config.theta_bound, config.theta_bound)
+    elif features.one_hot:  # "samples": scatter straight into the visited rows
+        if visits:
+            counts = jnp.zeros((num_stages + 1, num_states), errors.dtype).at[hh, s_all].add(1.0)
+            weight = 1.0 / counts[hh, s_all]  # (H+1, K)
         else:
-            weight, _ = _advantage_weights(s_h, a_h, delta)
-            inc = jnp.einsum("hkx,hka->hxa", phi_all[:-1], weight[..., None] * jax.nn.one_hot(a_h, num_actions, dtype=weight.dtype))
-            active = jnp.sum((phi_all[:-1] != 0).astype(weight.dtype), axis=1)  # (H, X)
-            inc = _combine(inc, active, k, visits)
-            theta = jnp.clip(train_state.theta + b_n * inc, -config.theta_bound, config.theta_bound)
+            weight = jnp.full(s_all.shape, 1.0 / k, errors.dtype)
+        critics = critics.at[hh, s_all].add(a_n * weight[..., None] * errors)
+        if paper:
+            mu_rows = jax.nn.softmax(theta[hh[:-1], s_h], axis=-1)  # (H, K, A)
+            onehot_a = jax.nn.one_hot(a_h, num_actions, dtype=errors.dtype)
+            grad = (weight[:-1] * delta)[..., None] * (onehot_a - mu_rows)
+            theta = theta.at[hh[:-1], s_h].add(b_n * grad)
+        else:
+            adv_weight, count_s = _advantage_weights(s_h, a_h, delta)
+            theta = theta.at[hh[:-1], s_h, a_h].add(b_n * adv_weight / (count_s if visits else k))
+        theta = theta.at[hh[:-1], s_h].set(jnp.clip(theta[hh[:-1], s_h], -config.theta_bound, config.theta_bound))
+    else:  # "samples" with general features
+        active = jnp.sum((phi_all != 0).astype(errors.dtype), axis=1)  # (H+1, X)
+        critics = critics + a_n * _combine(jnp.einsum("hkx,hkc->hxc", phi_all, errors), active, k, visits)
+        onehot_a = jax.nn.one_hot(a_h, num_actions, dtype=errors.dtype)
+        if paper:
+            mu_rows = jax.nn.softmax(jnp.einsum("hkx,hxa->hka", phi_all[:-1], theta), axis=-1)
+            per_sample = delta[..., None] * (onehot_a - mu_rows)
+        else:
+            per_sample = _advantage_weights(s_h, a_h, delta)[0][..., None] * onehot_a
+        inc = _combine(jnp.einsum("hkx,hka->hxa", phi_all[:-1], per_sample), active[:-1], k, visits)
+        theta = jnp.clip(theta + b_n * inc, -config.theta_bound, config.theta_bound)
 
     # --- multipliers (algo7), penalties nu = -lambda
     critic_estimate = jnp.mean(vals[0, :, 1:], axis=0)  # mean_k w_0^T phi_0(s_0), (M,)
@@ -520,16 +506,12 @@ def update(
     else:
         violation = jnp.mean(episode_costs, axis=0) - thresholds
         critic_costs = critic_estimate
-    gain = 0.0 if paper else config.multiplier_gain
-    new_nu, integral = common.pi_multiplier_step(
-        train_state.multiplier_integral, violation, c_n, config.multiplier_max, gain
-    )
+    new_nu, multiplier_state = _multiplier_update(config, n).update(train_state.multiplier_state, violation)
 
+    beta = config.policy_averaging
     new_state = train_state.replace(
-        theta=theta, critics=critics, multipliers=new_nu, multiplier_integral=integral, step=n + 1,
-        theta_average=None if train_state.theta_average is None else (
-            config.policy_averaging * train_state.theta_average + (1.0 - config.policy_averaging) * theta
-        ),
+        theta=theta, critics=critics, multipliers=new_nu, multiplier_state=multiplier_state, step=n + 1,
+        theta_average=beta * train_state.theta_average + (1.0 - beta) * theta,
     )
     metrics = {
         "reward": jnp.mean(batch.episode_rewards),
@@ -540,118 +522,8 @@ def update(
     return new_state, metrics
 
 
-def policy_table(train_state: TrainState, env, params=None) -> Array:
-    """The learner's non-stationary policy mu_h(s, a) for every stage and state, (H, S, A).
-
-    Feed it to ``fhc_jax.evaluate(env.to_cmdp(params), table)`` for exact judgement. A batched
-    state (leading seed axes on ``theta``) gives a batched table.
-    """
-    del params
-    feats = feat.build(train_state.features, env)
-    fn = lambda th: jax.nn.softmax(_logits_table(th, feats), axis=-1)
-    for _ in range(train_state.theta.ndim - 3):
-        fn = jax.vmap(fn)
-    return fn(reported_theta(train_state))
-
-
-def reported_theta(train_state: TrainState) -> Array:
-    """The actor parameters of the learner's reported policy: the Polyak average when the state
-    keeps one, else theta."""
-    return train_state.theta if train_state.theta_average is None else train_state.theta_average
-
-
-#: re-exported from :mod:`fhc_jax.algos.common` (where every learner's ``policy`` finds it)
-observation_to_index = common.observation_to_index
-
-
-def policy(train_state: TrainState, env, params=None) -> Callable[[Array, Array, Array], Array]:
-    """The learner's policy as ``act(key, observation, h) -> action`` for
-    :func:`fhc_jax.rollout` (samples mu_h(s, .) of :func:`policy_table`; one uniform per call).
-
-    The returned function closes over the policy table: pass it to ``rollout`` un-jitted, or
-    build it inside the jitted function that calls ``rollout``.
-    """
-    return common.table_policy(policy_table(train_state, env, params), env)
-
-
-def make_learner(env, params, config: Config) -> common.Learner:
-    """FH-Constrained bound to ``env`` as iteration-level functions (:class:`common.Learner`);
-    :func:`make_train` scans them, :mod:`fhc_jax.experiment` runs them in chunks.
-
-    Raises:
-        ValueError: a config of another learner, or features that do not fit the environment.
-    """
-    if not isinstance(config, Config):
-        raise ValueError(f"make_train: config must be a fh_constrained.Config, found {type(config).__name__}")
-    feats = feat.build(config.features, env)
-    model = common.tabular_model(env, params)
-    cmdp = env.to_cmdp(params)
-    thresholds = jnp.asarray(cmdp.thresholds, jnp.float32)
-    evaluate_policy = common.exact_evaluator(cmdp)
-    num_states = env.num_states
-    form = resolve_update_form(config, num_states)
-    k = config.episodes_per_iteration
-
-    def sample_one_hot(theta_h, s):
-        return jnp.cumsum(jax.nn.softmax(theta_h[s], axis=-1), axis=-1)
-
-    def sample_features(xs, s):
-        theta_h, phi_h = xs
-        return jnp.cumsum(jax.nn.softmax(phi_h[s] @ theta_h, axis=-1), axis=-1)
-
-    def init_fn(key: Array, cfg: Config) -> common.Carry:
-        k_init, k_loop = jax.random.split(key)
-        return common.Carry(state=init(k_init, env, params, cfg), key=k_loop)
-
-    def step_fn(carry: common.Carry, cfg: Config) -> tuple[common.Carry, dict[str, Array]]:
-        st = carry.state
-        key, k_roll = jax.random.split(carry.key)
-        mu = None
-        if form == "table":
-            mu = jax.nn.softmax(_logits_table(st.theta, feats), axis=-1)
-            batch = common.rollout_policy_table(k_roll, model, mu, k)
-        elif feats.one_hot:
-            batch = common.rollout_tabular(k_roll, model, st.theta, sample_one_hot, k)
-        else:
-            phis = feats.all_stages(env.horizon)[: env.horizon]
-            batch = common.rollout_tabular(k_roll, model, (st.theta, phis), sample_features, k)
-        st, m = update(st, batch, feats, thresholds, cfg, policy=mu)
-        return common.Carry(state=st, key=key), m
-
-    def table_fn(st: TrainState) -> Array:
-        return jax.nn.softmax(_logits_table(reported_theta(st), feats), axis=-1)
-
-    return common.Learner(
-        config=config,
-        init=init_fn,
-        step=step_fn,
-        evaluate=lambda carry: evaluate_policy(table_fn(carry.state)),
-        policy_table=table_fn,
-    )
-
-
-def make_train(env, params, config: Config) -> Callable[..., TrainResult]:
-    """Build ``train(key, hparams=None) -> TrainResult``: rollouts and updates for
-    ``config.num_iterations`` iterations in one ``lax.scan`` (one jit).
-
-    ``jax.jit(jax.vmap(train))(keys)`` trains several seeds in one compiled call;
-    ``jax.vmap(train, in_axes=(None, 0))(key, common.stack([cfg1, cfg2]))`` sweeps numeric
-    hyperparameters without recompiling (static fields must equal ``config``'s).
-
-    Args:
-        env: a tabular environment (``GridWorld``, ``TabularEnv``): needs ``to_cmdp``.
-        params: its params.
-        config: :class:`Config`.
-    Returns:
-        ``train``; its result's ``metrics.exact`` holds the exact reward and costs
-        (``fhc_jax.evaluate``) of the policy every ``config.eval_every`` updates.
-    Raises:
-        ValueError: features that do not fit the environment.
-    """
-    learner = make_learner(env, params, config)
-
-    def train(key: Array, hparams: Config | None = None) -> TrainResult:
-        state, metrics, exact = common.run(learner, key, hparams)
-        return TrainResult(state=state, metrics=Metrics(exact=exact, **metrics))
-
-    return train
+ALGORITHM = learner.Algorithm(
+    name="fh_constrained", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
+    rollout=rollout, update=update, logits=logits, policy_setup=policy_setup,
+)
+make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)

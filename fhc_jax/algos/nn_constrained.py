@@ -61,17 +61,21 @@ picks "table" when S <= K.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import struct
 
-from fhc_jax.algos import common
-from fhc_jax.algos.common import Batch, ExactMetrics, PowerSchedule, hyperparameters
-from fhc_jax.algos.networks import MLP, Stacked, check_architecture
+from fhc_jax.algos import learner, multipliers
+from fhc_jax.algos.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
+from fhc_jax.algos.learner import ExactMetrics
+from fhc_jax.algos.networks import ACTIVATIONS, MLP, Stacked
+from fhc_jax.algos.returns import lambda_returns
+from fhc_jax.algos.tabular_rollout import (
+    Batch, TabularModel, batch_observations, observation_table, rollout_policy_table, tabular_model,
+)
 from fhc_jax.envs.encoders import make_encoder
 
 Array = jax.Array
@@ -81,24 +85,8 @@ OPTIMIZERS = ("adam", "sgd")
 LOSS_FORMS = ("auto", "table", "samples")
 OBSERVATIONS = ("xy", "xyt", "one_hot")
 
-_STATIC = (
-    "num_iterations",
-    "episodes_per_iteration",
-    "observation",
-    "width",
-    "depth",
-    "activation",
-    "normalize_inputs",
-    "variant",
-    "optimizer",
-    "loss_form",
-    "actor_epochs",
-    "eval_every",
-    "check_step_sizes",
-)
 
-
-@hyperparameters(static=_STATIC)
+@hyperparameters
 class Config:
     """Hyperparameters of NN-Constrained. Defaults are tuned for the default ``GridWorld``
     (10x10, H = 100, alpha = 25) by vmapped grid searches (``fhc-jax sweep``, 5-10 seeds per
@@ -137,68 +125,29 @@ class Config:
             few cost units around alpha near nu*, the average does not.
     """
 
-    num_iterations: int = 1500
-    episodes_per_iteration: int = 512
-    observation: str = "xy"
-    width: int = 10
-    depth: int = 2
-    activation: str = "tanh"
-    normalize_inputs: bool = True
-    variant: str = "improved"
-    optimizer: str = "adam"
-    loss_form: str = "auto"
-    actor_epochs: int = 8
-    eval_every: int = 100
-    check_step_sizes: bool = True
-    critic_step: PowerSchedule = PowerSchedule(init=0.05, power=0.55, decay=500.0)
-    actor_step: PowerSchedule = PowerSchedule(init=0.03, power=0.7, decay=500.0)
-    multiplier_step: PowerSchedule = PowerSchedule(init=1e-3, power=0.8, decay=1000.0)
-    multiplier_max: float = 20.0
-    initial_multiplier: float = 0.0
-    trace: float = 0.4
-    multiplier_gain: float = 0.05
-    output_scale: float = 0.1
-    logit_step: float = 1.0
-    policy_averaging: float = 0.99
-
-    def __post_init__(self):
-        own = "Config"
-        for name, low in (("num_iterations", 1), ("episodes_per_iteration", 1), ("actor_epochs", 1), ("eval_every", 0)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
-                raise ValueError(f"{own}.{name} must be an integer >= {low}, found {v!r}")
-        for name, allowed in (
-            ("observation", OBSERVATIONS),
-            ("variant", VARIANTS),
-            ("optimizer", OPTIMIZERS),
-            ("loss_form", LOSS_FORMS),
-        ):
-            v = getattr(self, name)
-            if v not in allowed:
-                raise ValueError(f"{own}.{name} must be one of {', '.join(map(repr, allowed))}, found {v!r}")
-        check_architecture(own, self.width, self.depth, self.activation)
-        for name in ("check_step_sizes", "normalize_inputs"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{own}.{name} must be True or False, found {getattr(self, name)!r}")
-        schedules = {"critic_step": self.critic_step, "actor_step": self.actor_step, "multiplier_step": self.multiplier_step}
-        common.check_schedules(own, schedules, self.check_step_sizes)
-        common.check_positive(own, "multiplier_max", self.multiplier_max)
-        common.check_positive(own, "initial_multiplier", self.initial_multiplier, allow_zero=True)
-        mx = common._real(own, "multiplier_max", self.multiplier_max)
-        init = common._real(own, "initial_multiplier", self.initial_multiplier)
-        if mx is not None and init is not None and np.any(init > mx):
-            raise ValueError(
-                f"{own}.initial_multiplier must lie in [0, multiplier_max = {common._fmt(mx)}], found {common._fmt(init)}"
-            )
-        common.check_range(own, "trace", self.trace, 0.0, 1.0)
-        common.check_positive(own, "multiplier_gain", self.multiplier_gain, allow_zero=True)
-        common.check_positive(own, "output_scale", self.output_scale)
-        common.check_positive(own, "logit_step", self.logit_step)
-        common.check_averaging(own, "policy_averaging", self.policy_averaging)
-
-    def replace(self, **changes) -> "Config":
-        """A validated copy with some fields changed."""
-        return dataclasses.replace(self, **changes)
+    num_iterations: int = static(1500, low=1)
+    episodes_per_iteration: int = static(512, low=1)
+    observation: str = static("xy", choices=OBSERVATIONS)
+    width: int = static(10, low=1)
+    depth: int = static(2, low=0)
+    activation: str = static("tanh", choices=tuple(ACTIVATIONS))
+    normalize_inputs: bool = static(True)
+    variant: str = static("improved", choices=VARIANTS)
+    optimizer: str = static("adam", choices=OPTIMIZERS)
+    loss_form: str = static("auto", choices=LOSS_FORMS)
+    actor_epochs: int = static(8, low=1)
+    eval_every: int = static(100, low=0)
+    check_step_sizes: bool = static(True)
+    critic_step: PowerSchedule = schedule(PowerSchedule(init=0.05, power=0.55, decay=500.0))
+    actor_step: PowerSchedule = schedule(PowerSchedule(init=0.03, power=0.7, decay=500.0))
+    multiplier_step: PowerSchedule = schedule(PowerSchedule(init=1e-3, power=0.8, decay=1000.0))
+    multiplier_max: float = numeric(20.0, low=0.0, low_open=True)
+    initial_multiplier: float = numeric(0.0, low=0.0, high="multiplier_max")
+    trace: float = numeric(0.4, low=0.0, high=1.0)
+    multiplier_gain: float = numeric(0.05, low=0.0)
+    output_scale: float = numeric(0.1, low=0.0, low_open=True)
+    logit_step: float = numeric(1.0, low=0.0, low_open=True)
+    policy_averaging: float = numeric(0.99, low=0.0, high=1.0, high_open=True)
 
 
 @struct.dataclass
@@ -211,10 +160,12 @@ class TrainState:
         cost_critic: constraint critic params W_0..W_H (M outputs), leaves (H+1, ...).
         actor_opt, critic_opt: optax states (the critic optimizer holds (critic, cost_critic)).
         multipliers: penalties nu = -lambda >= 0 used in c_h, (M,).
-        multiplier_integral: integral part nu_I (= multipliers in the paper variant), (M,).
+        multiplier_state: the multiplier update's state (:mod:`fhc_jax.algos.multipliers`).
         step: updates done, n, int32 ().
         actor_average: exponential Polyak average of the actor params (weight
-            ``Config.policy_averaging``), the reported policy; None: report ``actor``.
+            ``Config.policy_averaging``): the reported policy.
+        observation, width, depth, activation, normalize_inputs: the networks' input and
+            architecture (static), so the policy can be rebuilt from the state alone.
     """
 
     actor: Any
@@ -223,9 +174,14 @@ class TrainState:
     actor_opt: Any
     critic_opt: Any
     multipliers: Array
-    multiplier_integral: Array
+    multiplier_state: multipliers.MultiplierState
     step: Array
-    actor_average: Any = None
+    actor_average: Any
+    observation: str = struct.field(pytree_node=False, default="xy")
+    width: int = struct.field(pytree_node=False, default=10)
+    depth: int = struct.field(pytree_node=False, default=2)
+    activation: str = struct.field(pytree_node=False, default="tanh")
+    normalize_inputs: bool = struct.field(pytree_node=False, default=True)
 
 
 @struct.dataclass
@@ -250,31 +206,46 @@ class Metrics:
     exact: ExactMetrics
 
 
-@struct.dataclass
-class TrainResult:
-    """What ``train(key)`` returns: the final :class:`TrainState` and the :class:`Metrics`."""
-
-    state: TrainState
-    metrics: Metrics
-
-
 @dataclasses.dataclass(frozen=True)
 class Networks:
-    """The three stacked network families of one environment and config."""
+    """The three stacked network families (H stages, A actions, M constraints)."""
 
     actor: Stacked
     critic: Stacked
     cost_critic: Stacked
 
     @classmethod
-    def build(cls, env, config: Config) -> "Networks":
-        h, a, m = env.horizon, env.num_actions, env.num_constraints
-        arch = dict(width=config.width, depth=config.depth, activation=config.activation)
+    def build(cls, horizon: int, num_actions: int, num_constraints: int, spec: Any, output_scale: Any = 1.0) -> "Networks":
+        """From a ``spec`` with ``width``, ``depth``, ``activation`` (a Config or TrainState);
+        ``output_scale`` only sets the actors' initialisation."""
+        arch = dict(width=spec.width, depth=spec.depth, activation=spec.activation)
         return cls(
-            actor=Stacked(MLP(outputs=a, output_scale=config.output_scale, **arch), h),
-            critic=Stacked(MLP(outputs=1, **arch), h + 1),
-            cost_critic=Stacked(MLP(outputs=m, **arch), h + 1),
+            actor=Stacked(MLP(outputs=num_actions, output_scale=output_scale, **arch), horizon),
+            critic=Stacked(MLP(outputs=1, **arch), horizon + 1),
+            cost_critic=Stacked(MLP(outputs=num_constraints, **arch), horizon + 1),
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """Constants derived from the environment (built once by :func:`setup`).
+
+    Attributes:
+        nets: :class:`Networks`. obs_table: network inputs of every (stage, state), (H+1, S, D).
+        model: the tabular rollout model. thresholds: alpha, (M,).
+        horizon, num_states, num_actions, num_constraints: H, S, A, M.
+        form: the resolved loss form, "table" or "samples".
+    """
+
+    nets: Networks
+    obs_table: Array
+    model: TabularModel | None
+    thresholds: Array | None
+    horizon: int
+    num_states: int
+    num_actions: int
+    num_constraints: int
+    form: str
 
 
 def resolve_loss_form(config: Config, num_states: int) -> str:
@@ -293,45 +264,66 @@ def _optimizer(config: Config, schedule: PowerSchedule, steps_per_update: int = 
     return optax.sgd(learning_rate=lr)
 
 
-def input_table(env, params, config: Config) -> Array:
+def input_table(env, params, observation: str, normalize: bool) -> Array:
     """The networks' inputs for every (stage, state): the observation table
-    (:func:`common.observation_table`, (H+1, S, D)), standardised per input dimension over all
-    stages and states when ``config.normalize_inputs`` (a fixed affine map: coordinates in
-    [0, 1] become zero-mean, unit-variance, which lets small tanh networks draw sharper maps).
+    (:func:`fhc_jax.algos.tabular_rollout.observation_table`, (H+1, S, D)), standardised per
+    input dimension over all stages and states when ``normalize`` (a fixed affine map:
+    coordinates in [0, 1] become zero-mean, unit-variance, which lets small tanh networks draw
+    sharper maps).
     """
-    table = common.observation_table(env, params, config.observation)
-    if not config.normalize_inputs:
+    table = observation_table(env, params, observation)
+    if not normalize:
         return table
     flat = table.reshape(-1, table.shape[-1])
     std = jnp.std(flat, axis=0)
     return (table - jnp.mean(flat, axis=0)) / jnp.where(std > 0, std, 1.0)
 
 
-def _check_env(env, config: Config) -> None:
-    if config.observation not in env.supported_observations:
+def _setup(env, params, spec: Any, model: TabularModel | None, thresholds: Array | None, form: str) -> Setup:
+    if spec.observation not in env.supported_observations:
         raise ValueError(
             f"Config.observation must be one of {', '.join(map(repr, env.supported_observations))} "
-            f"for {type(env).__name__}, found {config.observation!r}"
+            f"for {type(env).__name__}, found {spec.observation!r}"
         )
+    return Setup(
+        nets=Networks.build(env.horizon, env.num_actions, env.num_constraints, spec),
+        obs_table=input_table(env, params, spec.observation, spec.normalize_inputs),
+        model=model, thresholds=thresholds, horizon=env.horizon, num_states=env.num_states,
+        num_actions=env.num_actions, num_constraints=env.num_constraints, form=form,
+    )
 
 
-def init(key: Array, env, params, config: Config) -> TrainState:
-    """Initial parameters: per-stage networks each from its own key, nu = initial_multiplier.
+def setup(env, params, config: Config) -> Setup:
+    """Networks, input table, rollout model and thresholds of ``env`` (host-side).
 
-    Args:
-        key: PRNG key.
-        env: the environment (sizes H, S, A, M; observation shape).
-        params: env params (unused).
-        config: :class:`Config` (possibly with traced numeric leaves).
+    Raises:
+        ValueError: an observation the environment does not support.
     """
-    del params
-    nets = Networks.build(env, config)
-    obs = jnp.zeros(make_encoder(type(env).__name__, config.observation, env.supported_observations).shape(env), jnp.float32)
+    thresholds = jnp.asarray(env.to_cmdp(params).thresholds, jnp.float32)
+    return _setup(env, params, config, tabular_model(env, params), thresholds,
+                  resolve_loss_form(config, env.num_states))
+
+
+def policy_setup(env, params, train_state: TrainState) -> Setup:
+    """What :func:`logits` needs, from the input and architecture recorded in the train state."""
+    return _setup(env, params, train_state, None, None, "table")
+
+
+def _multiplier_update(config: Config, n: Array) -> multipliers.MultiplierUpdate:
+    """(algo7) with the improved variant's proportional term (gain 0 in the paper variant)."""
+    gain = 0.0 if config.variant == "paper" else config.multiplier_gain
+    return multipliers.projected_gradient(config.multiplier_step(n), config.multiplier_max, gain)
+
+
+def init(key: Array, setup: Setup, config: Config) -> TrainState:
+    """Initial parameters: per-stage networks each from its own key, nu = initial_multiplier."""
+    nets = Networks.build(setup.horizon, setup.num_actions, setup.num_constraints, config, config.output_scale)
+    obs = jnp.zeros(setup.obs_table.shape[-1:], jnp.float32)
     ka, kv, kw = jax.random.split(key, 3)
     actor = nets.actor.init(ka, obs)
     critic = nets.critic.init(kv, obs)
     cost_critic = nets.cost_critic.init(kw, obs)
-    nu = jnp.broadcast_to(jnp.asarray(config.initial_multiplier, jnp.float32), (env.num_constraints,))
+    nu = jnp.broadcast_to(jnp.asarray(config.initial_multiplier, jnp.float32), (setup.num_constraints,))
     return TrainState(
         actor=actor,
         actor_average=actor,
@@ -340,12 +332,26 @@ def init(key: Array, env, params, config: Config) -> TrainState:
         actor_opt=_optimizer(config, config.actor_step).init(actor),
         critic_opt=_optimizer(config, config.critic_step).init((critic, cost_critic)),
         multipliers=nu,
-        multiplier_integral=nu,
+        multiplier_state=_multiplier_update(config, 0).init(setup.num_constraints, nu),
         step=jnp.zeros((), jnp.int32),
+        observation=config.observation, width=config.width, depth=config.depth,
+        activation=config.activation, normalize_inputs=config.normalize_inputs,
     )
 
 
-# ----------------------------------------------------------------------------- losses
+def _table(nets: Networks, actor: Any, obs_table: Array) -> Array:
+    return jax.nn.softmax(nets.actor.apply(actor, obs_table[:-1]), axis=-1)
+
+
+def logits(train_state: TrainState, setup: Setup) -> Array:
+    """Logits of the reported policy (the Polyak-averaged actor) at every (h, s), (H, S, A)."""
+    return setup.nets.actor.apply(train_state.actor_average, setup.obs_table[:-1])
+
+
+def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -> Batch:
+    """K episodes under the current actor, tabulated once over all (stage, state)."""
+    table = _table(setup.nets, train_state.actor, setup.obs_table)
+    return rollout_policy_table(key, setup.model, table, config.episodes_per_iteration)
 
 
 @struct.dataclass
@@ -379,7 +385,7 @@ def batch_targets(values: Array, batch: Batch, multipliers: Array, thresholds: A
     if paper:
         y = stage + values[1:]
     else:
-        y = common.lambda_returns(stage, terminal, values[1:], jnp.asarray(trace, values.dtype))
+        y = lambda_returns(stage, terminal, values[1:], jnp.asarray(trace, values.dtype))
     targets = jax.lax.stop_gradient(jnp.concatenate([y, terminal[None]], axis=0))
     advantages = jax.lax.stop_gradient(targets[:-1, :, 0] - values[:-1, :, 0])
     return Targets(targets=targets, advantages=advantages, values=values)
@@ -471,7 +477,7 @@ def advantage_targets(logits: Array, stats: CellStats, logit_step: Array) -> tup
 
     A_hat_h(s, a) is the visit-averaged advantage of a at (h, s) (mean advantage of the samples
     that took a, minus the mean over all samples in (h, s); 0 for actions not taken), as in
-    :func:`fhc_jax.algos.fh_constrained._advantage_increment`.
+    FH-Constrained's improved actor.
 
     Args:
         logits: z = the actor's logits at every (h, s), (H, S, A).
@@ -496,9 +502,6 @@ def improved_actor_loss(nets: Networks, actor: Any, obs_table: Array, q: Array, 
     return -jnp.sum(visited[..., None] * q * logp) / jnp.maximum(jnp.sum(visited), 1.0)
 
 
-# ----------------------------------------------------------------------------- update
-
-
 def _values_at(nets: Networks, state: TrainState, obs_table: Array, states: Array, form: str, observations: Array | None):
     """[V_h(s_h), W_h(s_h)] at the visited states, (H+1, K, 1+M)."""
     if form == "table":
@@ -512,32 +515,27 @@ def _values_at(nets: Networks, state: TrainState, obs_table: Array, states: Arra
 
 
 def update(
-    train_state: TrainState,
-    batch: Batch,
-    nets: Networks,
-    obs_table: Array,
-    thresholds: Array,
-    config: Config,
+    train_state: TrainState, batch: Batch, key: Array | None, setup: Setup, config: Config
 ) -> tuple[TrainState, dict[str, Array]]:
     """One NN-Constrained update from K trajectories: critic, actor and multiplier steps.
 
     Args:
         train_state: parameters at iteration n (the batch was generated under its actor).
         batch: time-major :class:`Batch` with tabular state indices.
-        nets: :class:`Networks`.
-        obs_table: (H+1, S, D) observations of every (stage, state).
-        thresholds: alpha, (M,).
+        key: unused (the update is deterministic given the batch).
+        setup: :func:`setup` of the environment (networks, input table, thresholds).
         config: :class:`Config`.
     Returns:
         (parameters at n + 1, metrics: reward (), costs (M,), multipliers (M,),
         critic_costs (M,), critic_loss ()).
     """
+    del key
+    nets, obs_table, thresholds, form = setup.nets, setup.obs_table, setup.thresholds, setup.form
     k = batch.actions.shape[1]
-    num_states, num_actions = obs_table.shape[1], jax.tree.leaves(train_state.actor)[-1].shape[-1]
-    form = resolve_loss_form(config, num_states)
+    num_states, num_actions = setup.num_states, setup.num_actions
     paper = config.variant == "paper"
     n = train_state.step
-    observations = None if form == "table" else common.batch_observations(obs_table, batch.states)
+    observations = None if form == "table" else batch_observations(obs_table, batch.states)
     values = _values_at(nets, train_state, obs_table, batch.states, form, observations)
     fixed = batch_targets(values, batch, train_state.multipliers, thresholds, config.variant, config.trace)
 
@@ -583,10 +581,7 @@ def update(
         violation, critic_costs = critic_estimate, critic_estimate + thresholds
     else:
         violation, critic_costs = jnp.mean(episode_costs, axis=0) - thresholds, critic_estimate
-    gain = 0.0 if paper else config.multiplier_gain
-    nu, integral = common.pi_multiplier_step(
-        train_state.multiplier_integral, violation, config.multiplier_step(n), config.multiplier_max, gain
-    )
+    nu, multiplier_state = _multiplier_update(config, n).update(train_state.multiplier_state, violation)
     new_state = train_state.replace(
         actor=actor,
         critic=crit[0],
@@ -594,9 +589,9 @@ def update(
         actor_opt=actor_opt,
         critic_opt=critic_opt,
         multipliers=nu,
-        multiplier_integral=integral,
+        multiplier_state=multiplier_state,
         step=n + 1,
-        actor_average=None if train_state.actor_average is None else jax.tree.map(
+        actor_average=jax.tree.map(
             lambda avg, new: config.policy_averaging * avg + (1.0 - config.policy_averaging) * new,
             train_state.actor_average, actor,
         ),
@@ -611,100 +606,8 @@ def update(
     return new_state, metrics
 
 
-# ----------------------------------------------------------------------------- policies
-
-
-def _table(nets: Networks, actor: Any, obs_table: Array) -> Array:
-    return jax.nn.softmax(nets.actor.apply(actor, obs_table[:-1]), axis=-1)
-
-
-def policy_table(train_state: TrainState, env, params, config: Config) -> Array:
-    """The actor at every stage and state, mu_h(s, a), (H, S, A) (leading seed axes on the
-    state give leading axes on the table). Feed it to ``fhc_jax.evaluate``.
-
-    Args:
-        config: the :class:`Config` the state was trained with (network shapes, input).
-    """
-    nets = Networks.build(env, config)
-    obs_table = input_table(env, params, config)
-    fn = lambda actor: _table(nets, actor, obs_table)
-    template = jax.eval_shape(lambda: init(jax.random.key(0), env, params, config).actor)
-    extra = jax.tree.leaves(train_state.actor)[0].ndim - jax.tree.leaves(template)[0].ndim
-    for _ in range(extra):
-        fn = jax.vmap(fn)
-    return fn(reported_actor(train_state))
-
-
-def reported_actor(train_state: TrainState) -> Any:
-    """The actor params of the reported policy: the Polyak average when kept, else the iterate."""
-    return train_state.actor if train_state.actor_average is None else train_state.actor_average
-
-
-def policy(train_state: TrainState, env, params, config: Config) -> Callable[[Array, Array, Array], Array]:
-    """``act(key, observation, h) -> action`` for :func:`fhc_jax.rollout`: samples the actor of
-    stage h at the state the observation encodes (via the policy table; one uniform per call).
-    The environment's own encoder must let the state index be recovered (any of the
-    gridworld's encoders)."""
-    return common.table_policy(policy_table(train_state, env, params, config), env)
-
-
-# ----------------------------------------------------------------------------- training
-
-
-def make_learner(env, params, config: Config) -> common.Learner:
-    """NN-Constrained bound to ``env`` (:class:`common.Learner`).
-
-    Raises:
-        ValueError: a config of another learner, or an observation the env does not support.
-    """
-    if not isinstance(config, Config):
-        raise ValueError(f"make_train: config must be a nn_constrained.Config, found {type(config).__name__}")
-    _check_env(env, config)
-    nets = Networks.build(env, config)
-    model = common.tabular_model(env, params)
-    cmdp = env.to_cmdp(params)
-    thresholds = jnp.asarray(cmdp.thresholds, jnp.float32)
-    evaluate_policy = common.exact_evaluator(cmdp)
-    obs_table = input_table(env, params, config)
-    k = config.episodes_per_iteration
-
-    def init_fn(key: Array, cfg: Config) -> common.Carry:
-        k_init, k_loop = jax.random.split(key)
-        return common.Carry(state=init(k_init, env, params, cfg), key=k_loop)
-
-    def step_fn(carry: common.Carry, cfg: Config) -> tuple[common.Carry, dict[str, Array]]:
-        key, k_roll = jax.random.split(carry.key)
-        table = _table(nets, carry.state.actor, obs_table)
-        batch = common.rollout_policy_table(k_roll, model, table, k)
-        st, m = update(carry.state, batch, nets, obs_table, thresholds, cfg)
-        return common.Carry(state=st, key=key), m
-
-    table_fn = lambda st: _table(nets, reported_actor(st), obs_table)
-    return common.Learner(
-        config=config,
-        init=init_fn,
-        step=step_fn,
-        evaluate=lambda carry: evaluate_policy(table_fn(carry.state)),
-        policy_table=table_fn,
-    )
-
-
-def make_train(env, params, config: Config) -> Callable[..., TrainResult]:
-    """Build ``train(key, hparams=None) -> TrainResult``: the whole run in one ``lax.scan``.
-
-    ``jax.jit(jax.vmap(train))(keys)`` trains several seeds in one compiled call;
-    ``jax.vmap(train, in_axes=(None, 0))(key, common.stack([...]))`` sweeps numeric
-    hyperparameters without recompiling.
-
-    Args:
-        env: a tabular environment (``GridWorld``, ``TabularEnv``).
-        params: its params.
-        config: :class:`Config`.
-    """
-    learner = make_learner(env, params, config)
-
-    def train(key: Array, hparams: Config | None = None) -> TrainResult:
-        state, metrics, exact = common.run(learner, key, hparams)
-        return TrainResult(state=state, metrics=Metrics(exact=exact, **metrics))
-
-    return train
+ALGORITHM = learner.Algorithm(
+    name="nn_constrained", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
+    rollout=rollout, update=update, logits=logits, policy_setup=policy_setup,
+)
+make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)

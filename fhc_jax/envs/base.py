@@ -15,9 +15,27 @@ Stepping past the horizon is undefined.
 ``step(key, ...)`` is ``transition(noise(key, params), ...)``: ``noise`` draws all of a step's
 randomness (independent of state and action), ``transition`` is deterministic. Rollouts use
 the split to draw the noise of all K x H steps in one vectorised call before the scan.
-Environments whose noise is a function of ONE float32 uniform number also define
-``noise_from_uniform`` (see :class:`Environment`), which lets rollouts spend a single 32-bit
-random word per step on them.
+
+**The base class is the whole contract.** What every environment must provide is abstract
+(``horizon``, ``num_actions``, ``num_constraints``, ``default_params``, ``reset``,
+``transition``, ``_static_config``, and an observation encoder). Each optional capability is
+declared by a boolean property of the base class (default ``False``) together with the methods
+it promises; learners, rollouts and the experiment layer read the flags and never probe for
+attributes:
+
+=====================  ==========================================================================
+flag                   promises
+=====================  ==========================================================================
+``has_exact_model``    ``to_cmdp(params)``: the exact tabular model (exact judgement, ``solve``)
+``is_tabular``         ``num_states``, ``state_index(state)``, ``state_at(index, time)``: tabular
+                       fast paths (policy tables, one-hot features, tabulated observations)
+``has_uniform_noise``  ``noise_from_uniform(u, params)``: a step's noise from ONE float32
+                       uniform (rollouts then spend a single 32-bit word per step)
+``pays_on_arrival``    ``arrival_signals(params)``: rewards and costs that depend only on the
+                       stage and the state arrived at (fast learner rollouts keep them exact)
+``is_spatial``         ``grid_shape`` and ``coordinates(state)``: cells of a rows x cols grid
+                       (the "xy"/"xyt" encoders, policy maps in plots)
+=====================  ==========================================================================
 """
 
 from __future__ import annotations
@@ -77,9 +95,11 @@ def check_int(owner: str, name: str, value: Any, low: int, high: int | None = No
 class Environment(abc.ABC, Generic[State, Params]):
     """Base class of finite-horizon constrained environments (static config only).
 
-    Subclasses set ``self._encoder`` (via :meth:`_init_encoder`) and implement the abstract
-    methods. Equality and hashing use :meth:`_static_config`, so two environments with the same
-    configuration share ``jax.jit`` caches when passed as static arguments.
+    Subclasses set ``self._encoder`` (via :meth:`_init_encoder`), implement the abstract
+    members, and declare each optional capability they have by overriding its flag (module
+    docstring) and the methods it promises. Equality and hashing use :meth:`_static_config`,
+    so two environments with the same configuration share ``jax.jit`` caches when passed as
+    static arguments.
 
     Shapes: H = ``horizon``, S = ``num_states``, A = ``num_actions``, M = ``num_constraints``.
     """
@@ -90,16 +110,11 @@ class Environment(abc.ABC, Generic[State, Params]):
     def _init_encoder(self, observation: str) -> None:
         self._encoder: Encoder = make_encoder(type(self).__name__, observation, self.supported_observations)
 
-    # ------------------------------------------------------------------ static configuration
+    # ------------------------------------------------------------------ required: static configuration
     @property
     @abc.abstractmethod
     def horizon(self) -> int:
         """H, the number of decision stages."""
-
-    @property
-    @abc.abstractmethod
-    def num_states(self) -> int:
-        """S."""
 
     @property
     @abc.abstractmethod
@@ -139,7 +154,7 @@ class Environment(abc.ABC, Generic[State, Params]):
     def observation_dtype(self):
         return self._encoder.dtype
 
-    # ------------------------------------------------------------------ dynamics
+    # ------------------------------------------------------------------ required: dynamics
     @abc.abstractmethod
     def reset(self, key: Array, params: Params) -> tuple[Array, State]:
         """Draw X_0 ~ beta; returns (observation, state) with ``state.time == 0``."""
@@ -153,12 +168,6 @@ class Environment(abc.ABC, Generic[State, Params]):
         """
         del params
         return key
-
-    #: Optional fast-noise protocol: ``noise_from_uniform(u, params) -> noise`` with u a float32
-    #: uniform in [0, 1), such that ``noise(key, params) == noise_from_uniform(
-    #: jax.random.uniform(key, (), jnp.float32), params)``. ``None`` where the noise needs more
-    #: than one uniform (then rollouts pass ``noise`` a key per step).
-    noise_from_uniform = None
 
     @abc.abstractmethod
     def transition(
@@ -182,26 +191,15 @@ class Environment(abc.ABC, Generic[State, Params]):
         """
         return self.transition(self.noise(key, params), state, action, params)
 
-    def state_at(self, index: Array, time: Array) -> State:
-        """The state with tabular index ``index`` at stage ``time`` (inverse of
-        :meth:`state_index`; learners use it to tabulate observations of every state)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot build a state from its index")
-
-    @abc.abstractmethod
-    def state_index(self, state: State) -> Array:
-        """Tabular index s in [0, S) of ``state``, int32 scalar (matches ``to_cmdp``)."""
-
-    @abc.abstractmethod
     def terminal_reward(self, state: State, params: Params) -> Array:
-        """r_H(s) of a final state, ()."""
+        """r_H(s) of a final state, (); default 0."""
+        del state, params
+        return jnp.zeros((), jnp.float32)
 
-    @abc.abstractmethod
     def terminal_costs(self, state: State, params: Params) -> Array:
-        """g_H^(k)(s) of a final state, (M,)."""
-
-    @abc.abstractmethod
-    def to_cmdp(self, params: Params) -> TabularCMDP:
-        """The exact tabular model with the same semantics (host-side, validates; not jittable)."""
+        """g_H^(k)(s) of a final state, (M,); default 0."""
+        del state, params
+        return jnp.zeros((self.num_constraints,), jnp.float32)
 
     def observation(self, state: State, params: Params) -> Array:
         """Encode ``state`` with the environment's encoder; shape ``observation_shape``.
@@ -211,6 +209,81 @@ class Environment(abc.ABC, Generic[State, Params]):
         del params
         return self._encoder(self, state)
 
+    # ------------------------------------------------------------------ capability: exact model
+    @property
+    def has_exact_model(self) -> bool:
+        """Whether :meth:`to_cmdp` gives the exact tabular model (exact judgement)."""
+        return False
+
+    def to_cmdp(self, params: Params) -> TabularCMDP:
+        """The exact tabular model with the same semantics (host-side, validates; not jittable).
+        Requires ``has_exact_model``."""
+        raise self._missing("has_exact_model", "an exact tabular model (to_cmdp)")
+
+    # ------------------------------------------------------------------ capability: tabular states
+    @property
+    def is_tabular(self) -> bool:
+        """Whether states have a tabular index: :attr:`num_states`, :meth:`state_index` and
+        :meth:`state_at` (tabular fast paths of the learners)."""
+        return False
+
+    @property
+    def num_states(self) -> int:
+        """S (requires ``is_tabular``)."""
+        raise self._missing("is_tabular", "tabular states (num_states)")
+
+    def state_index(self, state: State) -> Array:
+        """Tabular index s in [0, S) of ``state``, int32 scalar (matches ``to_cmdp``; requires
+        ``is_tabular``)."""
+        raise self._missing("is_tabular", "tabular states (state_index)")
+
+    def state_at(self, index: Array, time: Array) -> State:
+        """The state with tabular index ``index`` at stage ``time`` (inverse of
+        :meth:`state_index`; requires ``is_tabular``)."""
+        raise self._missing("is_tabular", "tabular states (state_at)")
+
+    # ------------------------------------------------------------------ capability: one-uniform noise
+    @property
+    def has_uniform_noise(self) -> bool:
+        """Whether a step's noise is a function of ONE float32 uniform
+        (:meth:`noise_from_uniform`)."""
+        return False
+
+    def noise_from_uniform(self, u: Array, params: Params) -> Any:
+        """``noise_from_uniform(u, params)`` with u a float32 uniform in [0, 1), such that
+        ``noise(key, params) == noise_from_uniform(jax.random.uniform(key, (), jnp.float32),
+        params)`` (requires ``has_uniform_noise``)."""
+        raise self._missing("has_uniform_noise", "one-uniform noise (noise_from_uniform)")
+
+    # ------------------------------------------------------------------ capability: signals paid on arrival
+    @property
+    def pays_on_arrival(self) -> bool:
+        """Whether rewards and costs depend only on the stage and the state arrived at
+        (:meth:`arrival_signals`); requires ``is_tabular`` and ``has_exact_model``."""
+        return False
+
+    def arrival_signals(self, params: Params) -> tuple[Array, Array]:
+        """(rewards (H, S), costs (M, H, S)): r_h and g_h^(k) paid on arriving at s' at stage
+        h + 1, so that ``to_cmdp``'s expected rewards are their expectation over successors
+        (requires ``pays_on_arrival``)."""
+        raise self._missing("pays_on_arrival", "signals paid on arrival (arrival_signals)")
+
+    # ------------------------------------------------------------------ capability: spatial grid
+    @property
+    def is_spatial(self) -> bool:
+        """Whether states are cells of a rows x cols grid (:attr:`grid_shape`,
+        :meth:`coordinates`; tabular index = row * cols + col)."""
+        return False
+
+    @property
+    def grid_shape(self) -> tuple[int, int]:
+        """(rows, cols) of the grid (requires ``is_spatial``)."""
+        raise self._missing("is_spatial", "a spatial grid (grid_shape)")
+
     def coordinates(self, state: State) -> Array:
-        """(x, y) in [0, 1]^2 for spatial environments (used by the "xy"/"xyt" encoders)."""
-        raise NotImplementedError(f"{type(self).__name__} has no spatial coordinates")
+        """(x, y) in [0, 1]^2 of the state's cell (the "xy"/"xyt" encoders; requires
+        ``is_spatial``)."""
+        raise self._missing("is_spatial", "a spatial grid (coordinates)")
+
+    def _missing(self, flag: str, what: str) -> NotImplementedError:
+        return NotImplementedError(f"{type(self).__name__} has no {what}: its {flag} is False")

@@ -228,6 +228,22 @@ class GridWorld(Environment[GridState, GridParams]):
     def num_constraints(self) -> int:
         return self._num_constraints
 
+    # declared capabilities (see fhc_jax.envs.base)
+    has_exact_model = property(lambda self: True)
+    is_tabular = property(lambda self: True)
+    has_uniform_noise = property(lambda self: True)
+    pays_on_arrival = property(lambda self: True)
+    is_spatial = property(lambda self: True)
+
+    @property
+    def grid_shape(self) -> tuple[int, int]:
+        """(size, size)."""
+        return (self.size, self.size)
+
+    def arrival_signals(self, params: GridParams) -> tuple[Array, Array]:
+        """(``params.reward_map`` (H, S), ``params.cost_map`` (M, H, S)): paid on arrival."""
+        return params.reward_map, params.cost_map
+
     def _static_config(self) -> tuple:
         return (self.size, self._horizon, self._num_constraints, self._encoder.name,
                 tuple(sorted(self._defaults.items())))

@@ -61,6 +61,10 @@ class TabularEnv(Environment[TabularState, TabularCMDP]):
     def default_params(self) -> TabularCMDP:
         return self._cmdp
 
+    # declared capabilities (see fhc_jax.envs.base)
+    has_exact_model = property(lambda self: True)
+    is_tabular = property(lambda self: True)
+
     def _static_config(self) -> tuple:
         return (id(self._cmdp), self._encoder.name)
 

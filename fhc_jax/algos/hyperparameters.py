@@ -1,0 +1,303 @@
+"""Hyperparameter pytrees with declarative validation, and step-size schedules.
+
+A learner's ``Config`` is a frozen dataclass decorated with :func:`hyperparameters`. Each
+field declares its kind and valid range once, next to its default:
+
+* :func:`static` fields set shapes or code paths (integers, strings, booleans, feature specs):
+  pytree auxiliary data, part of the ``jax.jit`` cache key;
+* :func:`numeric` fields and :func:`schedule` fields are pytree leaves, so ``jax.vmap`` runs
+  over them (seeds x hyperparameters in one program) without recompiling.
+
+Construction validates every field (values may be arrays of vmapped settings: every element
+is checked) and raises ``ValueError`` naming the field, the valid range and the value found;
+pytree reconstruction inside JAX transformations bypasses validation (leaves may be tracers).
+Schedules are validated together, fastest first, against the paper's Assumption 3.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+
+_SPEC = "fhc_jax"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    """How one field is validated (see :func:`static`, :func:`numeric`, :func:`schedule`)."""
+
+    static: bool
+    kind: str  # "int", "bool", "choice", "type", "real", "schedule"
+    low: float | None = None
+    high: float | str | None = None  # a number, or the name of another numeric field
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple = ()
+    types: tuple = ()
+    description: str = ""
+
+
+def static(default: Any, *, low: int | None = None, choices: Sequence[str] | None = None,
+           types: tuple[type, ...] | None = None, description: str = "") -> Any:
+    """A static field: an integer >= ``low``, one of ``choices``, an instance of ``types``
+    (described as ``description`` in errors), or a boolean (``default`` is a bool)."""
+    if isinstance(default, bool):
+        spec = _Spec(True, "bool")
+    elif choices is not None:
+        spec = _Spec(True, "choice", choices=tuple(choices))
+    elif types is not None:
+        spec = _Spec(True, "type", types=tuple(types), description=description)
+    else:
+        spec = _Spec(True, "int", low=low)
+    return dataclasses.field(default=default, metadata={_SPEC: spec})
+
+
+def numeric(default: float, *, low: float | None = None, high: float | str | None = None,
+            low_open: bool = False, high_open: bool = False) -> Any:
+    """A numeric leaf in the interval from ``low`` to ``high`` (open ends with ``low_open`` /
+    ``high_open``; ``high`` may name another numeric field of the same config)."""
+    return dataclasses.field(default=default, metadata={_SPEC: _Spec(False, "real", low, high, low_open, high_open)})
+
+
+def schedule(default: "PowerSchedule") -> Any:
+    """A :class:`PowerSchedule` leaf. A config's schedules, in declaration order, run from the
+    fastest timescale to the slowest (Assumption 3 is checked in that order)."""
+    return dataclasses.field(default=default, metadata={_SPEC: _Spec(False, "schedule")})
+
+
+# ----------------------------------------------------------------------------- checks of values
+
+
+def _real(owner: str, name: str, value: Any) -> np.ndarray | None:
+    """Concrete values as a float64 array (None when traced); ValueError if not numeric/finite."""
+    if isinstance(value, jax.core.Tracer):
+        return None
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{owner}.{name} must be a real number, found {value!r}") from None
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{owner}.{name} must be finite, found {value!r}")
+    return arr
+
+
+def _fmt(arr: np.ndarray) -> str:
+    return f"{float(arr):g}" if arr.ndim == 0 else str(arr.tolist())
+
+
+def check_interval(owner: str, name: str, value: Any, low: float | None = None, high: float | None = None,
+                   *, low_open: bool = False, high_open: bool = False, high_name: str | None = None) -> None:
+    """Raise ``ValueError`` unless every element of ``value`` lies in the interval (a missing
+    end is unbounded). Messages: "must be > 0", "must be >= 0", "must lie in [0, 1)", ...;
+    ``high_name`` names the field the upper end comes from."""
+    arr = _real(owner, name, value)
+    if arr is None:
+        return
+    bad_low = low is not None and (np.any(arr <= low) if low_open else np.any(arr < low))
+    bad_high = high is not None and (np.any(arr >= high) if high_open else np.any(arr > high))
+    if not (bad_low or bad_high):
+        return
+    if high is None:
+        rule = f"be {'>' if low_open else '>='} {low:g}"
+    else:
+        top = f"{high_name} = {_fmt(np.asarray(high))}" if high_name else f"{high:g}"
+        rule = f"lie in {'(' if low_open else '['}{low:g}, {top}{')' if high_open else ']'}"
+    raise ValueError(f"{owner}.{name} must {rule}, found {_fmt(arr)}")
+
+
+def check_positive(owner: str, name: str, value: Any, *, allow_zero: bool = False) -> None:
+    """Raise ``ValueError`` unless ``value`` (scalar or array of vmapped values) is > 0 (>= 0)."""
+    check_interval(owner, name, value, 0.0, low_open=not allow_zero)
+
+
+def check_integer(owner: str, name: str, value: Any, low: int) -> None:
+    """Raise ``ValueError`` unless ``value`` is an integer (not a bool) >= ``low``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{owner}.{name} must be an integer >= {low}, found {value!r}")
+
+
+# ----------------------------------------------------------------------------- step sizes
+
+
+def _pytree_dataclass(cls: type, static_names: Sequence[str]) -> type:
+    """Make a frozen dataclass a pytree: ``static_names`` are auxiliary data, the rest leaves."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    leaves = tuple(n for n in names if n not in static_names)
+    statics = tuple(n for n in names if n in static_names)
+
+    def flatten_with_keys(obj):
+        children = tuple((jax.tree_util.GetAttrKey(n), getattr(obj, n)) for n in leaves)
+        return children, tuple(getattr(obj, n) for n in statics)
+
+    def unflatten(aux, children):
+        obj = object.__new__(cls)
+        for n, v in zip(leaves, children):
+            object.__setattr__(obj, n, v)
+        for n, v in zip(statics, aux):
+            object.__setattr__(obj, n, v)
+        return obj
+
+    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten)
+    cls._leaf_fields = leaves
+    cls._static_fields = statics
+    return cls
+
+
+@dataclasses.dataclass(frozen=True)
+class PowerSchedule:
+    """Step size x(n) = init / (1 + n / decay) ** power at update n = 0, 1, 2, ...
+
+    Assumption 3 of the paper holds for such schedules exactly when 1/2 < power <= 1
+    (sum x(n) = inf, sum x(n)^2 < inf); the ratio of two of them tends to zero exactly when
+    the faster one has the strictly smaller power. ``decay`` (> 0, in updates) sets how long
+    the schedule stays near ``init``. All three fields are numeric pytree leaves.
+    """
+
+    init: float
+    power: float = 0.6
+    decay: float = 100.0
+
+    def __call__(self, n: Array) -> Array:
+        n = jnp.asarray(n, jnp.float32)
+        return self.init / (1.0 + n / self.decay) ** self.power
+
+
+_pytree_dataclass(PowerSchedule, ())
+
+
+def check_schedules(owner: str, schedules: dict[str, PowerSchedule], assumption3: bool = True) -> None:
+    """Validate step-size schedules, ordered fastest first (e.g. ``{"critic_step": a,
+    "actor_step": b, "multiplier_step": c}``); elementwise on vmapped (array) values.
+
+    Always: each is a :class:`PowerSchedule` with init > 0 and decay > 0. With
+    ``assumption3`` (the paper's Assumption 3): 1/2 < power <= 1 (the sum of step sizes
+    diverges, the sum of their squares converges) and each slower schedule has a strictly
+    larger power (b(n)/a(n) -> 0, c(n)/b(n) -> 0). Without it: power >= 0 (e.g. constant
+    step sizes, outside the paper's theory).
+
+    Raises:
+        ValueError: naming the field and the violated condition.
+    """
+    powers = {}
+    for name, sched in schedules.items():
+        if not isinstance(sched, PowerSchedule):
+            raise ValueError(f"{owner}.{name} must be a PowerSchedule, found {type(sched).__name__}")
+        check_positive(owner, f"{name}.init", sched.init)
+        check_positive(owner, f"{name}.decay", sched.decay)
+        if not assumption3:
+            check_positive(owner, f"{name}.power", sched.power, allow_zero=True)
+            continue
+        p = _real(owner, f"{name}.power", sched.power)
+        if p is not None and (np.any(p <= 0.5) or np.any(p > 1.0)):
+            cond = "sum of squared step sizes must converge" if np.any(p <= 0.5) else "sum of step sizes must diverge"
+            raise ValueError(f"{owner}.{name}.power must lie in (0.5, 1] (Assumption 3: {cond}), found {_fmt(p)}")
+        powers[name] = p
+    names = list(powers)
+    for fast, slow in zip(names, names[1:]):
+        pf, ps = powers[fast], powers[slow]
+        if pf is not None and ps is not None and np.any(ps <= pf):
+            raise ValueError(
+                f"{owner}.{slow}.power must be > {owner}.{fast}.power (Assumption 3: "
+                f"{slow}(n) / {fast}(n) -> 0), found {_fmt(ps)} <= {_fmt(pf)}"
+            )
+
+
+# ----------------------------------------------------------------------------- configs
+
+
+def _validate(config: Any) -> None:
+    own = "Config"
+    specs = {f.name: f.metadata.get(_SPEC) for f in dataclasses.fields(config)}
+    schedules = {}
+    for name, spec in specs.items():
+        if spec is None:
+            continue
+        v = getattr(config, name)
+        if spec.kind == "int":
+            check_integer(own, name, v, spec.low if spec.low is not None else 0)
+        elif spec.kind == "bool" and not isinstance(v, bool):
+            raise ValueError(f"{own}.{name} must be True or False, found {v!r}")
+        elif spec.kind == "choice" and v not in spec.choices:
+            raise ValueError(f"{own}.{name} must be one of {', '.join(map(repr, spec.choices))}, found {v!r}")
+        elif spec.kind == "type" and not isinstance(v, spec.types):
+            raise ValueError(f"{own}.{name} must be {spec.description}, found {type(v).__name__}")
+        elif spec.kind == "schedule":
+            schedules[name] = v
+        elif spec.kind == "real":
+            high, high_name = spec.high, None
+            if isinstance(high, str):
+                high_name, high = high, _real(own, high, getattr(config, high))
+                if high is None:
+                    continue
+            check_interval(own, name, v, spec.low, high, low_open=spec.low_open, high_open=spec.high_open,
+                           high_name=high_name)
+    if schedules:
+        check_schedules(own, schedules, getattr(config, "check_step_sizes", True))
+
+
+def hyperparameters(cls: type) -> type:
+    """Class decorator: a frozen, validated dataclass that is a pytree (module docstring).
+
+    Fields declared with :func:`static` are auxiliary data, all others leaves. Adds
+    ``replace(**changes)`` (a validated copy) and ``_leaf_fields`` / ``_static_fields``.
+    """
+    user_post_init = cls.__dict__.get("__post_init__")
+
+    def __post_init__(self):
+        _validate(self)
+        if user_post_init is not None:
+            user_post_init(self)
+
+    def replace(self, **changes):
+        """A validated copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    cls.__post_init__ = __post_init__
+    cls.replace = replace
+    cls = dataclasses.dataclass(frozen=True)(cls)
+    statics = [f.name for f in dataclasses.fields(cls) if f.metadata.get(_SPEC) is not None and f.metadata[_SPEC].static]
+    return _pytree_dataclass(cls, statics)
+
+
+def stack(configs: Sequence[Any]) -> Any:
+    """Stack hyperparameter pytrees (same static fields) along a new leading axis, for
+    ``jax.vmap(train, in_axes=(None, 0))(key, stacked)``.
+
+    Raises:
+        ValueError: empty sequence, or static fields that differ (they set shapes).
+    """
+    configs = list(configs)
+    if not configs:
+        raise ValueError("stack: expected at least one config, found none")
+    treedef = jax.tree.structure(configs[0])
+    for i, c in enumerate(configs[1:], 1):
+        if jax.tree.structure(c) != treedef:
+            raise ValueError(
+                f"stack: config {i} differs from config 0 in a static field (static fields set "
+                "shapes and cannot be vmapped); only numeric hyperparameters may differ"
+            )
+    return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x, jnp.float32) for x in xs]), *configs)
+
+
+def resolve_hyperparameters(config: Any, hparams: Any | None) -> Any:
+    """``hparams`` if given (numeric leaves possibly traced or vmapped), else ``config``.
+
+    Raises:
+        ValueError: ``hparams`` whose static fields differ from ``config``'s (they set shapes
+            and code paths, so they cannot change without recompiling).
+    """
+    if hparams is None:
+        return config
+    if jax.tree.structure(hparams) != jax.tree.structure(config):
+        statics = ", ".join(type(config)._static_fields)
+        raise ValueError(
+            f"train: the hyperparameters passed to train(key, hparams) must have the same static "
+            f"fields ({statics}) as the {type(config).__module__}.{type(config).__name__} given to make_train"
+        )
+    return hparams

@@ -1,0 +1,310 @@
+"""The scaffold every learner shares: an algorithm file declares its pieces in an
+:class:`Algorithm` (``Config``, ``setup``, ``init``, ``rollout``, ``update``, the logits of its
+reported policy) and this module binds them into the public interface:
+
+* ``make_learner(env, params, config) -> Learner``: iteration-level pure functions (the
+  chunked, checkpointed runs of :mod:`fhc_jax.experiment` are built from them);
+* ``make_train(env, params, config) -> train(key, hparams=None) -> TrainResult``: a whole
+  training run in one ``lax.scan`` (one jit; ``vmap`` it over seeds and numeric
+  hyperparameters), with exact evaluation of the reported policy every ``eval_every`` updates;
+* ``policy_table(train_state, env, params) -> (..., H, S, A)`` (for ``fhc_jax.evaluate``) and
+  ``policy(train_state, env, params)`` (for ``fhc_jax.rollout``), the same for every learner.
+
+One iteration is ``rollout`` (K episodes under the current policy) then ``update``; the loop
+key is split once per iteration into the next loop key, the rollout key and the update's
+``update_keys`` keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from fhc_jax.algos.hyperparameters import resolve_hyperparameters
+from fhc_jax.algos.policies import table_policy
+from fhc_jax.algos.tabular_rollout import Batch
+from fhc_jax.cmdp.evaluate import evaluate
+
+Array = jax.Array
+
+
+@struct.dataclass
+class ExactMetrics:
+    """Exact evaluation of the learner's policy at a few iterations.
+
+    Attributes (E evaluations, M constraints):
+        iteration: number of updates done when evaluated, int32 (E,) (0 = initial policy).
+        reward: exact J(pi), (E,).
+        costs: exact S^(k)(pi), (E, M).
+    """
+
+    iteration: Array
+    reward: Array
+    costs: Array
+
+
+def evaluation_iterations(num_iterations: int, eval_every: int) -> np.ndarray:
+    """Iterations (updates done) at which :func:`scan_with_evaluation` evaluates: 0, E, 2E,
+    ..., and always the final one ``num_iterations``. ``eval_every = 0``: 0 and the final."""
+    if eval_every <= 0 or eval_every >= num_iterations:
+        return np.array([0, num_iterations], dtype=np.int32)
+    marks = list(range(0, num_iterations + 1, eval_every))
+    if marks[-1] != num_iterations:
+        marks.append(num_iterations)
+    return np.array(marks, dtype=np.int32)
+
+
+def scan_with_evaluation(
+    step_fn: Callable[[Any, Any], tuple[Any, Any]],
+    carry: Any,
+    num_iterations: int,
+    eval_every: int,
+    evaluate_fn: Callable[[Any], tuple[Array, Array]],
+) -> tuple[Any, Any, ExactMetrics]:
+    """Run ``step_fn`` ``num_iterations`` times with ``lax.scan``, evaluating exactly every
+    ``eval_every`` iterations, without ``lax.cond`` (which ``vmap`` turns into evaluating
+    every iteration): an outer scan over blocks of ``eval_every`` iterations, an inner scan
+    inside each block, then a scan over the remainder.
+
+    Args:
+        step_fn: ``(carry, None) -> (carry, metrics)``; per-iteration metrics must be small
+            (they are stacked: memory O(num_iterations), independent of K and H).
+        carry: initial carry.
+        num_iterations: static N >= 1.
+        eval_every: static E; 0 evaluates only the initial and final carries.
+        evaluate_fn: ``carry -> (reward (), costs (M,))``, e.g. exact evaluation of the policy.
+    Returns:
+        (final carry, stacked per-iteration metrics with leading axis N, :class:`ExactMetrics`).
+    """
+    marks = evaluation_iterations(num_iterations, eval_every)
+    block = int(marks[1] - marks[0]) if len(marks) > 2 else num_iterations
+    num_blocks = num_iterations // block
+    rem = num_iterations - num_blocks * block
+
+    r0, c0 = evaluate_fn(carry)
+
+    def run_block(c, _):
+        c, m = jax.lax.scan(step_fn, c, None, length=block)
+        return c, (m, evaluate_fn(c))
+
+    carry, (metrics, (rs, cs)) = jax.lax.scan(run_block, carry, None, length=num_blocks)
+    metrics = jax.tree.map(lambda x: x.reshape((num_blocks * block,) + x.shape[2:]), metrics)
+    rewards, costs = [r0[None], rs], [c0[None], cs]
+    if rem:
+        carry, m_rem = jax.lax.scan(step_fn, carry, None, length=rem)
+        metrics = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), metrics, m_rem)
+        r_f, c_f = evaluate_fn(carry)
+        rewards.append(r_f[None])
+        costs.append(c_f[None])
+    exact = ExactMetrics(
+        iteration=jnp.asarray(marks),
+        reward=jnp.concatenate(rewards),
+        costs=jnp.concatenate(costs),
+    )
+    return carry, metrics, exact
+
+
+@struct.dataclass
+class Carry:
+    """The training loop's carry: the learner's train state and the PRNG key of the next
+    iteration (everything a checkpoint must hold to resume bit-identically)."""
+
+    state: Any
+    key: Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Learner:
+    """A learner bound to one environment, as the iteration-level pure functions every training
+    loop is built from: ``make_train``'s single ``lax.scan`` (:func:`run`) and the chunked,
+    checkpointed runs of :mod:`fhc_jax.experiment`. All are traceable; ``vmap`` them over seeds
+    (keys) and numeric hyperparameters.
+
+    Attributes:
+        config: the learner's frozen ``Config`` (static fields fixed here).
+        init: ``(key, hparams) -> Carry``: initial train state and loop key.
+        step: ``(carry, hparams) -> (carry, metrics)``: one rollout + update; ``metrics`` is a
+            dict of small per-iteration arrays (independent of K and H).
+        evaluate: ``carry -> (exact reward (), exact costs (M,))`` of the current policy.
+        policy_table: ``train_state -> (H, S, A)``, the current policy for exact evaluation.
+    """
+
+    config: Any
+    init: Callable[[Array, Any], Carry]
+    step: Callable[[Carry, Any], tuple[Carry, dict[str, Array]]]
+    evaluate: Callable[[Carry], tuple[Array, Array]]
+    policy_table: Callable[[Any], Array]
+
+
+def run(learner: Learner, key: Array, hparams: Any | None = None) -> tuple[Any, dict[str, Array], ExactMetrics]:
+    """A whole training run in one ``lax.scan`` (jit it, vmap it over keys/hyperparameters).
+
+    Args:
+        learner: :class:`Learner`.
+        key: PRNG key of the run.
+        hparams: optional hyperparameters (same static fields as ``learner.config``).
+    Returns:
+        (final train state, per-iteration metrics dict with leading axis ``num_iterations``,
+        :class:`ExactMetrics` every ``config.eval_every`` updates).
+    """
+    cfg = resolve_hyperparameters(learner.config, hparams)
+    carry = learner.init(key, cfg)
+    carry, metrics, exact = scan_with_evaluation(
+        lambda c, _: learner.step(c, cfg), carry, cfg.num_iterations, cfg.eval_every, learner.evaluate
+    )
+    return carry.state, metrics, exact
+
+
+@struct.dataclass
+class TrainResult:
+    """What ``train(key)`` returns: the final train state and the learner's per-iteration
+    ``Metrics`` (leading axis N = ``num_iterations``; ``metrics.exact`` every ``eval_every``)."""
+
+    state: Any
+    metrics: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Algorithm:
+    """A learner's pieces, declared once in its module (``ALGORITHM = Algorithm(...)``).
+
+    Attributes:
+        name: the module name, e.g. "fh_constrained" (error messages).
+        config_type, metrics_type: the learner's ``Config`` and per-iteration ``Metrics``
+            (``metrics_type(exact=ExactMetrics, **update_metrics)``).
+        setup: ``(env, params, config) -> setup``: host-side constants derived from the
+            environment (thresholds, tabular model, feature and observation tables, networks);
+            validates that the environment fits the config (ValueError otherwise).
+        init: ``(key, setup, config) -> train_state``.
+        rollout: ``(key, train_state, setup, config) -> Batch``: K episodes under the current
+            (behaviour) policy; ``Batch.behaviour`` may carry what the update can reuse.
+        update: ``(train_state, batch, key, setup, config) -> (train_state, metrics dict)``:
+            one update from the batch; ``key`` is None (``update_keys = 0``), one key (1) or
+            an array of ``update_keys`` keys. ``metrics`` holds small arrays (independent of
+            K and H): at least "reward" (), "costs" (M,) and "multipliers" (M,).
+        logits: ``(train_state, setup) -> (H, S, A)``: the reported policy's logits at every
+            stage and state (softmax gives the policy table).
+        policy_setup: ``(env, params, train_state) -> setup``: what ``logits`` needs, rebuilt
+            from the train state alone (its static fields record the architecture, inputs or
+            features), for :func:`policy_table` and :func:`policy` after training.
+        update_keys: how many PRNG keys ``update`` consumes per iteration (0, 1 or more).
+    """
+
+    name: str
+    config_type: type
+    metrics_type: type
+    setup: Callable[..., Any]
+    init: Callable[..., Any]
+    rollout: Callable[..., Batch]
+    update: Callable[..., tuple[Any, dict[str, Array]]]
+    logits: Callable[[Any, Any], Array]
+    policy_setup: Callable[..., Any]
+    update_keys: int = 0
+
+
+def _check(algo: Algorithm, env, config: Any) -> None:
+    if not isinstance(config, algo.config_type):
+        raise ValueError(f"make_train: config must be a {algo.name}.Config, found {type(config).__name__}")
+    if not (env.is_tabular and env.has_exact_model):
+        raise ValueError(
+            f"{algo.name}: {type(env).__name__} declares no tabular exact model (is_tabular and "
+            "has_exact_model); the learners roll out from and are judged by that model"
+        )
+
+
+def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
+    """``algo`` bound to ``env`` as iteration-level functions (:class:`Learner`).
+
+    Raises:
+        ValueError: a config of another learner, an environment without a tabular exact
+            model, or one that does not fit the config (from ``algo.setup``).
+    """
+    _check(algo, env, config)
+    setup = algo.setup(env, params, config)
+    cmdp = env.to_cmdp(params)
+
+    def init_fn(key: Array, cfg: Any) -> Carry:
+        k_init, k_loop = jax.random.split(key)
+        return Carry(state=algo.init(k_init, setup, cfg), key=k_loop)
+
+    def step_fn(carry: Carry, cfg: Any) -> tuple[Carry, dict[str, Array]]:
+        keys = jax.random.split(carry.key, 2 + algo.update_keys)
+        batch = algo.rollout(keys[1], carry.state, setup, cfg)
+        k_update = None if algo.update_keys == 0 else keys[2] if algo.update_keys == 1 else keys[2:]
+        state, metrics = algo.update(carry.state, batch, k_update, setup, cfg)
+        return Carry(state=state, key=keys[0]), metrics
+
+    def table_fn(state: Any) -> Array:
+        return jax.nn.softmax(algo.logits(state, setup), axis=-1)
+
+    def evaluate_fn(carry: Carry) -> tuple[Array, Array]:
+        ev = evaluate(cmdp, table_fn(carry.state))
+        return ev.reward, ev.costs
+
+    return Learner(config=config, init=init_fn, step=step_fn, evaluate=evaluate_fn, policy_table=table_fn)
+
+
+def make_train(algo: Algorithm, env, params, config: Any) -> Callable[..., TrainResult]:
+    """Build ``train(key, hparams=None) -> TrainResult``: ``config.num_iterations`` rollouts and
+    updates in one ``lax.scan`` (one jit).
+
+    ``jax.jit(jax.vmap(train))(keys)`` trains several seeds in one compiled call;
+    ``jax.vmap(train, in_axes=(None, 0))(key, fhc_jax.algos.stack([cfg1, cfg2]))`` sweeps
+    numeric hyperparameters without recompiling (static fields must equal ``config``'s).
+
+    Raises:
+        ValueError: see :func:`make_learner`.
+    """
+    learner = make_learner(algo, env, params, config)
+
+    def train(key: Array, hparams: Any | None = None) -> TrainResult:
+        state, metrics, exact = run(learner, key, hparams)
+        return TrainResult(state=state, metrics=algo.metrics_type(exact=exact, **metrics))
+
+    return train
+
+
+def policy_table(algo: Algorithm, train_state: Any, env, params: Any = None) -> Array:
+    """The reported policy mu_h(s, a) at every stage and state, (H, S, A); a batched state
+    (leading seed axes on ``train_state.step``) gives a batched table. Everything needed to
+    rebuild the policy is in the train state (its static fields), so no config is passed."""
+    params = env.default_params if params is None else params
+    setup = algo.policy_setup(env, params, train_state)
+    fn = lambda st: jax.nn.softmax(algo.logits(st, setup), axis=-1)
+    for _ in range(jnp.ndim(train_state.step)):
+        fn = jax.vmap(fn)
+    return fn(train_state)
+
+
+def policy(algo: Algorithm, train_state: Any, env, params: Any = None) -> Callable[[Array, Array, Array], Array]:
+    """The reported policy as ``act(key, observation, h) -> action`` for
+    :func:`fhc_jax.rollout` (samples :func:`policy_table` by inverse CDF, one uniform per call;
+    the environment's observations must let the state index be recovered).
+
+    Raises:
+        ValueError: a batched (multi-seed) state: index the leading axes first.
+    """
+    if jnp.ndim(train_state.step):
+        raise ValueError(f"{algo.name}.policy: pass the state of one seed (index the leading axes first)")
+    return table_policy(policy_table(algo, train_state, env, params), env)
+
+
+def interface(algo: Algorithm) -> tuple[Callable, Callable, Callable, Callable]:
+    """The public functions of a learner module, bound to its :class:`Algorithm`:
+    ``make_learner, make_train, policy_table, policy = interface(ALGORITHM)``."""
+
+    def bound(fn: Callable) -> Callable:
+        def call(*args, **kwargs):
+            return fn(algo, *args, **kwargs)
+
+        call.__name__ = call.__qualname__ = fn.__name__
+        call.__doc__ = fn.__doc__
+        call.__module__ = f"fhc_jax.algos.{algo.name}"
+        return call
+
+    return bound(make_learner), bound(make_train), bound(policy_table), bound(policy)

@@ -1,0 +1,146 @@
+"""Lagrange-multiplier updates, one optax-style family shared by every learner.
+
+Sign convention (as everywhere in fhc_jax): the multipliers are the non-negative *penalties*
+nu^(k) = -lambda^(k) of the paper, kept in [0, bound] with bound = -P; the Lagrangian reward is
+r - nu . g. ``fhc_jax.solve`` reports the optimal nu* on the same scale.
+
+Each update is a pair of pure functions, like an ``optax.GradientTransformation``:
+
+* ``init(num_constraints, initial) -> MultiplierState``;
+* ``update(state, violation, costs=None) -> (multipliers (M,), new state)``, where
+  ``violation`` (M,) estimates S^(k)(theta) - alpha^(k) and ``costs`` (M,) is the batch's mean
+  episode cost (read only by a derivative term).
+
+Members:
+
+* :func:`pid`: PID-Lagrangian (Stooke et al. 2020, Algorithm 2, with OmniSafe's EMA and delay
+  options): I <- clip(I + k_I e, 0, bound); P <- a_p P + (1 - a_p) e; D <- a_d D + (1 - a_d) C;
+  nu = clip(k_P P + I + k_D max(0, D - D_{n-d}), 0, bound). With k_P = k_D = 0 it is the
+  paper's projected gradient step (algo7), nu <- clip(nu + c(n) violation, 0, bound); with
+  k_D = 0 and a_p = 0 it is PI control (:func:`projected_gradient` with a ``gain``).
+* :func:`projected_gradient`: the paper's (algo7) with an optional proportional term.
+* :func:`optimizer_ascent`: nu <- clip(nu + optimizer_step(-violation), 0, bound) with any optax
+  optimizer on the loss -nu . violation (the "learned multiplier" of PPO-Lagrangian).
+
+**Anti-windup** (one rule for all): the integral state is projected onto the same [0, bound]
+as the multipliers after every step, so a long violation cannot wind it up past the largest
+penalty it could ever produce, and it unwinds at once when the violation changes sign.
+At a fixed point violation = 0 the proportional and derivative terms vanish, so every member
+has the paper's equilibria.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+Array = jax.Array
+
+
+def project(multipliers: Array, bound: Array) -> Array:
+    """The paper's (.)^- projection written for penalties nu = -lambda: clip to [0, bound].
+
+    The paper keeps lambda in [P, 0] (P < 0) via (x)^- = min(0, max(x, P)); with
+    nu = -lambda and bound = -P this is nu in [0, bound].
+    """
+    return jnp.clip(multipliers, 0.0, bound)
+
+
+@struct.dataclass
+class MultiplierState:
+    """State of a multiplier update (M constraints, d = derivative delay).
+
+    Attributes:
+        integral: the integral (dual-ascent) part I, in [0, bound], (M,).
+        error_ema: P, EMA of the violation, (M,) (PID with a proportional EMA; else unused).
+        cost_ema: D, EMA of the mean episode cost, (M,) (PID with a derivative; else unused).
+        history: ring buffer of the last d values of D, (d, M) (slot n mod d holds D_{n-d}).
+        optimizer: optax state (:func:`optimizer_ascent`; else None).
+        count: updates done, int32 ().
+    """
+
+    integral: Array
+    error_ema: Array
+    cost_ema: Array
+    history: Array
+    optimizer: Any
+    count: Array
+
+
+class MultiplierUpdate(NamedTuple):
+    """A multiplier update: ``init(num_constraints, initial)`` and
+    ``update(state, violation, costs=None) -> (multipliers, state)`` (module docstring)."""
+
+    init: Callable[..., MultiplierState]
+    update: Callable[..., tuple[Array, MultiplierState]]
+
+
+def _state(num_constraints: int, initial: Array, delay: int = 1, optimizer: Any = None) -> MultiplierState:
+    zeros = jnp.zeros((num_constraints,), jnp.float32)
+    return MultiplierState(
+        integral=jnp.full((num_constraints,), initial, jnp.float32),
+        error_ema=zeros,
+        cost_ema=zeros,
+        history=jnp.zeros((delay, num_constraints), jnp.float32),
+        optimizer=optimizer,
+        count=jnp.zeros((), jnp.int32),
+    )
+
+
+def pid(bound: Array, kp: Array, ki: Array, kd: Array | None = None, *, p_ema: Array | None = None,
+        d_ema: Array = 0.0, delay: int = 1) -> MultiplierUpdate:
+    """PID-Lagrangian (module docstring). ``ki`` may be a schedule value c(n) computed by the
+    caller; ``kd = None`` drops the derivative term (and its state updates) and
+    ``p_ema = None`` uses the raw violation as P.
+
+    Args:
+        bound: nu_max = -P > 0. kp, ki, kd: gains >= 0. p_ema, d_ema: EMA factors in [0, 1].
+        delay: d >= 1 (static), the derivative compares D_n with D_{n-d}.
+    """
+
+    def init(num_constraints: int, initial: Array = 0.0) -> MultiplierState:
+        return _state(num_constraints, initial, delay)
+
+    def update(state: MultiplierState, violation: Array, costs: Array | None = None) -> tuple[Array, MultiplierState]:
+        integral = project(state.integral + ki * violation, bound)
+        error = violation if p_ema is None else p_ema * state.error_ema + (1.0 - p_ema) * violation
+        nu = kp * error + integral
+        cost_ema, history = state.cost_ema, state.history
+        if kd is not None:
+            cost_ema = d_ema * state.cost_ema + (1.0 - d_ema) * costs
+            slot = jnp.mod(state.count, history.shape[0])
+            nu = nu + kd * jnp.maximum(0.0, cost_ema - history[slot])
+            history = history.at[slot].set(cost_ema)
+        new = state.replace(integral=integral, error_ema=error if p_ema is not None else state.error_ema,
+                            cost_ema=cost_ema, history=history, count=state.count + 1)
+        return project(nu, bound), new
+
+    return MultiplierUpdate(init, update)
+
+
+def projected_gradient(step: Array, bound: Array, gain: Array = 0.0) -> MultiplierUpdate:
+    """The paper's update (algo7) for penalties, nu_I <- clip(nu_I + c(n) violation, 0, bound),
+    with an optional proportional term (PI control): nu = clip(nu_I + gain violation, 0, bound).
+    ``gain = 0`` is the paper's update exactly (nu = nu_I). ``step`` is c(n)."""
+    return pid(bound, kp=gain, ki=step)
+
+
+def optimizer_ascent(optimizer: optax.GradientTransformation, bound: Array) -> MultiplierUpdate:
+    """A learned multiplier: one ``optimizer`` step on the loss -nu . violation (gradient
+    -violation), then projection onto [0, bound]. The state's ``integral`` holds nu."""
+
+    def init(num_constraints: int, initial: Array = 0.0) -> MultiplierState:
+        nu = jnp.full((num_constraints,), initial, jnp.float32)
+        return _state(num_constraints, initial, optimizer=optimizer.init(nu))
+
+    def update(state: MultiplierState, violation: Array, costs: Array | None = None) -> tuple[Array, MultiplierState]:
+        del costs
+        updates, opt_state = optimizer.update(-violation, state.optimizer, state.integral)
+        nu = project(state.integral + updates, bound)
+        return nu, state.replace(integral=nu, optimizer=opt_state, count=state.count + 1)
+
+    return MultiplierUpdate(init, update)

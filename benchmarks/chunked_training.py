@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ import fhc_jax as fhc
 from fhc_jax.algos import fh_constrained as fc
 from fhc_jax.experiment import checkpoint, rundir
 from fhc_jax.experiment.config_io import RUN_DEFAULTS
+from fhc_jax.experiment.machine import machine_info
 from fhc_jax.experiment.progress import Progress
 from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
 
@@ -119,9 +119,7 @@ def main() -> None:
     payload = {"benchmark": "chunked_training", "iterations": args.iterations, "seeds": args.seeds,
                "chunk_size": args.chunk_size, "episodes_per_iteration": cfg.episodes_per_iteration,
                "repeats": args.repeats, "results": results, "bit_identical_to_monolithic": same,
-               "device": jax.devices()[0].device_kind, "platform": jax.devices()[0].platform,
-               "versions": {"jax": jax.__version__, "fhc_jax": fhc.__version__, "python": platform.python_version()},
-               "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+               "machine": machine_info()}
     rundir.write_json_atomic(Path(args.out), payload)
     print(f"wrote {args.out}")
 

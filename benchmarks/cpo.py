@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 from pathlib import Path
 
 import jax
@@ -29,7 +27,7 @@ import numpy as np
 
 from fhc_jax.algos import cpo
 from fhc_jax.envs import GridWorld
-from judge import train_and_judge
+from judge import machine_info, train_and_judge
 from timing import compile_and_time
 
 
@@ -73,10 +71,7 @@ def main() -> None:
     env = GridWorld()
     params = env.default_params
     result: dict = {
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "cpu_count": os.cpu_count(), "jax": jax.__version__,
-                    "devices": [str(d) for d in jax.devices()],
-                    "load_average_at_start": list(os.getloadavg())},
+        "machine": machine_info(),
         "default_config": {k: v for k, v in vars(cpo.Config()).items()},
     }
     if not args.skip_quality:

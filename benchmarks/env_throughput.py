@@ -33,8 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import sys
 import time
 from pathlib import Path
 
@@ -61,6 +59,7 @@ import numpy as np  # noqa: E402
 
 from fhc_jax.cmdp.evaluate import evaluate  # noqa: E402
 from fhc_jax.envs import GridWorld  # noqa: E402
+from fhc_jax.experiment.machine import machine_info  # noqa: E402
 from fhc_jax.rollout import episode, rollout, rollout_returns, uniform_random_policy  # noqa: E402
 
 
@@ -156,17 +155,6 @@ def numpy_returns(rng: np.random.Generator, t: dict, num_episodes: int) -> tuple
 
 
 # ----------------------------------------------------------------------------- timing
-
-
-def cpu_model() -> str:
-    """platform.processor(), or the model name from /proc/cpuinfo where that is empty (Linux)."""
-    name = platform.processor()
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        name = name or next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return name
 
 
 def median_time(fn, repeats: int) -> tuple[float, list[float]]:
@@ -280,11 +268,7 @@ def main(args: argparse.Namespace) -> dict:
         policy="uniform random",
         repeats=repeats,
         quick=args.quick,
-        hardware=dict(
-            processor=cpu_model(), machine=platform.machine(), platform=platform.platform(),
-            cpu_count=os.cpu_count(), jax_devices=[str(d) for d in jax.devices()],
-            jax_version=jax.__version__, numpy_version=np.__version__, python=sys.version.split()[0],
-        ),
+        machine=machine_info(),
         jax=rows,
         jax_returns_only=returns_rows,
         jax_sharded=sharded,

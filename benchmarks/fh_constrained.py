@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -31,9 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fhc_jax.algos import common, fh_constrained as fc
+from fhc_jax.algos import fh_constrained as fc, tabular_rollout
 from fhc_jax.envs import GridWorld
-from judge import train_and_judge
+from judge import machine_info, train_and_judge
 from timing import compile_and_time
 
 
@@ -63,7 +62,7 @@ class NumpyPaper:
     """The paper's Algorithm 1 for one episode at a time, tabular features, plain numpy."""
 
     def __init__(self, env, params, a=0.5, b=0.5, c=1e-3, bound=2.5, seed=0):
-        model = common.tabular_model(env, params, dtype=jnp.float32)
+        model = tabular_rollout.tabular_model(env, params, dtype=jnp.float32)
         self.nxt = np.asarray(model.next_states)
         self.cdf = np.asarray(model.cdf, np.float64)
         self.R = np.asarray(model.rewards, np.float64)  # (H, S) arrival rewards
@@ -167,9 +166,7 @@ def main() -> None:
     env = GridWorld()
     params = env.default_params
     result: dict = {
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "cpu_count": __import__("os").cpu_count(), "jax": jax.__version__,
-                    "devices": [str(d) for d in jax.devices()]},
+        "machine": machine_info(),
         "default_config": {k: (repr(v) if not isinstance(v, (int, float, str, bool)) else v)
                            for k, v in vars(fc.Config()).items()},
     }

@@ -1,5 +1,6 @@
 """Quality runs shared by the learner benchmarks: R seeds trained in one vmapped program, each
-final policy judged exactly (``fhc_jax.evaluate``) against the optimum of ``fhc_jax.solve``."""
+final policy judged by ``fhc_jax.experiment.judge`` (exact evaluation with ``fhc_jax.evaluate``
+against the optimum of ``fhc_jax.solve``, feasibility cost <= alpha + 0.02 |alpha|)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,20 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-import fhc_jax as fhc
+from fhc_jax.experiment import judge
+from fhc_jax.experiment.machine import machine_info
 
 
 @dataclass
 class Judged:
-    """One quality run: ``out`` (the vmapped ``TrainResult``), the optimum ``best``, alpha, wall
-    and compile seconds, and one row per seed (exact reward and cost, gap, fraction of the
-    optimum, whether cost <= 1.02 alpha)."""
+    """One quality run: ``out`` (the vmapped ``TrainResult``), the optimum ``best``
+    (:class:`fhc_jax.experiment.judge.Optimum`), the :class:`~fhc_jax.experiment.judge.Judgement`,
+    alpha, wall and compile seconds, and one row per seed (exact reward and cost, gap, fraction
+    of the optimum, whether the judge finds the seed feasible: ``cost_ok``)."""
 
     out: Any
-    best: Any
+    best: judge.Optimum
+    judgement: judge.Judgement
     alpha: float
     wall_s: float
     compile_s: float
@@ -33,14 +37,16 @@ class Judged:
             "wall_s_including_compile": self.wall_s,
             "compile_s": self.compile_s,
             "alpha": self.alpha,
+            "feasibility_tolerance": self.judgement.tolerance,
             "optimum_reward": self.best.reward,
             "optimum_cost": float(self.best.costs[0]),
             "optimal_multiplier": float(self.best.multipliers[0]),
             "seeds": self.rows,
-            "mean_exact_reward": float(np.mean([r["exact_reward"] for r in self.rows])),
-            "mean_exact_cost": float(np.mean([r["exact_cost"] for r in self.rows])),
-            "cost_ok_seeds": sum(r["cost_ok"] for r in self.rows),
-            "min_reward_fraction": min(r["reward_fraction_of_optimum"] for r in self.rows),
+            "mean_exact_reward": float(np.mean(self.judgement.reward)),
+            "mean_exact_cost": float(np.mean(self.judgement.costs[:, 0])),
+            "cost_ok_seeds": self.judgement.feasible_seeds,
+            "min_reward_fraction": float(np.min(self.judgement.fraction_of_optimum)),
+            "judgement": self.judgement.summary(),
             "exact_curve_mean": {
                 "iteration": np.asarray(ex.iteration[0]).tolist(),
                 "reward": np.asarray(ex.reward.mean(0)).round(3).tolist(),
@@ -49,33 +55,30 @@ class Judged:
         }
 
 
-def train_and_judge(env, params, train: Callable, policy_tables: Callable, seeds: int = 5) -> Judged:
+def train_and_judge(env, params, train: Callable, policy_tables: Callable, seeds: int = 5,
+                    tolerance: float = judge.DEFAULT_TOLERANCE) -> Judged:
     """Train ``seeds`` seeds (keys ``split(key(0), seeds)``) in one ``jax.jit(jax.vmap(train))``
-    program (compiled ahead, timed apart) and evaluate each final policy exactly.
+    program (compiled ahead, timed apart) and judge each final policy exactly.
 
     Args:
         train: ``make_train(...)`` of a learner.
         policy_tables: final train states (leading seed axis) -> policy tables (R, H, S, A).
+        tolerance: the judge's relative feasibility tolerance.
     """
     cmdp = env.to_cmdp(params)
-    best = fhc.solve(cmdp)
+    best = judge.optimum(cmdp)
     keys = jax.random.split(jax.random.key(0), seeds)
     t0 = time.perf_counter()
     compiled = jax.jit(jax.vmap(train)).lower(keys).compile()
     compile_s = time.perf_counter() - t0
     out = jax.block_until_ready(compiled(keys))
     wall = time.perf_counter() - t0
-    evs = jax.vmap(lambda p: fhc.evaluate(cmdp, p))(policy_tables(out.state))
-    alpha = float(cmdp.thresholds[0])
-    rows = []
-    for i in range(seeds):
-        r, c = float(evs.reward[i]), float(evs.costs[i, 0])
-        rows.append({
-            "seed": i,
-            "exact_reward": r,
-            "exact_cost": c,
-            "gap_to_optimum": best.reward - r,
-            "reward_fraction_of_optimum": r / best.reward,
-            "cost_ok": bool(c <= 1.02 * alpha),
-        })
-    return Judged(out=out, best=best, alpha=alpha, wall_s=wall, compile_s=compile_s, rows=rows)
+    judged, _ = judge.judge_policies(cmdp, policy_tables(out.state), optimum=best, tolerance=tolerance)
+    rows = [{"seed": i, "exact_reward": float(judged.reward[i]), "exact_cost": float(judged.costs[i, 0]),
+             "gap_to_optimum": float(judged.gap[i]), "reward_fraction_of_optimum": float(judged.fraction_of_optimum[i]),
+             "cost_ok": bool(judged.feasible[i])} for i in range(seeds)]
+    return Judged(out=out, best=best, judgement=judged, alpha=float(cmdp.thresholds[0]), wall_s=wall,
+                  compile_s=compile_s, rows=rows)
+
+
+__all__ = ["Judged", "machine_info", "train_and_judge"]

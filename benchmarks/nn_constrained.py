@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 from pathlib import Path
 
 import jax
@@ -34,13 +32,13 @@ import optax
 import fhc_jax as fhc
 from fhc_jax.algos import nn_constrained as nc
 from fhc_jax.envs import GridWorld
-from judge import train_and_judge
+from judge import machine_info, train_and_judge
 from timing import compile_and_time
 
 
 def quality(env, params, config: nc.Config, seeds: int = 5) -> dict:
     j = train_and_judge(env, params, nc.make_train(env, params, config),
-                        lambda st: nc.policy_table(st, env, params, config), seeds)
+                        lambda st: nc.policy_table(st, env, params), seeds)
     for row, nu in zip(j.rows, np.asarray(j.out.state.multipliers[:, 0])):
         row["learned_multiplier"] = float(nu)
     return {
@@ -57,8 +55,8 @@ def capacity(env, params, config: nc.Config, steps: int = 4000) -> dict:
     best = fhc.solve(cmdp)
     target = jnp.asarray(best.policy, jnp.float32)
     occ = jnp.asarray(fhc.evaluate(cmdp, target).occupancy[:-1], jnp.float32)
-    nets = nc.Networks.build(env, config)
-    table = nc.input_table(env, params, config)
+    nets = nc.Networks.build(env.horizon, env.num_actions, env.num_constraints, config, config.output_scale)
+    table = nc.setup(env, params, config).obs_table
     actor = nets.actor.init(jax.random.key(0), table[0, 0])
     opt = optax.adam(1e-2)
 
@@ -102,9 +100,7 @@ def main() -> None:
     env = GridWorld()
     params = env.default_params
     result: dict = {
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "cpu_count": os.cpu_count(), "load_average": os.getloadavg(), "jax": jax.__version__,
-                    "devices": [str(d) for d in jax.devices()]},
+        "machine": machine_info(),
         "default_config": {k: (repr(v) if not isinstance(v, (int, float, str, bool)) else v)
                            for k, v in vars(nc.Config()).items()},
     }

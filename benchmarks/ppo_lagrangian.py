@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 from pathlib import Path
 
 import jax
@@ -32,7 +30,8 @@ import numpy as np
 import fhc_jax as fhc
 from fhc_jax.algos import common, ppo_lagrangian as pl
 from fhc_jax.envs import GridWorld
-from judge import train_and_judge
+from judge import machine_info, train_and_judge
+from fhc_jax.experiment.machine import load_average
 from timing import compile_and_time
 from fhc_jax.envs.gridworld import MOVES
 
@@ -98,9 +97,7 @@ def main() -> None:
     env = GridWorld()
     params = env.default_params
     result: dict = {
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "cpu_count": os.cpu_count(), "load_average_at_start": os.getloadavg(),
-                    "jax": jax.__version__, "devices": [str(d) for d in jax.devices()]},
+        "machine": machine_info(),
         "default_config": {k: (repr(v) if not isinstance(v, (int, float, str, bool)) else v)
                            for k, v in vars(pl.Config()).items()},
     }
@@ -131,7 +128,7 @@ def main() -> None:
                 print(f"[speed] K={k:5d} {obs:3s} ({row['update_form']}): {row['env_steps_per_s'] / 1e3:.0f}k steps/s, "
                       f"{row['run_s'] / iters:.2f}s per iteration; compile {row['compile_s']:.1f}s")
         result["speed"] = rows
-    result["machine"]["load_average_at_end"] = os.getloadavg()
+    result["machine"]["load_average_at_end"] = load_average()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print("wrote", args.out)

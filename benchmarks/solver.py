@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -23,18 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 
 import fhc_jax as fhc
+from fhc_jax.experiment.machine import machine_info
 
 RESULTS = Path(__file__).resolve().parent / "results" / "solver.json"
 
 
-def hardware() -> dict:
-    return {
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "devices": [str(d) for d in jax.devices()],
-        "jax": jax.__version__,
-        "python": platform.python_version(),
-    }
 
 
 def timed(fn, repeats: int):
@@ -68,7 +59,7 @@ def main() -> None:
     repeats = 1 if args.quick else args.repeats
     rows = []
 
-    print(f"hardware: {hardware()}")
+    print(f"machine: {machine_info()}")
     print(f"{'case':<34}{'S':>6}{'H':>5}{'first [s]':>11}{'median [s]':>12}{'reward':>12}{'cost':>10}{'nu':>9}{'calls':>7}")
 
     def report(case, cmdp, first, median, sol=None, extra=None):
@@ -113,7 +104,7 @@ def main() -> None:
     report("evaluate 10x10 H=100 float64", cmdp, f, m)
 
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"hardware": hardware(), "quick": args.quick, "rows": rows}, indent=2) + "\n")
+    RESULTS.write_text(json.dumps({"machine": machine_info(), "quick": args.quick, "rows": rows}, indent=2) + "\n")
     print(f"wrote {RESULTS}")
 
 

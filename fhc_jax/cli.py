@@ -1,6 +1,7 @@
 """The ``fhc-jax`` command line.
 
-* ``fhc-jax solve``: exact unconstrained and constrained optima of the paper's gridworld.
+* ``fhc-jax solve``: exact unconstrained and constrained optima of an environment (``--env``,
+  default the paper's gridworld; ``--set env.KEY=VALUE``).
 * ``fhc-jax train``: train a learner on several seeds in chunks into a run directory
   (config.json, metrics.csv, summary.json, policy.npz, checkpoints/, plots/); ``--resume``.
 * ``fhc-jax plot RUN_DIR``: redraw a run directory's figures from its files.
@@ -8,38 +9,20 @@
 * ``fhc-jax compare``: the paper's comparison (FH-Constrained, NN-Constrained, PPO-Lagrangian,
   CPO; both inputs where they apply) -> a table, JSON and a Fig. 1-style figure.
 
-Configuration errors (unknown keys, wrong types, out-of-range values) and unusable output
-directories are reported with exit status 2 before anything is compiled.
+``--env`` takes a registered name (:data:`fhc_jax.experiment.environments.ENVIRONMENTS`) or
+``module:ClassOrFactory`` of your own environment. Configuration errors (unknown keys, wrong
+types, out-of-range values) and unusable output directories are reported with exit status 2
+before anything is compiled.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-
-
-def _write_json_atomic(path: Path, payload: dict) -> None:
-    """Write JSON through a temporary file and an atomic rename: an interrupted or failed
-    write never leaves a truncated file, and an existing file is replaced only on success."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _solution_dict(sol) -> dict:
@@ -53,18 +36,31 @@ def _solution_dict(sol) -> dict:
     }
 
 
-def _cmd_solve(args: argparse.Namespace) -> int:
-    import jax
+#: ``fhc-jax solve`` shorthand flags -> the environment settings they set
+_SOLVE_FLAGS = {"size": "size", "horizon": "horizon", "alpha": "alpha", "layout_seed": "layout_seed", "slip": "slip"}
 
+
+def _cmd_solve(args: argparse.Namespace) -> int:
     import fhc_jax as fhc
+    from fhc_jax.experiment import config_io, environments, rundir
+    from fhc_jax.experiment.machine import machine_info
 
     try:  # validation before any compilation
-        env = fhc.GridWorld(size=args.size, horizon=args.horizon, alpha=args.alpha,
-                            layout_seed=args.layout_seed, slip=args.slip)
+        entry = environments.load_environment(args.env)
+        values = dict(config_io.parse_assignment(t) for t in args.set or ())
+        bad = [k for k in values if not k.startswith("env.")]
+        if bad:
+            raise config_io.ConfigError(f"fhc-jax solve takes only env.* settings, found {bad[0]!r}")
+        values = {k[4:]: v for k, v in values.items()}
+        values.update({key: getattr(args, flag) for flag, key in _SOLVE_FLAGS.items()
+                       if getattr(args, flag) is not None})
+        settings = entry.validate(values)
+        env, params = entry.make(settings)
+        if not env.has_exact_model:
+            raise config_io.ConfigError(f"environment {entry.name!r} has no exact model (has_exact_model is False)")
     except ValueError as err:
-        print(f"fhc-jax solve: error: {err}", file=sys.stderr)
-        return 2
-    cmdp = env.to_cmdp(env.default_params)
+        return _error("solve", err)
+    cmdp = env.to_cmdp(params)
     unconstrained = fhc.solve_unconstrained(cmdp)
     try:
         constrained = fhc.solve(cmdp, method=args.method)
@@ -73,33 +69,24 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         return 1
     alpha = np.asarray(cmdp.thresholds, dtype=np.float64)
     gap = 1.0 - constrained.reward / unconstrained.reward if unconstrained.reward else 0.0
-    print(f"{env!r}: S={cmdp.num_states}, A={cmdp.num_actions}, H={cmdp.horizon}, "
-          f"alpha={alpha.tolist()}, layout_seed={args.layout_seed}")
+    print(f"{entry.describe(settings)}: {env!r}, S={cmdp.num_states}, A={cmdp.num_actions}, H={cmdp.horizon}, "
+          f"alpha={alpha.tolist()}")
     print(f"{'optimum':<14}{'reward':>10}{'cost':>22}{'multiplier':>22}{'solve [s]':>11}")
-    for name, sol in (("unconstrained", unconstrained), (f"constrained", constrained)):
+    for name, sol in (("unconstrained", unconstrained), ("constrained", constrained)):
         print(f"{name:<14}{sol.reward:>10.4f}{np.array2string(sol.costs, precision=4):>22}"
               f"{np.array2string(sol.multipliers, precision=4):>22}{sol.solve_time:>11.3f}")
     print(f"constraint costs {gap:.1%} of the unconstrained reward "
           f"(method={constrained.method}, {constrained.oracle_calls} backward inductions)")
     if args.out:
-        _write_json_atomic(Path(args.out), {
-            "env": {"size": args.size, "horizon": args.horizon, "alpha": args.alpha,
-                    "layout_seed": args.layout_seed, "slip": args.slip},
+        rundir.write_json_atomic(Path(args.out), {
+            "env": {"name": entry.name, **settings},
             "unconstrained": _solution_dict(unconstrained),
             "constrained": _solution_dict(constrained),
             "relative_reward_loss": gap,
-            "versions": {"fhc_jax": fhc.__version__, "jax": jax.__version__, "python": platform.python_version()},
-            "device": str(jax.devices()[0]),
-            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "machine": machine_info(),
         })
         print(f"wrote {args.out}")
     return 0
-
-
-#: iterations of ``fhc-jax train`` when neither --config nor --set choose num_iterations: the
-#: learner's Config default (2500 updates of K = 512 for fh-constrained: about 42 s for 5 seeds
-#: on a 2-core CPU, see README).
-TRAIN_DEFAULTS: dict = {}
 
 
 def _error(command: str, err: Exception) -> int:
@@ -111,13 +98,13 @@ def _spec_from_args(args: argparse.Namespace, settings: dict | None = None):
     from fhc_jax.experiment.config_io import load_spec
 
     return load_spec(args.algo, config_file=args.config, overrides=args.set or (), seeds=args.seeds,
-                     observation=args.obs, defaults=TRAIN_DEFAULTS, settings=settings)
+                     observation=args.obs, env=args.env, settings=settings)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from fhc_jax.experiment import training
 
-    config_given = any(x is not None for x in (args.algo, args.config, args.seeds, args.obs)) or bool(args.set)
+    config_given = any(x is not None for x in (args.algo, args.env, args.config, args.seeds, args.obs)) or bool(args.set)
     try:  # everything validated before compiling
         spec = None
         if not args.resume:
@@ -179,12 +166,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         if args.seeds < 1:
             raise ValueError(f"--seeds must be an integer >= 1, found {args.seeds}")
         runs = compare.select_runs(args.algos, args.inputs)
-        compare.build_specs(runs, args.seeds, args.set or ())
+        compare.build_specs(runs, args.seeds, args.set or (), env=args.env)
         try:
             Path(args.out).mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise ValueError(f"--out {args.out}: {err}") from None
-        result = compare.run_comparison(runs, seeds=args.seeds, overrides=args.set or (), quiet=args.quiet)
+        result = compare.run_comparison(runs, seeds=args.seeds, overrides=args.set or (), env=args.env,
+                                        quiet=args.quiet)
     except ValueError as err:
         return _error("compare", err)
     paths = compare.write_outputs(result, args.out, stem=args.name)
@@ -194,10 +182,19 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_env_option(p: argparse.ArgumentParser, default: str | None = None) -> None:
+    from fhc_jax.experiment.environments import ENVIRONMENTS
+
+    p.add_argument("--env", default=default, metavar="NAME",
+                   help=f"environment: {', '.join(ENVIRONMENTS)} (default gridworld), or module:ClassOrFactory "
+                        "of your own (its keyword arguments are the env.* settings)")
+
+
 def _add_config_options(p: argparse.ArgumentParser) -> None:
     from fhc_jax.experiment.registry import ALGORITHMS
 
     p.add_argument("--algo", choices=tuple(ALGORITHMS), default=None, help="learner (default fh-constrained)")
+    _add_env_option(p)
     p.add_argument("--obs", choices=("xy", "xyt"), default=None,
                    help="network input of nn-constrained, ppo-lag and cpo (paper Env 1 / Env 2)")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds R (default 5)")
@@ -212,12 +209,14 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fhc-jax", description="Finite-horizon constrained RL in JAX.")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("solve", help="exact optima of the paper's gridworld")
-    p.add_argument("--size", type=int, default=10, help="grid side, >= 2 (default 10)")
-    p.add_argument("--horizon", type=int, default=100, help="H, >= 1 (default 100)")
-    p.add_argument("--alpha", type=float, default=25.0, help="cost threshold, >= 0 (default 25)")
-    p.add_argument("--layout-seed", type=int, default=0, help="seed of the moving layouts, >= 0")
-    p.add_argument("--slip", type=float, default=0.1, help="slip probability in [0, 1] (default 0.1)")
+    p = sub.add_parser("solve", help="exact optima of an environment (default the paper's gridworld)")
+    _add_env_option(p, default="gridworld")
+    p.add_argument("--set", action="append", metavar="env.KEY=VALUE", help="an environment setting (repeatable)")
+    p.add_argument("--size", type=int, default=None, help="shorthand for --set env.size (gridworld: side, default 10)")
+    p.add_argument("--horizon", type=int, default=None, help="shorthand for --set env.horizon (gridworld: 100)")
+    p.add_argument("--alpha", type=float, default=None, help="shorthand for --set env.alpha (gridworld: 25)")
+    p.add_argument("--layout-seed", type=int, default=None, help="shorthand for --set env.layout_seed (gridworld: 0)")
+    p.add_argument("--slip", type=float, default=None, help="shorthand for --set env.slip (gridworld: 0.1)")
     p.add_argument("--method", choices=("dual", "lp"), default="dual",
                    help="dual: Lagrangian duality + DP (default); lp: HiGHS occupancy LP (slow)")
     p.add_argument("--out", help="write the results as JSON to this file")
@@ -225,9 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train a learner on several seeds into a run directory",
                        description="Train in compiled chunks (progress, exact evaluation and checkpoints "
-                                   "between chunks). Settings: algo, env.* (GridWorld options), run.* "
-                                   "(seeds, seed, chunk_size, checkpoint_every) and the learner's Config "
-                                   "fields (dotted for schedules: critic_step.init).")
+                                   "between chunks). Settings: algo, env.name and env.* (the environment's "
+                                   "settings), run.* (seeds, seed, chunk_size, checkpoint_every, "
+                                   "feasibility_tolerance) and the learner's Config fields (dotted for "
+                                   "schedules: critic_step.init).")
     _add_config_options(p)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
     p.add_argument("--max-chunks", type=int, default=None, help="stop after this many chunks (resumable)")
@@ -256,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the paper's metric (last 10,000 episodes) and exactly (fhc_jax.solve). "
                                    "Writes NAME.json, NAME.md (the table) and NAME.png (the figure) to --out.")
     p.add_argument("--seeds", type=int, default=5, help="seeds per run, vmapped (default 5)")
+    _add_env_option(p)
     p.add_argument("--algos", nargs="+", choices=tuple(ALGORITHMS), default=None, help="learners (default all)")
     p.add_argument("--inputs", nargs="+", choices=("xy", "xyt"), default=None,
                    help="network inputs of the baselines (default both; NN-Constrained runs xy only)")

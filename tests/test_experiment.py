@@ -13,23 +13,25 @@ from fhc_jax.experiment import checkpoint, config_io, registry, runner, sweep
 TINY = ["env.size=3", "env.horizon=4", "num_iterations=20", "episodes_per_iteration=8", "run.chunk_size=5"]
 
 
-def test_registry_names_and_errors(monkeypatch):
+def test_registry_names_and_errors():
     assert registry.canonical_name("ppo_lagrangian") == "ppo-lag"
     assert registry.load_algorithm("fh-constrained") is fc
-    assert "fh-constrained" in registry.available_algorithms()
+    assert registry.available_algorithms() == ["fh-constrained", "nn-constrained", "ppo-lag", "cpo"]
+    assert registry.ALGORITHMS["ppo-lag"] == "ppo_lagrangian"
+    for module in registry.LEARNERS.values():
+        assert callable(module.make_learner) and callable(module.make_train) and module.Config().num_iterations >= 1
     with pytest.raises(ValueError, match="unknown algorithm 'sac'.*fh-constrained"):
         registry.load_algorithm("sac")
-    monkeypatch.setitem(registry.ALGORITHMS, "not-yet", "module_that_does_not_exist")
-    with pytest.raises(ValueError, match="'not-yet' is not available"):
-        registry.load_algorithm("not-yet")
 
 
 def test_toml_and_overrides(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text('num_iterations = 12\nvariant = "paper"\n[critic_step]\ninit = 0.5\n'
-                    '[env]\nsize = 4\nalpha = [3.0]\n[run]\nseeds = 2\n')
+                    '[env]\nname = "gridworld"\nsize = 4\nalpha = [3.0]\n[run]\nseeds = 2\n'
+                    'feasibility_tolerance = 0.0\n')
     spec = config_io.load_spec("fh-constrained", config_file=path, overrides=["env.horizon=5", "trace=1"])
-    assert spec.env["size"] == 4 and spec.env["horizon"] == 5 and spec.seeds == 2
+    assert spec.env_name == "gridworld" and spec.env["size"] == 4 and spec.env["horizon"] == 5 and spec.seeds == 2
+    assert spec.feasibility_tolerance == 0.0 and spec.settings()["env.name"] == "gridworld"
     assert spec.learner.critic_step.init == 0.5 and spec.learner.variant == "paper"
     assert spec.learner.trace == 1.0 and isinstance(spec.learner.trace, float)
     assert spec.chunk_size == 12  # min(eval_every, num_iterations)
@@ -42,6 +44,8 @@ def test_toml_and_overrides(tmp_path):
     ("critc_step.init=1", r"unknown key 'critc_step.init' \(did you mean 'critic_step.init'\?\).*valid keys: .*actor_step.decay"),
     ("env.sise=4", r"unknown key 'env.sise'.*env.size"),
     ("run.seeds=0", r"run.seeds must be an integer >= 1, found 0"),
+    ("run.feasibility_tolerance=-0.1", r"run.feasibility_tolerance must be a number >= 0, found -0.1"),
+    ("env.name=nowhere", r"unknown environment 'nowhere'; registered: gridworld"),
     ("critic_step.power=0.3", r"critic_step.power must lie in \(0.5, 1\]"),
     ("critic_step.init=abc", r"critic_step.init must be a number, found 'abc' \(str\)"),
     ("num_iterations=2.5", r"num_iterations must be an integer, found 2.5"),

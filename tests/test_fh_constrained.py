@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.algos import common, features, fh_constrained as fc
-from fhc_jax.algos.common import PowerSchedule
+from fhc_jax.algos import features, fh_constrained as fc, multipliers, tabular_rollout as common
+from fhc_jax.algos import PowerSchedule, stack
 from fhc_jax.envs.gridworld import GridWorld
 from fhc_jax.envs.tabular import TabularEnv
 from fhc_jax.rollout import uses_uniforms
@@ -64,11 +64,13 @@ SMALL = GridWorld(size=3, horizon=5, num_constraints=2, observation="index", alp
 
 def _random_state(rng, env, x, nu):
     h, a, m = env.horizon, env.num_actions, env.num_constraints
+    theta = jnp.asarray(np.clip(rng.normal(0.0, 1.0, (h, x, a)), -1.7, 1.7), jnp.float32)  # inside Gamma's box
     return fc.TrainState(
-        theta=jnp.asarray(np.clip(rng.normal(0.0, 1.0, (h, x, a)), -1.7, 1.7), jnp.float32),  # inside Gamma's box
+        theta=theta,
+        theta_average=theta,
         critics=jnp.asarray(rng.normal(0.0, 1.0, (h + 1, x, 1 + m)), jnp.float32),
         multipliers=jnp.asarray(nu, jnp.float32),
-        multiplier_integral=jnp.asarray(nu, jnp.float32),
+        multiplier_state=multipliers.projected_gradient(0.0, 1.0).init(m, jnp.asarray(nu, jnp.float32)),
         step=jnp.asarray(3, jnp.int32),
     )
 
@@ -98,7 +100,7 @@ def test_k1_equals_paper_equations(spec, form, combine):
     model = common.tabular_model(env, params)
     logits = jax.nn.softmax(fc._logits_table(state.theta, table), axis=-1)
     batch = common.rollout_tabular(jax.random.key(1), model, jnp.cumsum(logits, -1), lambda c, s: c[s], 1)
-    new, _ = fc.update(state, batch, table, jnp.asarray(params.thresholds), cfg)
+    new, _ = fc.update(state, batch, None, fc.setup(env, params, cfg), cfg)
 
     phi_tab = np.eye(env.num_states) if table.one_hot else np.asarray(table.all_stages(env.horizon), np.float64)
     phi = [phi_tab if table.one_hot else phi_tab[h] for h in range(env.horizon + 1)]
@@ -141,7 +143,7 @@ def test_update_forms_agree(spec, combine, variant):
     for form in ("table", "samples"):
         cfg = fc.Config(num_iterations=1, episodes_per_iteration=16, features=spec, variant=variant,
                         combine=combine, update_form=form, theta_bound=1.7)
-        new, metrics = fc.update(state, batch, table, jnp.asarray(params.thresholds), cfg)
+        new, metrics = fc.update(state, batch, None, fc.setup(env, params, cfg), cfg)
         out.append((new, metrics))
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), out[0], out[1])
 
@@ -206,7 +208,7 @@ def test_vmap_over_hyperparameters():
     """Numeric hyperparameters are pytree leaves: one compiled call sweeps them."""
     cfg = TINY_CONFIG.replace(num_iterations=20, eval_every=0)
     train = fc.make_train(TINY, TINY.default_params, cfg)
-    sweep = common.stack([cfg, cfg.replace(theta_bound=1.0, trace=0.0)])
+    sweep = stack([cfg, cfg.replace(theta_bound=1.0, trace=0.0)])
     out = jax.jit(jax.vmap(train, in_axes=(None, 0)))(jax.random.key(3), sweep)
     second = jax.jit(train)(jax.random.key(3), cfg.replace(theta_bound=1.0, trace=0.0))
     np.testing.assert_allclose(out.state.theta[1], second.state.theta, atol=1e-5)
@@ -286,7 +288,7 @@ def test_coarse_features_need_a_grid():
     from conftest import random_cmdp
 
     env = fhc.TabularEnv(random_cmdp(0))
-    with pytest.raises(ValueError, match="square grid"):
+    with pytest.raises(ValueError, match="spatial environment"):
         fc.make_train(env, env.default_params, fc.Config(features=features.RadialBasis(2)))
 
 
@@ -318,15 +320,15 @@ def test_improved_multiplier_is_pi_controlled():
     env = SMALL
     params = env.default_params
     cfg = fc.Config(num_iterations=1, episodes_per_iteration=8, multiplier_gain=0.3)
-    state = fc.init(jax.random.key(0), env, params, cfg)
+    state = fc.init(jax.random.key(0), fc.setup(env, params, cfg), cfg)
     table = features.build(cfg.features, env)
     batch = common.rollout_tabular(
         jax.random.key(1), common.tabular_model(env, params),
         jnp.cumsum(fc.policy_table(state, env, params), -1), lambda cdf_h, s: cdf_h[s], 8)
-    new, metrics = fc.update(state, batch, table, jnp.asarray(params.thresholds), cfg)
+    new, metrics = fc.update(state, batch, None, fc.setup(env, params, cfg), cfg)
     violation = np.asarray(batch.episode_costs).mean(0) - np.asarray(params.thresholds)
     integral = np.clip(cfg.multiplier_step(0) * violation, 0.0, cfg.multiplier_max)
-    np.testing.assert_allclose(new.multiplier_integral, integral, rtol=1e-5)
+    np.testing.assert_allclose(new.multiplier_state.integral, integral, rtol=1e-5)
     np.testing.assert_allclose(new.multipliers, np.clip(integral + 0.3 * violation, 0.0, cfg.multiplier_max), rtol=1e-5)
 
 
@@ -345,6 +347,6 @@ def test_reported_policy_is_the_polyak_average():
     table = fc.policy_table(carry.state, TINY, TINY.default_params)
     feats = features.build(cfg.features, TINY)
     np.testing.assert_allclose(table, jax.nn.softmax(fc._logits_table(jnp.asarray(expected), feats), -1), atol=1e-6)
-    last = fc.policy_table(carry.state.replace(theta_average=None), TINY, TINY.default_params)
+    last = fc.policy_table(carry.state.replace(theta_average=carry.state.theta), TINY, TINY.default_params)
     np.testing.assert_allclose(last, jax.nn.softmax(fc._logits_table(carry.state.theta, feats), -1), atol=1e-6)
     assert not np.allclose(table, last)

@@ -11,25 +11,31 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.algos import common, nn_constrained as nc
-from fhc_jax.algos.common import PowerSchedule
+from fhc_jax.algos import nn_constrained as nc, tabular_rollout as common
+from fhc_jax.algos import PowerSchedule, stack
 from fhc_jax.algos.networks import MLP, Stacked
 from fhc_jax.envs.gridworld import GridWorld
 from fhc_jax.envs.tabular import TabularEnv
 from conftest import random_cmdp
 
 SMALL = GridWorld(size=3, horizon=4, num_constraints=2, alpha=[1.5, 2.0])
-_jit_update = jax.jit(nc.update, static_argnums=(2,))
+
+
+def _jit_update(state, batch, nets, obs_table, thresholds, cfg):
+    """``nc.update`` jitted with the setup of SMALL (whose thresholds are ``thresholds``)."""
+    setup = nc.setup(SMALL, SMALL.default_params, cfg)
+    np.testing.assert_array_equal(setup.thresholds, thresholds)
+    return jax.jit(lambda st, b: nc.update(st, b, None, setup, cfg))(state, batch)
 
 
 def _small_batch(config: nc.Config, k: int = 6, seed: int = 1):
     """A train state with random critics and nu > 0, and a batch rolled out under its actor."""
     params = SMALL.default_params
-    state = nc.init(jax.random.key(seed), SMALL, params, config)
+    setup = nc.setup(SMALL, params, config)
+    state = nc.init(jax.random.key(seed), setup, config)
     nu = jnp.asarray([0.3, 0.7], jnp.float32)
-    state = state.replace(multipliers=nu, multiplier_integral=nu)
-    nets = nc.Networks.build(SMALL, config)
-    obs_table = nc.input_table(SMALL, params, config)
+    state = state.replace(multipliers=nu, multiplier_state=state.multiplier_state.replace(integral=nu))
+    nets, obs_table = setup.nets, setup.obs_table
     table = nc._table(nets, state.actor, obs_table)
     batch = common.rollout_policy_table(jax.random.key(seed + 10), common.tabular_model(SMALL, params), table, k)
     return state, batch, nets, obs_table
@@ -37,7 +43,7 @@ def _small_batch(config: nc.Config, k: int = 6, seed: int = 1):
 
 def test_stacked_parameter_shapes():
     cfg = nc.Config(width=7, depth=3)
-    state = nc.init(jax.random.key(0), SMALL, SMALL.default_params, cfg)
+    state = nc.init(jax.random.key(0), nc.setup(SMALL, SMALL.default_params, cfg), cfg)
     h, m = SMALL.horizon, SMALL.num_constraints
     for leaf in jax.tree.leaves(state.actor):
         assert leaf.shape[0] == h
@@ -170,7 +176,7 @@ def test_learning_regression_small_grid():
     cmdp = TINY.to_cmdp(params)
     best = fhc.solve(cmdp)
     out = _tiny_result()
-    tables = nc.policy_table(out.state, TINY, params, TINY_CONFIG)
+    tables = nc.policy_table(out.state, TINY, params)
     assert tables.shape == (2, TINY.horizon, TINY.num_states, TINY.num_actions)
     for seed in range(2):
         ev = fhc.evaluate(cmdp, tables[seed])
@@ -201,9 +207,9 @@ def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
 def test_policy_for_rollout_samples_the_table():
     params = TINY.default_params
     state = jax.tree.map(lambda x: x[0], _tiny_result().state)
-    act = nc.policy(state, TINY, params, TINY_CONFIG)
+    act = nc.policy(state, TINY, params)
     traj = fhc.rollout(jax.random.key(5), TINY, params, act, 2000)
-    exact = fhc.evaluate(TINY.to_cmdp(params), nc.policy_table(state, TINY, params, TINY_CONFIG))
+    exact = fhc.evaluate(TINY.to_cmdp(params), nc.policy_table(state, TINY, params))
     returns = np.asarray(traj.episode_rewards)
     assert abs(returns.mean() - float(exact.reward)) <= 4 * returns.std() / np.sqrt(returns.size)
 
@@ -212,7 +218,7 @@ def test_tabular_env_one_hot_input_and_hyperparameter_vmap():
     env = TabularEnv(random_cmdp(3, num_states=4, num_actions=2, horizon=3, num_constraints=2, thresholds=[1.2, 1.5]))
     cfg = nc.Config(num_iterations=5, episodes_per_iteration=8, observation="one_hot", eval_every=0, width=4, actor_epochs=4)
     train = nc.make_train(env, env.default_params, cfg)
-    sweep = common.stack([cfg, cfg.replace(trace=0.0, multiplier_gain=0.1)])
+    sweep = stack([cfg, cfg.replace(trace=0.0, multiplier_gain=0.1)])
     out = jax.jit(jax.vmap(train, in_axes=(None, 0)))(jax.random.key(0), sweep)
     second = jax.jit(train)(jax.random.key(0), cfg.replace(trace=0.0, multiplier_gain=0.1))
     np.testing.assert_allclose(out.metrics.multipliers[1], second.metrics.multipliers, rtol=1e-5, atol=1e-6)
@@ -262,7 +268,7 @@ def test_reported_actor_is_the_polyak_average():
         carry, _ = step(carry)
         expected = jax.tree.map(lambda e, a: 0.5 * e + 0.5 * a, expected, carry.state.actor)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), carry.state.actor_average, expected)
-    table = nc.policy_table(carry.state, TINY, TINY.default_params, cfg)
-    last = nc.policy_table(carry.state.replace(actor_average=None), TINY, TINY.default_params, cfg)
+    table = nc.policy_table(carry.state, TINY, TINY.default_params)
+    last = nc.policy_table(carry.state.replace(actor_average=carry.state.actor), TINY, TINY.default_params)
     np.testing.assert_allclose(table, learner.policy_table(carry.state), atol=1e-6)
     assert not np.allclose(table, last)

@@ -2,9 +2,12 @@
 checkpoints between chunks, run directories, plots, and sharded sweeps (the ``fhc-jax``
 command's machinery).
 
-Modules (imported on use; none keeps global state):
+Modules (none keeps global state apart from caches):
 
-* :mod:`~fhc_jax.experiment.registry`: command-line names -> learner modules (lazy imports).
+* :mod:`~fhc_jax.experiment.registry`: command-line names -> learner modules.
+* :mod:`~fhc_jax.experiment.environments`: environment names (or ``module:attribute`` paths)
+  -> constructors with typed settings declared by their keyword arguments.
+* :mod:`~fhc_jax.experiment.settings`: the kinds of settable values and their checks.
 * :mod:`~fhc_jax.experiment.config_io`: TOML files and ``--set key=value`` -> a validated
   :class:`~fhc_jax.experiment.config_io.ExperimentSpec`.
 * :mod:`~fhc_jax.experiment.runner`: :class:`~fhc_jax.experiment.runner.ChunkedTrainer`
@@ -14,12 +17,18 @@ Modules (imported on use; none keeps global state):
 * :mod:`~fhc_jax.experiment.checkpoint`: orbax checkpoints of the full carry; bit-identical resume.
 * :mod:`~fhc_jax.experiment.rundir`, :mod:`~fhc_jax.experiment.training`: the run directory
   and ``fhc-jax train``.
-* :mod:`~fhc_jax.experiment.summary`: exact judgement against ``fhc_jax.solve``.
+* :mod:`~fhc_jax.experiment.judge`: final policies against the exact optimum, with one
+  feasibility rule; :mod:`~fhc_jax.experiment.summary`: its summary.json fields and table.
+* :mod:`~fhc_jax.experiment.machine`: versions, devices, CPU and load for every result file.
 * :mod:`~fhc_jax.experiment.plots`: figures from a run directory's files.
 * :mod:`~fhc_jax.experiment.sweep`: hyperparameter grid x seeds in one sharded program.
+* :mod:`~fhc_jax.experiment.compare`: the paper's comparison of the four learners.
 """
 
 from fhc_jax.experiment.config_io import ConfigError, ExperimentSpec, load_spec
+from fhc_jax.experiment.environments import ENVIRONMENTS, load_environment, make_env
+from fhc_jax.experiment.judge import DEFAULT_TOLERANCE, Judgement
+from fhc_jax.experiment.machine import machine_info
 from fhc_jax.experiment.registry import ALGORITHMS, available_algorithms, load_algorithm
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, RunResult, seed_keys, train_seeds
 
@@ -28,11 +37,17 @@ __all__ = [
     "ChunkState",
     "ChunkedTrainer",
     "ConfigError",
+    "DEFAULT_TOLERANCE",
+    "ENVIRONMENTS",
     "ExperimentSpec",
+    "Judgement",
     "RunResult",
     "available_algorithms",
     "load_algorithm",
+    "load_environment",
     "load_spec",
+    "machine_info",
+    "make_env",
     "seed_keys",
     "train_seeds",
 ]

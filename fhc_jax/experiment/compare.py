@@ -1,5 +1,6 @@
 """The paper's comparison: FH-Constrained against NN-Constrained, PPO-Lagrangian and CPO on one
-gridworld, several seeds each, judged by the paper's metric and exactly.
+environment (``--env``, default the paper's gridworld), several seeds each, judged by the paper's
+metric and exactly.
 
 For every run (a learner with one network input) :func:`run_comparison` trains R seeds in one
 vmapped, chunked program (:func:`fhc_jax.experiment.runner.train_seeds`) with the learner's
@@ -9,15 +10,17 @@ default (tuned) ``Config`` unless overridden, and measures
   episodes, i.e. over the batch means of the last ``ceil(10000 / K)`` iterations (K episodes
   per iteration), per seed; mean, std, min and max over seeds;
 * the **exact** reward and costs of each seed's final policy (``fhc_jax.evaluate`` through the
-  learner's exact evaluation), their gap to the exact constrained optimum (``fhc_jax.solve``);
-* the **violation rate**: the fraction of seeds whose final policy's exact cost exceeds alpha by
-  more than :data:`TOLERANCE` (relative), and the same for the paper's metric;
+  learner's exact evaluation), judged by :func:`fhc_jax.experiment.judge.judge`: gap to the
+  exact constrained optimum (``fhc_jax.solve``), fraction of it, feasibility;
+* the **violation rate**: the fraction of seeds whose final policy is infeasible by the judge's
+  rule (cost above alpha + ``run.feasibility_tolerance`` |alpha|, default 2%), and the same rule
+  applied to the paper's metric;
 * wall and compile time.
 
 :func:`write_outputs` writes ``<stem>.json`` (every number, hardware, versions, wall times),
-``<stem>.md`` (:func:`format_markdown`) and ``<stem>.png`` (:func:`plot_comparison`, a Fig. 1
-style two-panel figure). ``benchmarks/reproduce_paper.py`` and ``fhc-jax compare`` are thin
-wrappers around :func:`main`-like calls of these functions.
+``<stem>.md`` (:func:`format_markdown`) and ``<stem>.png``
+(:func:`fhc_jax.experiment.plots.plot_comparison`, a Fig. 1 style two-panel figure). ``benchmarks/reproduce_paper.py`` and ``fhc-jax compare`` are thin
+wrappers around these functions.
 
 Runs and inputs (:data:`DEFAULT_RUNS`): FH-Constrained uses tabular per-stage features (no input
 choice); NN-Constrained uses the paper's "xy" input only: its per-stage networks already know the
@@ -29,8 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -38,10 +39,10 @@ from typing import IO, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from fhc_jax.experiment import config_io, registry, summary as summ
+from fhc_jax.experiment import config_io, environments, judge, registry
+from fhc_jax.experiment.machine import load_average, machine_info, source_revision
+from fhc_jax.experiment.plots import plot_comparison
 
-#: relative tolerance of the violation rate: a cost counts as a violation above alpha * (1 + TOLERANCE)
-TOLERANCE = 0.02
 #: the paper's metric averages the last this many training episodes
 PAPER_EPISODES = 10_000
 
@@ -136,14 +137,16 @@ def split_overrides(assignments: Iterable[str]) -> tuple[list[str], dict[str, li
     return common, per_algo
 
 
-def build_specs(runs: Sequence[RunSpec], seeds: int, overrides: Iterable[str] = (), *, seed: int = 0
-                ) -> list[config_io.ExperimentSpec]:
+def build_specs(runs: Sequence[RunSpec], seeds: int, overrides: Iterable[str] = (), *, seed: int = 0,
+                env: str | None = None) -> list[config_io.ExperimentSpec]:
     """One validated :class:`~fhc_jax.experiment.config_io.ExperimentSpec` per run (nothing
-    compiled). ``overrides``: ``--set`` strings (:func:`split_overrides`).
+    compiled). ``overrides``: ``--set`` strings (:func:`split_overrides`); ``env``: the
+    environment's name (default ``env.name`` of the overrides, else gridworld).
 
     Raises:
         ConfigError / ValueError: invalid settings, a learner key that no selected learner has,
-            an algorithm-specific key for a learner that is not selected.
+            an algorithm-specific key for a learner that is not selected, an input the
+            environment does not support.
     """
     common, per_algo = split_overrides(overrides)
     selected = {r.algo for r in runs}
@@ -167,10 +170,20 @@ def build_specs(runs: Sequence[RunSpec], seeds: int, overrides: Iterable[str] = 
         # learner keys common to all runs are "defaults": a learner that lacks one skips it
         specs.append(config_io.load_spec(r.algo, overrides=env_run + per_algo.get(r.algo, []),
                                          defaults={k: v for k, v in common_values.items() if k in learner_keys},
-                                         settings={"run.seed": seed}, seeds=seeds, observation=r.observation))
-    envs = {tuple(sorted((k, str(v)) for k, v in s.env.items())) for s in specs}
+                                         settings={"run.seed": seed}, seeds=seeds, observation=r.observation,
+                                         env=env))
+    envs = {(s.env_name, tuple(sorted((k, str(v)) for k, v in s.env.items()))) for s in specs}
     if len(envs) != 1:  # pragma: no cover (env keys are common by construction)
         raise config_io.ConfigError("the runs must share one environment")
+    environment, _ = specs[0].make_env()
+    if not environment.has_exact_model:
+        raise config_io.ConfigError(f"compare: environment {specs[0].env_name!r} has no exact model "
+                                    "(has_exact_model is False); the comparison judges every run exactly")
+    for r in runs:
+        if r.observation is not None and r.observation not in environment.supported_observations:
+            raise config_io.ConfigError(
+                f"input {r.observation!r} of {r.name} is not supported by environment {specs[0].env_name!r} "
+                f"(its observations: {', '.join(environment.supported_observations)}); choose --inputs or --algos")
     return specs
 
 
@@ -196,16 +209,15 @@ def paper_window(num_iterations: int, episodes_per_iteration: int) -> int:
     return int(min(num_iterations, math.ceil(PAPER_EPISODES / episodes_per_iteration)))
 
 
-def judge_run(metrics: Mapping[str, np.ndarray], exact_reward: np.ndarray, exact_costs: np.ndarray,
-              thresholds: np.ndarray, episodes_per_iteration: int, opt: Mapping[str, Any] | None,
-              tolerance: float = TOLERANCE) -> dict[str, Any]:
+def judge_run(metrics: Mapping[str, np.ndarray], judged: judge.Judgement, episodes_per_iteration: int
+              ) -> dict[str, Any]:
     """Every number of one run's table row.
 
     Args:
         metrics: per-iteration batch means, ``reward`` (R, N) and ``costs`` (R, N, M).
-        exact_reward: exact J of each seed's final policy, (R,); exact_costs: (R, M).
-        thresholds: alpha, (M,). episodes_per_iteration: K.
-        opt: :func:`fhc_jax.experiment.summary.optimum` or None.
+        judged: the exact judgement of the R final policies (:func:`fhc_jax.experiment.judge.judge`);
+            its feasibility rule also decides which seeds violate by the paper's metric.
+        episodes_per_iteration: K.
     Returns:
         ``paper_metric`` (window, reward and per-constraint cost stats over seeds, violation
         rate), ``exact`` (reward and cost stats, gap to the optimum, violation rate).
@@ -218,13 +230,11 @@ def judge_run(metrics: Mapping[str, np.ndarray], exact_reward: np.ndarray, exact
     window = paper_window(n, episodes_per_iteration)
     p_reward = reward[:, -window:].mean(1)  # (R,)
     p_costs = costs[:, -window:].mean(1)  # (R, M)
-    limit = np.asarray(thresholds, np.float64) * (1.0 + tolerance)
-    p_violating = np.any(p_costs > limit, axis=1)
+    p_violating = np.any(p_costs > judged.limits, axis=1)
     # fraction of the window's iterations whose batch-mean cost is above alpha (all seeds)
-    iters_above = float(np.mean(np.any(costs[:, -window:] > np.asarray(thresholds), axis=-1)))
-    e_reward = np.asarray(exact_reward, np.float64)
-    e_costs = np.asarray(exact_costs, np.float64).reshape(len(e_reward), -1)
-    e_violating = np.any(e_costs > limit, axis=1)
+    iters_above = float(np.mean(np.any(costs[:, -window:] > judged.thresholds, axis=-1)))
+    e_costs = judged.costs
+    e_violating = ~judged.feasible
     out = {
         "paper_metric": {
             "window_iterations": window,
@@ -236,78 +246,27 @@ def judge_run(metrics: Mapping[str, np.ndarray], exact_reward: np.ndarray, exact
             "fraction_of_window_iterations_above_alpha": iters_above,
         },
         "exact": {
-            "reward": stats(e_reward),
+            "reward": stats(judged.reward),
             "costs": [stats(e_costs[:, k]) for k in range(e_costs.shape[1])],
             "violating_seeds": int(e_violating.sum()),
             "violation_rate": float(e_violating.mean()),
-            "max_relative_excess": float(np.max((e_costs - thresholds) / np.asarray(thresholds))),
+            "max_relative_excess": float(np.max(judge.relative_excess(e_costs, judged.thresholds))),
+            "judgement": judged.summary(),
         },
     }
-    if opt is not None:
-        out["exact"]["gap"] = stats(opt["reward"] - e_reward)
-        out["exact"]["fraction_of_optimum"] = stats(e_reward / opt["reward"]) if opt["reward"] else None
+    if judged.optimum is not None:
+        out["exact"]["gap"] = stats(judged.gap)
+        frac = judged.fraction_of_optimum
+        out["exact"]["fraction_of_optimum"] = None if frac is None else stats(frac)
     return out
-
-
-# ----------------------------------------------------------------------------- hardware
-
-
-def hardware_info() -> dict[str, Any]:
-    """CPU model, core counts, load average, platform and the JAX devices."""
-    model = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:  # pragma: no cover (not Linux)
-        pass
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover
-        usable = os.cpu_count()
-    info = {"cpu_model": model, "cpu_count": os.cpu_count(), "usable_cores": usable,
-            "platform": platform.platform(), "device": summ.device_info()}
-    try:
-        import jax
-
-        info["device_name"] = str(jax.devices()[0])
-    except Exception:  # pragma: no cover
-        pass
-    return info
-
-
-def source_revision() -> dict[str, Any] | None:
-    """The git commit of the checkout (read-only ``git`` calls) and the package files that
-    differ from it or are untracked (``git status --porcelain -- fhc_jax``); None outside a
-    git checkout."""
-    import subprocess
-
-    root = Path(__file__).resolve().parents[2]
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "fhc_jax"], cwd=root, capture_output=True,
-                               text=True, timeout=10, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return {"commit": commit, "modified": [line[3:] for line in dirty.splitlines() if line.strip()]}
-
-
-def load_average() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:  # pragma: no cover
-        return None
 
 
 # ----------------------------------------------------------------------------- the comparison
 
 
 def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, seed: int = 0,
-                   overrides: Iterable[str] = (), stream: IO[str] | None = None, quiet: bool = False,
-                   keep_policies: bool = False) -> dict[str, Any]:
+                   overrides: Iterable[str] = (), env: str | None = None, stream: IO[str] | None = None,
+                   quiet: bool = False, keep_policies: bool = False) -> dict[str, Any]:
     """Train and judge every run; returns the result (JSON-ready, see :func:`write_outputs`).
 
     Args:
@@ -316,14 +275,13 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
             ``fold_in(key(seed), i)``.
         overrides: ``--set`` strings (:func:`split_overrides`): ``env.size=4``,
             ``num_iterations=20`` (every learner), ``cpo.num_iterations=50`` (one learner).
+        env: the environment's name (:mod:`fhc_jax.experiment.environments`; default gridworld).
         stream: progress lines (default stderr); quiet: none.
         keep_policies: also return the final policy tables, ``result["_policies"][i]`` (R, H, S, A)
             (not JSON; for tests).
     Raises:
         ConfigError / ValueError: invalid settings (before anything is compiled).
     """
-    import jax
-
     import fhc_jax as fhc
     from fhc_jax.experiment.progress import Progress, env_steps_per_iteration
     from fhc_jax.experiment.runner import train_seeds
@@ -334,15 +292,17 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
     stream = sys.stderr if stream is None else stream
     say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=stream, flush=True))
     runs = list(DEFAULT_RUNS if runs is None else runs)
-    specs = build_specs(runs, seeds, overrides, seed=seed)  # validates everything first
+    specs = build_specs(runs, seeds, overrides, seed=seed, env=env)  # validates everything first
     env, params = specs[0].make_env()
+    title = specs[0].env_title()
+    tolerance = specs[0].feasibility_tolerance
     cmdp = env.to_cmdp(params)
     thresholds = np.asarray(cmdp.thresholds, np.float64)
-    opt = summ.optimum(cmdp)
+    opt = judge.optimum(cmdp)
     unc = fhc.solve_unconstrained(cmdp)
-    say(f"{env!r}: optimum J* = {opt['reward']:.4f} at cost {opt['costs'].tolist()} "
+    say(f"{title}: optimum J* = {opt.reward:.4f} at cost {opt.costs.tolist()} "
         f"(unconstrained {float(unc.reward):.4f} at cost {np.asarray(unc.costs).tolist()})"
-        if opt is not None else f"{env!r}: the constraint is infeasible")
+        if opt is not None else f"{title}: the constraint is infeasible")
     results, policies = [], []
     for i, (run, spec) in enumerate(zip(runs, specs)):
         module = registry.load_algorithm(spec.algo)
@@ -355,7 +315,9 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
         res = train_seeds(module, env, params, cfg, seeds, seed=spec.seed, chunk_size=spec.chunk_size,
                           on_chunk=progress)
         wall = time.perf_counter() - t0
-        exact_reward, exact_costs = res.state.exact_reward[:, -1], res.state.exact_costs[:, -1]
+        nu = res.state.metrics["multipliers"][:, -1] if "multipliers" in res.state.metrics else None
+        judged = judge.judge(res.state.exact_reward[:, -1], res.state.exact_costs[:, -1], thresholds, optimum=opt,
+                             multipliers=nu, tolerance=tolerance)
         row = {
             "name": run.name,
             "algo": spec.algo,
@@ -367,7 +329,7 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
             "training_episodes": int(cfg.num_iterations * cfg.episodes_per_iteration),
             "changed_settings": _changed_settings(spec),
             "settings": config_io.learner_settings(cfg),
-            **judge_run(res.state.metrics, exact_reward, exact_costs, thresholds, cfg.episodes_per_iteration, opt),
+            **judge_run(res.state.metrics, judged, cfg.episodes_per_iteration),
             "exact_curve": {
                 "iterations": res.state.exact_iterations.tolist(),
                 "reward_mean": res.state.exact_reward.mean(0).tolist(),
@@ -375,8 +337,8 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
             },
             "timing": {"wall_s": wall, "compile_s": res.compile_s, "train_s": res.run_s},
         }
-        if "multipliers" in res.state.metrics:
-            row["final_multipliers"] = np.asarray(res.state.metrics["multipliers"][:, -1], np.float64).tolist()
+        if nu is not None:
+            row["final_multipliers"] = judged.multipliers.tolist()
         results.append(row)
         policies.append(res.policy)
         pm, ex = row["paper_metric"], row["exact"]
@@ -385,23 +347,21 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
             f"{ex['violating_seeds']}/{seeds} seeds violate; {wall:.1f} s (compile {res.compile_s:.1f} s)")
     total = time.perf_counter() - t_start
     result = {
-        "env": dict(specs[0].env),
+        "env": {"name": specs[0].env_name, **specs[0].env},
+        "env_title": title,
         "env_repr": repr(env),
         "seeds": seeds,
         "seed": specs[0].seed,
         "overrides": list(overrides),
         "thresholds": thresholds.tolist(),
-        "tolerance": TOLERANCE,
+        "tolerance": tolerance,
         "paper_episodes": PAPER_EPISODES,
-        "optimum": None if opt is None else {"reward": opt["reward"], "costs": opt["costs"].tolist(),
-                                             "multipliers": opt["multipliers"].tolist(),
-                                             "solve_time_s": opt["solve_time_s"]},
+        "optimum": None if opt is None else opt.as_dict(),
         "unconstrained": {"reward": float(unc.reward), "costs": np.asarray(unc.costs, np.float64).tolist(),
                           "solve_time_s": float(unc.solve_time)},
         "runs": results,
         "notes": list(NOTES),
-        "hardware": hardware_info(),
-        "versions": summ.versions(),
+        "machine": machine_info(),
         "source": source,
         "timing": {"total_wall_s": total, "runs_wall_s": float(sum(r["timing"]["wall_s"] for r in results)),
                    "compile_s": float(sum(r["timing"]["compile_s"] for r in results)),
@@ -457,87 +417,31 @@ def format_markdown(result: Mapping[str, Any]) -> str:
                      f"{'/'.join(f'{c:.2f}' for c in opt['costs'])} | 0 | - | - | {opt['solve_time_s']:.1f} |")
     lines.append(f"| Unconstrained optimum (`fhc_jax.solve_unconstrained`) | - | - | - | - | {unc['reward']:.2f} | "
                  f"{'/'.join(f'{c:.2f}' for c in unc['costs'])} | - | - | - | {unc['solve_time_s']:.1f} |")
-    hw, tm = result["hardware"], result["timing"]
-    env = result["env"]
+    mc, tm = result["machine"], result["timing"]
+    env = dict(result["env"])
+    name = env.pop("name", environments.DEFAULT_ENV)
     legend = [
         "",
-        f"GridWorld {env['size']}x{env['size']}, H = {env['horizon']}, alpha = {alpha}, slip = {env['slip']}, "
-        f"layout_seed = {env['layout_seed']}; {r} seeds per run (vmapped in one program), base seed {result['seed']}.",
+        f"Environment {name} ({', '.join(f'{k} = {v}' for k, v in env.items())}), alpha = {alpha}; "
+        f"{r} seeds per run (vmapped in one program), base seed {result['seed']}.",
         f"Paper metric: mean episode reward / cost over the last {result['paper_episodes']:,} training episodes "
         f"(the batch means of the last ceil({result['paper_episodes']}/K) iterations), mean ± std over seeds. "
         "Exact: `fhc_jax.evaluate` of each seed's final policy, mean ± std [min, max] over seeds."
         + (f" Gap to J*: J* - J (J* = {opt['reward']:.2f})." if opt is not None else ""),
-        f"Violating seeds: seeds whose cost exceeds alpha by more than {100 * result['tolerance']:g}% "
-        f"(cost > {alpha} x {1 + result['tolerance']:g}).",
+        f"Violating seeds: seeds whose cost exceeds alpha by more than {100 * result['tolerance']:g}% of |alpha| "
+        f"(the judge's feasibility rule, `run.feasibility_tolerance`).",
         "Every learner uses its default (tuned) `Config`" + (
             "; * marks runs with changed settings: " + "; ".join(
                 f"{row['name']}: " + ", ".join(f"{k} = {v}" for k, v in row["changed_settings"].items())
                 for row in result["runs"] if row["changed_settings"]) if any(
                 row["changed_settings"] for row in result["runs"]) else "") + ".",
         *result.get("notes", []),
-        f"Hardware: {hw['cpu_model']}, {hw['usable_cores']} usable cores ({hw['cpu_count']} logical), "
-        f"JAX {result['versions']['jax']} on {hw['device']['platform']} ({hw.get('device_name', '')}). "
+        f"Hardware: {mc['cpu']['model']}, {mc['cpu']['usable_cores']} usable cores ({mc['cpu']['logical_cores']} "
+        f"logical), JAX {mc['versions']['jax']} on {mc['device']['platform']} ({mc['device']['name']}). "
         f"Total wall time {tm['total_wall_s']:.0f} s (compilation {tm['compile_s']:.0f} s); "
         f"load average {tm['load_average_start']} at the start, {tm['load_average_end']} at the end.",
     ]
     return "\n".join(lines + [x for x in legend if x is not None]) + "\n"
-
-
-def plot_comparison(result: Mapping[str, Any], path: str | Path, constraint: int = 0) -> Path:
-    """Fig. 1-style figure: reward (left) and cost (right) per algorithm and input; bars are the
-    means over seeds of the paper's metric (solid) and of the exact values of the final
-    policies (hatched), dots the seeds; the optimum's reward (black dashed, the unconstrained
-    one grey dotted) and the threshold alpha (red dotted)."""
-    from fhc_jax.experiment.plots import _pyplot
-
-    plt = _pyplot()
-    runs = result["runs"]
-    x = np.arange(len(runs))
-    width = 0.38
-    fig, axes = plt.subplots(1, 2, figsize=(max(8.0, 1.9 * len(runs) + 2), 4.2))
-    colors = {a: f"C{i}" for i, a in enumerate(LABELS)}
-    panels = ((axes[0], "reward", lambda d: d["reward"], "episode reward"),
-              (axes[1], "cost", lambda d: d["costs"][constraint], f"episode cost (constraint {constraint})"))
-    rng = np.random.default_rng(0)
-    for ax, _, get, ylabel in panels:
-        for i, row in enumerate(runs):
-            color = colors.get(row["algo"], "C7")
-            for offset, key, hatch, lab in ((-width / 2, "paper_metric", None, "last 10k episodes (paper metric)"),
-                                            (width / 2, "exact", "//", "final policy, exact")):
-                s = get(row[key])
-                ax.bar(x[i] + offset, s["mean"], width, color=color, alpha=0.55 if hatch else 0.85,
-                       hatch=hatch, edgecolor="black", lw=0.5, label=lab if i == 0 else None)
-                pts = np.asarray(s["per_seed"])
-                jitter = rng.uniform(-width / 5, width / 5, len(pts))
-                ax.scatter(x[i] + offset + jitter, pts, s=10, color="black", zorder=3,
-                           label="seeds" if (i == 0 and hatch) else None)
-        ax.set_xticks(x)
-        ax.set_xticklabels([f"{row['label']}\n{row['input']}" for row in runs], fontsize=7)
-        ax.set_ylabel(ylabel)
-    if result["optimum"] is not None:
-        axes[0].axhline(result["optimum"]["reward"], color="black", ls="--", lw=1,
-                        label=f"constrained optimum J* = {result['optimum']['reward']:.2f}")
-    axes[0].axhline(result["unconstrained"]["reward"], color="grey", ls=":", lw=1,
-                    label=f"unconstrained optimum = {result['unconstrained']['reward']:.2f}")
-    alpha = result["thresholds"][constraint]
-    axes[1].axhline(alpha, color="red", ls=":", lw=1.5, label=f"threshold alpha = {alpha:g}")
-    axes[1].axhspan(alpha, alpha * (1 + result["tolerance"]), color="red", alpha=0.12, lw=0,
-                    label=f"alpha + {100 * result['tolerance']:g}% (violation above)")
-    axes[0].set_title("reward", fontsize=9)
-    axes[1].set_title("cost", fontsize=9)
-    for ax in axes:  # headroom for the legend above the bars
-        low, high = ax.get_ylim()
-        ax.set_ylim(min(0.0, low), high + 0.35 * (high - min(0.0, low)))
-        ax.legend(fontsize=6.5, loc="upper center", ncol=2)
-    env = result["env"]
-    fig.suptitle(f"GridWorld {env['size']}x{env['size']}, H = {env['horizon']}, {result['seeds']} seeds: "
-                 "paper metric (solid) and exact values of the final policies (hatched)", fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
 
 
 def write_outputs(result: Mapping[str, Any], out: str | Path, stem: str = "reproduce_paper") -> dict[str, Path]:
@@ -551,5 +455,5 @@ def write_outputs(result: Mapping[str, Any], out: str | Path, stem: str = "repro
     payload = {k: v for k, v in result.items() if not k.startswith("_")}
     rundir.write_json_atomic(paths["json"], payload)
     rundir.write_bytes_atomic(paths["md"], format_markdown(payload).encode())
-    plot_comparison(payload, paths["png"])
+    plot_comparison(payload, paths["png"], colors={a: f"C{i}" for i, a in enumerate(LABELS)})
     return paths

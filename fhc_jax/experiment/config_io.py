@@ -3,9 +3,10 @@
 One flat namespace of dotted keys describes an experiment:
 
 * ``algo``: the learner's command-line name (:mod:`fhc_jax.experiment.registry`);
-* ``env.<option>``: the :class:`fhc_jax.GridWorld` constructor options (:data:`ENV_DEFAULTS`);
-* ``run.<option>``: how it runs (:data:`RUN_DEFAULTS`: seeds, base seed, chunk size,
-  checkpoint period);
+* ``env.name``: the environment (:mod:`fhc_jax.experiment.environments`; default
+  ``gridworld``), and ``env.<setting>``: the settings that environment declares;
+* ``run.<option>``: how it runs (:data:`RUN_SETTINGS`: seeds, base seed, chunk size,
+  checkpoint period, feasibility tolerance of the judge);
 * every other key: a field of the learner's ``Config``, nested schedules and feature specs
   with dots (``critic_step.init``, ``features.kind``).
 
@@ -16,6 +17,7 @@ A TOML file uses the same names, with tables for the dots::
     [critic_step]
     init = 0.5
     [env]
+    name = "gridworld"
     size = 5
     horizon = 20
     [run]
@@ -25,59 +27,43 @@ A TOML file uses the same names, with tables for the dots::
 that is not valid TOML is taken as a string (``--set variant=paper``).
 
 Everything is checked before anything is compiled: unknown keys (the error lists the valid
-ones and the nearest match), wrong types (naming the key, the expected type and the value),
-and the value ranges enforced by ``GridWorld`` and the learner's ``Config.__post_init__``.
+ones and the nearest match; ``env.*`` keys against the chosen environment's settings), wrong
+types (naming the key, the expected type and the value), and the value ranges enforced by the
+environment's constructor and the learner's ``Config.__post_init__``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import numpy as np
 
 from fhc_jax.algos import features as feat
-from fhc_jax.experiment import registry
+from fhc_jax.experiment import environments, registry
+from fhc_jax.experiment.judge import DEFAULT_TOLERANCE
+from fhc_jax.experiment.settings import ConfigError, Setting, coerce, kind_of_value, plain, unknown_key
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-#: GridWorld options and their defaults (``None`` for num_phases: min(5, H)).
-ENV_DEFAULTS: dict[str, Any] = {
-    "size": 10,
-    "horizon": 100,
-    "num_constraints": 1,
-    "observation": "xy",
-    "slip": 0.1,
-    "alpha": 25.0,
-    "layout_seed": 0,
-    "num_phases": None,
-    "num_hotspots": 2,
-    "num_quiet": 3,
-}
-_ENV_TYPES: dict[str, str] = {
-    "size": "int", "horizon": "int", "num_constraints": "int", "observation": "str",
-    "slip": "float", "alpha": "float_or_floats", "layout_seed": "int", "num_phases": "int_or_none",
-    "num_hotspots": "int", "num_quiet": "int",
-}
-
 #: How an experiment runs. ``chunk_size = 0``: the learner's ``eval_every`` (or 100).
 #: ``checkpoint_every``: checkpoint every this many chunks (0: only at the end).
-RUN_DEFAULTS: dict[str, Any] = {"seeds": 5, "seed": 0, "chunk_size": 0, "checkpoint_every": 4}
-_RUN_RANGES: dict[str, int] = {"seeds": 1, "seed": 0, "chunk_size": 0, "checkpoint_every": 0}
+#: ``feasibility_tolerance``: the judge's relative tolerance (:mod:`fhc_jax.experiment.judge`).
+RUN_SETTINGS: tuple[Setting, ...] = (
+    Setting("seeds", "int", 5), Setting("seed", "int", 0), Setting("chunk_size", "int", 0),
+    Setting("checkpoint_every", "int", 4), Setting("feasibility_tolerance", "float", DEFAULT_TOLERANCE),
+)
+RUN_DEFAULTS: dict[str, Any] = {s.name: s.default for s in RUN_SETTINGS}
+_RUN_MINIMA: dict[str, float] = {"seeds": 1, "seed": 0, "chunk_size": 0, "checkpoint_every": 0,
+                                 "feasibility_tolerance": 0.0}
 
 #: feature-spec kinds settable through ``features.kind``
 FEATURE_KINDS: dict[str, type] = {"one_hot": feat.OneHot, "radial_basis": feat.RadialBasis,
                                   "tile_coding": feat.TileCoding}
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot be used (unknown key, wrong type, value out of range)."""
 
 
 # ----------------------------------------------------------------------------- the learner's schema
@@ -85,20 +71,6 @@ class ConfigError(ValueError):
 
 def _is_schedule(value: Any) -> bool:
     return dataclasses.is_dataclass(value) and hasattr(type(value), "_leaf_fields")
-
-
-def _kind_of(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, np.integer)):
-        return "int"
-    if isinstance(value, (float, np.floating)):
-        return "float"
-    if isinstance(value, str):
-        return "str"
-    if isinstance(value, tuple):
-        return "tuple"
-    return "any"
 
 
 def learner_schema(config: Any) -> dict[str, str]:
@@ -113,18 +85,18 @@ def learner_schema(config: Any) -> dict[str, str]:
         value = getattr(config, f.name)
         if _is_schedule(value):
             for sub in dataclasses.fields(value):
-                schema[f"{f.name}.{sub.name}"] = _kind_of(getattr(value, sub.name))
+                schema[f"{f.name}.{sub.name}"] = kind_of_value(getattr(value, sub.name))
         elif isinstance(value, tuple(FEATURE_KINDS.values())):
             schema[f"{f.name}.kind"] = "kind"
             for cls in FEATURE_KINDS.values():
                 default = cls()
                 for sub in dataclasses.fields(cls):
                     v = getattr(default, sub.name)
-                    schema.setdefault(f"{f.name}.{sub.name}", "float_or_none" if v is None else _kind_of(v))
+                    schema.setdefault(f"{f.name}.{sub.name}", "float_or_none" if v is None else kind_of_value(v))
         elif dataclasses.is_dataclass(value):
             continue  # not settable from files (e.g. a custom feature function)
         else:
-            schema[f.name] = _kind_of(value)
+            schema[f.name] = kind_of_value(value)
     return schema
 
 
@@ -135,83 +107,25 @@ def learner_settings(config: Any) -> dict[str, Any]:
         value = getattr(config, f.name)
         if _is_schedule(value):
             for sub in dataclasses.fields(value):
-                out[f"{f.name}.{sub.name}"] = _plain(getattr(value, sub.name))
+                out[f"{f.name}.{sub.name}"] = plain(getattr(value, sub.name))
         elif isinstance(value, tuple(FEATURE_KINDS.values())):
             kind = next(k for k, cls in FEATURE_KINDS.items() if type(value) is cls)
             out[f"{f.name}.kind"] = kind
             for sub in dataclasses.fields(value):
-                out[f"{f.name}.{sub.name}"] = _plain(getattr(value, sub.name))
+                out[f"{f.name}.{sub.name}"] = plain(getattr(value, sub.name))
         elif dataclasses.is_dataclass(value):
             raise ConfigError(f"{f.name} = {type(value).__name__}(...) cannot be written to a config file")
         else:
-            out[f.name] = _plain(value)
+            out[f.name] = plain(value)
     return out
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, (np.generic,)):
-        return value.item()
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
+def _check(key: str, value: Any, kind: str) -> Any:
+    """:func:`~fhc_jax.experiment.settings.coerce`, plus the names of ``features.kind``."""
+    value = coerce(key, value, kind)
+    if kind == "kind" and value not in FEATURE_KINDS:
+        raise ConfigError(f"{key} must be one of {', '.join(map(repr, FEATURE_KINDS))}, found {value!r}")
     return value
-
-
-# ----------------------------------------------------------------------------- type checks
-
-
-def _type_name(value: Any) -> str:
-    return type(value).__name__
-
-
-def _coerce(key: str, value: Any, kind: str) -> Any:
-    """Check ``value`` against ``kind`` and convert (int -> float, list -> tuple)."""
-    def bad(expected: str) -> ConfigError:
-        return ConfigError(f"{key} must be {expected}, found {value!r} ({_type_name(value)})")
-
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad("an integer")
-        return value
-    if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad("a number")
-        return float(value)
-    if kind == "float_or_none":
-        if value is None:
-            return None
-        return _coerce(key, value, "float")
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise bad("true or false")
-        return value
-    if kind in ("str", "kind"):
-        if not isinstance(value, str):
-            raise bad("a string")
-        if kind == "kind" and value not in FEATURE_KINDS:
-            raise ConfigError(f"{key} must be one of {', '.join(map(repr, FEATURE_KINDS))}, found {value!r}")
-        return value
-    if kind == "int_or_none":
-        if value is None:
-            return None
-        return _coerce(key, value, "int")
-    if kind == "float_or_floats":
-        if isinstance(value, (list, tuple)):
-            if not value:
-                raise bad("a number or a non-empty list of numbers")
-            return [_coerce(f"{key}[{i}]", v, "float") for i, v in enumerate(value)]
-        return _coerce(key, value, "float")
-    if kind == "tuple":
-        if not isinstance(value, (list, tuple)):
-            raise bad("a list")
-        return tuple(value)
-    return value
-
-
-def _unknown(key: str, valid: Iterable[str], where: str) -> ConfigError:
-    valid = sorted(valid)
-    near = difflib.get_close_matches(key, valid, n=1)
-    hint = f" (did you mean {near[0]!r}?)" if near else ""
-    return ConfigError(f"unknown key {key!r}{hint} for {where}; valid keys: {', '.join(valid)}")
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -271,21 +185,25 @@ class ExperimentSpec:
 
     Attributes:
         algo: the learner's command-line name.
-        env: complete GridWorld options (:data:`ENV_DEFAULTS` keys).
+        env_name: the environment's registered name or ``module:attribute`` path.
+        env: every setting of that environment (defaults filled in), without the ``env.`` prefix.
         learner: the learner's validated ``Config``.
         seeds: number of seeds R >= 1; seed i trains from ``fold_in(key(seed), i)``.
         seed: base seed >= 0.
         chunk_size: iterations per compiled chunk (>= 1, resolved).
         checkpoint_every: checkpoint every this many chunks (0: only at the end).
+        feasibility_tolerance: the judge's relative tolerance (>= 0).
     """
 
     algo: str
+    env_name: str
     env: dict
     learner: Any
     seeds: int
     seed: int
     chunk_size: int
     checkpoint_every: int
+    feasibility_tolerance: float = DEFAULT_TOLERANCE
 
     @property
     def num_iterations(self) -> int:
@@ -293,21 +211,22 @@ class ExperimentSpec:
 
     def settings(self) -> dict[str, Any]:
         """Flat dotted keys of everything settable: ``load_spec(settings=...)`` rebuilds it."""
-        out: dict[str, Any] = {"algo": self.algo}
-        out.update({f"env.{k}": _plain(v) if not isinstance(v, list) else list(v) for k, v in self.env.items()})
+        out: dict[str, Any] = {"algo": self.algo, "env.name": self.env_name}
+        out.update({f"env.{k}": plain(v) for k, v in self.env.items()})
         out.update({"run.seeds": self.seeds, "run.seed": self.seed, "run.chunk_size": self.chunk_size,
-                    "run.checkpoint_every": self.checkpoint_every})
+                    "run.checkpoint_every": self.checkpoint_every,
+                    "run.feasibility_tolerance": self.feasibility_tolerance})
         out.update(learner_settings(self.learner))
         return out
 
     def make_env(self):
-        """``(GridWorld, params)`` of :attr:`env`."""
-        import fhc_jax as fhc
+        """``(env, params)`` of :attr:`env_name` with the settings :attr:`env`
+        (:mod:`fhc_jax.experiment.environments`)."""
+        return environments.make_env(self.env_name, self.env)
 
-        opts = dict(self.env)
-        env = fhc.GridWorld(opts.pop("size"), opts.pop("horizon"), opts.pop("num_constraints"),
-                            opts.pop("observation"), **opts)
-        return env, env.default_params
+    def env_title(self) -> str:
+        """The environment's name and its non-default settings, e.g. ``gridworld (size=3)``."""
+        return environments.load_environment(self.env_name).describe(self.env)
 
 
 def _build_learner_config(module, changes: dict[str, Any]) -> Any:
@@ -348,19 +267,22 @@ def load_spec(
     settings: Mapping[str, Any] | None = None,
     seeds: int | None = None,
     observation: str | None = None,
+    env: str | None = None,
     defaults: Mapping[str, Any] | None = None,
 ) -> ExperimentSpec:
-    """Build and validate an :class:`ExperimentSpec` (nothing is compiled).
+    """Build and validate an :class:`ExperimentSpec` (the environment is constructed, nothing
+    is compiled).
 
-    Precedence (later wins): ``defaults`` (dotted keys, e.g. the CLI's shorter default
-    ``num_iterations``) < ``settings`` (dotted keys, e.g. a run directory's config.json)
-    < ``config_file`` < ``overrides`` (``--set`` strings) < ``algo``, ``seeds`` and
-    ``observation`` arguments (explicit flags).
+    Precedence (later wins): ``defaults`` (dotted keys that apply only where the learner has
+    them, e.g. ``fhc-jax compare``'s settings common to every learner) < ``settings`` (dotted
+    keys, e.g. a run directory's config.json) < ``config_file`` < ``overrides`` (``--set``
+    strings) < the ``algo``, ``env``, ``seeds`` and ``observation`` arguments (explicit flags).
 
     Raises:
-        ConfigError / ValueError: unknown keys (listing the valid ones), wrong types, values
-            out of range (from ``GridWorld`` and the learner's ``Config``), an unknown or
-            unavailable algorithm.
+        ConfigError / ValueError: unknown keys (listing the valid ones; ``env.*`` against the
+            chosen environment's settings), wrong types, values out of range (from the
+            environment's constructor and the learner's ``Config``), an unknown algorithm or
+            environment.
     """
     values: dict[str, Any] = {}
     for source in (defaults or {}, settings or {}):
@@ -372,6 +294,8 @@ def load_spec(
         values[k] = v
     if algo is not None:
         values["algo"] = algo
+    if env is not None:
+        values["env.name"] = env
     if seeds is not None:
         values["run.seeds"] = seeds
     name = values.pop("algo", "fh-constrained")
@@ -379,49 +303,41 @@ def load_spec(
         raise ConfigError(f"algo must be a string, found {name!r}")
     module = registry.load_algorithm(name)
     name = registry.canonical_name(name)
-    default_cfg = module.Config()
-    schema = learner_schema(default_cfg)
+    schema = learner_schema(module.Config())
     if observation is not None:
         if "observation" not in schema:
             raise ConfigError(f"--obs does not apply to {name!r} (its Config has no 'observation' field); "
                               "it selects the network input of nn-constrained, ppo-lag and cpo")
         values["observation"] = observation
+    entry = environments.load_environment(values.pop("env.name", environments.DEFAULT_ENV))
 
-    env = dict(ENV_DEFAULTS)
+    env_values: dict[str, Any] = {}
     run = dict(RUN_DEFAULTS)
+    run_kinds = {s.name: s.kind for s in RUN_SETTINGS}
     learner: dict[str, Any] = {}
     defaults_keys = set(flatten(defaults or {}))
     for key, value in values.items():
         if key.startswith("env."):
-            sub = key[4:]
-            if sub not in ENV_DEFAULTS:
-                raise _unknown(key, [f"env.{k}" for k in ENV_DEFAULTS], "the environment")
-            env[sub] = _coerce(key, value, _ENV_TYPES[sub])
+            env_values[key[4:]] = value
         elif key.startswith("run."):
             sub = key[4:]
-            if sub not in RUN_DEFAULTS:
-                raise _unknown(key, [f"run.{k}" for k in RUN_DEFAULTS], "the run")
-            v = _coerce(key, value, "int")
-            if v < _RUN_RANGES[sub]:
-                raise ConfigError(f"{key} must be an integer >= {_RUN_RANGES[sub]}, found {v}")
+            if sub not in run_kinds:
+                raise unknown_key(key, [f"run.{k}" for k in run_kinds], "the run")
+            v = coerce(key, value, run_kinds[sub])
+            if v < _RUN_MINIMA[sub]:
+                what = "an integer" if run_kinds[sub] == "int" else "a number"
+                raise ConfigError(f"{key} must be {what} >= {_RUN_MINIMA[sub]:g}, found {v}")
             run[sub] = v
         elif key in schema:
-            learner[key] = _coerce(key, value, schema[key])
+            learner[key] = _check(key, value, schema[key])
         elif key in defaults_keys:
-            continue  # a CLI default that this learner does not have
+            continue  # a common default that this learner does not have
         else:
-            valid = ["algo"] + [f"env.{k}" for k in ENV_DEFAULTS] + [f"run.{k}" for k in RUN_DEFAULTS] + list(schema)
-            raise _unknown(key, valid, f"algorithm {name!r}")
-
-    import fhc_jax as fhc
-
-    opts = dict(env)
-    try:
-        fhc.GridWorld(opts.pop("size"), opts.pop("horizon"), opts.pop("num_constraints"), opts.pop("observation"), **opts)
-    except ValueError as err:
-        raise ConfigError(f"env: {err}") from None
-    except TypeError as err:
-        raise ConfigError(f"env: {err}") from None
+            valid = (["algo", "env.name"] + [f"env.{s.name}" for s in entry.settings]
+                     + [f"run.{k}" for k in run_kinds] + list(schema))
+            raise unknown_key(key, valid, f"algorithm {name!r} on environment {entry.name!r}")
+    env_settings = entry.validate(env_values)
+    entry.make(env_settings)  # the constructor's own range checks, before anything compiles
     try:
         config = _build_learner_config(module, learner)
     except TypeError as err:
@@ -430,12 +346,6 @@ def load_spec(
     if chunk == 0:
         chunk = int(getattr(config, "eval_every", 0) or 100)
     chunk = min(chunk, int(config.num_iterations))
-    return ExperimentSpec(algo=name, env=env, learner=config, seeds=run["seeds"], seed=run["seed"],
-                          chunk_size=chunk, checkpoint_every=run["checkpoint_every"])
-
-
-def valid_keys(algo: str) -> list[str]:
-    """Every settable dotted key for ``algo`` (for help texts and error messages)."""
-    module = registry.load_algorithm(algo)
-    return (["algo"] + [f"env.{k}" for k in ENV_DEFAULTS] + [f"run.{k}" for k in RUN_DEFAULTS]
-            + sorted(learner_schema(module.Config())))
+    return ExperimentSpec(algo=name, env_name=entry.name, env=env_settings, learner=config, seeds=run["seeds"],
+                          seed=run["seed"], chunk_size=chunk, checkpoint_every=run["checkpoint_every"],
+                          feasibility_tolerance=run["feasibility_tolerance"])

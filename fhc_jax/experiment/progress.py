@@ -15,15 +15,10 @@ from fhc_jax.experiment.runner import ChunkState
 
 
 def env_steps_per_iteration(config, horizon: int) -> int | None:
-    """Environment transitions consumed by one update, when the config says so
-    (``episodes_per_iteration * H``, or ``num_envs * num_steps``); None otherwise."""
+    """Environment transitions consumed by one update of a learner ``Config`` with
+    ``episodes_per_iteration`` K: K * H; None for a config without that field."""
     k = getattr(config, "episodes_per_iteration", None)
-    if isinstance(k, int):
-        return k * horizon
-    envs, steps = getattr(config, "num_envs", None), getattr(config, "num_steps", None)
-    if isinstance(envs, int) and isinstance(steps, int):
-        return envs * steps
-    return None
+    return k * horizon if isinstance(k, int) else None
 
 
 def _si(x: float) -> str:
@@ -41,16 +36,16 @@ class Progress:
         total: N iterations.
         num_runs: R runs progressing together (env-steps/s counts all of them).
         steps_per_iteration: env transitions per update and run (None: show it/s only).
-        thresholds: alpha, (M,), shown next to the cost.
+        thresholds: alpha, (M,), shown next to the cost (None: not shown).
         stream: where to print (default stderr).
     """
 
     def __init__(self, label: str, total: int, num_runs: int, steps_per_iteration: int | None,
-                 thresholds: np.ndarray, stream: IO[str] | None = None, start_iteration: int = 0,
+                 thresholds: np.ndarray | None, stream: IO[str] | None = None, start_iteration: int = 0,
                  start_elapsed: float = 0.0):
         self.label, self.total, self.num_runs = label, total, num_runs
         self.steps = steps_per_iteration
-        self.thresholds = np.asarray(thresholds)
+        self.thresholds = None if thresholds is None else np.asarray(thresholds)
         self.stream = sys.stderr if stream is None else stream
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.last_elapsed = start_elapsed
@@ -71,7 +66,8 @@ class Progress:
             parts.append(f"reward {np.mean(m['reward'][:, -1]):.3f}")
         if "costs" in m:
             cost = np.mean(m["costs"][:, -1], axis=0)
-            parts.append("cost " + "/".join(f"{c:.2f}" for c in cost) + " (alpha " + "/".join(f"{a:g}" for a in self.thresholds) + ")")
+            alpha = "" if self.thresholds is None else " (alpha " + "/".join(f"{a:g}" for a in self.thresholds) + ")"
+            parts.append("cost " + "/".join(f"{c:.2f}" for c in cost) + alpha)
         if "multipliers" in m:
             parts.append("nu " + "/".join(f"{v:.3f}" for v in np.mean(m["multipliers"][:, -1], axis=0)))
         parts.append(f"exact {np.mean(state.exact_reward[:, -1]):.3f}/"

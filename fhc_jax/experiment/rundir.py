@@ -2,15 +2,18 @@
 
 Layout of ``runs/NAME``::
 
-    config.json      everything needed to rerun (algo, env options, full learner config, seeds,
-                     chunk size, versions); ``fhc-jax train --resume`` checks against it
+    config.json      everything needed to rerun (algo, environment name and settings, full learner
+                     config, seeds, chunk size, feasibility tolerance, machine record);
+                     ``fhc-jax train --resume`` checks against it
     metrics.csv      one row per (seed, iteration): training metrics of the iteration's batch
                      and, where evaluated (chunk boundaries, iteration 0 included), the exact
                      reward and costs of the policy after that many updates
-    summary.json     per seed: exact reward/costs, violation, gap to the exact optimum,
-                     learned vs optimal multipliers; versions, device, timings
-    policy.npz       final policy tables (R, H, S, A), the optimum's table, and the per-stage
-                     expected costs of both: ``fhc-jax plot`` redraws from files alone
+    summary.json     the judgement (fhc_jax.experiment.judge) per seed: exact reward/costs,
+                     feasibility, slack, gap to the exact optimum, learned vs optimal multipliers;
+                     worst-seed aggregates; machine record, timings
+    policy.npz       final policy tables (R, H, S, A), the optimum's table, the per-stage
+                     expected costs of both, and for spatial environments ``grid_shape`` (and
+                     ``action_moves``): ``fhc-jax plot`` redraws from files alone
     checkpoints/     orbax checkpoints (``checkpoints/<iteration>/``)
     plots/           PNG figures (:mod:`fhc_jax.experiment.plots`)
 

@@ -4,7 +4,7 @@ progress and checkpoints between chunks.
 
 A chunk is ``jax.jit(jax.vmap(chunk))`` where ``chunk`` is a ``lax.scan`` of
 ``learner.step`` for ``chunk_size`` iterations followed by ``learner.evaluate`` of the
-result (:class:`fhc_jax.algos.common.Learner`). The host sees the carry and the metrics only
+result (:class:`fhc_jax.algos.learner.Learner`). The host sees the carry and the metrics only
 between chunks; everything inside a chunk stays on the device. The runs axis is sharded over
 all devices (``jax.sharding``: a one-axis ``Mesh`` named ``"runs"``, padded to a multiple of
 the device count), so the same code uses one CPU, several GPUs, or several hosts (after
@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from fhc_jax.algos import common
+if TYPE_CHECKING:
+    from fhc_jax.algos.learner import Learner
 
 Array = jax.Array
 
@@ -74,7 +75,7 @@ class ChunkState:
     """Where a chunked run stands (between chunks).
 
     Attributes (R runs, n iterations done, E = exact evaluations so far, M constraints):
-        carry: the learner's :class:`~fhc_jax.algos.common.Carry` with a leading runs axis
+        carry: the learner's :class:`~fhc_jax.algos.learner.Carry` with a leading runs axis
             (padded to a multiple of the device count; device arrays).
         iteration: n, updates done.
         metrics: per-iteration metrics, name -> (R, n, ...) numpy arrays.
@@ -97,18 +98,18 @@ class ChunkedTrainer:
     """Compiled chunk programs of one learner for R runs.
 
     Args:
-        learner: :class:`fhc_jax.algos.common.Learner`.
+        learner: :class:`fhc_jax.algos.learner.Learner`.
         num_runs: R.
         chunk_size: iterations per chunk (>= 1); the last chunk is shorter when it does not
             divide ``num_iterations`` (one more compilation).
         num_iterations: total updates N (default ``learner.config.num_iterations``).
         hparams: None (every run uses ``learner.config``, baked into the program exactly as
             ``make_train`` does) or a stacked config with leading axis R
-            (:func:`fhc_jax.algos.common.stack`): one configuration per run.
+            (:func:`fhc_jax.algos.stack`): one configuration per run.
         shard: split the runs axis over all devices (padding it to a multiple of their count).
     """
 
-    def __init__(self, learner: common.Learner, num_runs: int, chunk_size: int, *,
+    def __init__(self, learner: Learner, num_runs: int, chunk_size: int, *,
                  num_iterations: int | None = None, hparams: Any | None = None, shard: bool = True):
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be an integer >= 1, found {chunk_size}")

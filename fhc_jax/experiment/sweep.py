@@ -1,7 +1,7 @@
 """``fhc-jax sweep``: a grid of numeric hyperparameters x seeds as ONE vmapped, sharded program.
 
 The C grid points are validated configs (``Config.replace``) stacked with
-:func:`fhc_jax.algos.common.stack` (numeric fields become arrays with a leading axis; static
+:func:`fhc_jax.algos.stack` (numeric fields become arrays with a leading axis; static
 fields must not vary, they set shapes and code paths). Configurations and seeds are flattened
 into one runs axis of R = C x S (config-major: run = c * S + s; seed s uses the same key in
 every configuration), padded to a multiple of the device count and sharded over all devices
@@ -10,8 +10,11 @@ chunks like ``fhc-jax train``. Multi-host: call ``jax.distributed.initialize()``
 host before the sweep (``fhc-jax sweep --distributed``); ``jax.devices()`` then lists every
 host's devices, every process builds the same global inputs and gathers the results.
 
-The best configuration maximises the seed-mean exact reward among those whose seed-mean exact
-costs satisfy every threshold (mean cost <= alpha).
+Every configuration's seeds are judged by :func:`fhc_jax.experiment.judge.judge` (one feasibility
+rule, ``run.feasibility_tolerance``). Configurations are ranked as the defaults were chosen: by the
+number of feasible seeds, then by the worst seed's exact reward
+(:meth:`~fhc_jax.experiment.judge.Judgement.rank_key`); the best is the top-ranked configuration
+with at least one feasible seed (None if none has one).
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ from typing import IO, Any, Sequence
 import jax
 import numpy as np
 
-from fhc_jax.algos import common
-from fhc_jax.experiment import rundir, summary as summ
+from fhc_jax.experiment import judge, rundir
 from fhc_jax.experiment.config_io import ConfigError, ExperimentSpec, load_spec, parse_assignment
 from fhc_jax.experiment.progress import Progress, env_steps_per_iteration
+from fhc_jax.experiment.machine import machine_info
 from fhc_jax.experiment.registry import load_algorithm
 from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
 
@@ -81,51 +84,68 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
     """Train every grid point x seed in one program; returns the results (see :func:`write_sweep`).
 
     Returns a dict with ``grid`` (assignments, C), ``exact_reward`` (C, S), ``exact_costs``
-    (C, S, M), ``multipliers`` (C, S, M) or None, ``thresholds`` (M,), ``optimum``, ``best``
-    (index or None), ``rows`` (table rows), timings and devices.
+    (C, S, M), ``multipliers`` (C, S, M) or None, ``thresholds`` (M,), ``optimum``
+    (:class:`~fhc_jax.experiment.judge.Optimum` or None), ``tolerance``, ``best`` (index or
+    None), ``rows`` (table rows, with each configuration's ``rank``: 1 is best), timings and
+    the machine.
     """
+    from fhc_jax.algos import stack
+
     t0 = time.perf_counter()
     points = grid_specs(spec, grid)
     configs = [p[1].learner for p in points]
     c, s = len(configs), spec.seeds
-    stacked = common.stack(configs)
+    stacked = stack(configs)
     hparams = jax.tree.map(lambda x: np.repeat(np.asarray(x), s, axis=0), stacked)
     keys = seed_keys(spec.seed, s)
     keys = jax.random.wrap_key_data(np.tile(np.asarray(jax.random.key_data(keys)), (c, 1)),
                                     impl=jax.random.key_impl(keys))
     module = load_algorithm(spec.algo)
     env, params = spec.make_env()
+    if not env.has_exact_model:
+        raise ConfigError(f"sweep: environment {spec.env_name!r} has no exact model (has_exact_model is False); "
+                          "sweeps rank configurations by their exact judgement")
     cmdp = env.to_cmdp(params)
     thresholds = np.asarray(cmdp.thresholds, np.float64)
     learner = module.make_learner(env, params, spec.learner)
     trainer = ChunkedTrainer(learner, c * s, spec.chunk_size, hparams=hparams, shard=shard)
-    progress = None if quiet else Progress(f"sweep {spec.algo} ({c} configs x {s} seeds)", spec.num_iterations,
-                                           c * s, env_steps_per_iteration(spec.learner, env.horizon), thresholds, stream)
+    progress = None if quiet else Progress(f"sweep {spec.algo} on {spec.env_name} ({c} configs x {s} seeds)",
+                                           spec.num_iterations, c * s,
+                                           env_steps_per_iteration(spec.learner, env.horizon), thresholds, stream)
     state = trainer.run(trainer.init(keys), on_chunk=progress)
     reward = state.exact_reward[:, -1].reshape(c, s)
     costs = state.exact_costs[:, -1].reshape(c, s, -1)
     nu = state.metrics["multipliers"][:, -1].reshape(c, s, -1) if "multipliers" in state.metrics else None
-    opt = summ.optimum(cmdp)
-    feasible = np.all(costs.mean(1) <= thresholds, axis=-1)
-    mean_reward = reward.mean(1)
-    best = int(np.argmax(np.where(feasible, mean_reward, -np.inf))) if feasible.any() else None
+    opt = judge.optimum(cmdp)
+    judged = judge.judge(reward.reshape(-1), costs.reshape(c * s, -1), thresholds, optimum=opt,
+                         multipliers=None if nu is None else nu.reshape(c * s, -1),
+                         tolerance=spec.feasibility_tolerance)
+    per_config = [judged.take(slice(i * s, (i + 1) * s)) for i in range(c)]
+    order = sorted(range(c), key=lambda i: per_config[i].rank_key(), reverse=True)
+    best = order[0] if per_config[order[0]].feasible_seeds > 0 else None
+    rank = {i: n + 1 for n, i in enumerate(order)}
     rows = []
     for i, (assignment, _) in enumerate(points):
+        j = per_config[i]
+        mean_reward = float(j.reward.mean())
         rows.append({
             **assignment,
-            "mean_exact_reward": float(mean_reward[i]),
-            "min_exact_reward": float(reward[i].min()),
-            "mean_exact_costs": costs[i].mean(0).tolist(),
-            "max_exact_costs": costs[i].max(0).tolist(),
-            "feasible_seeds": int(np.sum(np.all(costs[i] <= thresholds, axis=-1))),
-            "relative_gap": None if opt is None or not opt["reward"] else float((opt["reward"] - mean_reward[i]) / abs(opt["reward"])),
+            "mean_exact_reward": mean_reward,
+            "min_exact_reward": float(j.reward.min()),
+            "mean_exact_costs": j.costs.mean(0).tolist(),
+            "max_exact_costs": j.costs.max(0).tolist(),
+            "feasible_seeds": j.feasible_seeds,
+            "worst_fraction_of_optimum": None if j.fraction_of_optimum is None else float(j.fraction_of_optimum.min()),
+            "relative_gap": None if opt is None or not opt.reward else float((opt.reward - mean_reward) / abs(opt.reward)),
+            "rank": rank[i],
             "best": i == best,
         })
     return {
         "grid": [p[0] for p in points], "keys": list(grid), "exact_reward": reward, "exact_costs": costs,
-        "multipliers": nu, "thresholds": thresholds, "optimum": opt, "best": best, "rows": rows,
+        "multipliers": nu, "thresholds": thresholds, "optimum": opt, "tolerance": judged.tolerance,
+        "best": best, "rows": rows, "env": spec.env_name, "env_title": spec.env_title(),
         "timing": {"wall_s": time.perf_counter() - t0, "compile_s": trainer.compile_s, "train_s": state.elapsed_s},
-        "device": summ.device_info(), "sharded": shard,
+        "machine": machine_info(), "sharded": shard,
     }
 
 
@@ -133,29 +153,32 @@ def format_sweep(result: dict[str, Any]) -> str:
     """The sweep's summary table (one line per configuration; * marks the best)."""
     keys = result["keys"]
     head = "  ".join(f"{k:>18}" for k in keys)
-    lines = [f"  {head}  {'mean reward':>12} {'min reward':>11} {'mean cost':>14} {'max cost':>14} {'feasible':>9} {'gap':>7}"]
+    lines = [f"  {head}  {'rank':>4} {'mean reward':>12} {'min reward':>11} {'mean cost':>14} {'max cost':>14} "
+             f"{'feasible':>9} {'gap':>7}"]
     for row in result["rows"]:
         vals = "  ".join(f"{row[k]!s:>18}" for k in keys)
         gap = "-" if row["relative_gap"] is None else f"{row['relative_gap']:.1%}"
-        lines.append(f"{'*' if row['best'] else ' '} {vals}  {row['mean_exact_reward']:>12.4f} {row['min_exact_reward']:>11.4f} "
+        lines.append(f"{'*' if row['best'] else ' '} {vals}  {row['rank']:>4} {row['mean_exact_reward']:>12.4f} {row['min_exact_reward']:>11.4f} "
                      f"{'/'.join(f'{x:.3f}' for x in row['mean_exact_costs']):>14} "
                      f"{'/'.join(f'{x:.3f}' for x in row['max_exact_costs']):>14} {row['feasible_seeds']:>9} {gap:>7}")
     alpha = "/".join(f"{a:g}" for a in result["thresholds"])
+    rule = f"cost <= alpha + {result['tolerance']:g} |alpha|, alpha = {alpha}"
     if result["best"] is None:
-        lines.append(f"no configuration meets mean cost <= alpha = {alpha}")
+        lines.append(f"no configuration has a feasible seed ({rule})")
     else:
-        lines.append(f"* best: highest mean exact reward with mean exact cost <= alpha = {alpha}")
+        lines.append(f"* best: most feasible seeds ({rule}), then the highest worst-seed exact reward")
     opt = result["optimum"]
     if opt is not None:
-        lines.append(f"optimum: reward {opt['reward']:.4f}, cost {'/'.join(f'{x:.3f}' for x in opt['costs'])}")
+        lines.append(f"optimum: reward {opt.reward:.4f}, cost {'/'.join(f'{x:.3f}' for x in opt.costs)}")
     return "\n".join(lines)
 
 
 def write_sweep(out: str | Path, spec: ExperimentSpec, grid: dict[str, list], result: dict[str, Any]) -> None:
     """config.json, runs.csv (one row per configuration x seed), summary.json, summary.txt."""
     out = Path(out)
-    rundir.write_json_atomic(out / rundir.CONFIG, {"kind": "sweep", "algo": spec.algo, "grid": grid,
-                                                   "settings": spec.settings(), "versions": summ.versions()})
+    rundir.write_json_atomic(out / rundir.CONFIG, {"kind": "sweep", "algo": spec.algo, "env": spec.env_name,
+                                                   "grid": grid, "settings": spec.settings(),
+                                                   "machine": result["machine"]})
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     m = result["exact_costs"].shape[-1]
@@ -171,9 +194,9 @@ def write_sweep(out: str | Path, spec: ExperimentSpec, grid: dict[str, list], re
     rundir.write_bytes_atomic(out / "runs.csv", buf.getvalue().encode())
     opt = result["optimum"]
     rundir.write_json_atomic(out / rundir.SUMMARY, {
+        "env": result["env"], "env_title": result["env_title"],
         "rows": result["rows"], "best": result["best"], "thresholds": result["thresholds"],
-        "optimum": None if opt is None else {"reward": opt["reward"], "costs": opt["costs"], "multipliers": opt["multipliers"]},
-        "timing": result["timing"], "device": result["device"], "sharded": result["sharded"],
-        "versions": summ.versions(),
+        "feasibility_tolerance": result["tolerance"], "optimum": None if opt is None else opt.as_dict(),
+        "timing": result["timing"], "machine": result["machine"], "sharded": result["sharded"],
     })
     rundir.write_bytes_atomic(out / "summary.txt", (format_sweep(result) + "\n").encode())

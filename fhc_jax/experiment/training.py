@@ -4,7 +4,8 @@
 the configuration and the directory (nothing compiled yet), write config.json, compile,
 restore the newest checkpoint when resuming, then run chunks (progress line, metrics.csv
 rewritten atomically after every chunk, a checkpoint every ``run.checkpoint_every`` chunks and
-at the end), and finally judge the final policies exactly against ``fhc_jax.solve`` and write
+at the end), and finally judge the final policies against the exact optimum
+(:mod:`fhc_jax.experiment.judge`; environments that declare ``has_exact_model``) and write
 summary.json, policy.npz and the plots.
 """
 
@@ -16,8 +17,9 @@ from typing import IO, Any
 
 import numpy as np
 
-from fhc_jax.experiment import checkpoint, rundir, summary as summ
+from fhc_jax.experiment import checkpoint, environments, judge, rundir, summary as summ
 from fhc_jax.experiment.config_io import ExperimentSpec, load_spec
+from fhc_jax.experiment.machine import machine_info
 from fhc_jax.experiment.progress import Progress, env_steps_per_iteration
 from fhc_jax.experiment.registry import load_algorithm
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, seed_keys
@@ -27,15 +29,17 @@ def config_payload(spec: ExperimentSpec) -> dict[str, Any]:
     """The content of config.json."""
     return {
         "algo": spec.algo,
-        "env": spec.env,
+        "env": {"name": spec.env_name, **spec.env},
+        "env_title": spec.env_title(),
         "learner": {k: v for k, v in spec.settings().items() if not k.startswith(("env.", "run.", "algo"))},
         "seeds": spec.seeds,
         "seed": spec.seed,
         "chunk_size": spec.chunk_size,
         "checkpoint_every": spec.checkpoint_every,
+        "feasibility_tolerance": spec.feasibility_tolerance,
         "num_iterations": spec.num_iterations,
         "settings": spec.settings(),
-        "versions": summ.versions(),
+        "machine": machine_info(),
         "rerun": rerun_command(spec),
     }
 
@@ -43,10 +47,11 @@ def config_payload(spec: ExperimentSpec) -> dict[str, Any]:
 def rerun_command(spec: ExperimentSpec) -> str:
     """A ``fhc-jax train`` command line that reproduces ``spec`` (``--set`` for every setting
     that differs from the defaults); ``--out`` is left to fill in."""
-    base = load_spec(spec.algo).settings()
+    base = load_spec(spec.algo, env=spec.env_name).settings()
     sets = [f"--set {k}={_toml_value(v)}" for k, v in spec.settings().items()
-            if k not in ("algo", "run.seeds") and base.get(k) != v and v is not None]
-    return " ".join([f"fhc-jax train --algo {spec.algo} --seeds {spec.seeds}"] + sets + ["--out runs/NAME"])
+            if k not in ("algo", "env.name", "run.seeds") and base.get(k) != v and v is not None]
+    head = f"fhc-jax train --algo {spec.algo} --env {spec.env_name} --seeds {spec.seeds}"
+    return " ".join([head] + sets + ["--out runs/NAME"])
 
 
 def _toml_value(v: Any) -> str:
@@ -102,17 +107,16 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
                     f"--resume: the requested configuration differs from the one in {out / rundir.CONFIG}: "
                     + "; ".join(diff) + ". Resume without config options, or start a new run (--out)")
         spec = stored
-    else:
-        if spec is None:
-            raise ValueError("train_run: spec is required unless resume=True")
-        rundir.prepare(out, resume=False, overwrite=overwrite)
-        rundir.write_json_atomic(out / rundir.CONFIG, config_payload(spec))
-
+    elif spec is None:
+        raise ValueError("train_run: spec is required unless resume=True")
     module = load_algorithm(spec.algo)
     env, params = spec.make_env()
-    cmdp = env.to_cmdp(params)
-    thresholds = np.asarray(cmdp.thresholds, np.float64)
-    learner = module.make_learner(env, params, spec.learner)
+    learner = module.make_learner(env, params, spec.learner)  # refuses an unsuitable env before any write
+    cmdp = env.to_cmdp(params) if env.has_exact_model else None
+    thresholds = None if cmdp is None else np.asarray(cmdp.thresholds, np.float64)
+    if not resume:
+        rundir.prepare(out, resume=False, overwrite=overwrite)
+        rundir.write_json_atomic(out / rundir.CONFIG, config_payload(spec))
     trainer = ChunkedTrainer(learner, spec.seeds, spec.chunk_size)
     state = trainer.init(seed_keys(spec.seed, spec.seeds))
     ckpt_dir = out / rundir.CHECKPOINTS
@@ -123,7 +127,7 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
             state = checkpoint.restore(ckpt_dir, trainer, state)
             say(f"{out}: resuming from iteration {state.iteration} of {spec.num_iterations}")
     start_iteration = state.iteration
-    progress = None if quiet else Progress(spec.algo, spec.num_iterations, spec.seeds,
+    progress = None if quiet else Progress(f"{spec.algo} on {spec.env_name}", spec.num_iterations, spec.seeds,
                                            env_steps_per_iteration(spec.learner, env.horizon), thresholds,
                                            stream, start_iteration, state.elapsed_s)
     chunks = {"n": 0}
@@ -152,31 +156,30 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
         return {"complete": False, "iteration": state.iteration}
 
     policies = trainer.policy_tables(state)
-    final = summ.evaluate_policies(cmdp, policies)
-    opt = summ.optimum(cmdp)
-    learned_nu = state.metrics["multipliers"][:, -1] if "multipliers" in state.metrics else None
-    rows = summ.seed_results(state.exact_reward[:, -1], state.exact_costs[:, -1], thresholds, opt, learned_nu)
-    npz = {"policy": policies.astype(np.float32), "stage_costs": final["stage_costs"],
-           "stage_rewards": final["stage_rewards"], "thresholds": thresholds}
-    if opt is not None:
-        npz.update(optimal_policy=opt["policy"].astype(np.float32), optimal_stage_costs=opt["stage_costs"],
-                   optimal_stage_rewards=opt["stage_rewards"])
+    npz = {"policy": policies.astype(np.float32)}
+    if env.is_spatial:  # what policy maps need (fhc_jax.experiment.plots)
+        npz["grid_shape"] = np.asarray(env.grid_shape, np.int64)
+        moves = environments.load_environment(spec.env_name).action_moves
+        if moves is not None and moves.shape[0] == env.num_actions:
+            npz["action_moves"] = moves
+    result: dict[str, Any] = {"complete": True, "algo": spec.algo, "env": spec.env_name, "env_title": spec.env_title(),
+                              "num_iterations": spec.num_iterations}
+    judged = None
+    if cmdp is not None:
+        opt = judge.optimum(cmdp)
+        learned_nu = state.metrics["multipliers"][:, -1] if "multipliers" in state.metrics else None
+        judged = judge.judge(state.exact_reward[:, -1], state.exact_costs[:, -1], thresholds, optimum=opt,
+                             multipliers=learned_nu, tolerance=spec.feasibility_tolerance)
+        final = judge.evaluate_policies(cmdp, policies)
+        npz.update(stage_costs=final["stage_costs"], stage_rewards=final["stage_rewards"], thresholds=thresholds)
+        if opt is not None:
+            npz.update(optimal_policy=opt.policy.astype(np.float32), optimal_stage_costs=opt.stage_costs,
+                       optimal_stage_rewards=opt.stage_rewards)
+        result.update(summ.judgement_fields(judged))
     rundir.write_npz_atomic(out / rundir.POLICY, **npz)
-    result = {
-        "complete": True,
-        "algo": spec.algo,
-        "num_iterations": spec.num_iterations,
-        "seeds": rows,
-        "aggregate": summ.aggregate(rows),
-        "thresholds": thresholds.tolist(),
-        "optimum": None if opt is None else {"reward": opt["reward"], "costs": opt["costs"].tolist(),
-                                             "multipliers": opt["multipliers"].tolist(),
-                                             "solve_time_s": opt["solve_time_s"]},
-        "versions": summ.versions(),
-        "device": summ.device_info(),
-        "timing": {"wall_s": time.perf_counter() - t_start, "compile_s": trainer.compile_s,
-                   "train_s": state.elapsed_s, "resumed_from_iteration": start_iteration},
-    }
+    result["machine"] = machine_info()
+    result["timing"] = {"wall_s": time.perf_counter() - t_start, "compile_s": trainer.compile_s,
+                        "train_s": state.elapsed_s, "resumed_from_iteration": start_iteration}
     steps = env_steps_per_iteration(spec.learner, env.horizon)
     if steps and state.elapsed_s > 0:
         result["timing"]["env_steps_per_s"] = steps * spec.num_iterations * spec.seeds / state.elapsed_s
@@ -185,6 +188,7 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
         from fhc_jax.experiment import plots as plotting
 
         plotting.plot_run(out)
-    say(summ.format_table(rows, thresholds, opt))
+    if judged is not None:
+        say(summ.format_table(judged))
     say(f"wrote {out}/ (wall {result['timing']['wall_s']:.1f} s, compile {trainer.compile_s:.1f} s)")
     return result

@@ -1,0 +1,245 @@
+"""The judge: final policies of R seeds against the exact constrained optimum, with ONE
+feasibility rule.
+
+**Feasibility.** A policy with exact expected costs c^(k) (``fhc_jax.evaluate``) is feasible
+when, for every constraint k,
+
+    c^(k) <= alpha^(k) + tolerance * |alpha^(k)| + 1e-9,
+
+with ``tolerance`` relative to the threshold (default :data:`DEFAULT_TOLERANCE` = 0.02: cost
+<= 1.02 alpha; ``run.feasibility_tolerance`` / ``--set run.feasibility_tolerance=0.0`` changes
+it). The relative term uses ``|alpha|`` so a negative threshold is loosened, not tightened, by a
+positive tolerance; a zero threshold admits no cost beyond the absolute 1e-9 (floating-point
+rounding of an exactly zero cost), whatever the tolerance. Summaries, ``fhc-jax compare``,
+sweeps and the benchmarks all use this rule (:func:`cost_limits`).
+
+**What is judged.** :func:`judge` takes the exact reward and costs of each seed's final policy
+(computed during training, or by :func:`judge_policies` from the (R, H, S, A) policy tables)
+and the optimum (:func:`optimum`, ``fhc_jax.solve``), and returns a :class:`Judgement`: per
+seed the exact reward and costs, the feasibility flag, the slack alpha - c, the gap to the
+optimum J* - J and the fraction J / J*, learned vs optimal multipliers (:meth:`Judgement.rows`);
+and over seeds the number of feasible seeds, the worst seed's reward and cost, means
+(:meth:`Judgement.summary`). Configurations are ranked by the number of feasible seeds, then
+the worst seed's reward (:meth:`Judgement.rank_key`): a default must hold on every seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import numpy as np
+
+#: default relative feasibility tolerance: cost <= (1 + 0.02) alpha
+DEFAULT_TOLERANCE = 0.02
+#: absolute slack of the feasibility rule (rounding of an exact zero)
+ABSOLUTE_SLACK = 1e-9
+
+
+def cost_limits(thresholds: Any, tolerance: float = DEFAULT_TOLERANCE) -> np.ndarray:
+    """The largest feasible cost per constraint, alpha + tolerance |alpha| + 1e-9, (M,) float64.
+
+    Raises:
+        ValueError: a negative or non-finite tolerance.
+    """
+    if not np.isfinite(tolerance) or tolerance < 0:
+        raise ValueError(f"feasibility tolerance must be a number >= 0, found {tolerance!r}")
+    alpha = np.asarray(thresholds, np.float64).reshape(-1)
+    return alpha + tolerance * np.abs(alpha) + ABSOLUTE_SLACK
+
+
+def relative_excess(costs: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """(c - alpha) / |alpha| elementwise, (..., M); for alpha = 0: 0 if c <= 0, else inf."""
+    c = np.asarray(costs, np.float64)
+    alpha = np.broadcast_to(np.asarray(thresholds, np.float64), c.shape)
+    safe = np.where(alpha != 0, np.abs(alpha), 1.0)
+    return np.where(alpha != 0, (c - alpha) / safe, np.where(c <= 0, 0.0, np.inf))
+
+
+@dataclasses.dataclass(frozen=True)
+class Optimum:
+    """The exact constrained optimum of a CMDP (``fhc_jax.solve``), as numpy data.
+
+    Attributes (H stages, S states, A actions, M constraints):
+        reward: J*, float. costs: (M,). multipliers: optimal nu* >= 0, (M,).
+        policy: (H, S, A). stage_costs: (M, H+1). stage_rewards: (H+1,). solve_time_s: float.
+    """
+
+    reward: float
+    costs: np.ndarray
+    multipliers: np.ndarray
+    policy: np.ndarray
+    stage_costs: np.ndarray
+    stage_rewards: np.ndarray
+    solve_time_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON fields: reward, costs, multipliers, solve_time_s."""
+        return {"reward": self.reward, "costs": self.costs.tolist(), "multipliers": self.multipliers.tolist(),
+                "solve_time_s": self.solve_time_s}
+
+
+def optimum(cmdp) -> Optimum | None:
+    """The exact constrained optimum of ``cmdp`` (``fhc_jax.solve``), None if infeasible."""
+    import fhc_jax as fhc
+
+    try:
+        sol = fhc.solve(cmdp)
+    except fhc.InfeasibleConstraintError:
+        return None
+    ev = sol.evaluation if sol.evaluation is not None else fhc.evaluate(cmdp, sol.policy)
+    return Optimum(reward=float(sol.reward), costs=np.asarray(sol.costs, np.float64),
+                   multipliers=np.asarray(sol.multipliers, np.float64), policy=np.asarray(sol.policy),
+                   stage_costs=np.asarray(ev.stage_costs, np.float64),
+                   stage_rewards=np.asarray(ev.stage_rewards, np.float64), solve_time_s=float(sol.solve_time))
+
+
+def evaluate_policies(cmdp, policies: np.ndarray) -> dict[str, np.ndarray]:
+    """Exact evaluation of R policy tables (R, H, S, A) in one vmapped program: reward (R,),
+    costs (R, M), stage_costs (R, M, H+1), stage_rewards (R, H+1)."""
+    import fhc_jax as fhc
+
+    ev = jax.jit(jax.vmap(lambda p: fhc.evaluate(cmdp, p)))(jax.numpy.asarray(policies))
+    return {"reward": np.asarray(ev.reward), "costs": np.asarray(ev.costs),
+            "stage_costs": np.asarray(ev.stage_costs), "stage_rewards": np.asarray(ev.stage_rewards)}
+
+
+def _stats(x: np.ndarray) -> dict[str, Any]:
+    return {"mean": float(np.mean(x)), "std": float(np.std(x)), "min": float(np.min(x)), "max": float(np.max(x))}
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """R seeds judged (:func:`judge`). Arrays are float64 numpy.
+
+    Attributes:
+        reward: exact J per seed, (R,). costs: exact c^(k), (R, M).
+        thresholds: alpha, (M,). tolerance: the relative feasibility tolerance.
+        limits: :func:`cost_limits`, (M,). feasible: (R,) bool.
+        optimum: the :class:`Optimum` or None (infeasible, or not computed).
+        multipliers: learned nu per seed, (R, M), or None.
+    """
+
+    reward: np.ndarray
+    costs: np.ndarray
+    thresholds: np.ndarray
+    tolerance: float
+    limits: np.ndarray
+    feasible: np.ndarray
+    optimum: Optimum | None
+    multipliers: np.ndarray | None
+
+    @property
+    def num_seeds(self) -> int:
+        return int(self.reward.shape[0])
+
+    @property
+    def feasible_seeds(self) -> int:
+        return int(np.sum(self.feasible))
+
+    @property
+    def gap(self) -> np.ndarray | None:
+        """J* - J per seed, (R,), or None without an optimum."""
+        return None if self.optimum is None else self.optimum.reward - self.reward
+
+    @property
+    def fraction_of_optimum(self) -> np.ndarray | None:
+        """J / J* per seed, (R,), or None without a (non-zero) optimum."""
+        if self.optimum is None or not self.optimum.reward:
+            return None
+        return self.reward / self.optimum.reward
+
+    def take(self, index: Any) -> "Judgement":
+        """The judgement of a subset of the seeds (``index`` into the R axis)."""
+        return dataclasses.replace(self, reward=self.reward[index], costs=self.costs[index],
+                                   feasible=self.feasible[index],
+                                   multipliers=None if self.multipliers is None else self.multipliers[index])
+
+    def rank_key(self) -> tuple[int, float]:
+        """(feasible seeds, worst seed's reward): larger is better."""
+        return self.feasible_seeds, float(np.min(self.reward))
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per seed: seed, exact_reward, exact_costs, violation = max(0, c - alpha),
+        slack = alpha - c, feasible; with an optimum reward_gap = J* - J, relative_gap =
+        (J* - J) / |J*|, fraction_of_optimum = J / J*, optimal_multipliers; multipliers (learned)."""
+        out = []
+        for r in range(self.num_seeds):
+            c = self.costs[r]
+            row: dict[str, Any] = {
+                "seed": r,
+                "exact_reward": float(self.reward[r]),
+                "exact_costs": c.tolist(),
+                "violation": np.maximum(0.0, c - self.thresholds).tolist(),
+                "slack": (self.thresholds - c).tolist(),
+                "feasible": bool(self.feasible[r]),
+            }
+            if self.optimum is not None:
+                j_star = self.optimum.reward
+                row["reward_gap"] = j_star - float(self.reward[r])
+                row["relative_gap"] = row["reward_gap"] / abs(j_star) if j_star else None
+                row["fraction_of_optimum"] = float(self.reward[r]) / j_star if j_star else None
+                row["optimal_multipliers"] = self.optimum.multipliers.tolist()
+            if self.multipliers is not None:
+                row["multipliers"] = self.multipliers[r].tolist()
+            out.append(row)
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """Over seeds: seeds, feasible_seeds, tolerance, limits; exact_reward and exact_costs
+        statistics (mean, std, min, max); worst seed (lowest reward, fraction of the optimum,
+        highest cost per constraint, largest relative excess over alpha); relative_gap stats."""
+        excess = relative_excess(self.costs, self.thresholds)
+        out: dict[str, Any] = {
+            "seeds": self.num_seeds,
+            "feasible_seeds": self.feasible_seeds,
+            "tolerance": self.tolerance,
+            "limits": self.limits.tolist(),
+            "exact_reward": _stats(self.reward),
+            "exact_costs": {k: getattr(np, k)(self.costs, 0).tolist() for k in ("mean", "std", "min", "max")},
+            "worst": {"reward": float(np.min(self.reward)), "costs": np.max(self.costs, 0).tolist(),
+                      "relative_excess": float(np.max(excess))},
+        }
+        frac = self.fraction_of_optimum
+        if frac is not None:
+            out["worst"]["fraction_of_optimum"] = float(np.min(frac))
+            out["relative_gap"] = _stats(self.gap / abs(self.optimum.reward))
+        return out
+
+
+def judge(reward: Any, costs: Any, thresholds: Any, *, optimum: Optimum | None = None,
+          multipliers: Any | None = None, tolerance: float = DEFAULT_TOLERANCE) -> Judgement:
+    """Judge R seeds' final policies from their exact values (module docstring).
+
+    Args:
+        reward: exact J of each seed's final policy, (R,).
+        costs: exact c^(k), (R, M) (or (R,) for M = 1).
+        thresholds: alpha, (M,) (or a scalar).
+        optimum: :func:`optimum` of the same CMDP, or None.
+        multipliers: learned nu per seed, (R, M), or None (learners without multipliers).
+        tolerance: relative feasibility tolerance >= 0.
+    Raises:
+        ValueError: a negative tolerance or inconsistent shapes.
+    """
+    reward = np.asarray(reward, np.float64).reshape(-1)
+    costs = np.asarray(costs, np.float64).reshape(reward.shape[0], -1)
+    thresholds = np.asarray(thresholds, np.float64).reshape(-1)
+    if thresholds.shape[0] != costs.shape[1]:
+        raise ValueError(f"judge: {costs.shape[1]} costs per seed but {thresholds.shape[0]} thresholds")
+    limits = cost_limits(thresholds, tolerance)
+    nu = None if multipliers is None else np.asarray(multipliers, np.float64).reshape(reward.shape[0], -1)
+    return Judgement(reward=reward, costs=costs, thresholds=thresholds, tolerance=float(tolerance), limits=limits,
+                     feasible=np.all(costs <= limits, axis=1), optimum=optimum, multipliers=nu)
+
+
+def judge_policies(cmdp, policies: Any, *, optimum: Optimum | None = None, multipliers: Any | None = None,
+                   tolerance: float = DEFAULT_TOLERANCE) -> tuple[Judgement, dict[str, np.ndarray]]:
+    """Evaluate R policy tables (R, H, S, A) exactly on ``cmdp`` and :func:`judge` them.
+
+    Returns:
+        (the :class:`Judgement`, :func:`evaluate_policies`' arrays incl. stage costs).
+    """
+    ev = evaluate_policies(cmdp, policies)
+    return judge(ev["reward"], ev["costs"], np.asarray(cmdp.thresholds), optimum=optimum, multipliers=multipliers,
+                 tolerance=tolerance), ev

@@ -1,0 +1,211 @@
+"""Shared learner pieces: schedules (Assumption 3), declarative config validation, the
+multiplier family, lambda-returns and GAE, feature maps, the fast tabular rollout (checked
+against exact evaluation), the evaluation loop."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fhc_jax as fhc
+import optax
+
+from fhc_jax.algos import PowerSchedule, features, hyperparameters as hp, learner, multipliers, returns, stack
+from fhc_jax.algos import tabular_rollout
+from fhc_jax.envs.gridworld import GridWorld
+from conftest import random_cmdp
+
+
+def test_power_schedule_values():
+    s = PowerSchedule(init=2.0, power=0.75, decay=10.0)
+    n = jnp.arange(3)
+    np.testing.assert_allclose(s(n), 2.0 / (1 + np.arange(3) / 10.0) ** 0.75, rtol=1e-6)
+
+
+def test_check_assumption3_accepts_ordered_powers_and_vmapped_values():
+    hp.check_schedules("X", {"a": PowerSchedule(1.0, 0.55), "b": PowerSchedule(1.0, 0.7), "c": PowerSchedule(1.0, 1.0)})
+    hp.check_schedules("X", {"a": PowerSchedule(np.array([1.0, 2.0]), 0.6), "b": PowerSchedule(1.0, np.array([0.7, 0.8]))})
+    with pytest.raises(ValueError, match=r"X.b.power must be > X.a.power .*b\(n\) / a\(n\) -> 0"):
+        hp.check_schedules("X", {"a": PowerSchedule(1.0, 0.6), "b": PowerSchedule(1.0, np.array([0.7, 0.6]))})
+    with pytest.raises(ValueError, match=r"X.a.init must be > 0"):
+        hp.check_schedules("X", {"a": PowerSchedule(np.array([1.0, -1.0]), 0.6)})
+
+
+def test_projected_gradient_is_the_papers_step_with_a_proportional_term():
+    """(algo7) for penalties: nu_I <- clip(nu_I + c violation, 0, bound); nu = clip(nu_I + K_p v)."""
+    violation = jnp.array([-1.0, 2.0, 10.0])
+    paper = multipliers.projected_gradient(0.5, 5.0)
+    state = paper.init(3, jnp.array([0.0, 1.0, 4.9]))
+    nu, state = paper.update(state, violation)
+    np.testing.assert_allclose(nu, [0.0, 2.0, 5.0])
+    np.testing.assert_allclose(state.integral, [0.0, 2.0, 5.0])
+    pi = multipliers.projected_gradient(0.5, 5.0, gain=0.25)
+    nu, state = pi.update(pi.init(3, jnp.array([1.0, 1.0, 1.0])), violation)
+    np.testing.assert_allclose(state.integral, [0.5, 2.0, 5.0])
+    np.testing.assert_allclose(nu, [0.25, 2.5, 5.0])
+
+
+def test_pid_matches_a_hand_computed_sequence_and_never_winds_up():
+    """PID-Lagrangian with EMAs and a delayed derivative, against a direct loop; the integral
+    stays in [0, bound] however long the violation lasts (the one anti-windup rule)."""
+    kp, ki, kd, a_p, a_d, d, bound = 0.5, 0.3, 0.2, 0.6, 0.7, 2, 4.0
+    upd = multipliers.pid(bound, kp, ki, kd, p_ema=a_p, d_ema=a_d, delay=d)
+    state = upd.init(1, 0.1)
+    integral, p, dd, hist = 0.1, 0.0, 0.0, [0.0] * d
+    for n, cost in enumerate([3.0, 5.0, 1.0, 9.0, 9.0, 9.0, 9.0, 9.0, 9.0, 0.0]):
+        alpha = 2.0
+        nu, state = upd.update(state, jnp.array([cost - alpha]), jnp.array([cost]))
+        integral = min(max(integral + ki * (cost - alpha), 0.0), bound)
+        p = a_p * p + (1 - a_p) * (cost - alpha)
+        dd = a_d * dd + (1 - a_d) * cost
+        want = min(max(kp * p + integral + kd * max(0.0, dd - hist[n % d]), 0.0), bound)
+        hist[n % d] = dd
+        np.testing.assert_allclose(nu, [want], rtol=1e-5, atol=1e-6)
+        assert 0.0 <= float(state.integral[0]) <= bound
+    assert float(state.integral[0]) < bound  # it unwound at once when the violation flipped
+
+
+def test_optimizer_ascent_is_projected_optimizer_step():
+    upd = multipliers.optimizer_ascent(optax.sgd(0.1), 1.0)
+    nu, state = upd.update(upd.init(2, 0.5), jnp.array([2.0, -10.0]))
+    np.testing.assert_allclose(nu, [0.7, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(state.integral, nu)
+
+
+def test_lambda_returns_and_gae_are_one_recursion():
+    """G_h = c_h + gamma (1 - lam) V_{h+1} + gamma lam G_{h+1}; A_h = G_h - V_h equals the usual
+    GAE sum of discounted TD errors (hand-computed loop)."""
+    rng = np.random.default_rng(3)
+    h, k = 6, 4
+    rewards = rng.normal(size=(h, k)).astype(np.float32)
+    values = rng.normal(size=(h + 1, k)).astype(np.float32)
+    gamma, lam = 0.9, 0.7
+    adv, ret = returns.finite_horizon_gae(jnp.asarray(rewards), jnp.asarray(values), gamma, lam)
+    deltas = rewards + gamma * values[1:] - values[:-1]
+    want = np.zeros((h, k))
+    for t in range(h):
+        want[t] = sum((gamma * lam) ** (j - t) * deltas[j] for j in range(t, h))
+    np.testing.assert_allclose(adv, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ret, want + values[:-1], rtol=1e-5, atol=1e-5)
+    mc = returns.lambda_returns(jnp.asarray(rewards), jnp.asarray(values[-1]), jnp.asarray(values[1:]), 1.0)
+    np.testing.assert_allclose(mc, np.cumsum(rewards[::-1], axis=0)[::-1] + values[-1], rtol=1e-5, atol=1e-5)
+
+
+@hp.hyperparameters
+class _Toy:
+    n: int = hp.static(3, low=1)
+    mode: str = hp.static("a", choices=("a", "b"))
+    flag: bool = hp.static(True)
+    step: PowerSchedule = hp.schedule(PowerSchedule(1.0, 0.6))
+    top: float = hp.numeric(2.0, low=0.0, low_open=True)
+    start: float = hp.numeric(0.0, low=0.0, high="top")
+    frac: float = hp.numeric(0.5, low=0.0, high=1.0, high_open=True)
+
+
+@pytest.mark.parametrize(
+    "changes,match",
+    [
+        (dict(n=0), r"Config.n must be an integer >= 1, found 0"),
+        (dict(n=True), r"Config.n must be an integer >= 1, found True"),
+        (dict(mode="c"), r"Config.mode must be one of 'a', 'b', found 'c'"),
+        (dict(flag=1), r"Config.flag must be True or False, found 1"),
+        (dict(top=0.0), r"Config.top must be > 0, found 0"),
+        (dict(start=3.0), r"Config.start must lie in \[0, top = 2\], found 3"),
+        (dict(frac=np.array([0.2, 1.0])), r"Config.frac must lie in \[0, 1\), found \[0.2, 1.0\]"),
+        (dict(step=PowerSchedule(1.0, 0.4)), r"Config.step.power must lie in \(0.5, 1\]"),
+        (dict(top="x"), r"Config.top must be a real number"),
+    ],
+)
+def test_declarative_validation_names_field_range_and_value(changes, match):
+    with pytest.raises(ValueError, match=match):
+        _Toy(**changes)
+    toy = _Toy()
+    assert toy.replace(frac=0.25).frac == 0.25 and _Toy._static_fields == ("n", "mode", "flag")
+    leaves = jax.tree.leaves(toy)
+    assert len(leaves) == 6  # three schedule fields + top, start, frac
+
+
+def test_inverse_cdf_skips_zero_probabilities():
+    p = jnp.array([0.0, 0.5, 0.0, 0.5, 0.0])
+    cdf = jnp.cumsum(p)
+    u = jnp.array([0.0, 0.2, 0.49999, 0.5, 0.7, 0.9999999])
+    i = tabular_rollout.inverse_cdf(jnp.broadcast_to(cdf, (6, 5)), u, 3)
+    np.testing.assert_array_equal(i, [1, 1, 1, 3, 3, 3])
+
+
+def test_feature_tables():
+    env = GridWorld(size=5, horizon=3)
+    rbf = features.build(features.RadialBasis(3, bias=True), env)
+    assert rbf.table.shape == (25, 10) and rbf.num_features == 10
+    np.testing.assert_allclose(rbf.table[:, :9].sum(axis=1), 1.0, rtol=1e-5)
+    tiles = features.build(features.TileCoding(2, 3), env)
+    assert tiles.table.shape == (25, 12)
+    np.testing.assert_allclose(tiles.table.sum(axis=1), 1.0, rtol=1e-6)
+    assert np.linalg.matrix_rank(np.asarray(tiles.table)) > 4
+    custom = features.build(features.Custom(lambda h, s: jnp.stack([1.0, h * 1.0, s * 1.0]), 3), env)
+    assert custom.table.shape == (4, 25, 3) and custom.per_stage
+    np.testing.assert_allclose(custom.table[2, 7], [1.0, 2.0, 7.0])
+    with pytest.raises(ValueError, match=r"shape \(dim,\) = \(2,\)"):
+        features.build(features.Custom(lambda h, s: jnp.zeros(3), 2), env)
+    with pytest.raises(ValueError, match="num_centers must be an integer >= 1"):
+        features.RadialBasis(0)
+
+
+def _mc_check(env, params, policy, num_episodes=4000, steps_itself=False):
+    model = tabular_rollout.tabular_model(env, params)
+    assert (model.step_env is env) == steps_itself  # which successor sampler is under test
+    cdf = jnp.cumsum(jnp.asarray(policy, jnp.float32), -1)
+    batch = jax.jit(tabular_rollout.rollout_tabular, static_argnums=(3, 4))(jax.random.key(0), model, cdf, _row, num_episodes)
+    ev = fhc.evaluate(env.to_cmdp(params), jnp.asarray(policy, jnp.float32))
+    for sample, exact in ((batch.episode_rewards, ev.reward), (batch.episode_costs[:, 0], ev.costs[0])):
+        se = float(jnp.std(sample)) / np.sqrt(num_episodes)
+        assert abs(float(jnp.mean(sample)) - float(exact)) < 4 * se + 1e-4, (float(jnp.mean(sample)), float(exact), se)
+    return batch
+
+
+def _row(cdf_h, s):
+    return cdf_h[s]
+
+
+def test_fast_rollout_matches_exact_evaluation_gridworld():
+    env = GridWorld(size=4, horizon=6, slip=0.3)
+    params = env.default_params
+    policy = np.random.default_rng(0).dirichlet(np.ones(9), size=(6, 16))
+    batch = _mc_check(env, params, policy, steps_itself=True)  # GridWorld's own closed-form step
+    # realised arrival rewards: r_h = reward_map[h, s_{h+1}]
+    np.testing.assert_allclose(batch.rewards, params.reward_map[jnp.arange(6)[:, None], batch.states[1:]])
+
+
+@pytest.mark.parametrize("time_varying", [True, False])
+def test_fast_rollout_matches_exact_evaluation_tabular_env(time_varying):
+    cmdp = random_cmdp(1, num_states=5, num_actions=3, horizon=4, time_varying=time_varying)
+    env = fhc.TabularEnv(cmdp)
+    policy = np.random.default_rng(1).dirichlet(np.ones(3), size=(4, 5))
+    _mc_check(env, env.default_params, policy)
+
+
+def test_scan_with_evaluation_blocks_and_remainder():
+    def step(c, _):
+        return c + 1.0, {"x": c}
+
+    def ev(c):
+        return c * 10.0, jnp.stack([c])
+
+    carry, metrics, exact = jax.jit(lambda c: learner.scan_with_evaluation(step, c, 7, 3, ev))(jnp.float32(0.0))
+    assert float(carry) == 7.0
+    np.testing.assert_array_equal(metrics["x"], np.arange(7))
+    np.testing.assert_array_equal(exact.iteration, [0, 3, 6, 7])
+    np.testing.assert_array_equal(exact.reward, [0, 30, 60, 70])
+    _, _, exact0 = learner.scan_with_evaluation(step, jnp.float32(0.0), 5, 0, ev)
+    np.testing.assert_array_equal(exact0.iteration, [0, 5])
+
+
+def test_stack_rejects_static_differences():
+    from fhc_jax.algos import fh_constrained as fc
+
+    with pytest.raises(ValueError, match="static field"):
+        stack([fc.Config(), fc.Config(variant="paper")])
+    stacked = stack([fc.Config(), fc.Config(theta_bound=1.0)])
+    assert stacked.theta_bound.shape == (2,)

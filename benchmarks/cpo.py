@@ -22,7 +22,6 @@ import argparse
 import json
 from pathlib import Path
 
-import jax
 import numpy as np
 
 from fhc_jax.algos import cpo

@@ -23,12 +23,11 @@ import argparse
 import json
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 import fhc_jax as fhc
-from fhc_jax.algos import common, ppo_lagrangian as pl
+from fhc_jax.algos import ppo_lagrangian as pl
 from fhc_jax.envs import GridWorld
 from judge import machine_info, train_and_judge
 from fhc_jax.experiment.machine import load_average
@@ -79,7 +78,7 @@ def steps_per_second(env, params, k: int, iterations: int, repeats: int = 3, **c
     compile_s, t = compile_and_time(pl.make_train(env, params, cfg), repeats)
     return {
         "K": k, "observation": cfg.observation, "iterations": iterations,
-        "update_form": pl._setup(env, params, cfg, common.tabular_model(env, params)).form,
+        "update_form": pl.setup(env, params, cfg).form,
         "compile_s": compile_s, "run_s": t,
         "env_steps_per_s": iterations * k * env.horizon / t,
         "episodes_per_s": iterations * k / t,

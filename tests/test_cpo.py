@@ -1,6 +1,7 @@
 """CPO: conjugate gradient, the trust-region step (against a generic QCQP solver), the Fisher
-product (against forward-over-reverse autodiff), learning on a bandit-like CMDP judged by
-exact evaluation, vmap / determinism, the rollout policy, validation."""
+product (against forward-over-reverse autodiff), the module-level update against a per-sample
+computation of the same estimator, learning on a bandit-like CMDP judged by exact evaluation,
+vmap / determinism, the rollout policy, validation."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from scipy.optimize import minimize
 
 import fhc_jax as fhc
-from fhc_jax.algos import common, cpo
+from fhc_jax.algos import cpo, returns, tabular_rollout, trust_region
 from fhc_jax.algos.networks import MLP
 from fhc_jax.envs.gridworld import GridWorld
 from fhc_jax.envs.tabular import TabularEnv
@@ -30,17 +31,17 @@ def test_conjugate_gradient_solves_small_spd_system():
     f = q @ q.T + 0.5 * np.eye(6)
     b = rng.normal(size=6)
     fj = jnp.asarray(f, jnp.float32)
-    x = jax.jit(lambda rhs: cpo.conjugate_gradient(lambda v: fj @ v, rhs, 12))(jnp.asarray(b, jnp.float32))
+    x = jax.jit(lambda rhs: trust_region.conjugate_gradient(lambda v: fj @ v, rhs, 12))(jnp.asarray(b, jnp.float32))
     np.testing.assert_allclose(x, np.linalg.solve(f, b), rtol=2e-3, atol=2e-3)
     # fewer iterations than the dimension: a worse (but finite) approximation
-    x2 = cpo.conjugate_gradient(lambda v: fj @ v, jnp.asarray(b, jnp.float32), 2)
+    x2 = trust_region.conjugate_gradient(lambda v: fj @ v, jnp.asarray(b, jnp.float32), 2)
     assert np.linalg.norm(f @ np.asarray(x2) - b) > np.linalg.norm(f @ np.asarray(x) - b)
     # vmap over right-hand sides (as the learner solves F x = g, F y = b together)
     rhs = np.stack([b, -2 * b])
-    xs = jax.vmap(lambda r: cpo.conjugate_gradient(lambda v: fj @ v, r, 12))(jnp.asarray(rhs, jnp.float32))
+    xs = jax.vmap(lambda r: trust_region.conjugate_gradient(lambda v: fj @ v, r, 12))(jnp.asarray(rhs, jnp.float32))
     np.testing.assert_allclose(xs[1], -2 * np.asarray(xs[0]), rtol=1e-4, atol=1e-4)
     # zero right-hand side: zero solution, no NaN
-    np.testing.assert_array_equal(cpo.conjugate_gradient(lambda v: fj @ v, jnp.zeros(6), 5), np.zeros(6))
+    np.testing.assert_array_equal(trust_region.conjugate_gradient(lambda v: fj @ v, jnp.zeros(6), 5), np.zeros(6))
 
 
 def _quadratic_problem(seed: int, c: float, align: float = 0.0):
@@ -56,7 +57,7 @@ def _quadratic_problem(seed: int, c: float, align: float = 0.0):
 def _solve_direction(f, g, b, c, delta):
     x, y = np.linalg.solve(f, g), np.linalg.solve(f, b)
     with jax.enable_x64(True):
-        d, lam, nu, case = cpo.cpo_direction(*(jnp.asarray(v) for v in (g, b, x, y)), jnp.asarray(c), jnp.asarray(delta))
+        d, lam, nu, case = trust_region.cpo_direction(*(jnp.asarray(v) for v in (g, b, x, y)), jnp.asarray(c), jnp.asarray(delta))
         return np.asarray(d), float(lam), float(nu), int(case)
 
 
@@ -123,11 +124,11 @@ def test_cpo_step_infeasible_recovery():
 
 def test_cpo_dual_edge_cases():
     # zero cost gradient while feasible: case 4 (TRPO), nu = 0
-    lam, nu, case = cpo.cpo_dual(jnp.float32(2.0), jnp.float32(0.0), jnp.float32(0.0), jnp.float32(-1.0), 0.01, True)
+    lam, nu, case = trust_region.cpo_dual(jnp.float32(2.0), jnp.float32(0.0), jnp.float32(0.0), jnp.float32(-1.0), 0.01, True)
     assert int(case) == 4 and float(nu) == 0.0
     np.testing.assert_allclose(float(lam), np.sqrt(2.0 / 0.02), rtol=1e-6)
     # all outputs finite at c = 0 (the boundary between cases)
-    out = cpo.cpo_dual(jnp.float32(2.0), jnp.float32(0.5), jnp.float32(1.0), jnp.float32(0.0), 0.01)
+    out = trust_region.cpo_dual(jnp.float32(2.0), jnp.float32(0.5), jnp.float32(1.0), jnp.float32(0.0), 0.01)
     assert all(np.isfinite(float(v)) for v in out) and int(out[2]) == 1
 
 
@@ -148,9 +149,97 @@ def test_fisher_vector_product_is_the_hessian_of_the_mean_kl():
 
     v = jax.random.normal(jax.random.key(3), theta.shape)
     hvp = jax.jit(lambda t, u: jax.jvp(jax.grad(mean_kl), (t,), (u,))[1])(theta, v)
-    fvp = jax.jit(lambda t, u, damp: cpo.fisher_vector_product(logits_fn, t, w, damp)(u))
+    fvp = jax.jit(lambda t, u, damp: trust_region.fisher_vector_product(logits_fn, t, w, damp)(u))
     np.testing.assert_allclose(fvp(theta, v, 0.0), hvp, rtol=2e-3, atol=1e-6)
     np.testing.assert_allclose(fvp(theta, v, 0.3), hvp + 0.3 * v, rtol=2e-3, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- the update
+
+
+def _per_sample_objectives(setup, state, batch, config):
+    """The surrogates (L_R, L_C) and KLbar of the module docstring as functions of the flat
+    actor parameters, computed per sample (H K network inputs) from the batch, independently
+    of the update's per-(input, action) statistics; and c = Shat - alpha."""
+    horizon, k = batch.actions.shape
+    x = setup.inputs[setup.cell[jnp.arange(horizon)[:, None], batch.states[:-1]]]  # (H, K, D)
+    channels = setup.value_scale.shape[0]
+    values = setup.critic.apply(state.critics, jnp.broadcast_to(x, (channels,) + x.shape))[..., 0]
+    values = jnp.moveaxis(values, 0, -1) * setup.value_scale  # (H, K, C)
+    signals = jnp.concatenate([batch.rewards[..., None], batch.costs], -1)
+    terminal = jnp.concatenate([batch.terminal_rewards[:, None], batch.terminal_costs], -1)
+    adv, _ = returns.finite_horizon_gae(signals, jnp.concatenate([values, terminal[None]]), config.gamma,
+                                        config.gae_lambda)
+    theta0, unravel = jax.flatten_util.ravel_pytree(state.actor)
+    logp_all = lambda th: jax.nn.log_softmax(setup.actor.apply(unravel(th), x), -1)  # (H, K, A)
+    logp0 = logp_all(theta0)
+    taken = lambda lp: jnp.take_along_axis(lp, batch.actions[..., None], -1)[..., 0]
+
+    def surrogates(th):
+        ratio = jnp.exp(taken(logp_all(th)) - taken(logp0))
+        return jnp.einsum("hk,hkc->c", ratio, adv) / k
+
+    def mean_kl(th):
+        return jnp.mean(jnp.sum(jnp.exp(logp0) * (logp0 - logp_all(th)), -1))
+
+    c = jnp.mean(batch.episode_costs[:, 0]) - setup.threshold
+    return theta0, unravel, surrogates, mean_kl, c
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_update_matches_a_per_sample_computation(seed):
+    """cpo.update on a tiny CMDP (exact Fisher, enough conjugate-gradient steps to converge):
+    the step is the closed-form CPO direction of the per-sample surrogates' gradients and of the
+    dense Hessian of the per-sample mean KL, scaled by the reported line-search fraction; the
+    accepted policy satisfies the line search's conditions (KL <= max_kl, the surrogates), and
+    the metrics agree with the per-sample quantities."""
+    env, params = BANDIT, BANDIT.default_params
+    config = cpo.Config(episodes_per_iteration=128, observation="one_hot", width=4, depth=1, critic_minibatches=1,
+                        fisher_samples=0, cg_iterations=60, damping=0.1, max_kl=0.02)
+    setup = cpo.setup(env, params, config)
+    state = cpo.init(jax.random.key(seed), setup, config)
+    # a non-uniform policy and informative critics: take a few updates first
+    step = jax.jit(lambda st, b, k: cpo.update(st, b, k, setup, config))
+    for i in range(3):
+        batch = cpo.rollout(jax.random.key(100 + i), state, setup, config)
+        state, _ = step(state, batch, jax.random.split(jax.random.key(200 + i)))
+    batch = cpo.rollout(jax.random.key(seed + 7), state, setup, config)
+    new, metrics = step(state, batch, jax.random.split(jax.random.key(3)))
+
+    theta0, unravel, surrogates, mean_kl, c = _per_sample_objectives(setup, state, batch, config)
+    theta1 = jax.flatten_util.ravel_pytree(new.actor)[0]
+    frac = float(metrics["step_fraction"])
+    assert frac > 0 and int(new.step) == int(state.step) + 1
+    # the batched statistics give the same surrogates as the per-sample estimator
+    stats = cpo.cell_statistics(batch, state.critics, setup, config)
+    logp_u = jax.nn.log_softmax(setup.actor.apply(new.actor, setup.inputs), -1)
+    logp_u0 = batch.behaviour
+    ratio_u = jnp.exp(jnp.where(stats.seen, logp_u - logp_u0, 0.0))
+    np.testing.assert_allclose(jnp.einsum("ua,uac->c", ratio_u, stats.adv_sums), surrogates(theta1), rtol=1e-4, atol=1e-6)
+    # line search conditions and metrics
+    kl = float(mean_kl(theta1))
+    assert kl <= config.max_kl * (1 + 1e-4)
+    np.testing.assert_allclose(float(metrics["kl"]), kl, rtol=1e-3, atol=1e-7)
+    sur0, sur1 = np.asarray(surrogates(theta0)), np.asarray(surrogates(theta1))
+    assert sur1[1] - sur0[1] <= max(-float(c), 0.0) + 1e-5
+    if int(metrics["optimisation_case"]) >= 2:
+        assert sur1[0] >= sur0[0] - 1e-6
+    # the direction: closed form with the exact (dense) Fisher matrix, in float64
+    jac = np.asarray(jax.jacobian(surrogates)(theta0), np.float64)  # (C, P)
+    fisher = np.asarray(jax.hessian(mean_kl)(theta0), np.float64) + config.damping * np.eye(theta0.size)
+    g, b = jac
+    x, y = np.linalg.solve(fisher, g), np.linalg.solve(fisher, b)
+    with jax.enable_x64(True):
+        d, _, nu, case = trust_region.cpo_direction(*(jnp.asarray(v) for v in (g, b, x, y)), jnp.asarray(float(c), jnp.float64),
+                                           jnp.asarray(config.max_kl, jnp.float64))
+    assert int(case) == int(metrics["optimisation_case"])
+    np.testing.assert_allclose(float(metrics["multipliers"][0]), float(nu), rtol=2e-3, atol=1e-5)
+    step_taken = (np.asarray(theta1, np.float64) - np.asarray(theta0, np.float64)) / frac
+    np.testing.assert_allclose(step_taken, np.asarray(d), rtol=2e-2, atol=2e-2 * np.abs(np.asarray(d)).max())
+    # the critics were updated and stay finite; all metrics are finite
+    old_c, new_c = (jax.flatten_util.ravel_pytree(s.critics)[0] for s in (state, new))
+    assert np.all(np.isfinite(np.asarray(new_c))) and not np.array_equal(np.asarray(old_c), np.asarray(new_c))
+    assert all(np.all(np.isfinite(np.asarray(v))) for v in jax.tree.leaves(metrics))
 
 
 # ----------------------------------------------------------------------------- learning
@@ -240,7 +329,7 @@ def test_policy_for_rollout_matches_table():
     env = GridWorld(size=3, horizon=4, alpha=3.0, observation="xyt")
     params = env.default_params
     config = cpo.Config(observation="xyt", width=8, depth=1)
-    state = cpo.init(jax.random.key(0), env, params, config)
+    state = cpo.init(jax.random.key(0), cpo.setup(env, params, config), config)
     state = state.replace(actor=jax.tree.map(lambda x: 300.0 * x, state.actor))  # far from uniform
     table = np.asarray(cpo.policy_table(state, env, params))
     assert table.shape == (4, 9, 9)
@@ -258,14 +347,15 @@ def test_policy_for_rollout_matches_table():
     assert abs(returns.mean() - float(exact.reward)) <= 4 * returns.std() / np.sqrt(returns.size) + 1e-6
     # "xy" input: stage-free policy; an env with another encoder goes through the table
     env_oh = GridWorld(size=3, horizon=4, alpha=3.0, observation="one_hot")
-    st_xy = cpo.init(jax.random.key(1), env_oh, params, cpo.Config(observation="xy", width=8, depth=1))
+    config_xy = cpo.Config(observation="xy", width=8, depth=1)
+    st_xy = cpo.init(jax.random.key(1), cpo.setup(env_oh, params, config_xy), config_xy)
     tab_xy = np.asarray(cpo.policy_table(st_xy, env_oh, params))
     np.testing.assert_allclose(tab_xy[0], tab_xy[3], rtol=1e-6)
     act_xy = cpo.policy(st_xy, env_oh, params)
     obs = jax.nn.one_hot(4, 9)
     u = jnp.linspace(0.0, 0.999, 50)
     got = jax.vmap(lambda x: act_xy.action_from_uniform(x, obs, 2))(u)
-    want = common.inverse_cdf(jnp.broadcast_to(jnp.cumsum(tab_xy[2, 4]), (50, 9)), u, 8)
+    want = tabular_rollout.inverse_cdf(jnp.broadcast_to(jnp.cumsum(tab_xy[2, 4]), (50, 9)), u, 8)
     np.testing.assert_array_equal(got, want)
     # batched states give batched tables
     both = jax.tree.map(lambda a, b: jnp.stack([a, b]), state, state)
@@ -280,7 +370,7 @@ def test_distinct_inputs():
     np.testing.assert_array_equal(cell[0], cell[3])
     inputs_t, cell_t = cpo.distinct_inputs(env, params, "xyt")
     assert inputs_t.shape == (36, 3) and len(np.unique(cell_t)) == 36
-    table = np.asarray(common.observation_table(env, params, "xyt"))[:4]
+    table = np.asarray(tabular_rollout.observation_table(env, params, "xyt"))[:4]
     np.testing.assert_array_equal(inputs_t[cell_t], table)
 
 

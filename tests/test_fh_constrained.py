@@ -301,9 +301,18 @@ def test_advantage_increment_matches_direct_loop():
     actions = rng.integers(0, a_, (h_, k))
     delta = rng.normal(size=(h_, k))
     table = features.build(features.OneHot(), TabularEnv(random_cmdp(0, num_states=s_, num_actions=a_, horizon=h_)))
-    got = np.asarray(fc._advantage_increment(
-        jnp.asarray(states, jnp.int32), jnp.asarray(actions, jnp.int32), jnp.asarray(delta, jnp.float32),
-        table, s_, a_, True))
+    count_sa, total_sa = np.zeros((h_, s_, a_)), np.zeros((h_, s_, a_))
+    for h in range(h_):
+        np.add.at(count_sa[h], (states[h], actions[h]), 1.0)
+        np.add.at(total_sa[h], (states[h], actions[h]), delta[h])
+    got = np.asarray(fc._advantage_increment_from_sums(
+        jnp.asarray(count_sa, jnp.float32), jnp.asarray(total_sa, jnp.float32), table, k, True))
+    # the per-sample form (small batches) sums to the same per-cell increment
+    weight, count_s = fc._advantage_weights(jnp.asarray(states), jnp.asarray(actions), jnp.asarray(delta, jnp.float32))
+    per_sample = np.zeros((h_, s_, a_))
+    for h in range(h_):
+        np.add.at(per_sample[h], (states[h], actions[h]), np.asarray(weight[h] / count_s[h]))
+    np.testing.assert_allclose(per_sample, got, rtol=1e-5, atol=1e-6)
     want = np.zeros((h_, s_, a_))
     for h in range(h_):
         for s in range(s_):

@@ -1,6 +1,7 @@
 """PPO-Lagrangian: GAE over a fixed horizon, the clipped/penalised objective and both
-multiplier updates against hand computations; learning on a bandit-like CMDP with a binding
-constraint judged exactly; vmap over seeds; determinism; validation."""
+multiplier updates against hand computations (and the PID integral's anti-windup); learning on
+a bandit-like CMDP with a binding constraint judged exactly; vmap over seeds; determinism;
+validation."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.algos import common, ppo_lagrangian as pl
+from fhc_jax.algos import multipliers, ppo_lagrangian as pl, tabular_rollout
 from fhc_jax.envs.gridworld import GridWorld
 from fhc_jax.envs.tabular import TabularEnv
 from fhc_jax.rollout import uses_uniforms
@@ -27,7 +28,7 @@ def test_gae_fixed_horizon_matches_direct_loop():
     signal (no bootstrapping past H), for reward and every cost channel."""
     rng = np.random.default_rng(0)
     h, k, m = 5, 3, 2
-    batch = common.Batch(
+    batch = tabular_rollout.Batch(
         states=jnp.zeros((h + 1, k), jnp.int32),
         actions=jnp.zeros((h, k), jnp.int32),
         rewards=jnp.asarray(rng.normal(size=(h, k)), jnp.float32),
@@ -114,14 +115,17 @@ def test_actor_gradient_matches_hand_computation():
 # ----------------------------------------------------------------------------- multipliers
 
 
-def _omnisafe_pid(costs, limit, kp, ki, kd, delay, a_p, a_d, init, nu_max):
-    """OmniSafe's PIDLagrangian.pid_update, transcribed with a deque (plain floats)."""
+def _omnisafe_pid(costs, limit, kp, ki, kd, delay, a_p, a_d, init, nu_max, anti_windup=True):
+    """OmniSafe's PIDLagrangian.pid_update, transcribed with a deque (plain floats). OmniSafe
+    clips the integral only at 0; ``anti_windup`` also clips it at nu_max (fhc_jax's rule)."""
     pid_i, delta_p, cost_d = init, 0.0, 0.0
     cost_ds = deque([0.0], maxlen=delay)
     out = []
     for c in costs:
         delta = c - limit
         pid_i = max(0.0, pid_i + delta * ki)
+        if anti_windup:
+            pid_i = min(pid_i, nu_max)
         delta_p = a_p * delta_p + (1 - a_p) * delta
         cost_d = a_d * cost_d + (1 - a_d) * c
         pid_d = max(0.0, cost_d - cost_ds[0])
@@ -137,12 +141,15 @@ def test_pid_lagrangian_matches_hand_computation(delay, a_p, a_d):
     cfg = pl.Config(multiplier_method="pid", pid_kp=0.3, pid_ki=0.2, pid_kd=0.5, pid_delay=delay,
                     pid_p_ema=a_p, pid_d_ema=a_d, initial_multiplier=0.1, multiplier_max=2.0)
     expected = _omnisafe_pid(costs, 2.5, 0.3, 0.2, 0.5, delay, a_p, a_d, 0.1, 2.0)
-    state = pl.PIDState(integral=jnp.array([0.1]), error_ema=jnp.zeros(1), cost_ema=jnp.zeros(1),
-                        history=jnp.zeros((delay, 1)))
-    step = jax.jit(lambda st, c, n: pl.pid_update(st, c, jnp.array([2.5]), n, cfg))
+    # the integral stays below nu_max here, so OmniSafe's own rule gives the same values
+    assert expected == _omnisafe_pid(costs, 2.5, 0.3, 0.2, 0.5, delay, a_p, a_d, 0.1, 2.0, anti_windup=False)
+    upd = pl.multiplier_update(cfg)
+    state = upd.init(1, cfg.initial_multiplier)
+    step = jax.jit(lambda st, c: upd.update(st, c - 2.5, c))
     for n, (c, e) in enumerate(zip(costs, expected)):
-        nu, state = step(state, jnp.array([c], jnp.float32), jnp.asarray(n))
+        nu, state = step(state, jnp.array([c], jnp.float32))
         np.testing.assert_allclose(float(nu[0]), e, rtol=1e-5, atol=1e-6)
+        assert int(state.count) == n + 1  # the derivative's ring-buffer slot follows the iteration
     # Stooke's form by hand for the first two steps: I = (0.1 + 0.2 * 0.5)^+ = 0.2,
     # nu_0 = 0.3 * 0.5 + 0.2 + 0.5 * (3 - 0)^+ = 1.85
     if delay == 1 and a_p == 0.0:
@@ -151,17 +158,46 @@ def test_pid_lagrangian_matches_hand_computation(delay, a_p, a_d):
         assert expected[1] == 2.0
 
 
+def test_pid_integral_anti_windup():
+    """The PID integral is clipped to [0, multiplier_max]: a long violation cannot wind it up
+    past nu_max, so nu leaves nu_max as soon as the violation changes sign (OmniSafe's integral,
+    clipped only at 0, keeps nu at nu_max for many more iterations)."""
+    cfg = pl.Config(multiplier_method="pid", pid_kp=0.0, pid_ki=0.5, pid_kd=0.0, pid_p_ema=0.0,
+                    initial_multiplier=0.0, multiplier_max=1.0)
+    costs = [5.0] * 20 + [0.0] * 6  # violation +4 for 20 iterations, then -1
+    upd = pl.multiplier_update(cfg)
+    state = upd.init(1, 0.0)
+    nus, integrals = [], []
+    for c in costs:
+        nu, state = upd.update(state, jnp.array([c - 1.0], jnp.float32), jnp.array([c], jnp.float32))
+        nus.append(float(nu[0]))
+        integrals.append(float(state.integral[0]))
+    assert max(integrals) == 1.0 and min(integrals) >= 0.0
+    # the first iteration of negative violation already lowers nu: 1 - 0.5 = 0.5, then 0
+    np.testing.assert_allclose(nus[19:23], [1.0, 0.5, 0.0, 0.0], atol=1e-6)
+    np.testing.assert_allclose(nus, _omnisafe_pid(costs, 1.0, 0.0, 0.5, 0.0, 1, 0.0, 0.0, 0.0, 1.0), atol=1e-6)
+    windup = _omnisafe_pid(costs, 1.0, 0.0, 0.5, 0.0, 1, 0.0, 0.0, 0.0, 1.0, anti_windup=False)
+    assert windup[20:26] == [1.0] * 6  # OmniSafe's integral (~40) is still unwinding
+    # the same rule for every member of the family
+    upd = multipliers.projected_gradient(0.5, 1.0)
+    state = upd.init(1, 0.0)
+    for _ in range(10):
+        _, state = upd.update(state, jnp.array([4.0]))
+    assert float(state.integral[0]) == 1.0
+
+
 def test_lagrangian_multiplier_update_by_hand():
     thresholds = jnp.array([1.0, 2.0])
     costs = jnp.array([3.0, 0.5])
-    sgd = pl.Config(multiplier_optimizer="sgd", multiplier_lr=0.1, multiplier_max=5.0)
+    sgd = pl.Config(multiplier_method="lagrangian", multiplier_optimizer="sgd", multiplier_lr=0.1, multiplier_max=5.0)
     nu0 = jnp.array([0.05, 0.1])
-    st = pl._multiplier_optimizer(sgd).init(nu0)
-    nu, _ = pl.lagrangian_update(nu0, st, costs, thresholds, sgd)
+    upd = pl.multiplier_update(sgd)
+    nu, state = upd.update(upd.init(2, nu0), costs - thresholds, costs)
     # nu + lr (C - alpha), projected on [0, 5]: [0.05 + 0.2, max(0, 0.1 - 0.15)]
     np.testing.assert_allclose(np.asarray(nu), [0.25, 0.0], atol=1e-7)
-    adam = sgd.replace(multiplier_optimizer="adam")
-    nu, _ = pl.lagrangian_update(nu0, pl._multiplier_optimizer(adam).init(nu0), costs, thresholds, adam)
+    np.testing.assert_array_equal(np.asarray(state.integral), np.asarray(nu))  # the state holds nu
+    upd = pl.multiplier_update(sgd.replace(multiplier_optimizer="adam"))
+    nu, _ = upd.update(upd.init(2, nu0), costs - thresholds, costs)
     # Adam's first step is lr * sign(C - alpha) (up to eps)
     np.testing.assert_allclose(np.asarray(nu), [0.15, 0.0], atol=1e-6)
 
@@ -271,16 +307,18 @@ def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
 def test_update_forms_agree():
     """"table" (networks on the distinct inputs, gathered) and "samples" give the same update."""
     env, params = TINY_GRID, TINY_GRID.default_params
-    model = common.tabular_model(env, params)
-    thresholds = jnp.asarray(params.thresholds, jnp.float32)
     outs = []
     for form in ("table", "samples"):
         cfg = GRID_CONFIG.replace(update_form=form, observation="xy")
-        setup = pl._setup(env, params, cfg, model)
-        state = pl._init(jax.random.key(0), setup, 2, cfg)
-        table = jax.nn.softmax(setup.logits_table(state.params["actor"]), -1)
-        batch = common.rollout_policy_table(jax.random.key(1), model, table, 8)
-        outs.append(jax.jit(lambda st, b, s=setup, c=cfg: pl.update(st, b, jax.random.key(2), s, thresholds, c))(state, batch))
+        setup = pl.setup(env, params, cfg)
+        assert setup.form == setup.critic_form == form
+        state = pl.init(jax.random.key(0), setup, cfg)
+        batch = pl.rollout(jax.random.key(1), state, setup, cfg)
+        np.testing.assert_array_equal(np.asarray(batch.behaviour), np.asarray(pl.logits(state, setup)))
+        outs.append(jax.jit(lambda st, b, s=setup, c=cfg: pl.update(st, b, jax.random.key(2), s, c))(state, batch))
+    # without the rollout's logits table the update recomputes it: the same result
+    again = jax.jit(lambda st, b, s=setup, c=cfg: pl.update(st, b, jax.random.key(2), s, c))(state, batch.replace(behaviour=None))
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7), outs[1], again)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5), outs[0], outs[1])
 
 
@@ -289,10 +327,9 @@ def test_critic_time_inputs():
     (h, s)), the actor keeps its S rows; no change for "xyt" or with critic_time=False; the
     critic parameters take the 3-d input and the update runs in both forms."""
     env, params = TINY_GRID, TINY_GRID.default_params
-    model = common.tabular_model(env, params)
     h, s = env.horizon, env.num_states
-    xy = np.asarray(common.observation_table(env, params, "xy"))[0]  # (S, 2)
-    setup = pl._setup(env, params, GRID_CONFIG.replace(observation="xy"), model)
+    xy = np.asarray(tabular_rollout.observation_table(env, params, "xy"))[0]  # (S, 2)
+    setup = pl.setup(env, params, GRID_CONFIG.replace(observation="xy"))
     assert setup.rows.shape == (s, 2) and not setup.per_stage
     assert setup.critic_rows.shape == (h * s, 3) and setup.critic_per_stage
     crows = np.asarray(setup.critic_rows).reshape(h, s, 3)
@@ -302,20 +339,20 @@ def test_critic_time_inputs():
     hs, ss = jnp.array([0, 2]), jnp.array([5, 5])
     np.testing.assert_array_equal(np.asarray(setup.row_index(hs, ss)), [5, 5])
     np.testing.assert_array_equal(np.asarray(setup.row_index(hs, ss, critic=True)), [5, 2 * s + 5])
-    state = pl._init(jax.random.key(0), setup, 2, GRID_CONFIG.replace(observation="xy"))
+    state = pl.init(jax.random.key(0), setup, GRID_CONFIG.replace(observation="xy"))
     assert state.params["reward_critic"]["params"]["Dense_0"]["kernel"].shape[0] == 3
     assert state.params["actor"]["params"]["Dense_0"]["kernel"].shape[0] == 2
-    off = pl._setup(env, params, GRID_CONFIG.replace(observation="xy", critic_time=False), model)
+    off = pl.setup(env, params, GRID_CONFIG.replace(observation="xy", critic_time=False))
     assert off.critic_rows.shape == (s, 2) and not off.critic_per_stage
-    xyt = pl._setup(env, params, GRID_CONFIG, model)
+    xyt = pl.setup(env, params, GRID_CONFIG)
     np.testing.assert_array_equal(np.asarray(xyt.critic_rows), np.asarray(xyt.rows))
     with pytest.raises(ValueError, match="critic_time must be True or False"):
         pl.Config(critic_time=1)
 
 
 def test_policy_for_rollout_matches_table():
-    """policy() acts through the network on the env's observations; Monte-Carlo returns of
-    fhc.rollout agree with the exact value of policy_table."""
+    """policy() samples policy_table through fhc.rollout's fast path (Monte-Carlo returns agree
+    with the exact value of the table), whatever observation the environment emits."""
     params = TINY_GRID.default_params
     state = jax.tree.map(lambda x: x[0], _grid_train(True)(jax.random.split(jax.random.key(3), 3)).state)
     env = GridWorld(size=3, horizon=4, num_constraints=2, alpha=[1.0, 1.5], num_hotspots=1, num_quiet=1, num_phases=2,
@@ -326,8 +363,17 @@ def test_policy_for_rollout_matches_table():
     ev = fhc.evaluate(env.to_cmdp(params), pl.policy_table(state, env, params))
     se = float(np.std(np.asarray(traj.episode_rewards))) / np.sqrt(4000)
     assert abs(float(np.mean(np.asarray(traj.episode_rewards))) - float(ev.reward)) < 4 * se + 1e-3
-    with pytest.raises(ValueError, match="observation='xyt'"):
-        pl.policy(state, GridWorld(size=3, horizon=4, num_constraints=2, observation="xy"), params)
+    # an environment emitting other observations: the state index is decoded, same table
+    env_oh = GridWorld(size=3, horizon=4, num_constraints=2, alpha=[1.0, 1.5], num_hotspots=1, num_quiet=1,
+                       num_phases=2, observation="one_hot")
+    table = pl.policy_table(state, env_oh, params)
+    act_oh = pl.policy(state, env_oh, params)
+    u = jnp.linspace(0.0, 0.999, 50)
+    got = jax.vmap(lambda x: act_oh.action_from_uniform(x, jax.nn.one_hot(4, 9), 2))(u)
+    want = tabular_rollout.inverse_cdf(jnp.broadcast_to(jnp.cumsum(table[2, 4]), (50, 9)), u, 8)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    with pytest.raises(ValueError, match="state of one seed"):
+        pl.policy(jax.tree.map(lambda x: x[None], state), env, params)
 
 
 # ----------------------------------------------------------------------------- validation

@@ -1,102 +1,26 @@
-"""FH-Constrained: the paper's Algorithm 1 (actor-critic for finite-horizon constrained MDPs),
-batched over episodes and compiled as one program per training run.
+"""FH-Constrained: the paper's Algorithm 1, a three-timescale actor-critic for finite-horizon
+constrained MDPs, batched over K episodes and compiled as one program per training run.
 
-Paper (Section 3), per episode n with states s_h, actions a_h (h = 0..H-1), final state s_H,
-and multipliers lambda^(k) in [P, 0]:
+Per-stage linear critics v_h, constraint critics w_h^(k) (stages 0..H) and Gibbs actors
+mu_{theta_h}(s, .) = softmax(phi_h(s)^T theta_h) (stages 0..H-1) on features phi_h(s)
+(:mod:`fhc_jax.algos.features`, one-hot by default), each family stacked on a leading stage
+axis, so all H stages are updated in one vectorised operation. Critics move with a(n), actors
+with b(n), the penalties nu = -lambda in [0, multiplier_max] with c(n) (projected step (algo7)),
+a(n) > b(n) > c(n) as in Assumption 3.
 
-* Lagrangian rewards  c^lambda_h = r_h + sum_k lambda^(k) g_h^(k),
-  c^lambda_H = r_H + sum_k lambda^(k) (g_H^(k) - alpha^(k)).
-* TD error  delta_h = c^lambda_h + v_{h+1}^T phi_{h+1}(s_{h+1}) - v_h^T phi_h(s_h).
-* (algo1) v_h <- v_h + a(n) delta_h phi_h(s_h);  (algo2) v_H <- v_H + a(n) [c^lambda_H - v_H^T phi_H(s_H)] phi_H(s_H).
-* (algo3) theta_h <- Gamma[theta_h + b(n) psi_{theta_h}(s_h, a_h) delta_h], psi = grad log mu.
-* xi_h^(k) = g_h^(k) + w_{h+1}^(k)T phi_{h+1}(s_{h+1}) - w_h^(k)T phi_h(s_h);
-  (algo4) w_h^(k) <- w_h^(k) + a(n) xi_h^(k) phi_h(s_h);
-  (algo5) w_H^(k) <- w_H^(k) + a(n) [g_H^(k) - alpha^(k) - w_H^(k)T phi_H(s_H)] phi_H(s_H).
-* (algo7) lambda^(k) <- min(0, max(P, lambda^(k) - c(n) w_0^(k)T phi_0(s_0))).
-
-All right-hand sides use the iteration-n parameters (the equations index everything by n), so
-the H stages are updated in one vectorised operation. **Sign convention**: the public API and
-the train state carry the non-negative *penalties* nu^(k) = -lambda^(k) in [0, -P]
-(``Config.multiplier_max`` = -P); then c^lambda_h = r_h - nu . g_h and (algo7) reads
-nu <- clip(nu + c(n) w_0^T phi_0(s_0), 0, -P). ``fhc_jax.solve`` reports the same nu.
-
-**Policy**: Gibbs mu_{theta_h}(s, .) = softmax(phi_h(s)^T theta_h), theta of shape (H, X, A),
-compatible features psi_{theta_h}(s, a) = phi_h(s) (e_a - mu_h(s, .))^T; Gamma clips theta to
-the box [-theta_bound, theta_bound]. Features: :mod:`fhc_jax.algos.features`.
-
-**Batches and the combination rule** (``Config.combine``). Each iteration rolls out K episodes
-under theta(n) and applies ONE update built from the K per-episode increments of the paper:
-
-* ``"visits"`` (default): each per-feature increment is the SUM over the K episodes divided by
-  the number of episodes that activated that feature at that stage, max(n_hj, 1). With
-  one-hot features this is the average over the episodes that visited (h, s): every visited
-  (stage, state) moves as far as one paper update would, and unvisited ones do not move.
-* ``"mean"``: the average over all K episodes (a minibatch estimate of the mean update).
-
-Both reduce to the paper's update exactly when K = 1 (the test suite checks this against an
-equation-by-equation reference), and both are unbiased estimates of a positive diagonal
-rescaling of the paper's mean update field f_h (proof sketch: E[sum_k x_k] = K E[x];
-n_hj / K -> P(phi_j(s_h) != 0) > 0), so the ODE equilibria of Theorems 2-4 (the TD fixed
-points Lambda_h, Xi_h, the stationary set of the actor and the multiplier set F) are unchanged.
-"visits" is the default because with tabular features a state reached with probability d_h(s)
-would otherwise learn at the rate a(n) d_h(s); at K = 4096 a rare state gets the paper's full
-step from a low-variance average instead of a d_h(s)-shrunken one.
-
-The multiplier update uses the batch mean of w_0^T phi_0(s_0) (paper variant) or of the
-episode costs (improved variant), and the multiplier schedule c(n) advances once per update.
-
-**Variants** (``Config.variant``):
-
-* ``"paper"``: exactly (algo1)-(algo7) as above.
-* ``"improved"`` (default): removes the paper's delay. With TD(0), the terminal offset
-  -alpha in (algo5) reaches w_0 only after H updates (one stage per update) while early-stage
-  costs reach it at once, so w_0 over-estimates the violation for a long time and the
-  multiplier over-penalises (the policy ends far below the threshold). The improved variant
-  changes three things, keeping the timescales a(n) > b(n) > c(n) and the fixed points:
-  (i) the multiplier moves with the batch's Monte-Carlo estimate of the constraint violation,
-  nu <- clip(nu + c(n) (mean_k sum_h g_hk - alpha), 0, -P), an unbiased estimate of
-  S(theta) - alpha, i.e. of the quantity W_0 = Xi_0^T phi_0 that (algo7) tracks when the
-  critic is exact (so the multiplier ODE and its equilibrium set F are the paper's);
-  (ii) all critics learn from lambda-returns with trace ``Config.trace`` (0 = the paper's
-  TD(0) targets; 1 = Monte-Carlo returns), G_h = c_h + (1 - trace) V_{h+1}(s_{h+1}) +
-  trace G_{h+1}, G_H = c_H: same fixed point for tabular features, no H-update delay;
-  (iii) the actor uses the lambda-return advantage G_h - v_h^T phi_h(s_h) in place of
-  delta_h (equal to delta_h at trace 0) and the Lagrangian terminal value omits the constant
-  nu alpha (a state-independent offset that leaves the policy gradient unchanged). The
-  constraint critics then estimate the expected cost-to-go (no -alpha) and are reported in
-  ``metrics.critic_costs``;
-  (iv) the actor increment for theta_h(s, a) is the visit-averaged advantage of a at (h, s)
-  (see ``_advantage_increment``): a positive per-coordinate rescaling of the paper's
-  d_h(s) mu_h(s, a) A_h(s, a), so the box-projected fixed points are unchanged, but actions the
-  policy has made rare are re-learned at full rate (the paper's form learns them at a rate
-  shrunk by mu_h(s, a), which left the policy stuck avoiding every congested cell long after
-  the multiplier had fallen);
-  (v) a proportional term damps the multiplier (PI control, as in PID-Lagrangian, Stooke et al.
-  2020): the penalty used is nu = clip(nu_I + K_p (C_hat - alpha), 0, -P), where nu_I follows
-  (i) and C_hat is the batch's mean episode cost. At a fixed point C = alpha the proportional
-  term vanishes, so the equilibria are the paper's; without it the multiplier and the
-  (slower-reacting) actor oscillated with a period of ~1000 updates and the final policy
-  landed anywhere between cost 3 and 50 on the default gridworld.
-
-**Reported policy** (``Config.policy_averaging``, both variants): the learner reports the
-softmax policy of an exponential Polyak average of the actor iterates (Polyak & Juditsky 1992),
-theta_bar(n+1) = beta theta_bar(n) + (1 - beta) theta(n+1), while its rollouts use theta(n). Near
-nu* the Lagrangian is flat between cheaper and costlier policies, so the last iterate keeps
-drifting by a few cost units around alpha; the average over the last ~1/(1 - beta) updates
-does not (default gridworld, 5 seeds: final-iterate costs 21.0-31.4, averaged 22.7-25.1 with
-beta = 0.99).
-
-**Update forms** (``Config.update_form``, a speed choice with identical results up to float
-rounding): ``"table"`` samples actions from a per-update policy table and factors the actor
-gradient into one small scatter of the (H, K) TD errors into (H, S, A) statistics, followed by
-dense O(H S A) work; ``"samples"`` works per visited (stage, state) row, O(H K A). ``"auto"``
-picks "samples" when 4 K <= S (small batches or large grids), "table" otherwise.
+``Config.variant``: "paper" is (algo1)-(algo7) verbatim (with K = 1 it equals the equations
+exactly; the tests check it against an equation-by-equation reference); "improved" (default)
+moves the multiplier with the batch's Monte-Carlo violation plus a proportional term, learns
+the critics from lambda-returns, uses a visit-averaged actor increment and reports the Polyak
+average of the actor, all with the paper's fixed points. ``Config.combine`` sets how the K
+per-episode increments form one update, ``Config.update_form`` is a speed choice. The
+equations, the sign convention and the derivation of every departure from the paper are in
+docs/algorithms/fh_constrained.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -105,7 +29,7 @@ from flax import struct
 from fhc_jax.algos import features as feat, learner, multipliers
 from fhc_jax.algos.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
 from fhc_jax.algos.learner import ExactMetrics
-from fhc_jax.algos.returns import lambda_returns
+from fhc_jax.algos.returns import lagrangian_targets, visit_averaged_advantages
 from fhc_jax.algos.tabular_rollout import Batch, TabularModel, rollout_policy_table, rollout_tabular, tabular_model
 from fhc_jax.algos.features import FeatureSpec, FeatureTable, OneHot
 
@@ -337,45 +261,25 @@ def _feature_rows(feats: FeatureTable, states: Array) -> Array:
     return feats.table[states]
 
 
-def _advantage_increment(
-    states: Array, actions: Array, delta: Array, features: FeatureTable, num_states: int, num_actions: int, visits: bool
-) -> Array:
-    """Actor increment of the improved variant: visit-averaged advantages, (H, X, A).
-
-    For every visited (h, s, a): A_hat_h(s, a) = mean of delta over the episodes that took a in
-    s at stage h, minus the mean of delta over all visits of (h, s) (a per-state baseline);
-    0 for actions not taken. The expected paper increment for theta_h(s, a) with one-hot
-    features is d_h(s) mu_h(s, a) A_h(s, a); this one is P(a taken at (h, s)) A_h(s, a): the same
-    sign coordinate by coordinate (a positive diagonal rescaling, like a natural gradient for
-    the softmax), so the box-projected stationary points are the paper's, but rarely chosen
-    actions are no longer learned at a rate shrunk by mu_h(s, a).
-    Per-state tables are mapped to features as the critic's are: Phi^T (n_h(s) A_hat) divided by
-    the feature's visit count ("visits") or by K ("mean"); with one-hot features and "visits"
-    the increment is A_hat itself.
-
-    Args:
-        states, actions: s_h, a_h, (H, K) int32. delta: the actor's TD/return errors, (H, K).
-    """
-    num_stages, k = delta.shape
-    hh = jnp.arange(num_stages, dtype=jnp.int32)[:, None]
-    cells = states * num_actions + actions
-    sums = jnp.zeros((num_stages, num_states * num_actions, 2), delta.dtype)
-    sums = sums.at[hh, cells].add(jnp.stack([jnp.ones_like(delta), delta], axis=-1))
-    sums = sums.reshape(num_stages, num_states, num_actions, 2)
-    return _advantage_increment_from_sums(sums[..., 0], sums[..., 1], features, k, visits)
-
-
 def _advantage_increment_from_sums(count_sa: Array, total_sa: Array, features: FeatureTable, k: int, visits: bool) -> Array:
-    """:func:`_advantage_increment` from per-cell visit counts n_h(s, a) and delta sums, both
-    (H, S, A) (the "table" update already has them from its one scatter)."""
+    """Actor increment of the improved variant, (H, X, A), from per-cell visit counts
+    n_h(s, a) and sums of the actor's errors delta, both (H, S, A).
+
+    The visit-averaged advantage A_hat_h(s, a) (:func:`fhc_jax.algos.returns.
+    visit_averaged_advantages`) has, coordinate by coordinate, the sign of the paper's expected
+    increment d_h(s) mu_h(s, a) A_h(s, a) (a positive diagonal rescaling, like a natural
+    gradient for the softmax), so the box-projected stationary points are the paper's, but
+    rarely chosen actions are no longer learned at a rate shrunk by mu_h(s, a). Per-state
+    tables map to features as the critic's do: Phi^T (n_h(s) A_hat) divided by the feature's
+    visit count ("visits") or by K ("mean"); with one-hot features and "visits" the increment
+    is A_hat itself."""
     count_s = count_sa.sum(-1)  # (H, S)
-    mean_s = total_sa.sum(-1) / jnp.maximum(count_s, 1.0)
-    adv = jnp.where(count_sa > 0, total_sa / jnp.maximum(count_sa, 1.0) - mean_s[..., None], 0.0)
+    adv = visit_averaged_advantages(count_sa, total_sa)
     return _combine(features.project(adv * count_s[..., None]), features.project_active(count_s), k, visits)
 
 
 def _advantage_weights(states: Array, actions: Array, delta: Array) -> tuple[Array, Array]:
-    """Per-sample form of :func:`_advantage_increment` for small batches, from pairwise
+    """Per-sample form of :func:`_advantage_increment_from_sums` for small batches, from pairwise
     comparisons of the K samples of each stage: O(H K^2) instead of O(H S A).
 
     Sample k of stage h carries w_hk = A_hat_h(s_k, a_k) n_h(s_k) / n_h(s_k, a_k), so summing the
@@ -434,17 +338,8 @@ def update(
         phi_all = _feature_rows(features, s_all)  # (H+1, K, X)
         vals = jnp.einsum("hkx,hxc->hkc", phi_all, critics)
 
-    # --- single-stage signals in Lagrangian/constraint channels
-    stage = jnp.concatenate([(batch.rewards - batch.costs @ nu)[..., None], batch.costs], axis=-1)  # (H, K, C)
-    term_cost = batch.terminal_costs - thresholds if paper else batch.terminal_costs  # (K, M)
-    terminal = jnp.concatenate([(batch.terminal_rewards - term_cost @ nu)[:, None], term_cost], axis=-1)  # (K, C)
-
-    # --- errors: paper TD(0) (delta_h, xi_h) or lambda-return errors (improved)
-    if paper:
-        targets = stage + vals[1:]
-    else:
-        targets = lambda_returns(stage, terminal, vals[1:], jnp.asarray(config.trace, jnp.float32))
-    errors = jnp.concatenate([targets, terminal[None]], axis=0) - vals  # (H+1, K, C)
+    # --- errors: paper TD(0) (delta_h, xi_h) or lambda-return errors (improved), (H+1, K, C)
+    errors = lagrangian_targets(batch, vals, nu, thresholds, paper, config.trace) - vals
     delta = errors[:-1, :, 0]  # actor signal (H, K)
     s_h, a_h = s_all[:-1], batch.actions
 

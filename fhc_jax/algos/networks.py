@@ -29,16 +29,6 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
 }
 
 
-def check_architecture(owner: str, width: Any, depth: Any, activation: Any) -> None:
-    """Raise ``ValueError`` naming the field unless width >= 1, depth >= 0 are integers and
-    ``activation`` is one of :data:`ACTIVATIONS`."""
-    for name, value, low in (("width", width, 1), ("depth", depth, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{owner}.{name} must be an integer >= {low}, found {value!r}")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"{owner}.activation must be one of {', '.join(map(repr, ACTIVATIONS))}, found {activation!r}")
-
-
 class MLP(nn.Module):
     """x (..., D) -> (..., outputs): ``depth`` hidden layers of ``width`` units, then linear.
 

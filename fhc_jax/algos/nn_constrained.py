@@ -1,61 +1,19 @@
-"""NN-Constrained: the paper's deep variant of FH-Constrained (Section 5), with per-stage
-neural actors and critics stacked on one leading stage axis and trained in one jit.
+"""NN-Constrained: the paper's deep variant of FH-Constrained (Section 5), with per-stage neural
+actors and critics stacked on one leading stage axis and trained in one jit.
 
-Networks (:mod:`fhc_jax.algos.networks`), each family ONE stacked module:
+Each network family is ONE stacked module (:mod:`fhc_jax.algos.networks`): actors
+mu_h(s, .) = softmax(f_{theta_h}(o_h(s))) for h < H, Lagrangian critics V_h and constraint
+critics W_h^(k) for h <= H, on the observation o_h(s) ("xy", the paper's input, "xyt" or
+"one_hot"; default 2 x 10 tanh MLPs). The losses CL, CCL and AL of the paper are sums over the
+stages, so one gradient computation updates every stage by its own loss; three timescales
+a(n) > b(n) > c(n) feed optax optimizers.
 
-* actor mu_h(s, .) = softmax(f_{theta_h}(o_h(s))), h = 0..H-1, params with leading axis H;
-* Lagrangian critic V_h(s) = f_{v_h}(o_h(s)), h = 0..H, leading axis H + 1;
-* constraint critics W_h^(k)(s) = f_{w_h}(o_h(s))_k, h = 0..H, leading axis H + 1 (one network
-  per stage with M outputs);
-
-where o_h(s) is the observation ("xy": the 2-d coordinates, the paper's input; "xyt", "one_hot")
-and f is an MLP (default: 2 hidden layers of 10 tanh units, the paper's architecture).
-
-Losses for a batch of K trajectories under pi(n) (paper Section 5), with the Lagrangian reward
-c_h = r_h - nu . g_h (penalties nu = -lambda >= 0, as in FH-Constrained), c_H = r_H -
-nu . (g_H - alpha) and the constraint terminal signal g_H - alpha; "|_{n}" marks a value held
-fixed at the current parameters (``stop_gradient``):
-
-* CL(v_h)  = 1/K sum_i (c_h + V_{h+1}(s_{h+1}^i)|_n - V_h(s_h^i))^2,  CL(v_H) = 1/K sum_i (c_H - V_H(s_H^i))^2
-* CCL(w_h) = 1/K sum_i (g_h + W_{h+1}(s_{h+1}^i)|_n - W_h(s_h^i))^2, CCL(w_H) = 1/K sum_i (g_H - alpha - W_H(s_H^i))^2
-* AL(theta_h) = 1/K sum_i log mu_h(s_h^i, a_h^i) (c_h + V_{h+1}(s_{h+1}^i)|_n - V_h(s_h^i)|_n), maximised.
-
-Each stage's parameters appear only in its own loss, so minimising the SUM over stages updates
-every stage by its own loss, in one gradient computation. Three timescales: the critics'
-learning rate a(n) > the actor's b(n) > the multiplier's c(n), power schedules checked against
-Assumption 3 and fed to an optax optimizer (``Config.optimizer``: "adam" by default, "sgd"
-for the paper's plain stochastic approximation). The multiplier follows (algo7):
-nu <- clip(nu + c(n) mean_i W_0(s_0^i), 0, -P).
-
-**Variants** (``Config.variant``), as in :mod:`fhc_jax.algos.fh_constrained`:
-
-* ``"paper"``: the losses above verbatim (TD(0) targets, terminal -alpha, multiplier driven by
-  the constraint critic W_0).
-* ``"improved"`` (default): the paper's form lets the terminal -alpha reach W_0 one stage per
-  update, so W_0 over-estimates the violation for hundreds of updates and the multiplier
-  over-penalises. Here (i) the multiplier moves with the batch's Monte-Carlo violation
-  mean_i sum_h g_h^i - alpha (unbiased for S(theta) - alpha, the quantity W_0 tracks at
-  convergence) plus a proportional term K_p (C_hat - alpha) (PI control, which vanishes at the
-  fixed point), (ii) critic targets are lambda-returns with trace ``Config.trace``
-  (same fixed points; no H-update delay), (iii) the constraint critics predict the cost-to-go
-  without -alpha, and (iv) the actor takes the improved FH-Constrained step in logit space and
-  projects it onto the network: with z_h(s, .) the current logits and A_hat_h(s, a) the
-  visit-averaged lambda-return advantage of a at (h, s) (:func:`advantage_targets`), the
-  networks regress, for ``Config.actor_epochs`` optimizer steps, onto the targets
-  q_h(s, .) = softmax(z_h(s, .) + eta A_hat_h(s, .)) at every visited (h, s), all visited
-  (h, s) weighted equally (a mirror-descent policy step; eta = ``Config.logit_step``). The
-  paper's AL moves a state's logits in proportion to how often it is visited and how likely
-  each action already is; on coordinate inputs that left the default gridworld at about 50% of
-  the optimal reward after 2000 updates, although a 2 x 10 tanh network can represent a policy
-  within 1% of the optimum (fitted by imitation of ``fhc_jax.solve``'s policy).
-
-**Loss forms** (``Config.loss_form``, speed only): the losses are sums over samples; with a
-tabular environment they equal sums over (stage, state, action) cells weighted by per-cell
-statistics of the batch (counts, sums of targets and squared targets, sums of advantages),
-so ``"table"`` applies each network once per (h, s) (H S rows, independent of K) — the same
-forward pass that tabulates the policy for the rollout — while ``"samples"`` applies it per
-sample (H K rows). Loss values and gradients are identical up to float rounding; ``"auto"``
-picks "table" when S <= K.
+``Config.variant``: "paper" is the losses verbatim (checked against a per-stage loop reference
+in the tests); "improved" (default) uses Monte-Carlo multiplier steps with a proportional
+term, lambda-return critic targets and a mirror-descent actor step projected onto the network,
+and reports the Polyak average of the actor. ``Config.loss_form`` is a speed choice (per
+sample or per (stage, state) cell). The losses and the derivation of every departure are in
+docs/algorithms/nn_constrained.md.
 """
 
 from __future__ import annotations
@@ -72,11 +30,12 @@ from fhc_jax.algos import learner, multipliers
 from fhc_jax.algos.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
 from fhc_jax.algos.learner import ExactMetrics
 from fhc_jax.algos.networks import ACTIVATIONS, MLP, Stacked
-from fhc_jax.algos.returns import lambda_returns
+from fhc_jax.algos.nn_losses import (
+    advantage_targets, batch_targets, cell_stats, improved_actor_loss, sample_losses, table_losses,
+)
 from fhc_jax.algos.tabular_rollout import (
     Batch, TabularModel, batch_observations, observation_table, rollout_policy_table, tabular_model,
 )
-from fhc_jax.envs.encoders import make_encoder
 
 Array = jax.Array
 
@@ -352,154 +311,6 @@ def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -
     """K episodes under the current actor, tabulated once over all (stage, state)."""
     table = _table(setup.nets, train_state.actor, setup.obs_table)
     return rollout_policy_table(key, setup.model, table, config.episodes_per_iteration)
-
-
-@struct.dataclass
-class Targets:
-    """Fixed (stop-gradient) regression targets and actor advantages of one batch.
-
-    Attributes (time-major; C = 1 + M channels: Lagrangian, then constraints):
-        targets: y_h for stages 0..H (stage H: the terminal signal), (H+1, K, C).
-        advantages: the actor's weights (TD error or lambda-return advantage), (H, K).
-        values: critic outputs at the visited states before the update, (H+1, K, C).
-    """
-
-    targets: Array
-    advantages: Array
-    values: Array
-
-
-def batch_targets(values: Array, batch: Batch, multipliers: Array, thresholds: Array, variant: str, trace: Array) -> Targets:
-    """The paper's bootstrap targets (or the improved variant's lambda-returns).
-
-    Args:
-        values: [V_h(s_h), W_h(s_h)] at the visited states s_0..s_H, (H+1, K, 1+M).
-        batch: the trajectories (time-major :class:`Batch`).
-        multipliers: nu, (M,). thresholds: alpha, (M,).
-        variant: "paper" or "improved". trace: lambda-return trace (improved).
-    """
-    paper = variant == "paper"
-    stage = jnp.concatenate([(batch.rewards - batch.costs @ multipliers)[..., None], batch.costs], axis=-1)  # (H, K, C)
-    term_cost = batch.terminal_costs - thresholds if paper else batch.terminal_costs
-    terminal = jnp.concatenate([(batch.terminal_rewards - term_cost @ multipliers)[:, None], term_cost], axis=-1)
-    if paper:
-        y = stage + values[1:]
-    else:
-        y = lambda_returns(stage, terminal, values[1:], jnp.asarray(trace, values.dtype))
-    targets = jax.lax.stop_gradient(jnp.concatenate([y, terminal[None]], axis=0))
-    advantages = jax.lax.stop_gradient(targets[:-1, :, 0] - values[:-1, :, 0])
-    return Targets(targets=targets, advantages=advantages, values=values)
-
-
-def sample_losses(
-    nets: Networks, state: TrainState, observations: Array, actions: Array, fixed: Targets
-) -> tuple[Array, Array]:
-    """The paper's losses as sums over samples (the reference form).
-
-    Args:
-        nets: :class:`Networks`. state: current parameters.
-        observations: o_h(s_h) for stages 0..H, (H+1, K, D). actions: a_h, (H, K).
-        fixed: :class:`Targets`.
-    Returns:
-        (critic loss = sum_h CL(v_h) + sum_{h,k} CCL(w_h^(k)) over stages 0..H,
-         actor loss = -sum_h AL(theta_h)), both ().
-    """
-    k = actions.shape[1]
-    v = nets.critic.apply(state.critic, observations)  # (H+1, K, 1)
-    w = nets.cost_critic.apply(state.cost_critic, observations)  # (H+1, K, M)
-    pred = jnp.concatenate([v, w], axis=-1)
-    critic_loss = jnp.sum((fixed.targets - pred) ** 2) / k
-    logits = nets.actor.apply(state.actor, observations[:-1])  # (H, K, A)
-    logp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), actions[..., None], axis=-1)[..., 0]
-    actor_loss = -jnp.sum(logp * fixed.advantages) / k
-    return critic_loss, actor_loss
-
-
-@struct.dataclass
-class CellStats:
-    """Per-(stage, state) statistics of a batch: the table form of the sample losses.
-
-    Attributes (S states, A actions, C = 1 + M):
-        counts: visits n_h(s), (H+1, S).
-        target_sums: sum of targets over the visits of (h, s), (H+1, S, C).
-        target_squares: sum of squared targets, (H+1, S, C).
-        advantage_sums: sum of actor advantages over the samples in (h, s, a), (H, S, A).
-    """
-
-    counts: Array
-    target_sums: Array
-    target_squares: Array
-    advantage_sums: Array
-    advantage_counts: Array | None = None
-
-
-def cell_stats(states: Array, actions: Array, fixed: Targets, num_states: int, num_actions: int, counts_sa: bool = False) -> CellStats:
-    """Scatter the batch into :class:`CellStats` (one scatter per quantity, O(H K))."""
-    h1, k = states.shape
-    hh = jnp.arange(h1, dtype=jnp.int32)[:, None]
-    y = fixed.targets
-    vals = jnp.concatenate([jnp.ones((h1, k, 1), y.dtype), y, y * y], axis=-1)
-    per_state = jnp.zeros((h1, num_states, vals.shape[-1]), y.dtype).at[hh, states].add(vals)
-    c = y.shape[-1]
-    adv = jnp.zeros((h1 - 1, num_states * num_actions, 2), y.dtype)
-    adv = adv.at[hh[:-1], states[:-1] * num_actions + actions].add(jnp.stack([fixed.advantages, jnp.ones_like(fixed.advantages)], -1))
-    return CellStats(
-        advantage_counts=adv[..., 1].reshape(h1 - 1, num_states, num_actions) if counts_sa else None,
-        counts=per_state[..., 0],
-        target_sums=per_state[..., 1 : 1 + c],
-        target_squares=per_state[..., 1 + c :],
-        advantage_sums=adv[..., 0].reshape(h1 - 1, num_states, num_actions),
-    )
-
-
-def table_losses(nets: Networks, state: TrainState, obs_table: Array, stats: CellStats, k: int) -> tuple[Array, Array]:
-    """The same losses as :func:`sample_losses`, from per-cell statistics:
-    sum_i (y_i - f(s_i))^2 = sum_s [n_s f(s)^2 - 2 f(s) sum y + sum y^2] and
-    sum_i log mu(s_i, a_i) A_i = sum_{s,a} log mu(s, a) (sum of A over (s, a)).
-
-    Args:
-        obs_table: observations of every state at stages 0..H, (H+1, S, D).
-        stats: :class:`CellStats`. k: K.
-    """
-    v = nets.critic.apply(state.critic, obs_table)
-    w = nets.cost_critic.apply(state.cost_critic, obs_table)
-    f = jnp.concatenate([v, w], axis=-1)  # (H+1, S, C)
-    sq = stats.counts[..., None] * f * f - 2.0 * f * stats.target_sums + stats.target_squares
-    critic_loss = jnp.sum(sq) / k
-    logits = nets.actor.apply(state.actor, obs_table[:-1])  # (H, S, A)
-    actor_loss = -jnp.sum(jax.nn.log_softmax(logits, axis=-1) * stats.advantage_sums) / k
-    return critic_loss, actor_loss
-
-
-def advantage_targets(logits: Array, stats: CellStats, logit_step: Array) -> tuple[Array, Array]:
-    """Target policies of the improved actor: the tabular improved FH-Constrained step taken in
-    logit space, q_h(s, .) = softmax(z_h(s, .) + eta A_hat_h(s, .)), at every visited (h, s).
-
-    A_hat_h(s, a) is the visit-averaged advantage of a at (h, s) (mean advantage of the samples
-    that took a, minus the mean over all samples in (h, s); 0 for actions not taken), as in
-    FH-Constrained's improved actor.
-
-    Args:
-        logits: z = the actor's logits at every (h, s), (H, S, A).
-        stats: :class:`CellStats` with ``advantage_counts``.
-        logit_step: eta.
-    Returns:
-        (q (H, S, A), visited indicator 1[n_h(s) > 0] (H, S)).
-    """
-    n_sa = stats.advantage_counts
-    n_s = n_sa.sum(-1, keepdims=True)
-    mean_s = stats.advantage_sums.sum(-1, keepdims=True) / jnp.maximum(n_s, 1.0)
-    adv = jnp.where(n_sa > 0, stats.advantage_sums / jnp.maximum(n_sa, 1.0) - mean_s, 0.0)
-    q = jax.nn.softmax(logits + logit_step * adv, axis=-1)
-    return jax.lax.stop_gradient(q), (n_s[..., 0] > 0).astype(logits.dtype)
-
-
-def improved_actor_loss(nets: Networks, actor: Any, obs_table: Array, q: Array, visited: Array) -> Array:
-    """Cross-entropy of the actor to the targets q over the visited (h, s), each (h, s) weighted
-    equally (the "visits" combination of FH-Constrained): sum_{h,s} 1[visited] CE(q, mu) /
-    max(#visited, 1)."""
-    logp = jax.nn.log_softmax(nets.actor.apply(actor, obs_table[:-1]), axis=-1)
-    return -jnp.sum(visited[..., None] * q * logp) / jnp.maximum(jnp.sum(visited), 1.0)
 
 
 def _values_at(nets: Networks, state: TrainState, obs_table: Array, states: Array, form: str, observations: Array | None):

@@ -1,85 +1,23 @@
-"""PPO-Lagrangian: the safe-RL baseline of OmniSafe / Safe-Policy-Optimization, with a
-learned Lagrange multiplier or a PID-Lagrangian controller, for finite-horizon tabular CMDPs,
-compiled as one program per training run.
+"""PPO-Lagrangian: the safe-RL baseline of OmniSafe / Safe-Policy-Optimization with a learned
+Lagrange multiplier or a PID-Lagrangian controller, for finite-horizon CMDPs, compiled as one
+program per training run.
 
-**Policy and inputs.** ONE stationary network for all stages: pi(a | x) = softmax(f_theta(x))
-over the A actions, where x is the encoded observation chosen by ``Config.observation``:
-"xy" (the grid coordinates, the paper's "Env 1"), "xyt" (coordinates and h / H, "Env 2") or
-"one_hot" (tabular state index, for small test CMDPs). A stationary policy on "xy" cannot
-follow a non-stationary optimum: that is the paper's point, not a defect of the baseline.
-
-**Per iteration** (K episodes, H stages, M constraints; everything undiscounted by default):
-
-1. Tabulate pi_h(s, .) = softmax(f_theta(x_h(s))) for all (h, s) (one batched forward pass)
-   and roll out K episodes from the table (:func:`fhc_jax.algos.common.rollout_policy_table`).
-2. Critics. Separate networks: a reward critic V_r(x) (1 output) and a cost critic V_c(x)
-   (M outputs, one per constraint). With ``critic_time`` (default) their input is x plus h / H
-   when x itself does not depend on h ("xy", "one_hot"): the finite-horizon value depends on
-   the stage even for a stationary policy; the actor still sees only x. Finite horizon, no bootstrapping past H: the value of the
-   final state is the exact terminal signal, V_H = r_H(s_H) and g_H^(k)(s_H).
-3. GAE per signal u in {r, g^(1..M)} (Schulman et al. 2016), fixed horizon:
-   delta_h = u_h + gamma V_{h+1} - V_h,  A_h = delta_h + gamma lam A_{h+1},  A_H = 0,
-   critic targets R_h = A_h + V_h (:func:`fhc_jax.algos.common.finite_horizon_gae`).
-4. Multipliers nu^(k) >= 0 from the batch's mean episode cost C^(k) (terminal cost included),
-   BEFORE the policy update (as OmniSafe does), see below.
-5. Advantage normalisation (``normalize_advantages``, OmniSafe's convention): A_r is
-   standardised over the H K samples, (A_r - mean) / (std + 1e-8); each A_c^(k) is only centred.
-   Penalised advantage (OmniSafe/SafePO form, summed over constraints):
-       A_h = (A_r,h - sum_k nu^(k) A_c,h^(k)) / (1 + sum_k nu^(k)).
-6. ``num_epochs`` passes over the H K samples, each shuffled into ``num_minibatches``
-   minibatches (``lax.scan`` over both; the last (H K mod num_minibatches) samples of each
-   shuffle are left out). On each minibatch, with rho = pi_theta(a|x) / pi_old(a|x), the loss
-       L = -mean[min(rho A, clip(rho, 1 - eps, 1 + eps) A)] - c_ent mean[H(pi_theta(.|x))]
-           + mean[(V_r(x)/B_r - R_r/B_r)^2] + mean[sum_k (V_c^(k)(x)/B_c^(k) - R_c^(k)/B_c^(k))^2]
-   is minimised by one step of an optax chain clip_by_global_norm(max_grad_norm) + adam,
-   separately for the actor, the reward critic and the cost critic (each network is clipped on
-   its own, as in OmniSafe). The critics predict in units of the return bound
-   B = H max|u_h| + max|u_H| of their signal (V(x) = B net(x)): a fixed rescaling of the
-   targets so that they are O(1) whatever the horizon. Learning rates decay linearly to 0 over
-   the run when ``anneal_lr``: lr_n = lr (1 - n / N) at iteration n.
-   KL early stopping (``target_kl`` > 0): after each epoch, if the epoch's mean estimate
-   KL(pi_old || pi_theta) ~ mean[(rho - 1) - log rho] (taken at each minibatch before its step)
-   exceeds target_kl, the remaining epochs of the iteration are skipped (masked).
-
-**Multipliers** (``multiplier_method``), with e^(k)_n = C^(k)_n - alpha^(k) at iteration n:
-
-* ``"lagrangian"`` (Ray et al. 2019; OmniSafe ``Lagrange``): gradient descent on the loss
-  -nu (C - alpha) with its own optax optimizer (``multiplier_optimizer``: "adam" or "sgd", step
-  ``multiplier_lr``), then projection: nu <- clip(nu + optimizer_step(-(C - alpha)), 0, nu_max).
-  With "sgd" this is nu <- clip(nu + lr (C - alpha), 0, nu_max).
-* ``"pid"`` (PID-Lagrangian, Stooke et al. 2020, Algorithm 2, with OmniSafe's EMA and delay
-  options; initial I_{-1} = initial_multiplier, P_{-1} = D_{-1} = 0):
-      I_n = max(0, I_{n-1} + K_I e_n)                                (integral, clamped at 0)
-      P_n = a_p P_{n-1} + (1 - a_p) e_n                              (proportional, EMA of e)
-      D_n = a_d D_{n-1} + (1 - a_d) C_n                              (EMA of the cost)
-      nu_n = clip(K_P P_n + I_n + K_D max(0, D_n - D_{n-d}), 0, nu_max),  D_m = 0 for m < 0,
-  with d = ``pid_delay``. Stooke et al.'s exact form is a_p = a_d = 0, d = 1 (then the
-  derivative term is (C_n - C_{n-1})^+).
-
-**Sign convention.** As everywhere in fhc_jax, the multipliers are the non-negative penalties
-nu^(k) (= -lambda^(k) of the paper). With ``normalize_advantages`` the penalty weighs the
-standardised A_r against the centred A_c, so its value is about nu* / std(A_r), not the CMDP
-multiplier nu* that ``fhc_jax.solve`` reports; with ``normalize_advantages=False`` it is on the
-CMDP's scale.
-
-**Speed** (``update_form``, identical results up to float rounding). The inputs take few
-distinct values: S rows when the observation does not depend on h ("xy", "one_hot"), H S rows
-otherwise (critics with ``critic_time``: H S rows; each network picks its own form).
-``"table"`` applies the networks to those U distinct rows and gathers the
-per-sample outputs (autodiff turns the gather into a scatter-add, the same gradient);
-``"samples"`` applies them to each minibatch sample. ``"auto"`` picks "table" when
-num_minibatches U <= H K.
-
-References: Schulman et al. 2017 (PPO), Schulman et al. 2016 (GAE); Ray, Achiam & Amodei 2019
-(PPO-Lagrangian, Safety Gym) and the OmniSafe / Safe-Policy-Optimization implementations;
-Stooke, Achiam & Abbeel 2020 (PID-Lagrangian, "Responsive Safety in Reinforcement Learning by
-PID Lagrangian Methods").
+ONE stationary network for all stages, pi(a | x) = softmax(f_theta(x)) on the encoded
+observation x ("xy": the paper's Env 1, "xyt": Env 2, "one_hot"); a stationary policy on "xy"
+cannot follow a non-stationary optimum, which is the paper's point. Per iteration: roll out K
+episodes, finite-horizon GAE per signal with the exact terminal values as V_H (no
+bootstrapping past H), the multipliers from the batch's mean episode cost
+(:mod:`fhc_jax.algos.multipliers`: ``optimizer_ascent`` or ``pid``, whose integral is clipped
+to [0, multiplier_max], the anti-windup rule of every fhc_jax learner; OmniSafe clips it only at
+0, and the two agree while the integral stays below the bound), then ``num_epochs`` x
+``num_minibatches`` clipped-surrogate steps with KL early stopping. The per-iteration
+equations, the multiplier laws and the tuning notes are in docs/algorithms/ppo_lagrangian.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -87,9 +25,14 @@ import numpy as np
 import optax
 from flax import struct
 
-from fhc_jax.algos import common
-from fhc_jax.algos.common import Batch, ExactMetrics, hyperparameters
-from fhc_jax.algos.networks import MLP, check_architecture
+from fhc_jax.algos import learner, multipliers
+from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
+from fhc_jax.algos.learner import ExactMetrics
+from fhc_jax.algos.networks import ACTIVATIONS, MLP
+from fhc_jax.algos.returns import advantages_and_targets
+from fhc_jax.algos.tabular_rollout import (
+    Batch, TabularModel, observation_table, rollout_policy_table, tabular_model, value_scale,
+)
 
 Array = jax.Array
 
@@ -98,226 +41,121 @@ MULTIPLIER_METHODS = ("lagrangian", "pid")
 MULTIPLIER_OPTIMIZERS = ("adam", "sgd")
 UPDATE_FORMS = ("auto", "table", "samples")
 
-_STATIC = (
-    "num_iterations",
-    "episodes_per_iteration",
-    "observation",
-    "width",
-    "depth",
-    "activation",
-    "num_epochs",
-    "num_minibatches",
-    "multiplier_method",
-    "multiplier_optimizer",
-    "pid_delay",
-    "normalize_advantages",
-    "anneal_lr",
-    "update_form",
-    "eval_every",
-    "critic_time",
-)
 
-#: (field, low, high) of the numeric fields that live in a closed interval
-_RANGES = (
-    ("clip_eps", 0.0, 1.0),
-    ("gamma", 0.0, 1.0),
-    ("gae_lambda", 0.0, 1.0),
-    ("pid_p_ema", 0.0, 1.0),
-    ("pid_d_ema", 0.0, 1.0),
-)
-
-
-@hyperparameters(static=_STATIC)
+@hyperparameters
 class Config:
     """Hyperparameters of PPO-Lagrangian. Defaults are tuned for the default ``GridWorld``
     (10x10, H = 100, alpha = 25) within about a minute for 5 vmapped seeds on a 2-core CPU;
     see ``benchmarks/ppo_lagrangian.py``. Networks: 32 x 32 tanh MLPs (actor and each critic).
     Tuning notes (default gridworld, "xy"; sweeps over actor_lr, entropy_coef, gae_lambda,
-    clip_eps/target_kl, K, and both multiplier methods):
-
-    * Budget: 4 epochs x 4 minibatches per iteration (16 Adam steps on 1600 samples) at
-      actor lr 1e-2 learns as fast as the former 8 x 16 steps at 1e-3 on 64 x 64 networks,
-      for about 1/4 of the time; K = 256 with fewer iterations was not better.
-    * ``critic_time`` (critics see h / H) makes bootstrapping from the critic unbiased in the
-      stage, so gae_lambda = 0.95 is usable (it was 1, Monte-Carlo, with a stage-blind critic).
-    * Multiplier: the learned ("lagrangian", Adam step 0.01) multiplier spiked early (the
-      batch cost crosses alpha while the policy is still diffuse), then the policy collapsed
-      into cost-free behaviour and the multiplier decayed to 0; the PI controller (K_P = 0.01,
-      K_I = 0.001 on the violation in cost units, K_D = 0) reacts in proportion and does not
-      wind up. With entropy_coef = 0.01 the policy keeps entropy ~1.3 nats instead of ~0.4.
-    * Even with the multiplier at 0 (unconstrained PPO), the stationary "xy" policy settles
-      in low-cost local optima (exact reward ~9-11 at cost ~4-9): rewards sit on isolated
-      cells whose fares move every 20 stages, so the constraint is not what holds it back.
+    clip_eps/target_kl, K and both multiplier methods): 4 epochs x 4 minibatches (16 Adam steps
+    on 1600 samples) at actor lr 1e-2 learn as fast as 8 x 16 steps at 1e-3 on 64 x 64 networks
+    in about 1/4 of the time. ``critic_time`` makes bootstrapping unbiased in the stage, so
+    gae_lambda = 0.95 is usable (a stage-blind critic needs 1). The learned multiplier
+    ("lagrangian", Adam 0.01) spikes early, while the policy is diffuse, then the policy
+    collapses into cost-free behaviour and the multiplier decays to 0; the PI controller
+    (K_P = 0.01, K_I = 0.001, K_D = 0) reacts in proportion. entropy_coef = 0.01 keeps the
+    entropy ~1.3 nats instead of ~0.4. Even unconstrained, the stationary "xy" policy settles
+    in low-cost local optima (exact reward ~9-11 at cost ~4-9): the rewards sit on isolated
+    cells whose fares move every 20 stages.
 
     Static fields (set shapes or code paths; part of the compilation cache key):
-        num_iterations: N >= 1 iterations (rollout + update).
-        episodes_per_iteration: K >= 1 episodes per iteration.
+        num_iterations: N iterations (rollout + update). episodes_per_iteration: K.
         observation: network input, "xy" (paper Env 1), "xyt" (Env 2) or "one_hot"; must be
-            supported by the environment (checked by :func:`make_learner`).
-        width, depth, activation: the MLPs (actor, reward critic, cost critic):
-            ``depth`` >= 0 hidden layers of ``width`` >= 1 units, activation in
-            ``networks.ACTIVATIONS``.
-        num_epochs: >= 1 passes over the batch per iteration.
-        num_minibatches: >= 1 minibatches per epoch (at most H K).
-        multiplier_method: "lagrangian" (learned multiplier) or "pid" (PID-Lagrangian).
-        multiplier_optimizer: "adam" or "sgd", the "lagrangian" method's optimizer.
-        pid_delay: d >= 1, the derivative term compares the cost EMA with its value d
-            iterations earlier.
+            supported by the environment (checked by :func:`setup`).
+        width, depth, activation: the MLPs (actor, reward critic, cost critic).
+        num_epochs, num_minibatches: passes over the batch per iteration, minibatches per
+            epoch (at most H K).
+        multiplier_method: "lagrangian" (learned multiplier) or "pid" (PID-Lagrangian);
+            multiplier_optimizer: "adam" or "sgd" ("lagrangian"); pid_delay: d ("pid").
         normalize_advantages: standardise A_r and centre A_c (OmniSafe); False uses raw GAE.
         anneal_lr: decay the actor and critic learning rates linearly to 0 over the run.
         update_form: "auto", "table" or "samples" (speed only; module docstring).
         eval_every: exact evaluation every this many iterations (0: initial and final only).
         critic_time: the critics also receive h / H when the actor's input does not depend
-            on the stage ("xy", "one_hot"); no effect for "xyt". The value of a finite-horizon
-            problem depends on the stage even under a stationary policy, so this is a standard,
-            legitimate variance reduction for the advantages; the actor (the policy being
-            compared) still sees only ``observation``.
+            on the stage (a standard variance reduction: the finite-horizon value depends on
+            the stage even under a stationary policy); the actor still sees ``observation``.
 
     Numeric fields (pytree leaves: ``jax.vmap`` over them without recompiling):
-        actor_lr, critic_lr: Adam step sizes (> 0).
-        clip_eps: PPO clip range eps in [0, 1].
-        gamma: discount in [0, 1] (default 1: the finite-horizon criterion; gamma < 1 changes
-            the objective the advantages estimate).
-        gae_lambda: GAE lambda in [0, 1].
-        max_grad_norm: global-norm gradient clipping per network (> 0).
-        entropy_coef: entropy bonus c_ent >= 0.
-        target_kl: KL early stopping threshold per epoch (>= 0; 0 disables it).
-        multiplier_lr: step size of the "lagrangian" multiplier optimizer (> 0).
-        initial_multiplier: nu at n = 0 ("pid": the initial integral), in [0, multiplier_max].
-        multiplier_max: nu_max > 0, penalties are projected onto [0, nu_max].
-        pid_kp, pid_ki, pid_kd: PID gains (>= 0).
-        pid_p_ema, pid_d_ema: EMA factors a_p, a_d in [0, 1] of the error and of the cost.
+        actor_lr, critic_lr: Adam step sizes. max_grad_norm: clipping per network.
+        clip_eps: PPO clip range. entropy_coef: c_ent. target_kl: KL early stopping threshold
+            per epoch (0 disables it).
+        gamma: discount (1: the finite-horizon criterion). gae_lambda: GAE lambda.
+        multiplier_lr: step size of the "lagrangian" multiplier optimizer.
+        initial_multiplier: nu at n = 0 ("pid": the initial integral).
+        multiplier_max: nu_max, penalties (and the PID integral) lie in [0, nu_max].
+        pid_kp, pid_ki, pid_kd: PID gains. pid_p_ema, pid_d_ema: EMA factors a_p, a_d.
     """
 
-    num_iterations: int = 250
-    episodes_per_iteration: int = 64
-    observation: str = "xy"
-    width: int = 32
-    depth: int = 2
-    activation: str = "tanh"
-    num_epochs: int = 4
-    num_minibatches: int = 4
-    multiplier_method: str = "pid"
-    multiplier_optimizer: str = "adam"
-    pid_delay: int = 10
-    normalize_advantages: bool = True
-    anneal_lr: bool = True
-    update_form: str = "auto"
-    eval_every: int = 25
-    critic_time: bool = True
-    actor_lr: float = 1e-2
-    critic_lr: float = 1e-3
-    clip_eps: float = 0.2
-    gamma: float = 1.0
-    gae_lambda: float = 0.95
-    max_grad_norm: float = 0.5
-    entropy_coef: float = 0.01
-    target_kl: float = 0.02
-    multiplier_lr: float = 0.01
-    initial_multiplier: float = 0.0
-    multiplier_max: float = 100.0
-    pid_kp: float = 0.01
-    pid_ki: float = 0.001
-    pid_kd: float = 0.0
-    pid_p_ema: float = 0.9
-    pid_d_ema: float = 0.95
-
-    def __post_init__(self):
-        own = "Config"
-        for name, low in (
-            ("num_iterations", 1), ("episodes_per_iteration", 1), ("num_epochs", 1),
-            ("num_minibatches", 1), ("pid_delay", 1), ("eval_every", 0),
-        ):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
-                raise ValueError(f"{own}.{name} must be an integer >= {low}, found {v!r}")
-        for name, allowed in (
-            ("observation", OBSERVATIONS), ("multiplier_method", MULTIPLIER_METHODS),
-            ("multiplier_optimizer", MULTIPLIER_OPTIMIZERS), ("update_form", UPDATE_FORMS),
-        ):
-            v = getattr(self, name)
-            if v not in allowed:
-                raise ValueError(f"{own}.{name} must be one of {', '.join(map(repr, allowed))}, found {v!r}")
-        for name in ("normalize_advantages", "anneal_lr", "critic_time"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{own}.{name} must be True or False, found {getattr(self, name)!r}")
-        check_architecture(own, self.width, self.depth, self.activation)
-        for name in ("actor_lr", "critic_lr", "max_grad_norm", "multiplier_lr", "multiplier_max"):
-            common.check_positive(own, name, getattr(self, name))
-        for name in ("entropy_coef", "target_kl", "initial_multiplier", "pid_kp", "pid_ki", "pid_kd"):
-            common.check_positive(own, name, getattr(self, name), allow_zero=True)
-        for name, low, high in _RANGES:
-            common.check_range(own, name, getattr(self, name), low, high)
-        mx = common._real(own, "multiplier_max", self.multiplier_max)
-        init = common._real(own, "initial_multiplier", self.initial_multiplier)
-        if mx is not None and init is not None and np.any(init > mx):
-            raise ValueError(
-                f"{own}.initial_multiplier must lie in [0, multiplier_max = {common._fmt(mx)}], found {common._fmt(init)}"
-            )
-
-    def replace(self, **changes) -> "Config":
-        """A validated copy with some fields changed."""
-        return dataclasses.replace(self, **changes)
-
-
-@struct.dataclass
-class PIDState:
-    """State of the PID-Lagrangian controller (M constraints, d = ``pid_delay``).
-
-    Attributes:
-        integral: I_n, (M,).
-        error_ema: P_n, EMA of the violation C - alpha, (M,).
-        cost_ema: D_n, EMA of the mean episode cost, (M,).
-        history: ring buffer of the last d values of D (slot n mod d holds D_{n-d} before
-            iteration n writes D_n), zeros before they exist, (d, M).
-    """
-
-    integral: Array
-    error_ema: Array
-    cost_ema: Array
-    history: Array
+    num_iterations: int = static(250, low=1)
+    episodes_per_iteration: int = static(64, low=1)
+    observation: str = static("xy", choices=OBSERVATIONS)
+    width: int = static(32, low=1)
+    depth: int = static(2, low=0)
+    activation: str = static("tanh", choices=ACTIVATIONS)
+    num_epochs: int = static(4, low=1)
+    num_minibatches: int = static(4, low=1)
+    multiplier_method: str = static("pid", choices=MULTIPLIER_METHODS)
+    multiplier_optimizer: str = static("adam", choices=MULTIPLIER_OPTIMIZERS)
+    pid_delay: int = static(10, low=1)
+    normalize_advantages: bool = static(True)
+    anneal_lr: bool = static(True)
+    update_form: str = static("auto", choices=UPDATE_FORMS)
+    eval_every: int = static(25, low=0)
+    critic_time: bool = static(True)
+    actor_lr: float = numeric(1e-2, low=0.0, low_open=True)
+    critic_lr: float = numeric(1e-3, low=0.0, low_open=True)
+    clip_eps: float = numeric(0.2, low=0.0, high=1.0)
+    gamma: float = numeric(1.0, low=0.0, high=1.0)
+    gae_lambda: float = numeric(0.95, low=0.0, high=1.0)
+    max_grad_norm: float = numeric(0.5, low=0.0, low_open=True)
+    entropy_coef: float = numeric(0.01, low=0.0)
+    target_kl: float = numeric(0.02, low=0.0)
+    multiplier_lr: float = numeric(0.01, low=0.0, low_open=True)
+    initial_multiplier: float = numeric(0.0, low=0.0, high="multiplier_max")
+    multiplier_max: float = numeric(100.0, low=0.0, low_open=True)
+    pid_kp: float = numeric(0.01, low=0.0)
+    pid_ki: float = numeric(0.001, low=0.0)
+    pid_kd: float = numeric(0.0, low=0.0)
+    pid_p_ema: float = numeric(0.9, low=0.0, high=1.0)
+    pid_d_ema: float = numeric(0.95, low=0.0, high=1.0)
 
 
 @struct.dataclass
 class TrainState:
-    """Learner state (M constraints); network parameters are flax parameter pytrees.
+    """Learner state (M constraints).
 
     Attributes:
-        params: ``{"actor", "reward_critic", "cost_critic"}`` network parameters.
-        opt_state: optax state of the three networks' optimizers (Adam moments, counts).
+        params: ``{"actor", "reward_critic", "cost_critic"}`` flax network parameters.
+        opt_state: optax state of the three networks' optimizers.
         multipliers: penalties nu^(k) >= 0 used in the latest update, (M,).
-        multiplier_opt_state: optax state of the "lagrangian" multiplier optimizer.
-        pid: :class:`PIDState` ("pid" method; unused otherwise).
+        multiplier_state: state of :func:`multiplier_update` (PID terms or optimizer state).
         step: iterations done, n, int32 ().
-        observation, width, depth, activation: the network spec (static), so that
-            :func:`policy_table` and :func:`policy` can rebuild the actor.
+        observation, width, depth, activation: the actor's input and architecture (static).
     """
 
     params: dict[str, Any]
     opt_state: Any
     multipliers: Array
-    multiplier_opt_state: Any
-    pid: PIDState
+    multiplier_state: multipliers.MultiplierState
     step: Array
     observation: str = struct.field(pytree_node=False, default="xy")
-    width: int = struct.field(pytree_node=False, default=64)
+    width: int = struct.field(pytree_node=False, default=32)
     depth: int = struct.field(pytree_node=False, default=2)
     activation: str = struct.field(pytree_node=False, default="tanh")
 
 
 @struct.dataclass
 class Metrics:
-    """Per-iteration training metrics (N iterations, M constraints); O(N) memory.
+    """Per-iteration training metrics (N iterations, M constraints).
 
     Attributes:
-        reward: mean total episode reward of the iteration's K episodes (terminal included), (N,).
-        costs: mean total episode cost per constraint, (N, M).
+        reward, costs: mean total episode reward (N,) and costs (N, M) of the K episodes.
         multipliers: penalties nu used by the iteration's update, (N, M).
         approx_kl: mean KL(pi_old || pi_new) over the batch's samples after the update, (N,).
         entropy: mean policy entropy over the batch's samples before the update, (N,).
-        clip_fraction: fraction of samples with |rho - 1| > eps over the executed epochs, (N,).
-        value_loss: mean critic loss (reward + cost, normalised units) over the executed
-            epochs, (N,).
+        clip_fraction, value_loss: fraction of samples with |rho - 1| > eps and mean critic
+            loss (normalised units), over the executed epochs, (N,).
         epochs: epochs executed (fewer than ``num_epochs`` after KL early stopping), (N,).
         exact: exact reward and costs of the policy every ``eval_every`` iterations.
     """
@@ -333,14 +171,6 @@ class Metrics:
     exact: ExactMetrics
 
 
-@struct.dataclass
-class TrainResult:
-    """What ``train(key)`` returns: the final :class:`TrainState` and the :class:`Metrics`."""
-
-    state: TrainState
-    metrics: Metrics
-
-
 # ----------------------------------------------------------------------------- pieces (tested by hand)
 
 
@@ -351,9 +181,9 @@ def clipped_surrogate(logp: Array, logp_old: Array, advantages: Array, clip_eps:
     return jnp.minimum(ratio * advantages, jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages)
 
 
-def penalised_advantage(adv_r: Array, adv_c: Array, multipliers: Array) -> Array:
+def penalised_advantage(adv_r: Array, adv_c: Array, nu: Array) -> Array:
     """(A_r - sum_k nu_k A_c^(k)) / (1 + sum_k nu_k): adv_r (...), adv_c (..., M), nu (M,)."""
-    return (adv_r - adv_c @ multipliers) / (1.0 + jnp.sum(multipliers))
+    return (adv_r - adv_c @ nu) / (1.0 + jnp.sum(nu))
 
 
 def normalise_advantages(adv_r: Array, adv_c: Array) -> tuple[Array, Array]:
@@ -364,44 +194,17 @@ def normalise_advantages(adv_r: Array, adv_c: Array) -> tuple[Array, Array]:
     return r, c
 
 
-def advantages_and_targets(batch: Batch, values: Array, gamma: Array, lam: Array) -> tuple[Array, Array]:
-    """GAE for reward and costs over the fixed horizon, exact terminal signals as V_H.
-
-    Args:
-        batch: K episodes (:class:`fhc_jax.algos.common.Batch`).
-        values: critic values at s_0..s_{H-1}, channels [V_r, V_c^(1..M)], (H, K, 1+M).
-        gamma, lam: discount and GAE lambda.
-    Returns:
-        (advantages (H, K, 1+M), critic targets R_h = A_h + V_h (H, K, 1+M)).
-    """
-    signals = jnp.concatenate([batch.rewards[..., None], batch.costs], axis=-1)  # (H, K, 1+M)
-    terminal = jnp.concatenate([batch.terminal_rewards[:, None], batch.terminal_costs], axis=-1)  # (K, 1+M)
-    return common.finite_horizon_gae(signals, jnp.concatenate([values, terminal[None]], axis=0), gamma, lam)
+def multiplier_update(config: Config) -> multipliers.MultiplierUpdate:
+    """The config's multiplier update (module docstring): ``optimizer_ascent`` with Adam or
+    SGD ("lagrangian"), or ``pid`` with the config's gains, EMAs and delay ("pid")."""
+    if config.multiplier_method == "lagrangian":
+        optimizer = optax.adam if config.multiplier_optimizer == "adam" else optax.sgd
+        return multipliers.optimizer_ascent(optimizer(config.multiplier_lr), config.multiplier_max)
+    return multipliers.pid(config.multiplier_max, config.pid_kp, config.pid_ki, config.pid_kd,
+                           p_ema=config.pid_p_ema, d_ema=config.pid_d_ema, delay=config.pid_delay)
 
 
-def lagrangian_update(
-    multipliers: Array, opt_state: Any, mean_costs: Array, thresholds: Array, cfg: Config
-) -> tuple[Array, Any]:
-    """One step of the learned multiplier: gradient -(C - alpha) of the loss -nu (C - alpha)
-    through the multiplier optimizer, then projection onto [0, multiplier_max]. (M,) arrays."""
-    tx = _multiplier_optimizer(cfg)
-    updates, opt_state = tx.update(-(mean_costs - thresholds), opt_state, multipliers)
-    return common.project_multipliers(multipliers + updates, cfg.multiplier_max), opt_state
-
-
-def pid_update(pid: PIDState, mean_costs: Array, thresholds: Array, n: Array, cfg: Config) -> tuple[Array, PIDState]:
-    """PID-Lagrangian at iteration n (module docstring equations): returns (nu_n (M,), state)."""
-    error = mean_costs - thresholds
-    integral = jnp.maximum(0.0, pid.integral + cfg.pid_ki * error)
-    error_ema = cfg.pid_p_ema * pid.error_ema + (1.0 - cfg.pid_p_ema) * error
-    cost_ema = cfg.pid_d_ema * pid.cost_ema + (1.0 - cfg.pid_d_ema) * mean_costs
-    slot = jnp.mod(n, pid.history.shape[0])
-    derivative = jnp.maximum(0.0, cost_ema - pid.history[slot])
-    nu = common.project_multipliers(cfg.pid_kp * error_ema + integral + cfg.pid_kd * derivative, cfg.multiplier_max)
-    return nu, PIDState(integral=integral, error_ema=error_ema, cost_ema=cost_ema, history=pid.history.at[slot].set(cost_ema))
-
-
-# ----------------------------------------------------------------------------- networks and optimizers
+# ----------------------------------------------------------------------------- networks and setup
 
 
 def _modules(num_actions: int, num_constraints: int, spec) -> dict[str, MLP]:
@@ -425,38 +228,32 @@ def _optimizer(cfg: Config, lr_scale: Array = 1.0) -> optax.GradientTransformati
     )
 
 
-def _multiplier_optimizer(cfg: Config) -> optax.GradientTransformation:
-    if cfg.multiplier_optimizer == "adam":
-        return optax.adam(cfg.multiplier_lr)
-    return optax.sgd(cfg.multiplier_lr)
-
-
-def _check_observation(env, observation: str) -> None:
-    supported = getattr(env, "supported_observations", ())
-    if observation not in supported:
-        valid = ", ".join(repr(o) for o in supported if o in OBSERVATIONS)
-        raise ValueError(
-            f"ppo_lagrangian: Config.observation must be one of {valid} for {type(env).__name__}, found {observation!r}"
-        )
-
-
 @dataclasses.dataclass(frozen=True)
-class _Setup:
-    """Environment-derived constants of one learner (host-side, built once). The actor and the
-    critics may have different inputs (``critic_time``): each network has its own table of
-    distinct input rows and its own update form."""
+class Setup:
+    """Constants derived from the environment (host-side, built once by :func:`setup`).
+
+    Attributes:
+        modules: the ``{"actor", "reward_critic", "cost_critic"}`` MLPs.
+        rows: the U distinct actor inputs, (U, D); per_stage: whether they depend on h.
+        critic_rows, critic_per_stage: the same for the critics (``critic_time``).
+        horizon, num_states, num_actions: H, S, A.
+        form, critic_form: the resolved update forms of the actor and of the critics.
+        model: the rollout model. thresholds: alpha, (M,). value_scale: B per signal, (1+M,).
+    """
 
     modules: dict[str, MLP]
-    rows: Array  # the U distinct actor inputs, (U, D)
-    per_stage: bool  # actor inputs depend on h (U = H S) or not (U = S)
-    critic_rows: Array  # the U_c distinct critic inputs, (U_c, D_c)
-    critic_per_stage: bool  # critic inputs depend on h
+    rows: Array
+    per_stage: bool
+    critic_rows: Array
+    critic_per_stage: bool
     horizon: int
     num_states: int
     num_actions: int
-    value_scale: Array  # B per signal [r, g^(1..M)], (1+M,)
-    form: str  # actor: "table" or "samples"
-    critic_form: str  # critics: "table" or "samples"
+    form: str
+    critic_form: str
+    model: TabularModel | None = None
+    thresholds: Array | None = None
+    value_scale: Array | None = None
 
     def row_index(self, hs: Array, states: Array, critic: bool = False) -> Array:
         per_stage = self.critic_per_stage if critic else self.per_stage
@@ -479,17 +276,28 @@ class _Setup:
         return mod.apply(params, inputs[rows])
 
 
-def _return_bound(stage: np.ndarray, terminal: np.ndarray, horizon: int) -> float:
-    b = horizon * float(np.max(np.abs(stage), initial=0.0)) + float(np.max(np.abs(terminal), initial=0.0))
-    return b if b > 0 else 1.0
-
-
-def _setup(env, params, config: Config, model: common.TabularModel) -> _Setup:
-    _check_observation(env, config.observation)
+def _actor_rows(env, params, observation: str) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(observation table (H, S, D), distinct actor rows (U, D), whether they depend on h)."""
+    if observation not in env.supported_observations:
+        valid = ", ".join(repr(o) for o in env.supported_observations if o in OBSERVATIONS)
+        raise ValueError(
+            f"ppo_lagrangian: Config.observation must be one of {valid} for {type(env).__name__}, found {observation!r}"
+        )
     h, s = env.horizon, env.num_states
-    table = np.asarray(common.observation_table(env, params, config.observation))[:h]  # (H, S, D)
+    table = np.asarray(observation_table(env, params, observation))[:h]  # (H, S, D)
     per_stage = not np.array_equal(table, np.broadcast_to(table[:1], table.shape))
-    rows = table.reshape(h * s, -1) if per_stage else table[0].reshape(s, -1)
+    return table, table.reshape(h * s, -1) if per_stage else table[0].reshape(s, -1), per_stage
+
+
+def setup(env, params, config: Config) -> Setup:
+    """Input tables, networks, rollout model, thresholds and value scales of ``env``.
+
+    Raises:
+        ValueError: an observation the environment does not support, or more minibatches
+            than samples per iteration (H K).
+    """
+    table, rows, per_stage = _actor_rows(env, params, config.observation)
+    h, s = env.horizon, env.num_states
     if config.critic_time and not per_stage:
         # the critics also see h / H (the actor's input does not depend on the stage)
         t = np.broadcast_to((np.arange(h, dtype=np.float32) / h)[:, None, None], (h, s, 1))
@@ -508,58 +316,63 @@ def _setup(env, params, config: Config, model: common.TabularModel) -> _Setup:
             return config.update_form
         return "table" if config.num_minibatches * u <= n_samples else "samples"
 
-    m = env.num_constraints
-    rewards, costs = np.asarray(model.rewards), np.asarray(model.costs)
-    scale = [_return_bound(rewards, np.asarray(model.terminal_rewards), h)]
-    scale += [_return_bound(costs[k], np.asarray(model.terminal_costs)[k], h) for k in range(m)]
-    return _Setup(
-        modules=_modules(env.num_actions, m, config),
-        rows=jnp.asarray(rows, jnp.float32),
-        per_stage=per_stage,
-        critic_rows=jnp.asarray(critic_rows, jnp.float32),
-        critic_per_stage=critic_per_stage,
-        horizon=h,
-        num_states=s,
-        num_actions=env.num_actions,
-        value_scale=jnp.asarray(scale, jnp.float32),
-        form=pick(rows.shape[0]),
-        critic_form=pick(critic_rows.shape[0]),
+    model = tabular_model(env, params)
+    return Setup(
+        modules=_modules(env.num_actions, env.num_constraints, config),
+        rows=jnp.asarray(rows, jnp.float32), per_stage=per_stage,
+        critic_rows=jnp.asarray(critic_rows, jnp.float32), critic_per_stage=critic_per_stage,
+        horizon=h, num_states=s, num_actions=env.num_actions,
+        form=pick(rows.shape[0]), critic_form=pick(critic_rows.shape[0]),
+        model=model,
+        thresholds=jnp.asarray(env.to_cmdp(params).thresholds, jnp.float32),
+        value_scale=jnp.asarray(value_scale(model)),
     )
 
 
-# ----------------------------------------------------------------------------- init and update
+def policy_setup(env, params, train_state: TrainState) -> Setup:
+    """What :func:`logits` needs (the actor and its input rows), from the train state's
+    observation and architecture."""
+    _, rows, per_stage = _actor_rows(env, params, train_state.observation)
+    rows = jnp.asarray(rows, jnp.float32)
+    return Setup(_modules(env.num_actions, env.num_constraints, train_state), rows, per_stage, rows, per_stage,
+                 env.horizon, env.num_states, env.num_actions, form="table", critic_form="table")
 
 
-def _init(key: Array, setup: _Setup, num_constraints: int, cfg: Config) -> TrainState:
+# ----------------------------------------------------------------------------- the algorithm
+
+
+def init(key: Array, setup: Setup, config: Config) -> TrainState:
+    """Initial state: LeCun-normal MLPs (actor head scaled by 0.01: near-uniform policy),
+    fresh optimizer states, nu = initial_multiplier."""
     keys = jax.random.split(key, 3)
     inputs = {"actor": setup.rows[:1], "reward_critic": setup.critic_rows[:1], "cost_critic": setup.critic_rows[:1]}
     net_params = {name: setup.modules[name].init(k, inputs[name]) for name, k in zip(("actor", "reward_critic", "cost_critic"), keys)}
-    nu = jnp.broadcast_to(jnp.asarray(cfg.initial_multiplier, jnp.float32), (num_constraints,))
-    zeros = jnp.zeros((num_constraints,), jnp.float32)
+    m = setup.thresholds.shape[0]
+    nu = jnp.broadcast_to(jnp.asarray(config.initial_multiplier, jnp.float32), (m,))
     return TrainState(
         params=net_params,
-        opt_state=_optimizer(cfg).init(net_params),
+        opt_state=_optimizer(config).init(net_params),
         multipliers=nu,
-        multiplier_opt_state=_multiplier_optimizer(cfg).init(nu),
-        pid=PIDState(integral=nu, error_ema=zeros, cost_ema=zeros,
-                     history=jnp.zeros((cfg.pid_delay, num_constraints), jnp.float32)),
+        multiplier_state=multiplier_update(config).init(m, config.initial_multiplier),
         step=jnp.zeros((), jnp.int32),
-        observation=cfg.observation,
-        width=cfg.width,
-        depth=cfg.depth,
-        activation=cfg.activation,
+        observation=config.observation,
+        width=config.width,
+        depth=config.depth,
+        activation=config.activation,
     )
 
 
-def init(key: Array, env, params, config: Config) -> TrainState:
-    """Initial state: LeCun-normal MLPs (actor head scaled by 0.01: near-uniform policy),
-    fresh optimizer states, nu = initial_multiplier.
+def logits(train_state: TrainState, setup: Setup) -> Array:
+    """The stationary network's logits per stage and state, f_theta(x_h(s)), (H, S, A)."""
+    return setup.logits_table(train_state.params["actor"])
 
-    Raises:
-        ValueError: an observation the environment does not support.
-    """
-    setup = _setup(env, params, config, common.tabular_model(env, params))
-    return _init(key, setup, env.num_constraints, config)
+
+def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -> Batch:
+    """K episodes from the tabulated policy; the logits table is kept in ``Batch.behaviour``
+    (the update's pi_old)."""
+    table = logits(train_state, setup)
+    batch = rollout_policy_table(key, setup.model, jax.nn.softmax(table, axis=-1), config.episodes_per_iteration)
+    return batch.replace(behaviour=table)
 
 
 def _tree_where(flag: Array, new: Any, old: Any) -> Any:
@@ -567,31 +380,18 @@ def _tree_where(flag: Array, new: Any, old: Any) -> Any:
 
 
 def update(
-    train_state: TrainState, batch: Batch, key: Array, setup: _Setup, thresholds: Array, cfg: Config,
-    logits: Array | None = None,
+    train_state: TrainState, batch: Batch, key: Array, setup: Setup, config: Config
 ) -> tuple[TrainState, dict[str, Array]]:
-    """One PPO-Lagrangian update from K episodes collected under ``train_state``'s policy.
-
-    Args:
-        train_state: state at iteration n.
-        batch: K episodes (time-major :class:`Batch`, tabular state indices).
-        key: PRNG key of the minibatch shuffles.
-        setup: environment constants (built by :func:`make_learner`).
-        thresholds: alpha^(k), (M,).
-        cfg: :class:`Config` (numeric leaves may be traced).
-        logits: the policy's logits table (H, S, A) if already computed (the rollout's).
-    Returns:
-        (state at n + 1, metrics dict: reward (), costs (M,), multipliers (M,), approx_kl (),
-        entropy (), clip_fraction (), value_loss (), epochs ()).
-    """
+    """One PPO-Lagrangian update (module docstring) from K episodes collected under
+    ``train_state``'s policy (``batch.behaviour``, when present, is its logits table);
+    ``key`` draws the minibatch shuffles. Returns (state at n + 1, metrics dict: reward (),
+    costs (M,), multipliers (M,), approx_kl (), entropy (), clip_fraction (), value_loss (),
+    epochs ())."""
+    cfg, st, p, thresholds = config, train_state, train_state.params, setup.thresholds
     num_stages, k = batch.actions.shape
-    n_samples = num_stages * k
-    m = thresholds.shape[0]
-    st = train_state
-    p = st.params
-    if logits is None:
-        logits = setup.logits_table(p["actor"])
-    logp_table = jax.nn.log_softmax(logits, axis=-1)  # (H, S, A)
+    n_samples, m = num_stages * k, thresholds.shape[0]
+    logits_old = batch.behaviour if batch.behaviour is not None else setup.logits_table(p["actor"])
+    logp_table = jax.nn.log_softmax(logits_old, axis=-1)  # (H, S, A)
     hs = jnp.broadcast_to(jnp.arange(num_stages, dtype=jnp.int32)[:, None], (num_stages, k))
     s_h = batch.states[:-1]
     rows = setup.row_index(hs, s_h)  # actor input rows, (H, K)
@@ -610,12 +410,7 @@ def update(
 
     # --- multipliers from the batch's mean episode costs (before the policy update)
     mean_costs = jnp.mean(batch.episode_costs, axis=0)  # (M,)
-    if cfg.multiplier_method == "lagrangian":
-        nu, mult_opt = lagrangian_update(st.multipliers, st.multiplier_opt_state, mean_costs, thresholds, cfg)
-        pid = st.pid
-    else:
-        nu, pid = pid_update(st.pid, mean_costs, thresholds, st.step, cfg)
-        mult_opt = st.multiplier_opt_state
+    nu, multiplier_state = multiplier_update(cfg).update(st.multiplier_state, mean_costs - thresholds, mean_costs)
 
     adv_r, adv_c = adv[..., 0], adv[..., 1:]
     if cfg.normalize_advantages:
@@ -679,8 +474,8 @@ def update(
     new_logp = jax.nn.log_softmax(setup.logits_table(net["actor"]), axis=-1)[hs, s_h]  # (H, K, A)
     approx_kl = jnp.mean(jnp.sum(jnp.exp(logp_rows) * (logp_rows - new_logp), axis=-1))
 
-    new_state = st.replace(params=net, opt_state=opt, multipliers=nu, multiplier_opt_state=mult_opt,
-                           pid=pid, step=st.step + 1)
+    new_state = st.replace(params=net, opt_state=opt, multipliers=nu, multiplier_state=multiplier_state,
+                           step=st.step + 1)
     metrics = {
         "reward": jnp.mean(batch.episode_rewards),
         "costs": mean_costs,
@@ -694,121 +489,8 @@ def update(
     return new_state, metrics
 
 
-# ----------------------------------------------------------------------------- public API
-
-
-def _leading_axes(train_state: TrainState) -> int:
-    return jnp.ndim(train_state.step)
-
-
-def policy_table(train_state: TrainState, env, params=None) -> Array:
-    """The stationary network's policy tabulated per stage and state, pi_h(s, a) =
-    softmax(f_theta(x_h(s)))_a, (H, S, A) (rows of "xy"/"one_hot" inputs repeat over h).
-
-    Feed it to ``fhc_jax.evaluate(env.to_cmdp(params), table)`` for exact judgement. A batched
-    state (leading seed axes) gives a batched table.
-    """
-    params = env.default_params if params is None else params
-    rows = common.observation_table(env, params, train_state.observation)[: env.horizon]  # (H, S, D)
-    h, s = rows.shape[:2]
-    actor = _modules(env.num_actions, env.num_constraints, train_state)["actor"]
-    fn = lambda p: jax.nn.softmax(actor.apply(p, rows.reshape(h * s, -1)), axis=-1).reshape(h, s, -1)
-    for _ in range(_leading_axes(train_state)):
-        fn = jax.vmap(fn)
-    return fn(train_state.params["actor"])
-
-
-def policy(train_state: TrainState, env, params=None) -> Callable[[Array, Array, Array], Array]:
-    """The learned policy as ``act(key, observation, h) -> action`` for :func:`fhc_jax.rollout`:
-    the actor network applied to the environment's observation (one uniform per call; implements
-    the fast protocol ``action_from_uniform``).
-
-    Raises:
-        ValueError: the environment's observation encoder differs from the one the network was
-            trained on (``train_state.observation``), or a batched (multi-seed) state.
-    """
-    del params
-    name = env.encoder.name
-    if name != train_state.observation:
-        raise ValueError(
-            f"ppo_lagrangian.policy: the network was trained on observation={train_state.observation!r}, but "
-            f"{type(env).__name__} emits {name!r}; construct the environment with observation={train_state.observation!r}"
-        )
-    if _leading_axes(train_state):
-        raise ValueError("ppo_lagrangian.policy: pass the state of one seed (index the leading axes first)")
-    actor = _modules(env.num_actions, env.num_constraints, train_state)["actor"]
-    actor_params = train_state.params["actor"]
-
-    def cdf_of(observation: Array, h: Array) -> Array:
-        del h  # stationary
-        x = jnp.asarray(observation, jnp.float32)
-        return jnp.cumsum(jax.nn.softmax(actor.apply(actor_params, x), axis=-1), axis=-1)
-
-    return common.sampling_policy(cdf_of)
-
-
-def make_learner(env, params, config: Config) -> common.Learner:
-    """PPO-Lagrangian bound to ``env`` as iteration-level functions (:class:`common.Learner`).
-
-    Raises:
-        ValueError: a config of another learner, an observation the environment does not
-            support, or more minibatches than samples per iteration.
-    """
-    if not isinstance(config, Config):
-        raise ValueError(f"make_train: config must be a ppo_lagrangian.Config, found {type(config).__name__}")
-    model = common.tabular_model(env, params)
-    setup = _setup(env, params, config, model)
-    cmdp = env.to_cmdp(params)
-    thresholds = jnp.asarray(cmdp.thresholds, jnp.float32)
-    evaluate_policy = common.exact_evaluator(cmdp)
-    m = env.num_constraints
-    k = config.episodes_per_iteration
-
-    def init_fn(key: Array, cfg: Config) -> common.Carry:
-        k_init, k_loop = jax.random.split(key)
-        return common.Carry(state=_init(k_init, setup, m, cfg), key=k_loop)
-
-    def step_fn(carry: common.Carry, cfg: Config) -> tuple[common.Carry, dict[str, Array]]:
-        key, k_roll, k_upd = jax.random.split(carry.key, 3)
-        logits = setup.logits_table(carry.state.params["actor"])
-        batch = common.rollout_policy_table(k_roll, model, jax.nn.softmax(logits, axis=-1), k)
-        st, metrics = update(carry.state, batch, k_upd, setup, thresholds, cfg, logits=logits)
-        return common.Carry(state=st, key=key), metrics
-
-    def table_fn(st: TrainState) -> Array:
-        return jax.nn.softmax(setup.logits_table(st.params["actor"]), axis=-1)
-
-    return common.Learner(
-        config=config,
-        init=init_fn,
-        step=step_fn,
-        evaluate=lambda carry: evaluate_policy(table_fn(carry.state)),
-        policy_table=table_fn,
-    )
-
-
-def make_train(env, params, config: Config) -> Callable[..., TrainResult]:
-    """Build ``train(key, hparams=None) -> TrainResult``: ``config.num_iterations`` rollouts
-    and PPO updates in one ``lax.scan`` (one jit).
-
-    ``jax.jit(jax.vmap(train))(keys)`` trains several seeds in one compiled call;
-    ``jax.vmap(train, in_axes=(None, 0))(key, common.stack([cfg1, cfg2]))`` sweeps numeric
-    hyperparameters without recompiling (static fields must equal ``config``'s).
-
-    Args:
-        env: a tabular environment (``GridWorld``, ``TabularEnv``) supporting
-            ``config.observation``.
-        params: its params.
-        config: :class:`Config`.
-    Returns:
-        ``train``; its result's ``metrics`` hold per-iteration mean episode reward and costs,
-        the multipliers, and (``metrics.exact``) the exact reward and costs of the policy every
-        ``config.eval_every`` iterations.
-    """
-    learner = make_learner(env, params, config)
-
-    def train(key: Array, hparams: Config | None = None) -> TrainResult:
-        state, metrics, exact = common.run(learner, key, hparams)
-        return TrainResult(state=state, metrics=Metrics(exact=exact, **metrics))
-
-    return train
+ALGORITHM = learner.Algorithm(
+    name="ppo_lagrangian", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
+    rollout=rollout, update=update, logits=logits, policy_setup=policy_setup, update_keys=1,
+)
+make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)

@@ -11,8 +11,13 @@ the usual GAE form, with A_H = 0.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
+
+if TYPE_CHECKING:
+    from fhc_jax.algos.tabular_rollout import Batch
 
 Array = jax.Array
 
@@ -54,3 +59,52 @@ def finite_horizon_gae(rewards: Array, values: Array, gamma: Array = 1.0, lam: A
     lam = jnp.asarray(lam, rewards.dtype)
     returns = lambda_returns(rewards, values[-1], values[1:], lam, gamma)
     return returns - values[:-1], returns
+
+
+def advantages_and_targets(batch: "Batch", values: Array, gamma: Array, lam: Array) -> tuple[Array, Array]:
+    """GAE for reward and costs over the fixed horizon, the exact terminal signals as V_H:
+    ``values`` (H, K, 1+M) are V at s_0..s_{H-1}, channels [V_r, V_c^(1..M)]; returns
+    (advantages, critic targets R_h = A_h + V_h), both (H, K, 1+M)."""
+    signals = jnp.concatenate([batch.rewards[..., None], batch.costs], axis=-1)  # (H, K, 1+M)
+    terminal = jnp.concatenate([batch.terminal_rewards[:, None], batch.terminal_costs], axis=-1)  # (K, 1+M)
+    return finite_horizon_gae(signals, jnp.concatenate([values, terminal[None]], axis=0), gamma, lam)
+
+
+def visit_averaged_advantages(count_sa: Array, total_sa: Array) -> Array:
+    """Per-cell advantage estimates from a batch scattered into (stage, state, action) cells:
+    A_hat_h(s, a) = (mean of the samples' advantage signals that took a in s at stage h) -
+    (mean over all samples in (h, s)); 0 for actions not taken and unvisited states.
+
+    Args:
+        count_sa: visits n_h(s, a), (H, S, A). total_sa: sum of the signals per cell, (H, S, A).
+    Returns:
+        A_hat, (H, S, A).
+    """
+    count_s = count_sa.sum(-1, keepdims=True)
+    mean_s = total_sa.sum(-1, keepdims=True) / jnp.maximum(count_s, 1.0)
+    return jnp.where(count_sa > 0, total_sa / jnp.maximum(count_sa, 1.0) - mean_s, 0.0)
+
+
+def lagrangian_targets(batch: "Batch", values: Array, multipliers: Array, thresholds: Array, paper: bool,
+                       trace: Array) -> Array:
+    """Critic targets of the constrained actor-critics (FH- and NN-Constrained) in C = 1 + M
+    channels: the Lagrangian channel c_h = r_h - nu . g_h, c_H = r_H - nu . g~_H, and the
+    constraint channels g_h^(k), g~_H^(k), where g~_H = g_H - alpha in the paper's form (its
+    critics carry the -alpha offset of (algo5)) and g_H otherwise.
+
+    Args:
+        batch: time-major episodes. values: critic values at s_0..s_H, (H+1, K, C).
+        multipliers: nu, (M,). thresholds: alpha, (M,).
+        paper: TD(0) bootstrap targets c_h + V_{h+1}(s_{h+1}) (paper), else lambda-returns.
+        trace: the lambda-return trace (ignored by the paper's form).
+    Returns:
+        targets for stages 0..H (stage H: the terminal signal itself), (H+1, K, C).
+    """
+    stage = jnp.concatenate([(batch.rewards - batch.costs @ multipliers)[..., None], batch.costs], axis=-1)
+    term_cost = batch.terminal_costs - thresholds if paper else batch.terminal_costs
+    terminal = jnp.concatenate([(batch.terminal_rewards - term_cost @ multipliers)[:, None], term_cost], axis=-1)
+    if paper:
+        targets = stage + values[1:]
+    else:
+        targets = lambda_returns(stage, terminal, values[1:], jnp.asarray(trace, values.dtype))
+    return jnp.concatenate([targets, terminal[None]], axis=0)

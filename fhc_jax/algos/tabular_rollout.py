@@ -302,3 +302,17 @@ def batch_observations(table: Array, states: Array) -> Array:
     return table[hs, states]
 
 
+def value_scale(model: TabularModel) -> np.ndarray:
+    """Fixed output scale of the critics per signal [r, g^(1..M)]: the return bound
+    B = H max|u_h| + max|u_H| (1 where the signal is identically 0), so the critic networks
+    regress targets of order one whatever the horizon. (1 + M,), float32 (host-side)."""
+    horizon = model.rewards.shape[0]
+
+    def bound(stage, terminal):
+        b = horizon * float(np.max(np.abs(np.asarray(stage)), initial=0.0)) + float(
+            np.max(np.abs(np.asarray(terminal)), initial=0.0))
+        return b if b > 0 else 1.0
+
+    scales = [bound(model.rewards, model.terminal_rewards)]
+    scales += [bound(model.costs[k], model.terminal_costs[k]) for k in range(model.num_constraints)]
+    return np.asarray(scales, np.float32)

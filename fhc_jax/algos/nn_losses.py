@@ -1,0 +1,165 @@
+"""The losses of NN-Constrained (paper Section 5) for a batch of K trajectories, in two forms
+with identical values and gradients up to float rounding:
+
+* per sample (:func:`sample_losses`, the reference form): CL(v_h), CCL(w_h^(k)) and AL(theta_h)
+  as written in the paper, summed over the stages;
+* per (stage, state) cell (:func:`table_losses`): the same sums regrouped by the per-cell
+  statistics of the batch (:func:`cell_stats`), so each network is applied once per (h, s),
+  independent of K.
+
+and the improved variant's actor step (:func:`advantage_targets`, :func:`improved_actor_loss`).
+Derivations: docs/algorithms/nn_constrained.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from fhc_jax.algos.returns import lagrangian_targets, visit_averaged_advantages
+from fhc_jax.algos.tabular_rollout import Batch
+
+if TYPE_CHECKING:
+    from fhc_jax.algos.nn_constrained import Networks, TrainState
+
+Array = jax.Array
+
+
+@struct.dataclass
+class Targets:
+    """Fixed (stop-gradient) regression targets and actor advantages of one batch.
+
+    Attributes (time-major; C = 1 + M channels: Lagrangian, then constraints):
+        targets: y_h for stages 0..H (stage H: the terminal signal), (H+1, K, C).
+        advantages: the actor's weights (TD error or lambda-return advantage), (H, K).
+        values: critic outputs at the visited states before the update, (H+1, K, C).
+    """
+
+    targets: Array
+    advantages: Array
+    values: Array
+
+
+def batch_targets(values: Array, batch: Batch, multipliers: Array, thresholds: Array, variant: str, trace: Array) -> Targets:
+    """The paper's bootstrap targets (or the improved variant's lambda-returns).
+
+    Args:
+        values: [V_h(s_h), W_h(s_h)] at the visited states s_0..s_H, (H+1, K, 1+M).
+        batch: the trajectories (time-major :class:`Batch`).
+        multipliers: nu, (M,). thresholds: alpha, (M,).
+        variant: "paper" or "improved". trace: lambda-return trace (improved).
+    """
+    targets = jax.lax.stop_gradient(lagrangian_targets(batch, values, multipliers, thresholds, variant == "paper", trace))
+    advantages = jax.lax.stop_gradient(targets[:-1, :, 0] - values[:-1, :, 0])
+    return Targets(targets=targets, advantages=advantages, values=values)
+
+
+def sample_losses(
+    nets: Networks, state: TrainState, observations: Array, actions: Array, fixed: Targets
+) -> tuple[Array, Array]:
+    """The paper's losses as sums over samples (the reference form).
+
+    Args:
+        nets: :class:`Networks`. state: current parameters.
+        observations: o_h(s_h) for stages 0..H, (H+1, K, D). actions: a_h, (H, K).
+        fixed: :class:`Targets`.
+    Returns:
+        (critic loss = sum_h CL(v_h) + sum_{h,k} CCL(w_h^(k)) over stages 0..H,
+         actor loss = -sum_h AL(theta_h)), both ().
+    """
+    k = actions.shape[1]
+    v = nets.critic.apply(state.critic, observations)  # (H+1, K, 1)
+    w = nets.cost_critic.apply(state.cost_critic, observations)  # (H+1, K, M)
+    pred = jnp.concatenate([v, w], axis=-1)
+    critic_loss = jnp.sum((fixed.targets - pred) ** 2) / k
+    logits = nets.actor.apply(state.actor, observations[:-1])  # (H, K, A)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), actions[..., None], axis=-1)[..., 0]
+    actor_loss = -jnp.sum(logp * fixed.advantages) / k
+    return critic_loss, actor_loss
+
+
+@struct.dataclass
+class CellStats:
+    """Per-(stage, state) statistics of a batch: the table form of the sample losses.
+
+    Attributes (S states, A actions, C = 1 + M):
+        counts: visits n_h(s), (H+1, S).
+        target_sums: sum of targets over the visits of (h, s), (H+1, S, C).
+        target_squares: sum of squared targets, (H+1, S, C).
+        advantage_sums: sum of actor advantages over the samples in (h, s, a), (H, S, A).
+    """
+
+    counts: Array
+    target_sums: Array
+    target_squares: Array
+    advantage_sums: Array
+    advantage_counts: Array | None = None
+
+
+def cell_stats(states: Array, actions: Array, fixed: Targets, num_states: int, num_actions: int, counts_sa: bool = False) -> CellStats:
+    """Scatter the batch into :class:`CellStats` (one scatter per quantity, O(H K))."""
+    h1, k = states.shape
+    hh = jnp.arange(h1, dtype=jnp.int32)[:, None]
+    y = fixed.targets
+    vals = jnp.concatenate([jnp.ones((h1, k, 1), y.dtype), y, y * y], axis=-1)
+    per_state = jnp.zeros((h1, num_states, vals.shape[-1]), y.dtype).at[hh, states].add(vals)
+    c = y.shape[-1]
+    adv = jnp.zeros((h1 - 1, num_states * num_actions, 2), y.dtype)
+    adv = adv.at[hh[:-1], states[:-1] * num_actions + actions].add(jnp.stack([fixed.advantages, jnp.ones_like(fixed.advantages)], -1))
+    return CellStats(
+        advantage_counts=adv[..., 1].reshape(h1 - 1, num_states, num_actions) if counts_sa else None,
+        counts=per_state[..., 0],
+        target_sums=per_state[..., 1 : 1 + c],
+        target_squares=per_state[..., 1 + c :],
+        advantage_sums=adv[..., 0].reshape(h1 - 1, num_states, num_actions),
+    )
+
+
+def table_losses(nets: Networks, state: TrainState, obs_table: Array, stats: CellStats, k: int) -> tuple[Array, Array]:
+    """The same losses as :func:`sample_losses`, from per-cell statistics:
+    sum_i (y_i - f(s_i))^2 = sum_s [n_s f(s)^2 - 2 f(s) sum y + sum y^2] and
+    sum_i log mu(s_i, a_i) A_i = sum_{s,a} log mu(s, a) (sum of A over (s, a)).
+
+    Args:
+        obs_table: observations of every state at stages 0..H, (H+1, S, D).
+        stats: :class:`CellStats`. k: K.
+    """
+    v = nets.critic.apply(state.critic, obs_table)
+    w = nets.cost_critic.apply(state.cost_critic, obs_table)
+    f = jnp.concatenate([v, w], axis=-1)  # (H+1, S, C)
+    sq = stats.counts[..., None] * f * f - 2.0 * f * stats.target_sums + stats.target_squares
+    critic_loss = jnp.sum(sq) / k
+    logits = nets.actor.apply(state.actor, obs_table[:-1])  # (H, S, A)
+    actor_loss = -jnp.sum(jax.nn.log_softmax(logits, axis=-1) * stats.advantage_sums) / k
+    return critic_loss, actor_loss
+
+
+def advantage_targets(logits: Array, stats: CellStats, logit_step: Array) -> tuple[Array, Array]:
+    """Target policies of the improved actor: the tabular improved FH-Constrained step taken in
+    logit space, q_h(s, .) = softmax(z_h(s, .) + eta A_hat_h(s, .)), at every visited (h, s).
+
+    A_hat_h(s, a) is the visit-averaged advantage of a at (h, s) (mean advantage of the samples
+    that took a, minus the mean over all samples in (h, s); 0 for actions not taken), as in
+    FH-Constrained's improved actor.
+
+    Args:
+        logits: z = the actor's logits at every (h, s), (H, S, A).
+        stats: :class:`CellStats` with ``advantage_counts``.
+        logit_step: eta.
+    Returns:
+        (q (H, S, A), visited indicator 1[n_h(s) > 0] (H, S)).
+    """
+    adv = visit_averaged_advantages(stats.advantage_counts, stats.advantage_sums)
+    q = jax.nn.softmax(logits + logit_step * adv, axis=-1)
+    return jax.lax.stop_gradient(q), (stats.advantage_counts.sum(-1) > 0).astype(logits.dtype)
+
+
+def improved_actor_loss(nets: Networks, actor: Any, obs_table: Array, q: Array, visited: Array) -> Array:
+    """Cross-entropy of the actor to the targets q over the visited (h, s), each (h, s) weighted
+    equally (the "visits" combination of FH-Constrained): sum_{h,s} 1[visited] CE(q, mu) /
+    max(#visited, 1)."""
+    logp = jax.nn.log_softmax(nets.actor.apply(actor, obs_table[:-1]), axis=-1)
+    return -jnp.sum(visited[..., None] * q * logp) / jnp.maximum(jnp.sum(visited), 1.0)

@@ -1,0 +1,147 @@
+"""The trust-region subproblem of CPO (Achiam et al. 2017): conjugate gradient on Fisher-vector
+products computed by autodiff, and the closed-form dual of
+
+    max_d g^T d  s.t.  1/2 d^T F d <= delta,  c + b^T d <= 0
+
+with its infeasible-recovery case (the derivation is in :mod:`fhc_jax.algos.cpo`). All
+functions are jittable and vmappable, with a fixed number of iterations.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def conjugate_gradient(matvec: Callable[[Array], Array], b: Array, iterations: int) -> Array:
+    """Approximately solve F x = b for symmetric positive-definite F by ``iterations`` steps
+    of conjugate gradient from x_0 = 0 (Hestenes-Stiefel; jittable, vmappable, fixed cost).
+
+    r_0 = p_0 = b;  alpha_i = r_i^T r_i / p_i^T F p_i;  x_{i+1} = x_i + alpha_i p_i;
+    r_{i+1} = r_i - alpha_i F p_i;  p_{i+1} = r_{i+1} + (r_{i+1}^T r_{i+1} / r_i^T r_i) p_i.
+    Exact after n steps in exact arithmetic (n = dim b); steps after convergence are no-ops.
+
+    Args:
+        matvec: v (P,) -> F v (P,).
+        b: right-hand side, (P,).
+        iterations: number of steps (static).
+    Returns:
+        x, (P,).
+    """
+    tiny = jnp.finfo(b.dtype).tiny
+
+    def body(_, carry):
+        x, r, p, rr = carry
+        fp = matvec(p)
+        pfp = jnp.vdot(p, fp)
+        alpha = jnp.where(pfp > tiny, rr / jnp.where(pfp > tiny, pfp, 1.0), 0.0)
+        x = x + alpha * p
+        r = r - alpha * fp
+        rr_new = jnp.vdot(r, r)
+        beta = jnp.where(rr > tiny, rr_new / jnp.where(rr > tiny, rr, 1.0), 0.0)
+        return x, r, r + beta * p, rr_new
+
+    init = (jnp.zeros_like(b), b, b, jnp.vdot(b, b))
+    return jax.lax.fori_loop(0, iterations, body, init)[0]
+
+
+def fisher_vector_product(
+    logits_fn: Callable[[Array], Array], theta: Array, weights: Array, damping: Array | float = 0.0
+) -> Callable[[Array], Array]:
+    """``v -> (F + damping I) v`` where F is the Hessian at ``theta`` of the weighted mean KL
+    KLbar(theta') = sum_u w_u KL(softmax z_u(theta) || softmax z_u(theta')).
+
+    At theta' = theta the KL's gradient in the logits vanishes, so its Hessian is exactly the
+    Gauss-Newton form F = J^T M J with J = dz/dtheta (U A x P) and M = blockdiag_u w_u
+    (diag pi_u - pi_u pi_u^T) (the softmax Fisher). We apply it by automatic differentiation,
+    ``jax.linearize`` (J v, forward mode) then ``jax.vjp`` (J^T m, reverse mode), linearised
+    once so each product costs one tangent and one cotangent pass without recomputing the
+    primal (a test checks it against forward-over-reverse differentiation of KLbar).
+
+    Args:
+        logits_fn: theta (P,) -> logits (U, A).
+        theta: flat parameters, (P,).
+        weights: w_u >= 0, (U,) (e.g. visit frequencies summing to 1).
+        damping: added multiple of the identity.
+    """
+    z, jvp_fn = jax.linearize(logits_fn, theta)
+    _, vjp_fn = jax.vjp(logits_fn, theta)
+    pi = jax.nn.softmax(z, axis=-1)
+
+    def fvp(v: Array) -> Array:
+        jv = jvp_fn(v)
+        m = weights[:, None] * pi * (jv - jnp.sum(pi * jv, axis=-1, keepdims=True))
+        return vjp_fn(m)[0] + damping * v
+
+    return fvp
+
+
+def cpo_dual(q: Array, r: Array, s: Array, c: Array, delta: Array, zero_cost_gradient: Array | bool = False):
+    """Closed-form dual solution of max_d g^T d s.t. c + b^T d <= 0, d^T F d / 2 <= delta.
+
+    Args (scalars): q = g^T F^-1 g, r = g^T F^-1 b, s = b^T F^-1 b, c = the constraint value
+    (estimated cost minus threshold), delta = trust-region radius, zero_cost_gradient: b = 0.
+
+    Returns:
+        (lambda*, nu*, case) as in the module docstring ("Dual solution"); case 0 returns
+        lambda* = 0 and nu* = sqrt(2 delta / s), the recovery step's scale.
+    """
+    eps = 1e-8
+    big = 1e8
+    s_ = jnp.maximum(s, 1e-12)
+    q_ = jnp.maximum(q, 1e-12)
+    a = jnp.maximum(q_ - r**2 / s_, 0.0)  # >= 0 by Cauchy-Schwarz; clip rounding
+    bb = 2.0 * delta - c**2 / s_
+    neg = c < 0
+    case = jnp.where(
+        zero_cost_gradient & neg, 4, jnp.where(neg & (bb < 0), 3, jnp.where(neg, 2, jnp.where(bb >= 0, 1, 0)))
+    ).astype(jnp.int32)
+
+    lam_trpo = jnp.sqrt(q_ / (2.0 * delta))
+    # boundary lambda where lambda c + r = 0 (nu switches on); c = 0 treated as a tiny +-eps
+    c_safe = jnp.where(neg, jnp.minimum(c, -eps), jnp.maximum(c, eps))
+    edge = -r / c_safe
+    # c < 0: Lambda_a = (0, edge), Lambda_b = [edge, inf); c >= 0: Lambda_a = (edge, inf), Lambda_b = (0, edge]
+    lo_a = jnp.where(neg, 0.0, jnp.maximum(edge, 0.0))
+    hi_a = jnp.where(neg, edge, big)
+    lo_b = jnp.where(neg, jnp.maximum(edge, 0.0), 0.0)
+    hi_b = jnp.where(neg, big, edge)
+    empty_a = hi_a <= lo_a
+    empty_b = hi_b <= lo_b
+    lam_a = jnp.clip(jnp.sqrt(a / jnp.maximum(bb, 1e-12)), jnp.maximum(lo_a, eps), jnp.maximum(hi_a, eps))
+    lam_b = jnp.clip(lam_trpo, jnp.maximum(lo_b, eps), jnp.maximum(hi_b, eps))
+    f_a = -0.5 * (a / lam_a + bb * lam_a) + r * c / s_
+    f_b = -0.5 * (q_ / lam_b + 2.0 * delta * lam_b)
+    f_a = jnp.where(empty_a, -jnp.inf, f_a)
+    f_b = jnp.where(empty_b, -jnp.inf, f_b)
+    lam_mixed = jnp.where(f_a >= f_b, lam_a, lam_b)
+    nu_mixed = jnp.maximum(lam_mixed * c + r, 0.0) / s_
+
+    lam = jnp.where(case >= 3, lam_trpo, jnp.where(case >= 1, lam_mixed, 0.0))
+    nu = jnp.where(case >= 3, 0.0, jnp.where(case >= 1, nu_mixed, jnp.sqrt(2.0 * delta / s_)))
+    return lam, nu, case
+
+
+def cpo_direction(g: Array, b: Array, x: Array, y: Array, c: Array, delta: Array):
+    """The CPO step d* of the trust-region subproblem (module docstring, :func:`cpo_dual`).
+
+    Args:
+        g: reward-surrogate gradient, (P,). b: cost-surrogate gradient, (P,).
+        x: F^-1 g, (P,). y: F^-1 b, (P,) (e.g. from :func:`conjugate_gradient`).
+        c: constraint value Shat - alpha, (). delta: trust-region radius, ().
+    Returns:
+        (d (P,), lambda* (), nu* (), case int32 ()):
+        d = (x - nu* y) / lambda* in cases 1-4, d = -sqrt(2 delta / s) y in case 0 (recovery).
+    """
+    q, r, s = jnp.vdot(g, x), jnp.vdot(g, y), jnp.vdot(b, y)
+    zero_b = jnp.vdot(b, b) <= 1e-8
+    lam, nu, case = cpo_dual(q, r, s, c, delta, zero_b)
+    d = jnp.where(case > 0, (x - nu * y) / jnp.maximum(lam, 1e-8), -nu * y)
+    return d, lam, nu, case
+
+
+# ----------------------------------------------------------------------------- networks and setup

@@ -420,7 +420,7 @@ def update(
     """One CPO update (module docstring, steps 2-7) from K episodes collected under
     ``train_state``'s policy (``batch.behaviour``, when present, is log pi_old on the distinct
     inputs). ``key`` holds two keys: the critics' minibatch shuffles and the Fisher's samples.
-    Returns (state at n + 1, metrics dict: reward (), costs (M,), multipliers (M,), kl (),
+    Returns (state at n + 1, metrics dict: multipliers (M,), kl (),
     step_fraction (), optimisation_case (), entropy ())."""
     k_critic, k_fisher = key
     st = train_state
@@ -436,8 +436,6 @@ def update(
     nu = jnp.broadcast_to(info["multiplier"], st.multipliers.shape).astype(jnp.float32)
     new_state = st.replace(actor=actor, critics=critics, critic_opt=critic_opt, multipliers=nu, step=st.step + 1)
     metrics = {
-        "reward": jnp.mean(batch.episode_rewards),
-        "costs": jnp.mean(batch.episode_costs, axis=0),
         "multipliers": nu,
         "kl": info["kl"],
         "step_fraction": info["step_fraction"],

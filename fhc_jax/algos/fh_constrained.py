@@ -315,7 +315,7 @@ def update(
         setup: :func:`setup` of the environment.
         config: :class:`Config` (its static fields select variant, combination rule, form).
     Returns:
-        (parameters at n + 1, per-iteration metrics dict: reward (), costs (M,),
+        (parameters at n + 1, per-iteration metrics dict:
         multipliers (M,), critic_costs (M,)).
     """
     del key
@@ -409,8 +409,6 @@ def update(
         theta_average=beta * train_state.theta_average + (1.0 - beta) * theta,
     )
     metrics = {
-        "reward": jnp.mean(batch.episode_rewards),
-        "costs": jnp.mean(episode_costs, axis=0),
         "multipliers": new_nu,
         "critic_costs": critic_costs,
     }

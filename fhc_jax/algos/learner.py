@@ -186,7 +186,8 @@ class Algorithm:
         update: ``(train_state, batch, key, setup, config) -> (train_state, metrics dict)``:
             one update from the batch; ``key`` is None (``update_keys = 0``), one key (1) or
             an array of ``update_keys`` keys. ``metrics`` holds small arrays (independent of
-            K and H): at least "reward" (), "costs" (M,) and "multipliers" (M,).
+            K and H): at least "multipliers" (M,); the scaffold adds the batch's mean episode
+            "reward" () and "costs" (M,).
         logits: ``(train_state, setup) -> (H, S, A)``: the reported policy's logits at every
             stage and state (softmax gives the policy table).
         policy_setup: ``(env, params, train_state) -> setup``: what ``logits`` needs, rebuilt
@@ -237,7 +238,8 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
         batch = algo.rollout(keys[1], carry.state, setup, cfg)
         k_update = None if algo.update_keys == 0 else keys[2] if algo.update_keys == 1 else keys[2:]
         state, metrics = algo.update(carry.state, batch, k_update, setup, cfg)
-        return Carry(state=state, key=keys[0]), metrics
+        totals = {"reward": jnp.mean(batch.episode_rewards), "costs": jnp.mean(batch.episode_costs, axis=0)}
+        return Carry(state=state, key=keys[0]), {**totals, **metrics}
 
     def table_fn(state: Any) -> Array:
         return jax.nn.softmax(algo.logits(state, setup), axis=-1)

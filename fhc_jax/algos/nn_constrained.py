@@ -337,7 +337,7 @@ def update(
         setup: :func:`setup` of the environment (networks, input table, thresholds).
         config: :class:`Config`.
     Returns:
-        (parameters at n + 1, metrics: reward (), costs (M,), multipliers (M,),
+        (parameters at n + 1, metrics: multipliers (M,),
         critic_costs (M,), critic_loss ()).
     """
     del key
@@ -408,8 +408,6 @@ def update(
         ),
     )
     metrics = {
-        "reward": jnp.mean(batch.episode_rewards),
-        "costs": jnp.mean(episode_costs, axis=0),
         "multipliers": nu,
         "critic_costs": critic_costs,
         "critic_loss": critic_loss,

@@ -384,8 +384,8 @@ def update(
 ) -> tuple[TrainState, dict[str, Array]]:
     """One PPO-Lagrangian update (module docstring) from K episodes collected under
     ``train_state``'s policy (``batch.behaviour``, when present, is its logits table);
-    ``key`` draws the minibatch shuffles. Returns (state at n + 1, metrics dict: reward (),
-    costs (M,), multipliers (M,), approx_kl (), entropy (), clip_fraction (), value_loss (),
+    ``key`` draws the minibatch shuffles. Returns (state at n + 1, metrics dict:
+    multipliers (M,), approx_kl (), entropy (), clip_fraction (), value_loss (),
     epochs ())."""
     cfg, st, p, thresholds = config, train_state, train_state.params, setup.thresholds
     num_stages, k = batch.actions.shape
@@ -477,8 +477,6 @@ def update(
     new_state = st.replace(params=net, opt_state=opt, multipliers=nu, multiplier_state=multiplier_state,
                            step=st.step + 1)
     metrics = {
-        "reward": jnp.mean(batch.episode_rewards),
-        "costs": mean_costs,
         "multipliers": nu,
         "approx_kl": approx_kl,
         "entropy": entropy,

@@ -47,12 +47,13 @@ class Trajectory:
     """K episodes of H stages (leading axes (K, H)); M constraints.
 
     Attributes:
-        states: s_h, state indices, (K, H) int32.
+        states: s_h, state indices, (K, H) int32 (None unless ``env.is_tabular``).
         observations: encoded s_h, (K, H, *obs_shape).
         actions: a_h, (K, H) int32.
         rewards: r_h(s_h, a_h, s_{h+1}) as paid by the environment, (K, H).
         costs: g_h^(k), (K, H, M).
-        next_states: s_{h+1}, (K, H) int32 (``next_states[:, -1]`` is the final state X_H).
+        next_states: s_{h+1}, (K, H) int32 (``next_states[:, -1]`` is the final state X_H;
+            None unless ``env.is_tabular``).
         final_observations: encoded X_H, (K, *obs_shape) (input of terminal critics V_H).
         terminal_rewards: r_H(X_H), (K,).
         terminal_costs: g_H^(k)(X_H), (K, M).
@@ -297,14 +298,14 @@ def _trajectory(states: Any, actions: Array, rewards: Array, costs: Array, final
                 env: Environment, params: Any) -> Trajectory:
     """Assemble one episode's record; observations are encoded here, outside the loop."""
     observe = lambda s: env.observation(s, params)
-    index = jax.vmap(env.state_index)(states)
+    index = jax.vmap(env.state_index)(states) if env.is_tabular else None
     return Trajectory(
         states=index,
         observations=jax.vmap(observe)(states),
         actions=actions,
         rewards=rewards,
         costs=costs,
-        next_states=jnp.concatenate([index[1:], env.state_index(final_state)[None]]),
+        next_states=jnp.concatenate([index[1:], env.state_index(final_state)[None]]) if env.is_tabular else None,
         final_observations=observe(final_state),
         terminal_rewards=env.terminal_reward(final_state, params),
         terminal_costs=env.terminal_costs(final_state, params),

@@ -190,28 +190,80 @@ def grid_coordinates(env) -> np.ndarray:
     return np.stack([col / max(cols - 1, 1), row / max(rows - 1, 1)], axis=1).astype(np.float64)
 
 
-def _radial_basis(spec: RadialBasis, coords: np.ndarray) -> np.ndarray:
+def _centres(n: int, dim: int, xp=np) -> Any:
+    """The n^dim lattice of centres in [0, 1]^dim, the first coordinate varying fastest."""
+    grid = xp.linspace(0.0, 1.0, n) if n > 1 else xp.array([0.5])
+    mesh = xp.meshgrid(*([grid] * dim), indexing="ij")
+    return xp.stack([mesh[dim - 1 - d].ravel() for d in range(dim)], axis=1)  # (n**dim, dim)
+
+
+def _radial_basis(spec: RadialBasis, coords: Any, xp=np) -> Any:
+    """Normalised Gaussian activations of points ``coords`` (N, D) in [0, 1]^D, (N, X)."""
     n = spec.num_centers
-    grid = np.linspace(0.0, 1.0, n) if n > 1 else np.array([0.5])
-    cx, cy = np.meshgrid(grid, grid, indexing="xy")
-    centres = np.stack([cx.ravel(), cy.ravel()], axis=1)  # (n*n, 2)
+    centres = _centres(n, coords.shape[1], xp)
     width = spec.width if spec.width is not None else (1.0 / (n - 1) if n > 1 else 1.0)
-    d2 = np.sum((coords[:, None, :] - centres[None]) ** 2, axis=-1)
-    act = np.exp(-0.5 * d2 / width**2)
+    d2 = xp.sum((coords[:, None, :] - centres[None]) ** 2, axis=-1)
+    act = xp.exp(-0.5 * d2 / width**2)
     act = act / act.sum(axis=1, keepdims=True)
     if spec.bias:
-        act = np.concatenate([act, np.ones((coords.shape[0], 1))], axis=1)
+        act = xp.concatenate([act, xp.ones((coords.shape[0], 1), act.dtype)], axis=1)
     return act
 
 
-def _tile_coding(spec: TileCoding, coords: np.ndarray) -> np.ndarray:
+def _tile_coding(spec: TileCoding, coords: Any, xp=np) -> Any:
+    """Binary tile activations (scaled 1/k) of points ``coords`` (N, D) in [0, 1]^D, (N, k t^D)."""
     t, k = spec.tiles, spec.num_tilings
-    out = np.zeros((coords.shape[0], k * t * t))
+    n, dim = coords.shape
+    place = t ** xp.arange(dim)  # the first coordinate varies fastest
+    blocks = []
     for i in range(k):
         offset = i / (k * t)  # shift by a fraction of one tile
-        idx = np.clip(np.floor((coords + offset) * t * (1 - 1e-9)).astype(int), 0, t - 1)
-        out[np.arange(coords.shape[0]), i * t * t + idx[:, 1] * t + idx[:, 0]] = 1.0 / k
-    return out
+        idx = xp.clip(xp.floor((coords + offset) * t * (1 - 1e-9)).astype(int), 0, t - 1)
+        cell = xp.sum(idx * place, axis=1)
+        blocks.append((cell[:, None] == xp.arange(t**dim)[None]) / k)
+    return xp.concatenate(blocks, axis=1).astype(coords.dtype)
+
+
+@struct.dataclass
+class ObservationFeatures:
+    """phi(o) of raw observations o (D,) for environments without tabular states: a coarse map
+    (:class:`RadialBasis`, :class:`TileCoding`) on the observation rescaled to [0, 1]^D by
+    the box [low, high] (clipped outside it). Time-invariant (the learners' per-stage weights
+    make the policy non-stationary).
+
+    Attributes:
+        low, high: the box, (D,). spec: the coarse map (static). num_features: X (static).
+    """
+
+    low: Array
+    high: Array
+    spec: Any = struct.field(pytree_node=False, default=None)
+    num_features: int = struct.field(pytree_node=False, default=0)
+    one_hot = False
+    per_stage = False
+
+    def __call__(self, observation: Array) -> Array:
+        """phi(o), (..., D) -> (..., X)."""
+        shape = observation.shape[:-1]
+        u = jnp.clip((observation.reshape(-1, observation.shape[-1]) - self.low) / (self.high - self.low), 0.0, 1.0)
+        fn = _radial_basis if isinstance(self.spec, RadialBasis) else _tile_coding
+        return fn(self.spec, u.astype(jnp.float32), jnp).reshape(shape + (self.num_features,))
+
+
+def observation_features(spec: FeatureSpec, low: Array, high: Array) -> ObservationFeatures:
+    """:class:`ObservationFeatures` of a coarse ``spec`` on the box [low, high] (D,).
+
+    Raises:
+        ValueError: a spec that needs tabular states (``OneHot``, ``Custom``).
+    """
+    if not isinstance(spec, (RadialBasis, TileCoding)):
+        raise ValueError(f"features: {type(spec).__name__} needs tabular states; on observations use "
+                         "RadialBasis(...) or TileCoding(...)")
+    low, high = jnp.asarray(low, jnp.float32), jnp.asarray(high, jnp.float32)
+    high = jnp.where(high > low, high, low + 1.0)
+    x = _radial_basis(spec, jnp.zeros((1, low.shape[0]), jnp.float32), jnp).shape[1] if isinstance(spec, RadialBasis) \
+        else spec.num_tilings * spec.tiles ** low.shape[0]
+    return ObservationFeatures(low=low, high=high, spec=spec, num_features=int(x))
 
 
 def build(spec: FeatureSpec, env, dtype=jnp.float32) -> FeatureTable:

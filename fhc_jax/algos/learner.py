@@ -18,6 +18,7 @@ key is split once per iteration into the next loop key, the rollout key and the 
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from typing import Any, Callable
 
 import jax
@@ -26,21 +27,24 @@ import numpy as np
 from flax import struct
 
 from fhc_jax.algos.hyperparameters import resolve_hyperparameters
-from fhc_jax.algos.policies import table_policy
+from fhc_jax.algos.policies import sampling_policy, table_policy
 from fhc_jax.algos.tabular_rollout import Batch
 from fhc_jax.cmdp.evaluate import evaluate
+from fhc_jax.rollout import rollout_returns
 
 Array = jax.Array
 
 
 @struct.dataclass
 class ExactMetrics:
-    """Exact evaluation of the learner's policy at a few iterations.
+    """Evaluation of the learner's reported policy at a few iterations: exact
+    (``fhc_jax.evaluate``) on environments with a tabular exact model, else the Monte-Carlo mean
+    of ``eval_episodes`` episodes (:func:`monte_carlo_evaluator`).
 
     Attributes (E evaluations, M constraints):
         iteration: number of updates done when evaluated, int32 (E,) (0 = initial policy).
-        reward: exact J(pi), (E,).
-        costs: exact S^(k)(pi), (E, M).
+        reward: J(pi), (E,).
+        costs: S^(k)(pi), (E, M).
     """
 
     iteration: Array
@@ -130,15 +134,17 @@ class Learner:
         init: ``(key, hparams) -> Carry``: initial train state and loop key.
         step: ``(carry, hparams) -> (carry, metrics)``: one rollout + update; ``metrics`` is a
             dict of small per-iteration arrays (independent of K and H).
-        evaluate: ``carry -> (exact reward (), exact costs (M,))`` of the current policy.
-        policy_table: ``train_state -> (H, S, A)``, the current policy for exact evaluation.
+        evaluate: ``carry -> (reward (), costs (M,))`` of the reported policy: exact on
+            tabular exact models, else a Monte-Carlo estimate (``eval_episodes`` episodes).
+        policy_table: ``train_state -> (H, S, A)``, the reported policy for exact evaluation;
+            None on environments judged by Monte-Carlo (no tabular exact model).
     """
 
     config: Any
     init: Callable[[Array, Any], Carry]
     step: Callable[[Carry, Any], tuple[Carry, dict[str, Array]]]
     evaluate: Callable[[Carry], tuple[Array, Array]]
-    policy_table: Callable[[Any], Array]
+    policy_table: Callable[[Any], Array] | None
 
 
 def run(learner: Learner, key: Array, hparams: Any | None = None) -> tuple[Any, dict[str, Array], ExactMetrics]:
@@ -193,6 +199,9 @@ class Algorithm:
         policy_setup: ``(env, params, train_state) -> setup``: what ``logits`` needs, rebuilt
             from the train state alone (its static fields record the architecture, inputs or
             features), for :func:`policy_table` and :func:`policy` after training.
+        observation_logits: ``(train_state, setup, observation, h) -> (A,)``: the reported
+            policy's logits at one observation of stage h, or None. Learners that have it train
+            on any environment (the sampled path); the others need a tabular exact model.
         update_keys: how many PRNG keys ``update`` consumes per iteration (0, 1 or more).
     """
 
@@ -205,17 +214,47 @@ class Algorithm:
     update: Callable[..., tuple[Any, dict[str, Array]]]
     logits: Callable[[Any, Any], Array]
     policy_setup: Callable[..., Any]
+    observation_logits: Callable[[Any, Any, Array, Array], Array] | None = None
     update_keys: int = 0
+
+
+#: the key of every Monte-Carlo evaluation (common random numbers across iterations and seeds;
+#: independent of the training stream)
+EVALUATION_KEY = 20_240_601
+
+
+def judged_exactly(env) -> bool:
+    """Whether a learner's policy on ``env`` is judged exactly (a tabular exact model: policy
+    tables and ``fhc_jax.evaluate``) rather than by Monte-Carlo rollouts."""
+    return env.is_tabular and env.has_exact_model
 
 
 def _check(algo: Algorithm, env, config: Any) -> None:
     if not isinstance(config, algo.config_type):
         raise ValueError(f"make_train: config must be a {algo.name}.Config, found {type(config).__name__}")
-    if not (env.is_tabular and env.has_exact_model):
+    if not judged_exactly(env) and algo.observation_logits is None:
         raise ValueError(
             f"{algo.name}: {type(env).__name__} declares no tabular exact model (is_tabular and "
-            "has_exact_model); the learners roll out from and are judged by that model"
+            f"has_exact_model), and {algo.name} trains only on such environments"
         )
+
+
+def observation_policy(logits_of: Callable[[Array, Array], Array]) -> Callable[[Array, Array, Array], Array]:
+    """``act(key, observation, h)`` sampling softmax(``logits_of(observation, h)``) with one
+    uniform per call (the fast protocol of :func:`fhc_jax.rollout`)."""
+    return sampling_policy(lambda obs, h: jnp.cumsum(jax.nn.softmax(logits_of(obs, h), axis=-1), axis=-1))
+
+
+def monte_carlo_evaluator(env, params, num_episodes: int) -> Callable[[Callable], tuple[Array, Array]]:
+    """``logits_of -> (mean episode reward (), mean episode costs (M,))`` over ``num_episodes``
+    episodes of :func:`fhc_jax.rollout_returns` with the fixed :data:`EVALUATION_KEY`
+    (traceable; the estimate of what ``fhc_jax.evaluate`` gives exactly on tabular models)."""
+
+    def fn(logits_of: Callable[[Array, Array], Array]) -> tuple[Array, Array]:
+        returns = rollout_returns(jax.random.key(EVALUATION_KEY), env, params, observation_policy(logits_of), num_episodes)
+        return jnp.mean(returns.rewards), jnp.mean(returns.costs, axis=0)
+
+    return fn
 
 
 def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
@@ -227,7 +266,6 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
     """
     _check(algo, env, config)
     setup = algo.setup(env, params, config)
-    cmdp = env.to_cmdp(params)
 
     def init_fn(key: Array, cfg: Any) -> Carry:
         k_init, k_loop = jax.random.split(key)
@@ -244,9 +282,16 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
     def table_fn(state: Any) -> Array:
         return jax.nn.softmax(algo.logits(state, setup), axis=-1)
 
-    def evaluate_fn(carry: Carry) -> tuple[Array, Array]:
-        ev = evaluate(cmdp, table_fn(carry.state))
-        return ev.reward, ev.costs
+    if judged_exactly(env):
+        cmdp = env.to_cmdp(params)
+
+        def evaluate_fn(carry: Carry) -> tuple[Array, Array]:
+            ev = evaluate(cmdp, table_fn(carry.state))
+            return ev.reward, ev.costs
+    else:
+        monte_carlo = monte_carlo_evaluator(env, params, config.eval_episodes)
+        evaluate_fn = lambda carry: monte_carlo(partial(algo.observation_logits, carry.state, setup))
+        table_fn = None
 
     return Learner(config=config, init=init_fn, step=step_fn, evaluate=evaluate_fn, policy_table=table_fn)
 
@@ -293,7 +338,11 @@ def policy(algo: Algorithm, train_state: Any, env, params: Any = None) -> Callab
     """
     if jnp.ndim(train_state.step):
         raise ValueError(f"{algo.name}.policy: pass the state of one seed (index the leading axes first)")
-    return table_policy(policy_table(algo, train_state, env, params), env)
+    if judged_exactly(env):
+        return table_policy(policy_table(algo, train_state, env, params), env)
+    params = env.default_params if params is None else params
+    setup = algo.policy_setup(env, params, train_state)
+    return observation_policy(partial(algo.observation_logits, train_state, setup))
 
 
 def interface(algo: Algorithm) -> tuple[Callable, Callable, Callable, Callable]:

@@ -28,13 +28,16 @@ from flax import struct
 
 from fhc_jax.algos import learner, multipliers
 from fhc_jax.algos.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
-from fhc_jax.algos.learner import ExactMetrics
+from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy
 from fhc_jax.algos.networks import ACTIVATIONS, MLP, Stacked
 from fhc_jax.algos.nn_losses import (
-    advantage_targets, batch_targets, cell_stats, improved_actor_loss, sample_losses, table_losses,
+    advantage_targets, batch_targets, cell_stats, improved_actor_loss, sample_advantage_targets, sample_losses,
+    table_losses,
 )
+from fhc_jax.rollout import rollout as rollout_episodes, uniform_random_policy
 from fhc_jax.algos.tabular_rollout import (
-    Batch, TabularModel, batch_observations, observation_table, rollout_policy_table, tabular_model,
+    Batch, TabularModel, batch_from_trajectory, batch_observations, observation_table, rollout_policy_table,
+    tabular_model,
 )
 
 Array = jax.Array
@@ -42,7 +45,8 @@ Array = jax.Array
 VARIANTS = ("paper", "improved")
 OPTIMIZERS = ("adam", "sgd")
 LOSS_FORMS = ("auto", "table", "samples")
-OBSERVATIONS = ("xy", "xyt", "one_hot")
+OBSERVATIONS = ("env", "xy", "xyt", "one_hot")
+PATHS = ("auto", "tabular", "sampled")
 
 
 @hyperparameters
@@ -54,8 +58,9 @@ class Config:
     Static fields:
         num_iterations: updates per training run (N >= 1).
         episodes_per_iteration: K >= 1 trajectories per update.
-        observation: network input, "xy" (paper, Env 1), "xyt" or "one_hot"; must be supported
-            by the environment.
+        observation: network input: "env" (the environment's own observation; on the paper's
+            gridworld its default "xy", Env 1), or an encoder of a tabular environment: "xy",
+            "xyt", "one_hot" (must be supported by it).
         width, depth, activation: the MLPs (paper: 10, 2, "tanh").
         normalize_inputs: standardise the inputs over all (stage, state) (:func:`input_table`).
         variant: "paper" or "improved" (module docstring).
@@ -64,6 +69,12 @@ class Config:
             actor always uses the per-(h, s) table).
         actor_epochs: optimizer steps of the improved actor per update (>= 1).
         eval_every: exact evaluation every this many updates (0: initial and final only).
+        eval_episodes: episodes of each Monte-Carlo evaluation on environments without a
+            tabular exact model (:func:`fhc_jax.algos.learner.monte_carlo_evaluator`).
+        path: "tabular" rolls out from the exact tabular model and tabulates the networks over
+            every (stage, state); "sampled" rolls out through ``fhc_jax.rollout`` and applies
+            the networks to the recorded observations (any environment); "auto" (default)
+            takes "tabular" where the environment has a tabular exact model.
         check_step_sizes: validate the schedules against Assumption 3 (default True).
 
     Numeric fields (pytree leaves; ``vmap`` over them without recompiling):
@@ -86,7 +97,7 @@ class Config:
 
     num_iterations: int = static(1500, low=1)
     episodes_per_iteration: int = static(512, low=1)
-    observation: str = static("xy", choices=OBSERVATIONS)
+    observation: str = static("env", choices=OBSERVATIONS)
     width: int = static(10, low=1)
     depth: int = static(2, low=0)
     activation: str = static("tanh", choices=tuple(ACTIVATIONS))
@@ -96,6 +107,8 @@ class Config:
     loss_form: str = static("auto", choices=LOSS_FORMS)
     actor_epochs: int = static(8, low=1)
     eval_every: int = static(100, low=0)
+    eval_episodes: int = static(4096, low=1)
+    path: str = static("auto", choices=PATHS)
     check_step_sizes: bool = static(True)
     critic_step: PowerSchedule = schedule(PowerSchedule(init=0.05, power=0.55, decay=500.0))
     actor_step: PowerSchedule = schedule(PowerSchedule(init=0.03, power=0.7, decay=500.0))
@@ -190,21 +203,34 @@ class Setup:
     """Constants derived from the environment (built once by :func:`setup`).
 
     Attributes:
-        nets: :class:`Networks`. obs_table: network inputs of every (stage, state), (H+1, S, D).
-        model: the tabular rollout model. thresholds: alpha, (M,).
-        horizon, num_states, num_actions, num_constraints: H, S, A, M.
-        form: the resolved loss form, "table" or "samples".
+        nets: :class:`Networks`.
+        shift, scale: the fixed input standardisation x -> (x - shift) / scale, (D,).
+        obs_table: standardised network inputs of every (stage, state), (H+1, S, D); None
+            without tabular states.
+        env, params: the environment (the sampled path rolls out through ``fhc_jax.rollout``).
+        model: the tabular rollout model (tabular path). thresholds: alpha, (M,).
+        horizon, num_states, num_actions, num_constraints: H, S (0 without tabular states), A, M.
+        sampled: the path (:attr:`Config.path`). form: the loss form, "table" or "samples".
     """
 
     nets: Networks
-    obs_table: Array
+    shift: Array
+    scale: Array
+    obs_table: Array | None
+    env: Any
+    params: Any
     model: TabularModel | None
     thresholds: Array | None
     horizon: int
     num_states: int
     num_actions: int
     num_constraints: int
+    sampled: bool
     form: str
+
+    def normalize(self, x: Array) -> Array:
+        """Standardised network input of raw observations x (..., D)."""
+        return (x - self.shift) / self.scale
 
 
 def resolve_loss_form(config: Config, num_states: int) -> str:
@@ -223,49 +249,67 @@ def _optimizer(config: Config, schedule: PowerSchedule, steps_per_update: int = 
     return optax.sgd(learning_rate=lr)
 
 
-def input_table(env, params, observation: str, normalize: bool) -> Array:
-    """The networks' inputs for every (stage, state): the observation table
-    (:func:`fhc_jax.algos.tabular_rollout.observation_table`, (H+1, S, D)), standardised per
-    input dimension over all stages and states when ``normalize`` (a fixed affine map:
+def _input_stats(env, params, observation: str, normalize: bool) -> tuple[Array | None, Array, Array]:
+    """(raw observation table (H+1, S, D) or None, shift (D,), scale (D,)) of the networks'
+    inputs. With ``normalize`` the inputs are standardised per dimension (a fixed affine map:
     coordinates in [0, 1] become zero-mean, unit-variance, which lets small tanh networks draw
-    sharper maps).
-    """
-    table = observation_table(env, params, observation)
+    sharper maps), over every (stage, state) of a tabular environment, else over the states
+    that 64 episodes of the uniform policy visit (fixed key)."""
+    name = None if observation == "env" else observation
+    if env.is_tabular:
+        table = observation_table(env, params, name)
+        flat = table.reshape(-1, table.shape[-1])
+    else:
+        table = None
+        traj = jax.jit(rollout_episodes, static_argnums=(1, 3, 4))(
+            jax.random.key(0), env, params, uniform_random_policy(env.num_actions), 64)
+        flat = jnp.concatenate([traj.observations.reshape(-1, traj.observations.shape[-1]),
+                                traj.final_observations.reshape(-1, traj.observations.shape[-1])]).astype(jnp.float32)
     if not normalize:
-        return table
-    flat = table.reshape(-1, table.shape[-1])
+        d = flat.shape[-1]
+        return table, jnp.zeros((d,), jnp.float32), jnp.ones((d,), jnp.float32)
     std = jnp.std(flat, axis=0)
-    return (table - jnp.mean(flat, axis=0)) / jnp.where(std > 0, std, 1.0)
+    return table, jnp.mean(flat, axis=0), jnp.where(std > 0, std, 1.0)
 
 
-def _setup(env, params, spec: Any, model: TabularModel | None, thresholds: Array | None, form: str) -> Setup:
-    if spec.observation not in env.supported_observations:
-        raise ValueError(
-            f"Config.observation must be one of {', '.join(map(repr, env.supported_observations))} "
-            f"for {type(env).__name__}, found {spec.observation!r}"
-        )
+def _setup(env, params, spec: Any, path: str, model: TabularModel | None, thresholds: Array | None, form: str) -> Setup:
+    sampled = path == "sampled" or (path == "auto" and not judged_exactly(env))
+    if spec.observation != "env" and (sampled or spec.observation not in env.supported_observations):
+        valid = ", ".join(map(repr, ("env", *(env.supported_observations if not sampled else ()))))
+        raise ValueError(f"Config.observation must be one of {valid} for {type(env).__name__}"
+                         f"{' on the sampled path' if sampled else ''}, found {spec.observation!r}")
+    if len(env.observation_shape) != 1:
+        raise ValueError(f"nn_constrained: the networks take flat observations, but {type(env).__name__}'s have "
+                         f"shape {env.observation_shape}; flatten them in the environment")
+    table, shift, scale = _input_stats(env, params, spec.observation, spec.normalize_inputs)
     return Setup(
         nets=Networks.build(env.horizon, env.num_actions, env.num_constraints, spec),
-        obs_table=input_table(env, params, spec.observation, spec.normalize_inputs),
-        model=model, thresholds=thresholds, horizon=env.horizon, num_states=env.num_states,
-        num_actions=env.num_actions, num_constraints=env.num_constraints, form=form,
+        shift=shift, scale=scale, obs_table=None if table is None else (table - shift) / scale,
+        env=env, params=params, model=model, thresholds=thresholds, horizon=env.horizon,
+        num_states=env.num_states if env.is_tabular else 0, num_actions=env.num_actions,
+        num_constraints=env.num_constraints, sampled=sampled, form="samples" if sampled else form,
     )
 
 
 def setup(env, params, config: Config) -> Setup:
-    """Networks, input table, rollout model and thresholds of ``env`` (host-side).
+    """Networks, input standardisation, rollout model and thresholds of ``env`` (host-side).
 
     Raises:
-        ValueError: an observation the environment does not support.
+        ValueError: an observation the environment does not support, ``path="tabular"`` on an
+            environment without a tabular exact model, or non-flat observations.
     """
-    thresholds = jnp.asarray(env.to_cmdp(params).thresholds, jnp.float32)
-    return _setup(env, params, config, tabular_model(env, params), thresholds,
-                  resolve_loss_form(config, env.num_states))
+    if config.path == "tabular" and not judged_exactly(env):
+        raise ValueError(f"Config.path = 'tabular' needs a tabular exact model, which {type(env).__name__} does not declare")
+    tabular = config.path != "sampled" and judged_exactly(env)
+    thresholds = jnp.asarray(env.thresholds(params), jnp.float32)
+    return _setup(env, params, config, config.path, tabular_model(env, params) if tabular else None, thresholds,
+                  resolve_loss_form(config, env.num_states) if tabular else "samples")
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
-    """What :func:`logits` needs, from the input and architecture recorded in the train state."""
-    return _setup(env, params, train_state, None, None, "table")
+    """What :func:`logits` and :func:`observation_logits` need, from the input and architecture
+    recorded in the train state."""
+    return _setup(env, params, train_state, "auto", None, None, "table")
 
 
 def _multiplier_update(config: Config, n: Array) -> multipliers.MultiplierUpdate:
@@ -277,7 +321,7 @@ def _multiplier_update(config: Config, n: Array) -> multipliers.MultiplierUpdate
 def init(key: Array, setup: Setup, config: Config) -> TrainState:
     """Initial parameters: per-stage networks each from its own key, nu = initial_multiplier."""
     nets = Networks.build(setup.horizon, setup.num_actions, setup.num_constraints, config, config.output_scale)
-    obs = jnp.zeros(setup.obs_table.shape[-1:], jnp.float32)
+    obs = jnp.zeros(setup.shift.shape, jnp.float32)
     ka, kv, kw = jax.random.split(key, 3)
     actor = nets.actor.init(ka, obs)
     critic = nets.critic.init(kv, obs)
@@ -307,10 +351,25 @@ def logits(train_state: TrainState, setup: Setup) -> Array:
     return setup.nets.actor.apply(train_state.actor_average, setup.obs_table[:-1])
 
 
+def _stage_logits(nets: Networks, actor: Any, x: Array, h: Array) -> Array:
+    """The stage-h actor's logits at one standardised input x (D,), (A,)."""
+    return nets.actor.module.apply(jax.tree.map(lambda p: p[h], actor), x)
+
+
+def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
+    """Logits of the reported policy at one raw observation of stage h, (A,)."""
+    return _stage_logits(setup.nets, train_state.actor_average, setup.normalize(observation), h)
+
+
 def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -> Batch:
-    """K episodes under the current actor, tabulated once over all (stage, state)."""
+    """K episodes under the current actor: tabulated once over all (stage, state) on the
+    tabular path, applied to each observation through ``fhc_jax.rollout`` on the sampled one."""
+    k = config.episodes_per_iteration
+    if setup.sampled:
+        act = observation_policy(lambda obs, h: _stage_logits(setup.nets, train_state.actor, setup.normalize(obs), h))
+        return batch_from_trajectory(rollout_episodes(key, setup.env, setup.params, act, k))
     table = _table(setup.nets, train_state.actor, setup.obs_table)
-    return rollout_policy_table(key, setup.model, table, config.episodes_per_iteration)
+    return rollout_policy_table(key, setup.model, table, k)
 
 
 def _values_at(nets: Networks, state: TrainState, obs_table: Array, states: Array, form: str, observations: Array | None):
@@ -332,7 +391,8 @@ def update(
 
     Args:
         train_state: parameters at iteration n (the batch was generated under its actor).
-        batch: time-major :class:`Batch` with tabular state indices.
+        batch: time-major :class:`Batch`: tabular state indices on the tabular path, recorded
+            observations on the sampled path.
         key: unused (the update is deterministic given the batch).
         setup: :func:`setup` of the environment (networks, input table, thresholds).
         config: :class:`Config`.
@@ -346,11 +406,14 @@ def update(
     num_states, num_actions = setup.num_states, setup.num_actions
     paper = config.variant == "paper"
     n = train_state.step
-    observations = None if form == "table" else batch_observations(obs_table, batch.states)
+    if setup.sampled:
+        observations = setup.normalize(batch.observations.astype(jnp.float32))
+    else:
+        observations = None if form == "table" else batch_observations(obs_table, batch.states)
     values = _values_at(nets, train_state, obs_table, batch.states, form, observations)
     fixed = batch_targets(values, batch, train_state.multipliers, thresholds, config.variant, config.trace)
 
-    if form == "table" or not paper:
+    if form == "table" or not (paper or setup.sampled):
         stats = cell_stats(batch.states, batch.actions, fixed, num_states, num_actions, counts_sa=not paper)
     if form == "table":
         loss_fn = lambda st: table_losses(nets, st, obs_table, stats, k)
@@ -375,12 +438,19 @@ def update(
         actor_updates, actor_opt = act_opt.update(actor_grads, train_state.actor_opt, train_state.actor)
         actor = optax.apply_updates(train_state.actor, actor_updates)
     else:
-        logits = nets.actor.apply(train_state.actor, obs_table[:-1])
-        q, visited = advantage_targets(logits, stats, config.logit_step)
+        if setup.sampled:  # per sample: each sample's advantage moves the logit of its action
+            inputs = observations
+            onehot = jax.nn.one_hot(batch.actions, num_actions, dtype=fixed.advantages.dtype)
+            q = sample_advantage_targets(nets.actor.apply(train_state.actor, inputs[:-1]), onehot, fixed.advantages,
+                                         config.logit_step)
+            weights = jnp.ones(q.shape[:-1], q.dtype)
+        else:
+            inputs = obs_table
+            q, weights = advantage_targets(nets.actor.apply(train_state.actor, inputs[:-1]), stats, config.logit_step)
 
         def epoch(carry, _):
             actor, opt_state = carry
-            grads = jax.grad(improved_actor_loss, argnums=1)(nets, actor, obs_table, q, visited)
+            grads = jax.grad(improved_actor_loss, argnums=1)(nets, actor, inputs, q, weights)
             updates, opt_state = act_opt.update(grads, opt_state, actor)
             return (optax.apply_updates(actor, updates), opt_state), None
 
@@ -418,5 +488,6 @@ def update(
 ALGORITHM = learner.Algorithm(
     name="nn_constrained", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
     rollout=rollout, update=update, logits=logits, policy_setup=policy_setup,
+    observation_logits=observation_logits,
 )
 make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)

@@ -157,9 +157,26 @@ def advantage_targets(logits: Array, stats: CellStats, logit_step: Array) -> tup
     return jax.lax.stop_gradient(q), (stats.advantage_counts.sum(-1) > 0).astype(logits.dtype)
 
 
+def sample_advantage_targets(logits: Array, onehot_actions: Array, advantages: Array, logit_step: Array) -> Array:
+    """Target policies of the improved actor on the sampled path (no tabular states to average
+    over): each sample's advantage moves the logit of the action it took,
+    q_hk = softmax(z_h(o_hk) + eta A_hk e_{a_hk}). Averaged over the samples of a (stage,
+    state), the step matches :func:`advantage_targets` to first order in eta.
+
+    Args:
+        logits: z at the visited observations, (H, K, A). onehot_actions: e_{a_hk}, (H, K, A).
+        advantages: the actor's lambda-return advantages A_hk = G_hk - V_h(o_hk), (H, K).
+        logit_step: eta.
+    Returns:
+        q, (H, K, A) (stop-gradient).
+    """
+    return jax.lax.stop_gradient(jax.nn.softmax(logits + logit_step * advantages[..., None] * onehot_actions, axis=-1))
+
+
 def improved_actor_loss(nets: Networks, actor: Any, obs_table: Array, q: Array, visited: Array) -> Array:
     """Cross-entropy of the actor to the targets q over the visited (h, s), each (h, s) weighted
     equally (the "visits" combination of FH-Constrained): sum_{h,s} 1[visited] CE(q, mu) /
-    max(#visited, 1)."""
+    max(#visited, 1). On the sampled path ``obs_table`` holds the recorded observations
+    (H+1, K, D) and ``visited`` is all ones: the mean cross-entropy over the samples."""
     logp = jax.nn.log_softmax(nets.actor.apply(actor, obs_table[:-1]), axis=-1)
     return -jnp.sum(visited[..., None] * q * logp) / jnp.maximum(jnp.sum(visited), 1.0)

@@ -27,25 +27,29 @@ Array = jax.Array
 
 @struct.dataclass
 class Batch:
-    """K episodes in time-major layout (what the tabular learners consume).
+    """K episodes in time-major layout (what every learner's update consumes).
 
     Attributes (H stages, K episodes, M constraints):
-        states: tabular state indices s_0..s_H, int32 (H+1, K).
+        states: tabular state indices s_0..s_H, int32 (H+1, K); None for environments without
+            tabular states (the sampled path).
         actions: a_h, int32 (H, K).
         rewards: r_h(s_h, a_h, s_{h+1}), (H, K).
         costs: g_h^(k)(s_h, a_h, s_{h+1}), (H, K, M).
         terminal_rewards: r_H(s_H), (K,).
         terminal_costs: g_H^(k)(s_H), (K, M).
+        observations: the observations of s_0..s_H, (H+1, K, *obs_shape), recorded by the
+            sampled path; None on the tabular path (learners read tabulated observations).
         behaviour: what the rollout tabulated that the learner's update may reuse (e.g. the
             behaviour policy table (H, S, A) or its logits), or None.
     """
 
-    states: Array
+    states: Array | None
     actions: Array
     rewards: Array
     costs: Array
     terminal_rewards: Array
     terminal_costs: Array
+    observations: Array | None = None
     behaviour: Any = None
 
     @property
@@ -60,16 +64,21 @@ class Batch:
 
 
 def batch_from_trajectory(trajectory) -> Batch:
-    """Convert a :class:`fhc_jax.rollout.Trajectory` ((K, H) leading axes, tabular state
-    indices) to a time-major :class:`Batch`."""
-    states = jnp.concatenate([trajectory.states.T, trajectory.next_states[:, -1][None]], axis=0)
+    """Convert a :class:`fhc_jax.rollout.Trajectory` ((K, H) leading axes) to a time-major
+    :class:`Batch` with the observations of s_0..s_H (and tabular state indices when the
+    trajectory has them)."""
+    states = None
+    if trajectory.states is not None:
+        states = jnp.concatenate([trajectory.states.T, trajectory.next_states[:, -1][None]], axis=0).astype(jnp.int32)
+    observations = jnp.concatenate([jnp.swapaxes(trajectory.observations, 0, 1), trajectory.final_observations[None]])
     return Batch(
-        states=states.astype(jnp.int32),
+        states=states,
         actions=jnp.asarray(trajectory.actions, jnp.int32).T,
         rewards=jnp.asarray(trajectory.rewards).T,
         costs=jnp.moveaxis(jnp.asarray(trajectory.costs), 0, 1),
         terminal_rewards=jnp.asarray(trajectory.terminal_rewards),
         terminal_costs=jnp.asarray(trajectory.terminal_costs),
+        observations=observations,
     )
 
 

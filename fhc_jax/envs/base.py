@@ -18,7 +18,8 @@ the split to draw the noise of all K x H steps in one vectorised call before the
 
 **The base class is the whole contract.** What every environment must provide is abstract
 (``horizon``, ``num_actions``, ``num_constraints``, ``default_params``, ``reset``,
-``transition``, ``_static_config``, and an observation encoder). Each optional capability is
+``transition``, ``_static_config``, an observation encoder, and ``thresholds(params)``,
+which environments with an exact model inherit from ``to_cmdp``). Each optional capability is
 declared by a boolean property of the base class (default ``False``) together with the methods
 it promises; learners, rollouts and the experiment layer read the flags and never probe for
 attributes:
@@ -208,6 +209,13 @@ class Environment(abc.ABC, Generic[State, Params]):
         it: they record ``observation(s_h)`` computed after the loop)."""
         del params
         return self._encoder(self, state)
+
+    def thresholds(self, params: Params) -> Array:
+        """alpha^(k), the constraint thresholds, (M,). Default: those of :meth:`to_cmdp`; an
+        environment without an exact model must override it."""
+        if not self.has_exact_model:
+            raise NotImplementedError(f"{type(self).__name__} must define thresholds(params): it has no exact model")
+        return jnp.asarray(self.to_cmdp(params).thresholds)
 
     # ------------------------------------------------------------------ capability: exact model
     @property

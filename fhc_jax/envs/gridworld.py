@@ -240,6 +240,10 @@ class GridWorld(Environment[GridState, GridParams]):
         """(size, size)."""
         return (self.size, self.size)
 
+    def thresholds(self, params: GridParams) -> Array:
+        """alpha^(k), (M,)."""
+        return params.thresholds
+
     def arrival_signals(self, params: GridParams) -> tuple[Array, Array]:
         """(``params.reward_map`` (H, S), ``params.cost_map`` (M, H, S)): paid on arrival."""
         return params.reward_map, params.cost_map

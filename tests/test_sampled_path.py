@@ -1,0 +1,131 @@
+"""The learners' sampled path: training on any environment through ``fhc_jax.rollout``
+(recorded observations, per-sample losses), judged by Monte-Carlo where there is no exact
+model, and agreeing with the tabular fast path where there is one."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import struct
+
+import fhc_jax as fhc
+from fhc_jax.algos import learner, nn_constrained as nc
+from fhc_jax.envs.base import Environment
+
+
+@struct.dataclass
+class DriftState:
+    x: jax.Array
+    time: jax.Array
+
+
+@struct.dataclass
+class DriftParams:
+    alpha: jax.Array
+    noise: jax.Array
+
+
+class Drift(Environment):
+    """A continuous-state task with a moving target: position x in [0, 1]; actions stay, up
+    (+0.25) or down (-0.25) plus Gaussian noise; reward 1 - |x - target_h| with the target at
+    0.85 in the first half of the episode and 0.15 in the second (a stationary policy cannot
+    follow it); every move costs 1, at most alpha moves per episode in expectation."""
+
+    def __init__(self, horizon: int = 8):
+        self._horizon = horizon
+
+    horizon = property(lambda self: self._horizon)
+    num_actions = property(lambda self: 3)
+    num_constraints = property(lambda self: 1)
+    observation_shape = property(lambda self: (1,))
+    observation_dtype = property(lambda self: jnp.float32)
+    default_params = property(lambda self: DriftParams(alpha=jnp.asarray([2.0]), noise=jnp.asarray(0.05)))
+
+    def _static_config(self):
+        return (self._horizon,)
+
+    def observation(self, state, params):
+        return state.x[None]
+
+    def thresholds(self, params):
+        return params.alpha
+
+    def reset(self, key, params):
+        state = DriftState(x=jnp.asarray(0.5, jnp.float32), time=jnp.zeros((), jnp.int32))
+        return self.observation(state, params), state
+
+    def noise(self, key, params):
+        return jax.random.normal(key, (), jnp.float32)
+
+    def transition(self, noise, state, action, params):
+        move = jnp.asarray([0.0, 0.25, -0.25], jnp.float32)[action]
+        x = jnp.clip(state.x + move + params.noise * noise, 0.0, 1.0)
+        target = jnp.where(state.time < self._horizon // 2, 0.85, 0.15)
+        reward = 1.0 - jnp.abs(x - target)
+        costs = jnp.asarray([1.0], jnp.float32) * (action != 0)
+        nxt = DriftState(x=x, time=state.time + 1)
+        return self.observation(nxt, params), nxt, reward, costs, nxt.time == self._horizon, {}
+
+
+DRIFT = Drift()
+
+
+def _mc(env, policy, n=5000, key=1):
+    ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(key), env, env.default_params, policy, n)
+    r, c = np.asarray(ret.rewards), np.asarray(ret.costs)[:, 0]
+    half = lambda x: 1.96 * x.std() / np.sqrt(x.size)
+    return r.mean(), half(r), c.mean(), half(c)
+
+
+def test_nn_constrained_learns_a_continuous_task_judged_by_monte_carlo():
+    # a short run: a faster multiplier than the defaults (tuned for thousands of updates)
+    cfg = nc.Config(num_iterations=60, episodes_per_iteration=128, eval_every=30, eval_episodes=512, actor_epochs=4,
+                    multiplier_step=fhc.algos.PowerSchedule(0.2, 0.8, 1000.0), multiplier_gain=0.5)
+    train = nc.make_train(DRIFT, DRIFT.default_params, cfg)
+    out = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 2))
+    with pytest.raises(ValueError, match="declares no tabular exact model"):
+        learner.make_learner(fhc.algos.fh_constrained.ALGORITHM, DRIFT, DRIFT.default_params,
+                             fhc.algos.fh_constrained.Config())
+    assert out.metrics.exact.reward.shape == (2, 3)  # Monte-Carlo estimates at 0, 30, 60
+    uniform = _mc(DRIFT, fhc.uniform_random_policy(3))
+    for seed in range(2):
+        state = jax.tree.map(lambda x: x[seed], out.state)
+        r, r_half, c, c_half = _mc(DRIFT, nc.policy(state, DRIFT, DRIFT.default_params))
+        # it learned to follow the moving target within the movement budget: the lower 95%
+        # bound of its reward above the uniform policy's upper bound (which spends 5.3 moves),
+        # the upper 95% bound of its cost within alpha = 2 (+5% for the short run)
+        assert r - r_half > uniform[0] + uniform[1], (r, uniform)
+        assert c + c_half <= 2.0 * 1.05, c
+        # the in-training Monte-Carlo evaluation estimates the same policy's value
+        assert abs(float(out.metrics.exact.reward[seed, -1]) - r) < 0.25
+
+
+def test_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld():
+    """Forced onto the sampled path (fhc_jax.rollout, per-sample losses), NN-Constrained
+    reaches the tabular path's exact reward and cost on a small gridworld (different random
+    streams: statistically equal over seeds)."""
+    env = fhc.GridWorld(size=3, horizon=6, alpha=2.0)
+    params = env.default_params
+    cmdp = env.to_cmdp(params)
+    keys = jax.random.split(jax.random.key(3), 4)
+    results = {}
+    for path in ("tabular", "sampled"):
+        cfg = nc.Config(num_iterations=80, episodes_per_iteration=64, eval_every=0, path=path, actor_epochs=4,
+                        variant="paper", loss_form="samples")
+        out = jax.jit(jax.vmap(nc.make_train(env, params, cfg)))(keys)
+        ev = jax.vmap(lambda t: fhc.evaluate(cmdp, t))(nc.policy_table(out.state, env, params))
+        results[path] = (np.asarray(ev.reward), np.asarray(ev.costs)[:, 0])
+        np.testing.assert_allclose(out.metrics.exact.reward[:, -1], ev.reward, rtol=1e-5)
+    (r_t, c_t), (r_s, c_s) = results["tabular"], results["sampled"]
+    spread = max(r_t.std(), r_s.std(), 0.05)
+    assert abs(r_t.mean() - r_s.mean()) < 3 * spread, (r_t, r_s)
+    assert abs(c_t.mean() - c_s.mean()) < 3 * max(c_t.std(), c_s.std(), 0.05), (c_t, c_s)
+
+
+def test_sampled_path_errors():
+    with pytest.raises(ValueError, match="path = 'tabular' needs a tabular exact model"):
+        nc.make_train(DRIFT, DRIFT.default_params, nc.Config(path="tabular"))
+    with pytest.raises(ValueError, match="observation must be one of 'env' for Drift on the sampled path"):
+        nc.make_train(DRIFT, DRIFT.default_params, nc.Config(observation="xy"))

@@ -15,13 +15,14 @@ from fhc_jax.cmdp import (
     solve,
     solve_unconstrained,
 )
-from fhc_jax.envs import Environment, GridWorld, TabularEnv
+from fhc_jax.envs import BatteryStorage, Environment, GridWorld, TabularEnv
 from fhc_jax.rollout import Returns, Trajectory, rollout, rollout_returns, uniform_random_policy
 from fhc_jax import algos, cmdp, envs
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatteryStorage",
     "Environment",
     "GridWorld",
     "TabularEnv",

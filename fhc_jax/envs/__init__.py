@@ -5,6 +5,7 @@
 """
 
 from fhc_jax.envs.base import Environment, TabularState, sample_index
+from fhc_jax.envs.battery import BatteryParams, BatteryState, BatteryStorage
 from fhc_jax.envs.encoders import (
     ENCODERS,
     Encoder,
@@ -15,9 +16,16 @@ from fhc_jax.envs.encoders import (
     make_encoder,
 )
 from fhc_jax.envs.gridworld import MOVES, GridParams, GridState, GridWorld, make_layout, next_state_table
+from fhc_jax.envs.gymnax_interop import GymnaxEnv, from_gymnax, to_gymnax
 from fhc_jax.envs.tabular import TabularEnv
 
 __all__ = [
+    "BatteryParams",
+    "BatteryState",
+    "BatteryStorage",
+    "GymnaxEnv",
+    "from_gymnax",
+    "to_gymnax",
     "ENCODERS",
     "Encoder",
     "Environment",

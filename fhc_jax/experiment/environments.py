@@ -49,6 +49,10 @@ from fhc_jax.experiment.settings import ConfigError, Setting, coerce, kind_of_an
 #: registered names -> ``"module:attribute"`` of the constructor (one line per environment)
 ENVIRONMENTS: dict[str, str] = {
     "gridworld": "fhc_jax.envs.gridworld:GridWorld",
+    "battery": "fhc_jax.envs.battery:BatteryStorage",
+    "gymnax:CartPole-v1": "fhc_jax.envs.gymnax_interop:cartpole",
+    "gymnax:Acrobot-v1": "fhc_jax.envs.gymnax_interop:acrobot",
+    "gymnax:MountainCar-v0": "fhc_jax.envs.gymnax_interop:mountain_car",
 }
 
 #: the default environment

@@ -10,14 +10,27 @@
   CPO; both inputs where they apply) -> a table, JSON and a Fig. 1-style figure.
 
 ``--env`` takes a registered name (:data:`fhc_jax.experiment.environments.ENVIRONMENTS`) or
-``module:ClassOrFactory`` of your own environment. Configuration errors (unknown keys, wrong
-types, out-of-range values) and unusable output directories are reported with exit status 2
-before anything is compiled.
+``module:ClassOrFactory`` of your own environment.
+
+Every failure is one line on stderr, ``fhc-jax COMMAND: error: ...``, naming the bad field or
+file and what to do, and the exit status says what kind it was (docs/RELIABILITY.md lists every
+case):
+
+* 0: done, results complete;
+* 2: usage errors (unknown keys, wrong types, out-of-range values, unusable ``--out``, a run
+  directory that would be overwritten, a changed configuration on ``--resume``), reported before
+  anything is compiled or written;
+* 1: runtime failures (divergence, no intact checkpoint, a run directory in use by another
+  process, an infeasible ``solve``, file-system errors, internal errors: set
+  ``FHC_JAX_TRACEBACK=1`` to see the traceback);
+* 130: interrupted (Ctrl-C); ``train`` says how to continue.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -58,6 +71,8 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         env, params = entry.make(settings)
         if not env.has_exact_model:
             raise config_io.ConfigError(f"environment {entry.name!r} has no exact model (has_exact_model is False)")
+        if args.out:  # before solving: a file we cannot write is known now, not after the solve
+            rundir.check_writable_file(args.out)
     except ValueError as err:
         return _error("solve", err)
     cmdp = env.to_cmdp(params)
@@ -89,9 +104,14 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _error(command: str, err: Exception) -> int:
-    print(f"fhc-jax {command}: error: {err}", file=sys.stderr)
-    return 2
+def _one_line(err: BaseException) -> str:
+    lines = [x.strip() for x in str(err).strip().splitlines() if x.strip()]
+    return " ".join(lines) if lines else type(err).__name__
+
+
+def _error(command: str, err: BaseException, status: int = 2) -> int:
+    print(f"fhc-jax {command}: error: {_one_line(err)}", file=sys.stderr)
+    return status
 
 
 def _spec_from_args(args: argparse.Namespace, settings: dict | None = None):
@@ -121,10 +141,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import plots
+    from fhc_jax.experiment import plots, rundir
 
     try:
-        stages = [int(x) for x in args.stages.split(",")] if args.stages else None
+        stages = None
+        if args.stages:
+            try:
+                stages = [int(x) for x in args.stages.split(",")]
+            except ValueError:
+                raise ValueError(f"--stages expects comma-separated stage numbers, e.g. 0,50,99; found "
+                                 f"{args.stages!r}") from None
+        if not Path(args.run_dir).is_dir():
+            raise rundir.RunDirectoryError(f"{args.run_dir} is not a run directory (not a directory)")
         written = plots.plot_run(args.run_dir, stages)
     except ValueError as err:
         return _error("plot", err)
@@ -140,42 +168,55 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         import jax
 
         jax.distributed.initialize()
+    import jax
+
+    writer = jax.process_index() == 0  # multi-host: process 0 writes the files
     try:
         spec = _spec_from_args(args)
         grid = sweep.parse_grid(args.grid)
         sweep.grid_specs(spec, grid)  # validate every grid point before compiling
-        rundir.prepare(args.out, resume=False, overwrite=args.overwrite)
-        rundir.write_json_atomic(Path(args.out) / rundir.CONFIG, {"kind": "sweep", "algo": spec.algo,
-                                                                  "grid": grid, "settings": spec.settings()})
-        result = sweep.run_sweep(spec, grid, shard=not args.no_shard, quiet=args.quiet)
+        rundir.check(args.out, resume=False, overwrite=args.overwrite, can_resume=False)
     except ValueError as err:
         return _error("sweep", err)
-    import jax
-
-    if jax.process_index() == 0:
-        sweep.write_sweep(args.out, spec, grid, result)
+    lock = rundir.locked(args.out, f"fhc-jax sweep --out {args.out}") if writer else contextlib.nullcontext()
+    with lock:
+        try:
+            if writer:
+                rundir.prepare(args.out, resume=False, overwrite=args.overwrite, can_resume=False)
+                rundir.write_json_atomic(Path(args.out) / rundir.CONFIG, {"kind": "sweep", "algo": spec.algo,
+                                                                          "grid": grid, "settings": spec.settings()})
+            result = sweep.run_sweep(spec, grid, shard=not args.no_shard, quiet=args.quiet)
+        except ValueError as err:
+            return _error("sweep", err)
+        if writer:
+            sweep.write_sweep(args.out, spec, grid, result)
     print(sweep.format_sweep(result))
     print(f"wrote {args.out}")
     return 0
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import compare
+    from fhc_jax.experiment import compare, rundir
 
     try:  # validated before anything is compiled
         if args.seeds < 1:
             raise ValueError(f"--seeds must be an integer >= 1, found {args.seeds}")
         runs = compare.select_runs(args.algos, args.inputs)
         compare.build_specs(runs, args.seeds, args.set or (), env=args.env)
-        try:
-            Path(args.out).mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise ValueError(f"--out {args.out}: {err}") from None
-        result = compare.run_comparison(runs, seeds=args.seeds, overrides=args.set or (), env=args.env,
-                                        quiet=args.quiet)
+        if not args.name or "/" in args.name or args.name in (".", ".."):
+            raise ValueError(f"--name must be a plain file name stem, found {args.name!r}")
+        for ext in ("json", "md", "png"):
+            rundir.check_writable_file(Path(args.out) / f"{args.name}.{ext}")
     except ValueError as err:
         return _error("compare", err)
-    paths = compare.write_outputs(result, args.out, stem=args.name)
+    with rundir.locked(args.out, f"fhc-jax compare --out {args.out} --name {args.name}",
+                       lock_file=rundir.shared_lock_file(args.out, args.name)):
+        try:
+            result = compare.run_comparison(runs, seeds=args.seeds, overrides=args.set or (), env=args.env,
+                                            quiet=args.quiet)
+        except ValueError as err:
+            return _error("compare", err)
+        paths = compare.write_outputs(result, args.out, stem=args.name)
     print(compare.format_markdown(result))
     for path in paths.values():
         print(f"wrote {path}")
@@ -271,8 +312,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit status (module docstring). Usage errors of the
+    argument syntax itself exit through argparse with status 2."""
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    from fhc_jax.experiment import checkpoint, rundir, training
+
+    command = args.command
+    try:
+        return args.func(args)
+    except training.TrainingInterrupted as err:
+        print(f"fhc-jax {command}: {err}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print(f"fhc-jax {command}: interrupted", file=sys.stderr)
+        return 130
+    except (rundir.RunInUseError, checkpoint.CheckpointError, training.DivergenceError) as err:
+        return _error(command, err, 1)
+    except ValueError as err:  # usage errors raised outside a command's own handler
+        return _error(command, err, 2)
+    except OSError as err:  # the file system: full disk, permissions, vanished files
+        where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+        return _error(command, f"{err.strerror or err}{where}", 1)
+    except Exception as err:  # noqa: BLE001 (a bug: one line, the traceback on request)
+        if os.environ.get("FHC_JAX_TRACEBACK"):
+            raise
+        return _error(command, f"internal error: {type(err).__name__}: {_one_line(err)} "
+                               "(set FHC_JAX_TRACEBACK=1 for the traceback)", 1)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """The exact model: tabular finite-horizon CMDPs, exact evaluation and exact optima."""
 
-from fhc_jax.cmdp.model import TabularCMDP
+from fhc_jax.cmdp.model import CMDPTypeError, TabularCMDP
 from fhc_jax.cmdp.transitions import SparseTransitions
 from fhc_jax.cmdp.evaluate import Evaluation, evaluate
 from fhc_jax.cmdp.solve import InfeasibleConstraintError, Solution, solve, solve_unconstrained
 
 __all__ = [
     "TabularCMDP",
+    "CMDPTypeError",
     "SparseTransitions",
     "Evaluation",
     "evaluate",

@@ -3,12 +3,15 @@ forward propagation (occupancy measures), paper Section 2."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from fhc_jax.cmdp import transitions as tr
-from fhc_jax.cmdp.model import TabularCMDP
+from fhc_jax.cmdp.model import CMDPTypeError, TabularCMDP, probability_tolerance
 
 Array = jax.Array
 
@@ -57,7 +60,51 @@ def _kernel(cmdp: TabularCMDP, sliced):
     return sliced if cmdp.time_varying else cmdp.transitions
 
 
-@jax.jit
+def require_cmdp(function: str, cmdp: Any) -> None:
+    """``TypeError`` (:class:`~fhc_jax.cmdp.model.CMDPTypeError`) naming ``function`` unless
+    ``cmdp`` is a :class:`TabularCMDP`."""
+    if not isinstance(cmdp, TabularCMDP):
+        raise CMDPTypeError(f"{function}: expected a fhc_jax.TabularCMDP as cmdp, found {type(cmdp).__name__}")
+
+
+def check_policy(cmdp: TabularCMDP, policy: Any, function: str = "evaluate") -> None:
+    """Validate a concrete policy table against ``cmdp`` (skipped for traced values, i.e. inside
+    ``jit``/``vmap``): shape (H, S, A), a real numeric dtype, finite, non-negative (within the tolerance), every row
+    summing to 1 within :func:`~fhc_jax.cmdp.model.probability_tolerance` of its dtype.
+
+    Raises:
+        CMDPTypeError: not an array of real numbers. ValueError: the first bad entry, naming
+            its stage h and state s (and action a).
+    """
+    if isinstance(policy, jax.core.Tracer):
+        return
+    try:
+        arr = np.asarray(policy)
+    except Exception as err:  # noqa: BLE001 (anything that is not array-like)
+        raise CMDPTypeError(f"{function}: policy must be an (H, S, A) array, found {type(policy).__name__}") from err
+    if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise CMDPTypeError(f"{function}: policy must be an array of real numbers, found dtype {arr.dtype}")
+    want = (cmdp.horizon, cmdp.num_states, cmdp.num_actions)
+    if arr.shape != want:
+        hint = " (jax.vmap evaluate over a batch of policies)" if arr.shape[1:] == want else ""
+        raise ValueError(f"{function}: policy must have shape (H, S, A) = {want}, found {arr.shape}{hint}")
+    finite = np.isfinite(arr)
+    if not finite.all():
+        h, s, a = np.argwhere(~finite)[0]
+        raise ValueError(f"{function}: policy[h={h}, s={s}, a={a}] = {arr[h, s, a]} is not finite")
+    tol = probability_tolerance(arr.dtype, arr.shape[-1])
+    if (arr < -tol).any():
+        h, s, a = np.argwhere(arr < -tol)[0]
+        raise ValueError(f"{function}: policy[h={h}, s={s}, a={a}] = {arr[h, s, a]:.6g} is negative; "
+                         "a policy gives probabilities")
+    sums = arr.sum(axis=-1, dtype=np.float64)
+    off = np.abs(sums - 1.0)
+    if off.size and off.max() > tol:
+        h, s = np.unravel_index(int(np.argmax(off)), off.shape)
+        raise ValueError(f"{function}: policy[h={h}, s={s}] sums to {sums[h, s]:.9g}, not 1 (tolerance {tol:g} "
+                         f"for {arr.dtype}): each stage and state needs a probability distribution over actions")
+
+
 def evaluate(cmdp: TabularCMDP, policy: Array) -> Evaluation:
     """Exact expected reward, costs, values and occupancies of a non-stationary policy.
 
@@ -72,7 +119,20 @@ def evaluate(cmdp: TabularCMDP, policy: Array) -> Evaluation:
         policy: mu_h(s, a), row-stochastic, (H, S, A).
     Returns:
         :class:`Evaluation`.
+    Raises:
+        TypeError: ``cmdp`` is not a :class:`TabularCMDP`, or ``policy`` is not a real array.
+        ValueError: a concrete ``policy`` (not traced) of the wrong shape, with a non-finite
+            or negative entry, or a row that does not sum to 1 (:func:`check_policy`, naming
+            the stage and state).
     """
+    require_cmdp("evaluate", cmdp)
+    check_policy(cmdp, policy)
+    return _evaluate(cmdp, policy)
+
+
+@jax.jit
+def _evaluate(cmdp: TabularCMDP, policy: Array) -> Evaluation:
+    """:func:`evaluate` without validation (the compiled program)."""
     stage, terminal = _signals(cmdp)
     dtype = jnp.result_type(stage.dtype, policy.dtype)
     stage, terminal, policy = stage.astype(dtype), terminal.astype(dtype), policy.astype(dtype)

@@ -22,11 +22,31 @@ Array = jax.Array
 _PROB_TOL = 1e-6
 
 
+class CMDPTypeError(TypeError, ValueError):
+    """A value of the wrong type where a CMDP or one of its arrays is expected. Both a
+    ``TypeError`` and a ``ValueError`` (constructor errors were ``ValueError`` before)."""
+
+
+def probability_tolerance(dtype: Any, count: int = 1) -> float:
+    """How far a sum of ``count`` probabilities stored in ``dtype`` may stray from 1:
+    max(1e-6, count * eps(dtype)) (the rounding of each term adds up; 1e-6 is the floor, which is
+    what float64 and float32 data of a few dozen entries get)."""
+    try:
+        eps = float(jnp.finfo(dtype).eps)
+    except ValueError:  # integer data: exact
+        eps = 0.0
+    return max(_PROB_TOL, max(int(count), 1) * eps)
+
+
 def _as_array(name: str, value: Any, dtype=None) -> Array:
+    if isinstance(value, (str, bytes, dict, set)) or value is None:
+        raise CMDPTypeError(f"TabularCMDP.{name}: expected a numeric array, got {type(value).__name__}")
     try:
         arr = jnp.asarray(value, dtype=dtype)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"TabularCMDP.{name}: expected a numeric array, got {type(value).__name__}") from err
+        raise CMDPTypeError(f"TabularCMDP.{name}: expected a numeric array, got {type(value).__name__}") from err
+    if arr.dtype == jnp.bool_ or not (jnp.issubdtype(arr.dtype, jnp.floating) or jnp.issubdtype(arr.dtype, jnp.integer)):
+        raise CMDPTypeError(f"TabularCMDP.{name}: expected a real numeric array, found dtype {arr.dtype}")
     if dtype is None and not jnp.issubdtype(arr.dtype, jnp.floating):
         arr = arr.astype(jnp.result_type(float))
     return arr
@@ -46,15 +66,18 @@ def _check_shape(name: str, arr, expected: tuple[tuple[int, ...], ...], names: s
 
 
 def _check_distribution(name: str, probs, axis: int = -1) -> None:
+    dtype = np.asarray(probs).dtype
     p = np.asarray(probs, dtype=np.float64)
-    if np.any(p < -_PROB_TOL):
+    tol = probability_tolerance(dtype, p.shape[axis] if p.ndim else 1)
+    if np.any(p < -tol):
         raise ValueError(f"TabularCMDP.{name}: probabilities must be non-negative, found minimum {p.min():.3g}")
     sums = p.sum(axis=axis)
     worst = float(np.max(np.abs(sums - 1.0))) if sums.size else 0.0
-    if worst > _PROB_TOL:
+    if worst > tol:
+        where = np.unravel_index(int(np.argmax(np.abs(sums - 1.0))), sums.shape)
         raise ValueError(
-            f"TabularCMDP.{name}: probabilities must sum to 1 (tolerance {_PROB_TOL:g}), "
-            f"found a row summing to {float(sums.reshape(-1)[np.argmax(np.abs(sums - 1.0))]):.9g}"
+            f"TabularCMDP.{name}: probabilities must sum to 1 (tolerance {tol:g} for {dtype} data), "
+            f"found a row summing to {float(sums[where]):.9g} at index {tuple(int(i) for i in where)}"
         )
 
 
@@ -118,11 +141,14 @@ class TabularCMDP:
                     f"found {tuple(transitions.shape)}"
                 )
             s, a = transitions.shape[-3], transitions.shape[-2]
-            if transitions.shape[-1] != s:
+            if transitions.shape[-1] != s and s > 0:
                 raise ValueError(
                     f"TabularCMDP.transitions: last axis must have S = {s} next states, "
                     f"found shape {tuple(transitions.shape)}"
                 )
+        if s < 1 or a < 1:
+            raise ValueError(f"TabularCMDP.transitions: a CMDP needs at least one state and one action, "
+                             f"found S = {s} states and A = {a} actions")
         rewards = _as_array("rewards", rewards)
         if rewards.ndim not in (3, 4):
             raise ValueError(f"TabularCMDP.rewards: expected shape (H, S, A) or (H, S, A, S), found {tuple(rewards.shape)}")

@@ -28,7 +28,7 @@ import scipy.optimize
 import scipy.sparse as sp
 
 from fhc_jax.cmdp import transitions as tr
-from fhc_jax.cmdp.evaluate import _UNROLL, Evaluation, _kernel, _signals, _stage_xs, evaluate
+from fhc_jax.cmdp.evaluate import _UNROLL, Evaluation, _evaluate, _kernel, _signals, _stage_xs, require_cmdp
 from fhc_jax.cmdp.model import TabularCMDP
 
 Array = jax.Array
@@ -112,7 +112,7 @@ def _greedy(cmdp: TabularCMDP, reward_weight: Array, penalties: Array):
 def _occupancy(cmdp: TabularCMDP, actions: Array) -> Array:
     """State-action occupancy x_h(s, a) of a deterministic policy, (H, S, A)."""
     policy = jax.nn.one_hot(actions, cmdp.num_actions, dtype=cmdp.initial_distribution.dtype)
-    ev = evaluate(cmdp, policy)
+    ev = _evaluate(cmdp, policy)
     return ev.occupancy[:-1, :, None] * policy
 
 
@@ -165,6 +165,7 @@ def solve_unconstrained(cmdp: TabularCMDP) -> Solution:
         :class:`Solution` with ``method="dp"`` and zero multipliers; ``costs`` are the costs
         the unconstrained optimum incurs.
     """
+    require_cmdp("solve_unconstrained", cmdp)
     t0 = time.perf_counter()
     with jax.enable_x64(True):
         c64 = cmdp.astype(jnp.float64)
@@ -196,9 +197,15 @@ def solve(cmdp: TabularCMDP, method: Literal["dual", "lp"] = "dual", *, max_iter
     Raises:
         InfeasibleConstraintError: no policy satisfies all thresholds; the message lists the
             minimum achievable cost of each constraint.
-        ValueError: unknown ``method``.
+        TypeError: ``cmdp`` is not a :class:`TabularCMDP`, or ``max_iterations`` not an integer.
+        ValueError: unknown ``method``, ``max_iterations`` < 1.
     """
-    if method not in ("dual", "lp"):
+    require_cmdp("solve", cmdp)
+    if isinstance(max_iterations, bool) or not isinstance(max_iterations, (int, np.integer)):
+        raise TypeError(f"solve: max_iterations must be an integer, found {type(max_iterations).__name__}")
+    if max_iterations < 1:
+        raise ValueError(f"solve: max_iterations must be >= 1, found {max_iterations}")
+    if not isinstance(method, str) or method not in ("dual", "lp"):
         raise ValueError(f"solve: method must be 'dual' or 'lp', found {method!r}")
     t0 = time.perf_counter()
     with jax.enable_x64(True):
@@ -218,7 +225,7 @@ def solve(cmdp: TabularCMDP, method: Literal["dual", "lp"] = "dual", *, max_iter
 
 def _finish(c64, x, nu, method, calls, t0) -> Solution:
     policy = _policy_from_occupancy(np.asarray(x, dtype=np.float64))
-    ev = jax.device_get(evaluate(c64, jnp.asarray(policy)))
+    ev = jax.device_get(_evaluate(c64, jnp.asarray(policy)))
     return Solution(
         policy=policy,
         reward=float(ev.reward),

@@ -13,8 +13,11 @@ Modules (none keeps global state apart from caches):
 * :mod:`~fhc_jax.experiment.runner`: :class:`~fhc_jax.experiment.runner.ChunkedTrainer`
   (``jax.jit(jax.vmap(chunk))`` over a sharded runs axis) and
   :func:`~fhc_jax.experiment.runner.train_seeds` (one algo, N seeds -> metrics, final
-  states, policies): the piece other tools reuse.
-* :mod:`~fhc_jax.experiment.checkpoint`: orbax checkpoints of the full carry; bit-identical resume.
+  states, policies; ``RunResult.divergence`` reports seeds that became non-finite): the piece
+  other tools reuse.
+* :mod:`~fhc_jax.experiment.checkpoint`: orbax checkpoints of the full carry with a verified
+  manifest (hashes of every array and of the configuration); bit-identical resume from the newest
+  intact checkpoint.
 * :mod:`~fhc_jax.experiment.rundir`, :mod:`~fhc_jax.experiment.training`: the run directory
   and ``fhc-jax train``.
 * :mod:`~fhc_jax.experiment.judge`: final policies against the exact optimum, with one
@@ -30,18 +33,27 @@ from fhc_jax.experiment.environments import ENVIRONMENTS, load_environment, make
 from fhc_jax.experiment.judge import DEFAULT_TOLERANCE, Judgement
 from fhc_jax.experiment.machine import machine_info
 from fhc_jax.experiment.registry import ALGORITHMS, available_algorithms, load_algorithm
-from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, RunResult, seed_keys, train_seeds
+from fhc_jax.experiment.checkpoint import CheckpointError
+from fhc_jax.experiment.rundir import RunDirectoryError, RunInUseError
+from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, Divergence, RunResult, seed_keys, train_seeds
+from fhc_jax.experiment.training import DivergenceError, TrainingInterrupted
 
 __all__ = [
     "ALGORITHMS",
+    "CheckpointError",
     "ChunkState",
     "ChunkedTrainer",
     "ConfigError",
     "DEFAULT_TOLERANCE",
+    "Divergence",
+    "DivergenceError",
     "ENVIRONMENTS",
     "ExperimentSpec",
     "Judgement",
+    "RunDirectoryError",
+    "RunInUseError",
     "RunResult",
+    "TrainingInterrupted",
     "available_algorithms",
     "load_algorithm",
     "load_environment",

@@ -281,6 +281,7 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
             (not JSON; for tests).
     Raises:
         ConfigError / ValueError: invalid settings (before anything is compiled).
+        DivergenceError: a run's values became non-finite (names the run, seeds and quantity).
     """
     import fhc_jax as fhc
     from fhc_jax.experiment.progress import Progress, env_steps_per_iteration
@@ -298,8 +299,11 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
     tolerance = specs[0].feasibility_tolerance
     cmdp = env.to_cmdp(params)
     thresholds = np.asarray(cmdp.thresholds, np.float64)
-    opt = judge.optimum(cmdp)
+    opt, infeasible = judge.solve_optimum(cmdp)
     unc = fhc.solve_unconstrained(cmdp)
+    if infeasible is not None:  # the same message as fhc-jax solve; the comparison proceeds
+        print(f"fhc-jax compare: warning: {infeasible}; the comparison proceeds, but no policy can meet the "
+              "threshold", file=stream, flush=True)
     say(f"{title}: optimum J* = {opt.reward:.4f} at cost {opt.costs.tolist()} "
         f"(unconstrained {float(unc.reward):.4f} at cost {np.asarray(unc.costs).tolist()})"
         if opt is not None else f"{title}: the constraint is infeasible")
@@ -315,6 +319,11 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
         res = train_seeds(module, env, params, cfg, seeds, seed=spec.seed, chunk_size=spec.chunk_size,
                           on_chunk=progress)
         wall = time.perf_counter() - t0
+        if res.divergence is not None:
+            from fhc_jax.experiment.training import DivergenceError, divergence_hint
+
+            raise DivergenceError(f"{run.name}: {res.divergence.describe()}; {divergence_hint(spec)}",
+                                  res.divergence)
         nu = res.state.metrics["multipliers"][:, -1] if "multipliers" in res.state.metrics else None
         judged = judge.judge(res.state.exact_reward[:, -1], res.state.exact_costs[:, -1], thresholds, optimum=opt,
                              multipliers=nu, tolerance=tolerance)

@@ -155,8 +155,15 @@ def read_toml(path: str | Path) -> dict[str, Any]:
             return flatten(tomllib.load(f))
     except FileNotFoundError:
         raise ConfigError(f"config file {str(path)!r} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {str(path)!r} is a directory; give a TOML file") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config file {str(path)!r} is not valid TOML: {err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text (byte {err.start}); TOML files must be "
+                          "UTF-8") from None
+    except OSError as err:
+        raise ConfigError(f"config file {str(path)!r} cannot be read: {err.strerror or err}") from None
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:

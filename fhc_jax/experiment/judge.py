@@ -82,17 +82,24 @@ class Optimum:
 
 def optimum(cmdp) -> Optimum | None:
     """The exact constrained optimum of ``cmdp`` (``fhc_jax.solve``), None if infeasible."""
+    return solve_optimum(cmdp)[0]
+
+
+def solve_optimum(cmdp) -> tuple[Optimum | None, Any]:
+    """(the :class:`Optimum`, None), or (None, the ``fhc_jax.InfeasibleConstraintError``, whose
+    message lists the minimum achievable cost per constraint, as ``fhc-jax solve`` prints it)."""
     import fhc_jax as fhc
 
     try:
         sol = fhc.solve(cmdp)
-    except fhc.InfeasibleConstraintError:
-        return None
+    except fhc.InfeasibleConstraintError as err:
+        return None, err
     ev = sol.evaluation if sol.evaluation is not None else fhc.evaluate(cmdp, sol.policy)
     return Optimum(reward=float(sol.reward), costs=np.asarray(sol.costs, np.float64),
                    multipliers=np.asarray(sol.multipliers, np.float64), policy=np.asarray(sol.policy),
                    stage_costs=np.asarray(ev.stage_costs, np.float64),
-                   stage_rewards=np.asarray(ev.stage_rewards, np.float64), solve_time_s=float(sol.solve_time))
+                   stage_rewards=np.asarray(ev.stage_rewards, np.float64),
+                   solve_time_s=float(sol.solve_time)), None
 
 
 def evaluate_policies(cmdp, policies: np.ndarray) -> dict[str, np.ndarray]:
@@ -157,8 +164,10 @@ class Judgement:
                                    multipliers=None if self.multipliers is None else self.multipliers[index])
 
     def rank_key(self) -> tuple[int, float]:
-        """(feasible seeds, worst seed's reward): larger is better."""
-        return self.feasible_seeds, float(np.min(self.reward))
+        """(feasible seeds, worst seed's reward): larger is better; a non-finite (diverged)
+        seed's reward counts as -inf."""
+        reward = np.where(np.isfinite(self.reward), self.reward, -np.inf)
+        return self.feasible_seeds, float(np.min(reward))
 
     def rows(self) -> list[dict[str, Any]]:
         """One dict per seed: seed, exact_reward, exact_costs, violation = max(0, c - alpha),

@@ -189,13 +189,15 @@ def plot_run(path: str | Path, stages: Sequence[int] | None = None) -> list[Path
     optimum = summary.get("optimum")
     npz: dict[str, Any] = {}
     if (path / rundir.POLICY).exists():
-        with np.load(path / rundir.POLICY) as f:
-            npz = {k: f[k] for k in f.files}
+        npz = rundir.read_npz(path / rundir.POLICY)
     num_costs = sum(1 for c in columns if c.startswith("exact_cost_"))
     thresholds = np.asarray(summary.get("thresholds", npz.get("thresholds", np.full(num_costs, np.nan))), np.float64)
     title = f"{cfg.get('algo', '?')} on {cfg.get('env_title', '?')}, {cfg.get('seeds')} seeds"
     out = path / rundir.PLOTS
-    out.mkdir(exist_ok=True)
+    try:
+        out.mkdir(exist_ok=True)
+    except OSError as err:
+        raise rundir.RunDirectoryError(f"cannot create {out}: {err.strerror or err}") from None
     written = [out / "learning_curves.png"]
     learning_curves(columns, thresholds, optimum, written[-1], title)
     if any(c.startswith("multiplier_") for c in columns):

@@ -14,23 +14,36 @@ Layout of ``runs/NAME``::
     policy.npz       final policy tables (R, H, S, A), the optimum's table, the per-stage
                      expected costs of both, and for spatial environments ``grid_shape`` (and
                      ``action_moves``): ``fhc-jax plot`` redraws from files alone
-    checkpoints/     orbax checkpoints (``checkpoints/<iteration>/``)
+    checkpoints/     orbax checkpoints (``checkpoints/<iteration>/``), each with a manifest of
+                     hashes (:mod:`fhc_jax.experiment.checkpoint`)
+    rejected_checkpoints/  checkpoints found damaged or foreign on ``--resume``, moved aside
     plots/           PNG figures (:mod:`fhc_jax.experiment.plots`)
+    .fhc-jax.lock    the writer's lock (:func:`locked`): one process writes a run directory
 
 Every file is written to a temporary file in the same directory and renamed over the old one
 (``os.replace``, atomic on POSIX), so an interrupted run never leaves a truncated file.
+
+**One writer per directory.** ``fhc-jax train``, ``sweep`` and ``compare`` hold an exclusive
+``fcntl.flock`` on the lock file for as long as they write (the operating system releases it
+when the process ends, however it ends); a second writer is refused at once with the holder's
+process id and command line, and ``--overwrite`` never deletes a directory another process holds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import hashlib
 import io
 import json
 import os
 import shutil
+import socket
 import tempfile
+import time
+import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -40,12 +53,26 @@ SUMMARY = "summary.json"
 POLICY = "policy.npz"
 CHECKPOINTS = "checkpoints"
 PLOTS = "plots"
+REJECTED = "rejected_checkpoints"
+LOCK = ".fhc-jax.lock"
 
 _COLUMN_NAMES = {"costs": "cost", "multipliers": "multiplier"}
 
 
 class RunDirectoryError(ValueError):
-    """A run directory that cannot be used as asked (exists, differs, is missing files)."""
+    """A run directory that cannot be used as asked (exists, differs, is missing files): a
+    usage error (``fhc-jax`` exit status 2)."""
+
+
+class RunInUseError(RuntimeError):
+    """Another process holds the run directory's lock (``fhc-jax`` exit status 1)."""
+
+
+def settings_hash(settings: dict) -> str:
+    """A short hash of a flat settings dict (canonical JSON): what a checkpoint's manifest
+    records and ``--resume`` compares with config.json."""
+    text = json.dumps(_jsonable(settings), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 # ----------------------------------------------------------------------------- atomic writes
@@ -94,37 +121,145 @@ def _jsonable(x: Any) -> Any:
 
 
 def read_json(path: str | Path) -> Any:
-    """Parse a JSON file; :class:`RunDirectoryError` when missing or invalid."""
+    """Parse a JSON file; :class:`RunDirectoryError` when missing, unreadable or invalid."""
     path = Path(path)
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RunDirectoryError(f"{path} does not exist") from None
-    except json.JSONDecodeError as err:
-        raise RunDirectoryError(f"{path} is not valid JSON: {err}") from None
+    except NotADirectoryError:
+        raise RunDirectoryError(f"{path.parent} is not a directory") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise RunDirectoryError(f"{path} is not valid JSON ({_one_line(err)}); restore it or rerun") from None
+    except OSError as err:
+        raise RunDirectoryError(f"cannot read {path}: {err.strerror or err}") from None
+
+
+def read_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` file; :class:`RunDirectoryError` naming the file when it is
+    missing or damaged (e.g. truncated)."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+    except FileNotFoundError:
+        raise RunDirectoryError(f"{path} does not exist") from None
+    except (zipfile.BadZipFile, EOFError, ValueError, OSError, KeyError) as err:
+        raise RunDirectoryError(f"{path} is damaged ({_one_line(err)}); rerun the training to rewrite it") from None
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+
+
+# ----------------------------------------------------------------------------- one writer
+
+
+def _holder(fd: int) -> str:
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        info = json.loads(os.read(fd, 4096).decode() or "{}")
+        return (f"process {info.get('pid', '?')} on {info.get('host', '?')} "
+                f"({info.get('command', '?')}, since {info.get('started', '?')})")
+    except (OSError, ValueError):
+        return "another process"
+
+
+def shared_lock_file(path: str | Path, stem: str) -> Path:
+    """A lock file outside ``path`` for outputs that share a folder with other files (``fhc-jax
+    compare``'s ``NAME.*`` in ``benchmarks/results``): in the temporary directory, named by a
+    hash of the absolute output path and stem, so no lock file is left in the folder."""
+    key = hashlib.sha256(f"{Path(path).absolute()}/{stem}".encode()).hexdigest()[:20]
+    return Path(tempfile.gettempdir()) / "fhc-jax-locks" / f"{key}.lock"
+
+
+@contextlib.contextmanager
+def locked(path: str | Path, command: str, *, name: str = LOCK, lock_file: str | Path | None = None) -> Iterator[Path]:
+    """Hold the exclusive writer's lock of directory ``path`` (created if missing) while the
+    ``with`` block runs.
+
+    The lock is ``fcntl.flock`` on ``path/name`` (or ``lock_file``), which records the holder (pid, host, command
+    line); the operating system releases it when the process ends, so a killed writer never
+    leaves a stale lock. The lock file itself is never deleted (deleting it would let two
+    writers lock two different files).
+
+    Raises:
+        RunInUseError: another process holds the lock (the message names it).
+        RunDirectoryError: ``path`` cannot be created or written.
+    """
+    path = Path(path)
+    target = Path(lock_file) if lock_file is not None else path / name
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise RunDirectoryError(f"--out {path}: cannot create or write it ({err.strerror or err})") from None
+    try:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover (not POSIX): no lock
+            fcntl = None
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RunInUseError(f"{path} is in use by {_holder(fd)}; wait for it to finish, stop it, "
+                                    "or choose another --out") from None
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
+                "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, json.dumps(info).encode())
+        yield path
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def check_writable_file(path: str | Path, flag: str = "--out") -> Path:
+    """Check that a file can be written at ``path`` (its folder exists or can be created, it is
+    not a directory) by creating and removing a temporary file next to it, before any work.
+
+    Raises:
+        RunDirectoryError: naming the path and the reason.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise RunDirectoryError(f"{flag} {path} is a directory; give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as err:
+        raise RunDirectoryError(f"{flag} {path}: cannot write there ({err.strerror or err})") from None
+    return path
 
 
 # ----------------------------------------------------------------------------- directory checks
 
 
-def prepare(path: str | Path, *, resume: bool, overwrite: bool) -> Path:
-    """Check that ``path`` may be used and create it.
+def _entries(path: Path) -> list[Path]:
+    return [p for p in path.iterdir() if p.name != LOCK] if path.is_dir() else []
 
-    * new or empty directory: fine;
-    * an existing run (has config.json): ``resume`` continues it, ``overwrite`` deletes it,
-      neither is refused (nothing already written is lost by accident);
-    * any other non-empty directory: refused (``--overwrite`` never deletes foreign files).
+
+def check(path: str | Path, *, resume: bool, overwrite: bool, can_resume: bool = True) -> Path:
+    """:func:`prepare`'s checks without touching anything (call it before compiling).
 
     Raises:
-        RunDirectoryError: the refusals above, or ``resume`` without a run to resume.
+        RunDirectoryError: see :func:`prepare`.
     """
     path = Path(path)
     if resume and overwrite:
         raise RunDirectoryError("--resume and --overwrite exclude each other")
-    if path.exists() and not path.is_dir():
-        raise RunDirectoryError(f"--out {path} exists and is not a directory")
-    is_run = (path / CONFIG).is_file()
-    non_empty = path.is_dir() and any(path.iterdir())
+    try:
+        if path.exists() and not path.is_dir():
+            raise RunDirectoryError(f"--out {path} exists and is not a directory")
+        is_run = (path / CONFIG).is_file()
+        non_empty = bool(_entries(path))
+    except OSError as err:  # e.g. a path under a file, or no permission
+        raise RunDirectoryError(f"--out {path}: cannot use it ({err.strerror or err})") from None
     if resume:
         if not is_run:
             raise RunDirectoryError(f"--resume: {path} is not a run directory (no {CONFIG})")
@@ -134,10 +269,39 @@ def prepare(path: str | Path, *, resume: bool, overwrite: bool) -> Path:
             raise RunDirectoryError(f"--out {path} is a non-empty directory that is not a run directory; "
                                     "choose another --out")
         if not overwrite:
-            raise RunDirectoryError(f"--out {path} already holds a run; pass --resume to continue it "
-                                    "or --overwrite to replace it")
-        shutil.rmtree(path)
-    path.mkdir(parents=True, exist_ok=True)
+            hint = "pass --resume to continue it or --overwrite to replace it" if can_resume else \
+                "pass --overwrite to replace it or choose another --out"
+            raise RunDirectoryError(f"--out {path} already holds a run; {hint}")
+    return path
+
+
+def prepare(path: str | Path, *, resume: bool, overwrite: bool, can_resume: bool = True) -> Path:
+    """Check that ``path`` may be used and create it (hold :func:`locked` first when writing).
+
+    * new or empty directory: fine;
+    * an existing run (has config.json): ``resume`` continues it, ``overwrite`` deletes it
+      (all but the lock file), neither is refused (nothing already written is lost by accident);
+    * any other non-empty directory: refused (``--overwrite`` never deletes foreign files).
+
+    Args:
+        can_resume: whether the command has ``--resume`` (``fhc-jax sweep`` has not: the
+            refusal's advice differs).
+    Raises:
+        RunDirectoryError: the refusals above, ``resume`` without a run to resume, or a path
+            that cannot be created.
+    """
+    path = check(path, resume=resume, overwrite=overwrite, can_resume=can_resume)
+    if resume:
+        return path
+    try:
+        for entry in _entries(path):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunDirectoryError(f"--out {path}: cannot create or clear it ({err.strerror or err})") from None
     return path
 
 
@@ -207,20 +371,33 @@ def read_metrics_csv(path: str | Path) -> dict[str, np.ndarray]:
     ``iteration`` as int arrays."""
     path = Path(path)
     try:
-        with path.open(newline="") as f:
+        with path.open(newline="", encoding="utf-8") as f:
             rows = list(csv.reader(f))
     except FileNotFoundError:
         raise RunDirectoryError(f"{path} does not exist") from None
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise RunDirectoryError(f"{path} is not a readable CSV file ({_one_line(err)})") from None
+    except OSError as err:
+        raise RunDirectoryError(f"cannot read {path}: {err.strerror or err}") from None
     if not rows:
         raise RunDirectoryError(f"{path} is empty")
     header, body = rows[0], rows[1:]
+    if "seed" not in header or "iteration" not in header:
+        raise RunDirectoryError(f"{path}: the header has no 'seed' and 'iteration' columns; it is not a "
+                                "metrics.csv written by fhc-jax train")
     out: dict[str, np.ndarray] = {}
     for j, name in enumerate(header):
         vals = [row[j] if j < len(row) else "" for row in body]
-        if name in ("seed", "iteration"):
-            out[name] = np.array([int(v) for v in vals], dtype=np.int64)
-        else:
-            out[name] = np.array([float(v) if v != "" else np.nan for v in vals], dtype=np.float64)
+        integer = name in ("seed", "iteration")
+        parsed = []
+        for i, v in enumerate(vals):
+            try:
+                parsed.append(int(v) if integer else (float(v) if v != "" else np.nan))
+            except ValueError:
+                raise RunDirectoryError(f"{path}, line {i + 2}, column {name!r}: {v!r} is not "
+                                        f"{'an integer' if integer else 'a number'}; the file is damaged "
+                                        "(fhc-jax train --resume rewrites it)") from None
+        out[name] = np.array(parsed, dtype=np.int64 if integer else np.float64)
     return out
 
 

@@ -13,6 +13,15 @@ the device count), so the same code uses one CPU, several GPUs, or several hosts
 The pure pieces are :class:`ChunkedTrainer` (compiled programs bound to a learner and runs)
 and :class:`ChunkState` (where a run stands); :func:`train_seeds` is the one-call form that
 other tools (benchmarks, ``fhc-jax compare``) reuse.
+
+**Divergence detection.** Every compiled chunk also returns a few reductions computed on the
+device, per run: for each metric the index of its first non-finite iteration in the chunk (-1
+if none), and for each floating-point leaf of the train state and for the exact evaluation
+whether it is entirely finite (no host callbacks; the cost is one pass over the parameters per
+chunk). :meth:`ChunkedTrainer.advance` turns them into a :class:`Divergence` on the returned
+:class:`ChunkState`, and :meth:`ChunkedTrainer.run` stops after the chunk in which any run
+diverged (unless told to continue, as sweeps do). The runs that stayed finite keep their
+(finite) results.
 """
 
 from __future__ import annotations
@@ -70,6 +79,89 @@ def _put(x: np.ndarray, sharding: NamedSharding | None) -> Array:
     return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
 
 
+@dataclasses.dataclass(frozen=True)
+class Divergence:
+    """Runs whose metrics, parameters or exact evaluation became non-finite (NaN or inf).
+
+    Attributes (R runs):
+        seeds: indices of the diverged runs (for ``train_seeds``: the seeds), sorted.
+        iterations: per diverged run, the first iteration (updates done) at which a non-finite
+            value was seen: the iteration of the first non-finite metric, else the end of the
+            chunk in which the parameters were found non-finite.
+        quantities: per diverged run, the first quantity found non-finite (``"metric reward"``,
+            ``"parameter theta"``, ``"exact evaluation"``), in the order they were checked.
+        detected_at: the iteration (chunk end) at which the divergence was detected.
+        all_quantities: every non-finite quantity at detection, over the diverged runs.
+    """
+
+    seeds: tuple[int, ...]
+    iterations: tuple[int, ...]
+    quantities: tuple[str, ...]
+    detected_at: int
+    all_quantities: tuple[str, ...]
+
+    @property
+    def iteration(self) -> int:
+        """The first iteration at which any run diverged."""
+        return min(self.iterations)
+
+    def merge(self, other: "Divergence | None") -> "Divergence":
+        """This record updated with a later chunk's (first detection per run wins)."""
+        if other is None:
+            return self
+        first = {s: (i, q) for s, i, q in zip(self.seeds, self.iterations, self.quantities)}
+        for s, i, q in zip(other.seeds, other.iterations, other.quantities):
+            first.setdefault(s, (i, q))
+        seeds = tuple(sorted(first))
+        quantities = tuple(dict.fromkeys(self.all_quantities + other.all_quantities))
+        return Divergence(seeds=seeds, iterations=tuple(first[s][0] for s in seeds),
+                          quantities=tuple(first[s][1] for s in seeds), detected_at=self.detected_at,
+                          all_quantities=quantities)
+
+    def describe(self, what: str = "seed") -> str:
+        """One line: which runs diverged, where first and in what."""
+        parts = [f"{what} {s} at iteration {i} ({q})" for s, i, q in zip(self.seeds, self.iterations, self.quantities)]
+        head = f"training diverged: non-finite values (NaN/inf) in {len(self.seeds)} {what}(s): " + ", ".join(parts)
+        return head + f"; non-finite at detection (iteration {self.detected_at}): " + ", ".join(self.all_quantities)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON fields (summary.json's ``divergence``)."""
+        return {"seeds": list(self.seeds), "iterations": list(self.iterations), "quantities": list(self.quantities),
+                "first_iteration": self.iteration, "detected_at": self.detected_at,
+                "all_quantities": list(self.all_quantities)}
+
+
+def _leaf_name(path) -> str:
+    return jax.tree_util.keystr(path, simple=True, separator=".") if path else "state"
+
+
+def _float_leaves(tree: Any) -> list[tuple[str, Any]]:
+    """(name, leaf) of the floating-point leaves of a train state."""
+    out = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.inexact):
+            out.append((_leaf_name(path), leaf))
+    return out
+
+
+def _health(carry: Any, metrics: dict[str, Array] | None, exact: tuple[Array, Array]) -> dict[str, Any]:
+    """Per run (inside vmap): first non-finite iteration of each metric in the chunk (-1: none),
+    finiteness of each floating leaf of the train state, and of the exact evaluation."""
+    out: dict[str, Any] = {}
+    if metrics is not None:
+        first = {}
+        for k, v in metrics.items():
+            if not jnp.issubdtype(v.dtype, jnp.inexact):
+                continue
+            bad = ~jnp.all(jnp.isfinite(v.reshape(v.shape[0], -1)), axis=1)
+            first[k] = jnp.where(jnp.any(bad), jnp.argmax(bad), -1).astype(jnp.int32)
+        out["metrics"] = first
+    leaves = [leaf for _, leaf in _float_leaves(carry.state)]
+    out["state"] = jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]) if leaves else jnp.ones((0,), bool)
+    out["exact"] = jnp.all(jnp.isfinite(exact[0])) & jnp.all(jnp.isfinite(exact[1]))
+    return out
+
+
 @dataclasses.dataclass
 class ChunkState:
     """Where a chunked run stands (between chunks).
@@ -83,6 +175,7 @@ class ChunkState:
         exact_reward: exact J of each run's policy there, (R, E).
         exact_costs: exact S^(k), (R, E, M).
         elapsed_s: seconds spent in chunks so far (compilation excluded).
+        divergence: None, or the :class:`Divergence` of the runs that became non-finite.
     """
 
     carry: Any
@@ -92,6 +185,7 @@ class ChunkState:
     exact_reward: np.ndarray
     exact_costs: np.ndarray
     elapsed_s: float = 0.0
+    divergence: Divergence | None = None
 
 
 class ChunkedTrainer:
@@ -179,15 +273,17 @@ class ChunkedTrainer:
 
         def init_eval(kd, cfg):
             carry = self.learner.init(jax.random.wrap_key_data(kd, impl=impl), cfg)
-            return carry, self.learner.evaluate(carry)
+            ev = self.learner.evaluate(carry)
+            return carry, ev, _health(carry, None, ev)
 
         prog = self._compiled("init", self._vmap(init_eval), *self._args(data))
-        carry, (r, c) = prog(*self._args(data))
+        carry, (r, c), health = prog(*self._args(data))
         return ChunkState(
             carry=carry, iteration=0, metrics={},
             exact_iterations=np.array([0]),
             exact_reward=_to_host(r)[: self.num_runs, None],
             exact_costs=_to_host(c)[: self.num_runs, None],
+            divergence=self._divergence(health, 0, 0, carry),
         )
 
     def _chunk_fn(self, length: int) -> Callable:
@@ -195,9 +291,41 @@ class ChunkedTrainer:
 
         def chunk(carry, cfg):
             carry, metrics = jax.lax.scan(lambda c, _: learner.step(c, cfg), carry, None, length=length)
-            return carry, metrics, learner.evaluate(carry)
+            ev = learner.evaluate(carry)
+            return carry, metrics, ev, _health(carry, metrics, ev)
 
         return self._vmap(chunk)
+
+    def _divergence(self, health: dict[str, Any], start: int, length: int, carry: Any) -> Divergence | None:
+        """The chunk's health reductions (device, tiny) -> a :class:`Divergence` or None."""
+        health = jax.tree.map(lambda x: _to_host(x)[: self.num_runs], health)
+        state_ok, exact_ok = health["state"], health["exact"]
+        metric_first = health.get("metrics", {})
+        order = [k for k in ("reward", "costs", "multipliers") if k in metric_first]
+        order += sorted(k for k in metric_first if k not in order)
+        if state_ok.all() and exact_ok.all() and all((metric_first[k] < 0).all() for k in order):
+            return None
+        names = [name for name, _ in _float_leaves(jax.tree.map(lambda x: x[0], carry.state))]
+        seeds, iterations, quantities, every = [], [], [], []
+        for r in range(self.num_runs):
+            found = [(int(metric_first[k][r]), f"metric {k}") for k in order if metric_first[k][r] >= 0]
+            bad_leaves = [names[j] for j in np.flatnonzero(~state_ok[r])]
+            here = [q for _, q in found] + [f"parameter {n}" for n in bad_leaves]
+            if not exact_ok[r]:
+                here.append("exact evaluation")
+            if not here:
+                continue
+            seeds.append(r)
+            if found:
+                idx, q = min(found)
+                iterations.append(start + idx + 1)
+                quantities.append(q)
+            else:
+                iterations.append(start + length)
+                quantities.append(here[0])
+            every.extend(here)
+        return Divergence(seeds=tuple(seeds), iterations=tuple(iterations), quantities=tuple(quantities),
+                          detected_at=start + length, all_quantities=tuple(dict.fromkeys(every)))
 
     def advance(self, state: ChunkState) -> ChunkState:
         """One chunk: min(chunk_size, N - n) updates of every run, then exact evaluation."""
@@ -206,9 +334,12 @@ class ChunkedTrainer:
             return state
         prog = self._compiled(f"chunk{length}", self._chunk_fn(length), *self._args(state.carry))
         t0 = time.perf_counter()
-        carry, metrics, (r, c) = prog(*self._args(state.carry))
+        carry, metrics, (r, c), health = prog(*self._args(state.carry))
         metrics = {k: _to_host(v)[: self.num_runs] for k, v in metrics.items()}
         r, c = _to_host(r)[: self.num_runs], _to_host(c)[: self.num_runs]
+        divergence = self._divergence(health, state.iteration, length, carry)
+        if state.divergence is not None:
+            divergence = state.divergence.merge(divergence)
         elapsed = time.perf_counter() - t0
         merged = {k: np.concatenate([state.metrics[k], v], axis=1) if k in state.metrics else v
                   for k, v in metrics.items()}
@@ -220,13 +351,18 @@ class ChunkedTrainer:
             exact_reward=np.concatenate([state.exact_reward, r[:, None]], axis=1),
             exact_costs=np.concatenate([state.exact_costs, c[:, None]], axis=1),
             elapsed_s=state.elapsed_s + elapsed,
+            divergence=divergence,
         )
 
     def run(self, state: ChunkState, *, on_chunk: Callable[[ChunkState], None] | None = None,
-            max_chunks: int | None = None) -> ChunkState:
-        """Advance until N updates (or ``max_chunks`` chunks), calling ``on_chunk`` after each."""
+            max_chunks: int | None = None, stop_on_divergence: bool = True) -> ChunkState:
+        """Advance until N updates (or ``max_chunks`` chunks), calling ``on_chunk`` after each;
+        stop after the chunk in which a run diverged (``state.divergence``) unless
+        ``stop_on_divergence`` is False (sweeps: diverged configurations are ranked last)."""
         done = 0
         while state.iteration < self.num_iterations and (max_chunks is None or done < max_chunks):
+            if stop_on_divergence and state.divergence is not None:
+                break
             state = self.advance(state)
             done += 1
             if on_chunk is not None:
@@ -248,6 +384,11 @@ class RunResult:
         final_state: the learners' final train states, leading axis R (numpy; keys as key data).
         policy: final policy tables, (R, H, S, A).
         compile_s: seconds spent compiling; run_s: seconds in chunks (compile excluded).
+        divergence: None when every seed stayed finite; otherwise the :class:`Divergence`
+            (which seeds, from which iteration, in which quantity). Training stopped after the
+            chunk that found it, so ``state.iteration`` < N (:attr:`complete` is False) and the
+            diverged seeds' values are non-finite; the other seeds' results are valid at
+            ``state.iteration``.
     """
 
     state: ChunkState
@@ -255,6 +396,20 @@ class RunResult:
     policy: np.ndarray
     compile_s: float
     run_s: float
+    divergence: Divergence | None = None
+    num_iterations: int | None = None
+
+    @property
+    def complete(self) -> bool:
+        """All N iterations done and every seed finite."""
+        n = self.num_iterations if self.num_iterations is not None else self.state.iteration
+        return self.divergence is None and self.state.iteration >= n
+
+    @property
+    def finite_seeds(self) -> np.ndarray:
+        """Indices of the seeds that stayed finite, (R',) int."""
+        bad = set(() if self.divergence is None else self.divergence.seeds)
+        return np.array([r for r in range(self.policy.shape[0]) if r not in bad], dtype=np.int64)
 
 
 def train_seeds(module, env, params, config, num_seeds: int, *, seed: int = 0, chunk_size: int | None = None,
@@ -270,10 +425,14 @@ def train_seeds(module, env, params, config, num_seeds: int, *, seed: int = 0, c
         chunk_size: iterations per chunk (default ``config.eval_every`` or 100).
         on_chunk: called with the :class:`ChunkState` after every chunk (progress, checkpoints).
         shard: split the seeds over all devices.
+    Returns:
+        :class:`RunResult`; when a seed diverges (non-finite values), training stops after that
+        chunk and ``RunResult.divergence`` says which seeds, where and in what.
     """
     learner = module.make_learner(env, params, config)
     chunk = chunk_size or int(getattr(config, "eval_every", 0) or 100)
     trainer = ChunkedTrainer(learner, num_seeds, min(chunk, config.num_iterations), shard=shard)
     state = trainer.run(trainer.init(seed_keys(seed, num_seeds)), on_chunk=on_chunk)
     return RunResult(state=state, final_state=trainer.host_carry(state.carry).state,
-                     policy=trainer.policy_tables(state), compile_s=trainer.compile_s, run_s=state.elapsed_s)
+                     policy=trainer.policy_tables(state), compile_s=trainer.compile_s, run_s=state.elapsed_s,
+                     divergence=state.divergence, num_iterations=trainer.num_iterations)

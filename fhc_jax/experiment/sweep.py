@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import sys
 import time
 from pathlib import Path
 from typing import IO, Any, Sequence
@@ -112,11 +113,16 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
     progress = None if quiet else Progress(f"sweep {spec.algo} on {spec.env_name} ({c} configs x {s} seeds)",
                                            spec.num_iterations, c * s,
                                            env_steps_per_iteration(spec.learner, env.horizon), thresholds, stream)
-    state = trainer.run(trainer.init(keys), on_chunk=progress)
+    opt, infeasible = judge.solve_optimum(cmdp)
+    if infeasible is not None:  # the same message as fhc-jax solve; the sweep proceeds
+        print(f"fhc-jax sweep: warning: {infeasible}; the sweep proceeds, but no policy can meet the threshold",
+              file=stream if stream is not None else sys.stderr, flush=True)
+    # a diverged configuration must not stop the others: it is ranked last (non-finite reward)
+    state = trainer.run(trainer.init(keys), on_chunk=progress, stop_on_divergence=False)
+    diverged = set(() if state.divergence is None else state.divergence.seeds)
     reward = state.exact_reward[:, -1].reshape(c, s)
     costs = state.exact_costs[:, -1].reshape(c, s, -1)
     nu = state.metrics["multipliers"][:, -1].reshape(c, s, -1) if "multipliers" in state.metrics else None
-    opt = judge.optimum(cmdp)
     judged = judge.judge(reward.reshape(-1), costs.reshape(c * s, -1), thresholds, optimum=opt,
                          multipliers=None if nu is None else nu.reshape(c * s, -1),
                          tolerance=spec.feasibility_tolerance)
@@ -135,6 +141,7 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
             "mean_exact_costs": j.costs.mean(0).tolist(),
             "max_exact_costs": j.costs.max(0).tolist(),
             "feasible_seeds": j.feasible_seeds,
+            "diverged_seeds": sum(1 for r in range(i * s, (i + 1) * s) if r in diverged),
             "worst_fraction_of_optimum": None if j.fraction_of_optimum is None else float(j.fraction_of_optimum.min()),
             "relative_gap": None if opt is None or not opt.reward else float((opt.reward - mean_reward) / abs(opt.reward)),
             "rank": rank[i],
@@ -146,6 +153,9 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
         "best": best, "rows": rows, "env": spec.env_name, "env_title": spec.env_title(),
         "timing": {"wall_s": time.perf_counter() - t0, "compile_s": trainer.compile_s, "train_s": state.elapsed_s},
         "machine": machine_info(), "sharded": shard,
+        "divergence": None if state.divergence is None else state.divergence.as_dict(),
+        "feasibility": {"feasible": True} if infeasible is None else
+        {"feasible": False, "min_costs": np.asarray(infeasible.min_costs).tolist(), "message": str(infeasible)},
     }
 
 
@@ -163,6 +173,10 @@ def format_sweep(result: dict[str, Any]) -> str:
                      f"{'/'.join(f'{x:.3f}' for x in row['max_exact_costs']):>14} {row['feasible_seeds']:>9} {gap:>7}")
     alpha = "/".join(f"{a:g}" for a in result["thresholds"])
     rule = f"cost <= alpha + {result['tolerance']:g} |alpha|, alpha = {alpha}"
+    diverged = sum(row.get("diverged_seeds", 0) > 0 for row in result["rows"])
+    if diverged:
+        lines.append(f"{diverged} configuration(s) diverged (non-finite values; ranked last): "
+                     "see the diverged_seeds column of summary.json")
     if result["best"] is None:
         lines.append(f"no configuration has a feasible seed ({rule})")
     else:
@@ -198,5 +212,6 @@ def write_sweep(out: str | Path, spec: ExperimentSpec, grid: dict[str, list], re
         "rows": result["rows"], "best": result["best"], "thresholds": result["thresholds"],
         "feasibility_tolerance": result["tolerance"], "optimum": None if opt is None else opt.as_dict(),
         "timing": result["timing"], "machine": result["machine"], "sharded": result["sharded"],
+        "divergence": result.get("divergence"), "feasibility": result.get("feasibility"),
     })
     rundir.write_bytes_atomic(out / "summary.txt", (format_sweep(result) + "\n").encode())

@@ -11,6 +11,7 @@ summary.json, policy.npz and the plots.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -72,6 +73,54 @@ def load_run_spec(path: str | Path) -> ExperimentSpec:
     return load_spec(settings=cfg["settings"])
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`train_run` (still a ``KeyboardInterrupt``), with where the run stands.
+
+    Attributes: out (the run directory), iteration (updates done when interrupted),
+    checkpoint (the newest checkpoint's iteration, or None)."""
+
+    def __init__(self, out: Path, iteration: int, checkpoint: int | None):
+        super().__init__(f"interrupted at iteration {iteration}; continue with: fhc-jax train --resume --out {out}")
+        self.out, self.iteration, self.checkpoint = out, iteration, checkpoint
+
+
+class DivergenceError(RuntimeError):
+    """Training stopped because a seed's values became non-finite (``fhc-jax`` exit status 1);
+    ``divergence`` is the :class:`~fhc_jax.experiment.runner.Divergence`."""
+
+    def __init__(self, message: str, divergence: Any):
+        super().__init__(message)
+        self.divergence = divergence
+
+
+_STEP_SIZE = re.compile(r"(_step\.init|_lr|learning_rate|^logit_step)$")
+
+
+def divergence_hint(spec: ExperimentSpec) -> str:
+    """The likely cause of a divergence: the run's step sizes, changed ones first."""
+    now = spec.settings()
+    base = load_spec(spec.algo, env=spec.env_name).settings()
+    keys = [k for k in now if _STEP_SIZE.search(k) and isinstance(now[k], (int, float)) and not isinstance(now[k], bool)]
+    changed = [k for k in keys if base.get(k) != now[k]]
+    shown = [f"{k} = {now[k]:g} (default {base.get(k):g})" for k in changed] or [f"{k} = {now[k]:g}" for k in keys]
+    if not shown:
+        return "likely cause: a step size too large for this problem"
+    which = "the changed step size(s)" if changed else "the step sizes"
+    return (f"likely cause: a step size too large for this problem; {which}: {', '.join(shown)}. "
+            "Start a new run with smaller step sizes")
+
+
+def feasibility_check(cmdp, say) -> tuple[Any, dict[str, Any]]:
+    """Solve ``cmdp`` exactly before training: (the :class:`~fhc_jax.experiment.judge.Optimum`
+    or None, summary.json's ``feasibility`` record). An infeasible threshold is reported through
+    ``say`` with ``fhc-jax solve``'s message (training proceeds)."""
+    opt, err = judge.solve_optimum(cmdp)
+    if err is None:
+        return opt, {"feasible": True}
+    say(f"warning: {err}; training proceeds, but no policy can meet the threshold")
+    return None, {"feasible": False, "min_costs": np.asarray(err.min_costs, np.float64).tolist(), "message": str(err)}
+
+
 def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = False, overwrite: bool = False,
               stream: IO[str] | None = None, quiet: bool = False, max_chunks: int | None = None,
               plots: bool = True) -> dict[str, Any]:
@@ -80,16 +129,23 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
     Args:
         spec: the experiment; None with ``resume`` takes it from ``out/config.json``.
         out: the run directory.
-        resume: continue from the newest checkpoint in ``out`` (``spec``, if given, must equal
-            the stored one).
+        resume: continue from the newest intact checkpoint in ``out`` (``spec``, if given, must
+            equal the stored one); damaged or foreign checkpoints are reported and skipped.
         overwrite: replace an existing run in ``out``.
-        stream: where progress goes (default stderr); quiet: no progress lines.
+        stream: where progress goes (default stderr); quiet: no progress lines (warnings and
+            checkpoint reports are still printed).
         max_chunks: stop after this many chunks (the run stays resumable): for budgets and tests.
         plots: draw the PNG figures at the end.
     Returns:
-        summary.json's content (or ``{"complete": False, "iteration": n}`` when stopped early).
+        summary.json's content (or ``{"complete": False, "iteration": n}`` when stopped early by
+        ``max_chunks``).
     Raises:
         ValueError (ConfigError, RunDirectoryError): refused before anything is compiled.
+        RunInUseError: another process writes ``out``.
+        CheckpointError: resuming, and no checkpoint is intact.
+        DivergenceError: a seed became non-finite; summary.json (``"complete": false``) records
+            it with the finite seeds' results.
+        TrainingInterrupted: Ctrl-C (a checkpoint of the last finished chunk is written first).
     """
     import sys
 
@@ -97,64 +153,145 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
     out = Path(out)
     stream = sys.stderr if stream is None else stream
     say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=stream, flush=True))
+    warn = lambda msg: print(f"fhc-jax train: {msg}", file=stream, flush=True)  # noqa: E731
     if resume:
-        rundir.prepare(out, resume=True, overwrite=False)
+        rundir.check(out, resume=True, overwrite=False)
         stored = load_run_spec(out)
         if spec is not None:
-            diff = rundir.settings_difference(stored.settings(), spec.settings())
-            if diff:
-                raise rundir.RunDirectoryError(
-                    f"--resume: the requested configuration differs from the one in {out / rundir.CONFIG}: "
-                    + "; ".join(diff) + ". Resume without config options, or start a new run (--out)")
+            _refuse_changes(stored, spec, out)
         spec = stored
     elif spec is None:
         raise ValueError("train_run: spec is required unless resume=True")
+    else:
+        rundir.check(out, resume=False, overwrite=overwrite)
     module = load_algorithm(spec.algo)
     env, params = spec.make_env()
     learner = module.make_learner(env, params, spec.learner)  # refuses an unsuitable env before any write
+    with rundir.locked(out, "fhc-jax train " + ("--resume " if resume else "") + f"--out {out}"):
+        if resume:  # read again under the lock: what we resume is what no one else is writing
+            stored = load_run_spec(out)
+            _refuse_changes(stored, spec, out)
+        else:
+            rundir.prepare(out, resume=False, overwrite=overwrite)
+            rundir.write_json_atomic(out / rundir.CONFIG, config_payload(spec))
+        return _train_locked(spec, out, resume, module, env, params, learner, say, warn, stream, quiet,
+                             max_chunks, plots, t_start)
+
+
+def _refuse_changes(stored: ExperimentSpec, spec: ExperimentSpec, out: Path) -> None:
+    diff = rundir.settings_difference(stored.settings(), spec.settings())
+    if diff:
+        raise rundir.RunDirectoryError(
+            f"--resume: the requested configuration differs from the one in {out / rundir.CONFIG}: "
+            + "; ".join(diff) + ". Resume without config options, or start a new run (--out)")
+
+
+def _train_locked(spec, out, resume, module, env, params, learner, say, warn, stream, quiet, max_chunks, plots,
+                  t_start) -> dict[str, Any]:
     cmdp = env.to_cmdp(params) if env.has_exact_model else None
     thresholds = None if cmdp is None else np.asarray(cmdp.thresholds, np.float64)
-    if not resume:
-        rundir.prepare(out, resume=False, overwrite=overwrite)
-        rundir.write_json_atomic(out / rundir.CONFIG, config_payload(spec))
+    config_hash = rundir.settings_hash(spec.settings())
+    opt, feasibility = feasibility_check(cmdp, warn) if cmdp is not None else (None, None)
     trainer = ChunkedTrainer(learner, spec.seeds, spec.chunk_size)
-    state = trainer.init(seed_keys(spec.seed, spec.seeds))
     ckpt_dir = out / rundir.CHECKPOINTS
-    if resume:
-        if checkpoint.latest_iteration(ckpt_dir) is None:
-            say(f"{out}: no checkpoint yet, starting from iteration 0")
-        else:
-            state = checkpoint.restore(ckpt_dir, trainer, state)
-            say(f"{out}: resuming from iteration {state.iteration} of {spec.num_iterations}")
-    start_iteration = state.iteration
-    progress = None if quiet else Progress(f"{spec.algo} on {spec.env_name}", spec.num_iterations, spec.seeds,
-                                           env_steps_per_iteration(spec.learner, env.horizon), thresholds,
-                                           stream, start_iteration, state.elapsed_s)
-    chunks = {"n": 0}
+    saved = {"iteration": None}
+    last = {"state": None}
+    try:
+        state = trainer.init(seed_keys(spec.seed, spec.seeds))
+        last["state"] = state
+        if resume:
+            restored = checkpoint.restore_verified(ckpt_dir, trainer, state, config_hash=config_hash,
+                                                   num_iterations=spec.num_iterations, say=warn)
+            if restored is None:
+                say(f"{out}: no checkpoint yet, starting from iteration 0")
+            else:
+                state = restored
+                saved["iteration"] = state.iteration
+                say(f"{out}: resuming from iteration {state.iteration} of {spec.num_iterations}")
+        last["state"] = state
+        start_iteration = state.iteration
+        progress = None if quiet else Progress(f"{spec.algo} on {spec.env_name}", spec.num_iterations, spec.seeds,
+                                               env_steps_per_iteration(spec.learner, env.horizon), thresholds,
+                                               stream, start_iteration, state.elapsed_s)
+        chunks = {"n": 0}
 
-    def write_metrics(st: ChunkState) -> None:
-        rundir.write_bytes_atomic(out / rundir.METRICS, rundir.metrics_csv(
-            st.metrics, st.exact_iterations, st.exact_reward, st.exact_costs, st.iteration).encode())
+        def write_metrics(st: ChunkState) -> None:
+            rundir.write_bytes_atomic(out / rundir.METRICS, rundir.metrics_csv(
+                st.metrics, st.exact_iterations, st.exact_reward, st.exact_costs, st.iteration).encode())
 
-    def on_chunk(st: ChunkState) -> None:
-        chunks["n"] += 1
-        if progress is not None:
-            progress(st)
-        write_metrics(st)
-        finished = st.iteration >= spec.num_iterations
-        last = max_chunks is not None and chunks["n"] >= max_chunks
-        periodic = spec.checkpoint_every > 0 and chunks["n"] % spec.checkpoint_every == 0
-        if finished or last or periodic:
-            checkpoint.save(ckpt_dir, trainer, st)
+        def save(st: ChunkState) -> None:
+            checkpoint.save(ckpt_dir, trainer, st, config_hash=config_hash)
+            saved["iteration"] = st.iteration
 
-    if state.iteration == 0:
-        write_metrics(state)
-    state = trainer.run(state, on_chunk=on_chunk, max_chunks=max_chunks)
+        def on_chunk(st: ChunkState) -> None:
+            chunks["n"] += 1
+            last["state"] = st
+            if progress is not None:
+                progress(st)
+            write_metrics(st)
+            if st.divergence is not None:
+                return  # never checkpoint non-finite values: a resume restarts from the last finite one
+            finished = st.iteration >= spec.num_iterations
+            stop = max_chunks is not None and chunks["n"] >= max_chunks
+            periodic = spec.checkpoint_every > 0 and chunks["n"] % spec.checkpoint_every == 0
+            if finished or stop or periodic:
+                save(st)
+
+        if state.iteration == 0:
+            write_metrics(state)
+        state = trainer.run(state, on_chunk=on_chunk, max_chunks=max_chunks)
+    except KeyboardInterrupt:
+        st = last["state"]
+        iteration = 0 if st is None else st.iteration
+        if st is not None and st.divergence is None and iteration > (saved["iteration"] or 0):
+            try:  # keep the last finished chunk: the resume continues from here
+                save(st)
+            except BaseException:  # noqa: BLE001 (a second Ctrl-C, or a failed save: the older checkpoint stays)
+                pass
+        raise TrainingInterrupted(out, iteration, saved["iteration"]) from None
+
+    if state.divergence is not None:
+        return _diverged(spec, out, state, cmdp, thresholds, opt, feasibility, say, trainer, t_start)
     if state.iteration < spec.num_iterations:
         say(f"{out}: stopped at iteration {state.iteration} of {spec.num_iterations}; "
             f"continue with: fhc-jax train --resume --out {out}")
         return {"complete": False, "iteration": state.iteration}
+    try:
+        return _finish(spec, out, state, env, cmdp, thresholds, opt, feasibility, say, trainer, plots, t_start,
+                       start_iteration)
+    except KeyboardInterrupt:
+        raise TrainingInterrupted(out, state.iteration, saved["iteration"]) from None
 
+
+def _diverged(spec, out, state, cmdp, thresholds, opt, feasibility, say, trainer, t_start) -> dict[str, Any]:
+    """summary.json of a diverged run (``"complete": false``, the reason, the finite seeds'
+    judgement at the iteration where training stopped); raises :class:`DivergenceError`."""
+    div = state.divergence
+    message = f"{div.describe()}; {divergence_hint(spec)}"
+    finite = [r for r in range(spec.seeds) if r not in set(div.seeds)]
+    result: dict[str, Any] = {"complete": False, "reason": message, "divergence": div.as_dict(),
+                              "stopped_at_iteration": state.iteration, "algo": spec.algo, "env": spec.env_name,
+                              "env_title": spec.env_title(), "num_iterations": spec.num_iterations,
+                              "finite_seeds": finite, "feasibility": feasibility}
+    if cmdp is not None and finite:
+        learned_nu = state.metrics["multipliers"][finite, -1] if "multipliers" in state.metrics else None
+        judged = judge.judge(state.exact_reward[finite, -1], state.exact_costs[finite, -1], thresholds,
+                             optimum=opt, multipliers=learned_nu, tolerance=spec.feasibility_tolerance)
+        result.update(summ.judgement_fields(judged))
+        for row, r in zip(result["seeds"], finite):
+            row["seed"] = r
+            row["at_iteration"] = state.iteration
+    result["diverged_seeds"] = [{"seed": s, "first_iteration": i, "quantity": q}
+                                for s, i, q in zip(div.seeds, div.iterations, div.quantities)]
+    result["machine"] = machine_info()
+    result["timing"] = {"wall_s": time.perf_counter() - t_start, "compile_s": trainer.compile_s,
+                        "train_s": state.elapsed_s}
+    rundir.write_json_atomic(out / rundir.SUMMARY, result)
+    raise DivergenceError(message, div)
+
+
+def _finish(spec, out, state, env, cmdp, thresholds, opt, feasibility, say, trainer, plots, t_start,
+            start_iteration) -> dict[str, Any]:
     policies = trainer.policy_tables(state)
     npz = {"policy": policies.astype(np.float32)}
     if env.is_spatial:  # what policy maps need (fhc_jax.experiment.plots)
@@ -166,7 +303,7 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
                               "num_iterations": spec.num_iterations}
     judged = None
     if cmdp is not None:
-        opt = judge.optimum(cmdp)
+        result["feasibility"] = feasibility
         learned_nu = state.metrics["multipliers"][:, -1] if "multipliers" in state.metrics else None
         judged = judge.judge(state.exact_reward[:, -1], state.exact_costs[:, -1], thresholds, optimum=opt,
                              multipliers=learned_nu, tolerance=spec.feasibility_tolerance)

@@ -129,3 +129,37 @@ def test_sampled_path_errors():
         nc.make_train(DRIFT, DRIFT.default_params, nc.Config(path="tabular"))
     with pytest.raises(ValueError, match="observation must be one of 'env' for Drift on the sampled path"):
         nc.make_train(DRIFT, DRIFT.default_params, nc.Config(observation="xy"))
+
+
+@pytest.mark.parametrize("spec", [fhc.algos.features.RadialBasis(5), fhc.algos.features.TileCoding(4, 2)])
+def test_fh_constrained_with_features_of_continuous_observations(spec):
+    """FH-Constrained's linear critics and Gibbs actors on a coarse map of the observation
+    (paper Assumption 2), on the continuous task, judged by Monte-Carlo intervals."""
+    fc = fhc.algos.fh_constrained
+    cfg = fc.Config(num_iterations=150, episodes_per_iteration=128, eval_every=75, eval_episodes=512, features=spec,
+                    multiplier_step=fhc.algos.PowerSchedule(0.05, 0.8, 1000.0), multiplier_gain=0.3)
+    out = jax.jit(jax.vmap(fc.make_train(DRIFT, DRIFT.default_params, cfg)))(jax.random.split(jax.random.key(0), 2))
+    uniform = _mc(DRIFT, fhc.uniform_random_policy(3))
+    for seed in range(2):
+        state = jax.tree.map(lambda x: x[seed], out.state)
+        r, r_half, c, c_half = _mc(DRIFT, fc.policy(state, DRIFT, DRIFT.default_params))
+        assert r - r_half > uniform[0] + uniform[1] + 0.5, (r, uniform)
+        assert c + c_half <= 2.0 * 1.1, c
+
+
+def test_fh_constrained_paths_agree_on_a_gridworld():
+    """FH-Constrained forced onto the sampled path (fhc_jax.rollout with the policy acting on
+    observations) reaches the tabular path's exact reward and cost (statistically, over seeds)."""
+    fc = fhc.algos.fh_constrained
+    env = fhc.GridWorld(size=3, horizon=6, alpha=2.0)
+    params, keys = env.default_params, jax.random.split(jax.random.key(5), 4)
+    cmdp = env.to_cmdp(params)
+    results = {}
+    for path in ("tabular", "sampled"):
+        cfg = fc.Config(num_iterations=150, episodes_per_iteration=32, eval_every=0, path=path, update_form="samples")
+        out = jax.jit(jax.vmap(fc.make_train(env, params, cfg)))(keys)
+        ev = jax.vmap(lambda t: fhc.evaluate(cmdp, t))(fc.policy_table(out.state, env, params))
+        results[path] = np.asarray(ev.reward), np.asarray(ev.costs)[:, 0]
+    (r_t, c_t), (r_s, c_s) = results["tabular"], results["sampled"]
+    assert abs(r_t.mean() - r_s.mean()) < 3 * max(r_t.std(), r_s.std(), 0.05), (r_t, r_s)
+    assert abs(c_t.mean() - c_s.mean()) < 3 * max(c_t.std(), c_s.std(), 0.05), (c_t, c_s)

@@ -21,6 +21,7 @@ docs/algorithms/fh_constrained.md.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -28,9 +29,13 @@ from flax import struct
 
 from fhc_jax.algos import features as feat, learner, multipliers
 from fhc_jax.algos.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
-from fhc_jax.algos.learner import ExactMetrics
+from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy, observation_sample
+from fhc_jax.algos.policies import observation_to_index
+from fhc_jax.rollout import rollout as rollout_episodes
 from fhc_jax.algos.returns import lagrangian_targets, visit_averaged_advantages
-from fhc_jax.algos.tabular_rollout import Batch, TabularModel, rollout_policy_table, rollout_tabular, tabular_model
+from fhc_jax.algos.tabular_rollout import (
+    Batch, TabularModel, batch_from_trajectory, rollout_policy_table, rollout_tabular, tabular_model,
+)
 from fhc_jax.algos.features import FeatureSpec, FeatureTable, OneHot
 
 Array = jax.Array
@@ -38,6 +43,7 @@ Array = jax.Array
 VARIANTS = ("paper", "improved")
 COMBINE_RULES = ("visits", "mean")
 UPDATE_FORMS = ("auto", "table", "samples")
+PATHS = ("auto", "tabular", "sampled")
 _FEATURE_SPECS = (feat.OneHot, feat.RadialBasis, feat.TileCoding, feat.Custom)
 
 
@@ -51,12 +57,21 @@ class Config:
     Static fields (set shapes or code paths; part of the compilation cache key):
         num_iterations: updates per training run (N >= 1).
         episodes_per_iteration: K >= 1 episodes rolled out per update (K = 1: the paper).
-        features: feature spec phi_h(s) (:mod:`fhc_jax.algos.features`), default one-hot.
+        features: feature spec phi_h(s) (:mod:`fhc_jax.algos.features`), default one-hot on
+            tabular environments; without tabular states the default is ``RadialBasis(5)``
+            of the observations.
         variant: "paper" (eqs. (algo1)-(algo7) verbatim) or "improved" (module docstring).
         combine: how K per-episode increments are combined: "visits" or "mean".
         update_form: "auto", "table" or "samples" (speed only, module docstring).
         eval_every: exact evaluation of the policy every this many updates (0: only the
             initial and final policies).
+        eval_episodes: episodes of each Monte-Carlo evaluation on environments without a
+            tabular exact model.
+        path: "tabular" rolls out from the exact tabular model; "sampled" rolls out through
+            ``fhc_jax.rollout`` and updates from the recorded episodes (any environment: the
+            features are then a coarse map of the observations, ``features.RadialBasis`` or
+            ``TileCoding``, on the box the uniform policy's observations span); "auto"
+            (default) takes "tabular" where the environment has a tabular exact model.
         check_step_sizes: validate the schedules against Assumption 3 (default True). Set
             False only to experiment with schedules outside the paper's theory (e.g.
             constant step sizes); positivity is always checked.
@@ -86,6 +101,8 @@ class Config:
     combine: str = static("visits", choices=COMBINE_RULES)
     update_form: str = static("auto", choices=UPDATE_FORMS)
     eval_every: int = static(100, low=0)
+    eval_episodes: int = static(4096, low=1)
+    path: str = static("auto", choices=PATHS)
     check_step_sizes: bool = static(True)
     critic_step: PowerSchedule = schedule(PowerSchedule(init=1.0, power=0.55, decay=100.0))
     actor_step: PowerSchedule = schedule(PowerSchedule(init=3.0, power=0.6, decay=100.0))
@@ -160,19 +177,25 @@ class Setup:
     """Constants derived from the environment (built once by :func:`setup`).
 
     Attributes:
-        features: phi_h(s) of every stage and state (:class:`FeatureTable`).
-        model: the tabular rollout model. thresholds: alpha^(k), (M,).
-        num_states, num_actions, num_constraints, horizon: S, A, M, H.
-        form: the resolved update form, "table" or "samples".
+        features: phi_h(s) of every stage and state (:class:`FeatureTable`), or phi(o) of raw
+            observations (:class:`~fhc_jax.algos.features.ObservationFeatures`) on
+            environments without tabular states.
+        env, params: the environment (the sampled path rolls out through ``fhc_jax.rollout``).
+        model: the tabular rollout model (tabular path). thresholds: alpha^(k), (M,).
+        num_states, num_actions, num_constraints, horizon: S (0 without tabular states), A, M, H.
+        sampled: the path (:attr:`Config.path`). form: the update form, "table" or "samples".
     """
 
-    features: FeatureTable
+    features: Any
+    env: Any
+    params: Any
     model: TabularModel | None
-    thresholds: Array
+    thresholds: Array | None
     num_states: int
     num_actions: int
     num_constraints: int
     horizon: int
+    sampled: bool
     form: str
 
 
@@ -183,27 +206,43 @@ def resolve_update_form(config: Config, num_states: int) -> str:
     return "samples" if 4 * config.episodes_per_iteration <= num_states else "table"
 
 
+def _features(spec: FeatureSpec, env, params) -> Any:
+    if env.is_tabular:
+        return feat.build(spec, env)
+    sample = observation_sample(env, params)
+    spec = feat.RadialBasis(5) if isinstance(spec, feat.OneHot) else spec
+    return feat.observation_features(spec, sample.min(axis=0), sample.max(axis=0))
+
+
+def _setup(env, params, spec: FeatureSpec, sampled: bool, model, thresholds, form: str) -> Setup:
+    if sampled and len(env.observation_shape) != 1:
+        raise ValueError(f"fh_constrained: features of observations need flat observations, but "
+                         f"{type(env).__name__}'s have shape {env.observation_shape}")
+    return Setup(features=_features(spec, env, params), env=env, params=params, model=model,
+                 thresholds=thresholds, num_states=env.num_states if env.is_tabular else 0,
+                 num_actions=env.num_actions, num_constraints=env.num_constraints, horizon=env.horizon,
+                 sampled=sampled, form=form)
+
+
 def setup(env, params, config: Config) -> Setup:
     """Features, rollout model and thresholds of ``env`` (host-side).
 
     Raises:
-        ValueError: features that do not fit the environment.
+        ValueError: features that do not fit the environment, or ``path="tabular"`` on an
+            environment without a tabular exact model.
     """
-    return Setup(
-        features=feat.build(config.features, env),
-        model=tabular_model(env, params),
-        thresholds=jnp.asarray(env.to_cmdp(params).thresholds, jnp.float32),
-        num_states=env.num_states, num_actions=env.num_actions, num_constraints=env.num_constraints,
-        horizon=env.horizon, form=resolve_update_form(config, env.num_states),
-    )
+    if config.path == "tabular" and not judged_exactly(env):
+        raise ValueError(f"Config.path = 'tabular' needs a tabular exact model, which {type(env).__name__} does not declare")
+    sampled = config.path == "sampled" or not judged_exactly(env)
+    return _setup(env, params, config.features, sampled, None if sampled else tabular_model(env, params),
+                  jnp.asarray(env.thresholds(params), jnp.float32),
+                  "samples" if sampled else resolve_update_form(config, env.num_states))
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
-    """What :func:`logits` needs, from the features recorded in the train state."""
-    del params
-    return Setup(features=feat.build(train_state.features, env), model=None, thresholds=None,
-                 num_states=env.num_states, num_actions=env.num_actions,
-                 num_constraints=env.num_constraints, horizon=env.horizon, form="table")
+    """What :func:`logits` and :func:`observation_logits` need, from the features recorded in
+    the train state."""
+    return _setup(env, params, train_state.features, not judged_exactly(env), None, None, "table")
 
 
 def _multiplier_update(config: Config, n: Array) -> multipliers.MultiplierUpdate:
@@ -239,10 +278,30 @@ def logits(train_state: TrainState, setup: Setup) -> Array:
     return _logits_table(train_state.theta_average, setup.features)
 
 
+def _observation_logits(theta: Array, setup: Setup, observation: Array, h: Array) -> Array:
+    """phi_h(o)^T theta_h at one raw observation of stage h, (A,)."""
+    feats = setup.features
+    if not setup.env.is_tabular:
+        return feats(observation) @ theta[h]
+    s = observation_to_index(setup.env)(observation)
+    if feats.one_hot:
+        return theta[h, s]
+    return (feats.table[h, s] if feats.per_stage else feats.table[s]) @ theta[h]
+
+
+def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
+    """Logits of the reported policy at one raw observation of stage h, (A,)."""
+    return _observation_logits(train_state.theta_average, setup, observation, h)
+
+
 def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -> Batch:
     """K episodes under theta(n). The "table" form samples from the policy table (kept in
-    ``Batch.behaviour`` for the update); "samples" applies the actor per visited state."""
+    ``Batch.behaviour`` for the update); "samples" applies the actor per visited state; the
+    sampled path acts on each observation through ``fhc_jax.rollout``."""
     feats, k = setup.features, config.episodes_per_iteration
+    if setup.sampled:
+        act = observation_policy(lambda obs, h: _observation_logits(train_state.theta, setup, obs, h))
+        return batch_from_trajectory(rollout_episodes(key, setup.env, setup.params, act, k))
     if setup.form == "table":
         mu = jax.nn.softmax(_logits_table(train_state.theta, feats), axis=-1)
         return rollout_policy_table(key, setup.model, mu, k).replace(behaviour=mu)
@@ -335,13 +394,13 @@ def update(
     if features.one_hot:
         vals = critics[hh, s_all]
     else:
-        phi_all = _feature_rows(features, s_all)  # (H+1, K, X)
+        phi_all = features(batch.observations) if s_all is None else _feature_rows(features, s_all)  # (H+1, K, X)
         vals = jnp.einsum("hkx,hxc->hkc", phi_all, critics)
 
     # --- errors: paper TD(0) (delta_h, xi_h) or lambda-return errors (improved), (H+1, K, C)
     errors = lagrangian_targets(batch, vals, nu, thresholds, paper, config.trace) - vals
     delta = errors[:-1, :, 0]  # actor signal (H, K)
-    s_h, a_h = s_all[:-1], batch.actions
+    s_h, a_h = (None if s_all is None else s_all[:-1]), batch.actions
 
     # --- critics (algo1, algo2, algo4, algo5) and actor: paper (algo3) or improved, per form
     if setup.form == "table":
@@ -387,6 +446,8 @@ def update(
         if paper:
             mu_rows = jax.nn.softmax(jnp.einsum("hkx,hxa->hka", phi_all[:-1], theta), axis=-1)
             per_sample = delta[..., None] * (onehot_a - mu_rows)
+        elif s_all is None:  # no tabular states: the sample's own advantage G - v^T phi(o)
+            per_sample = delta[..., None] * onehot_a
         else:
             per_sample = _advantage_weights(s_h, a_h, delta)[0][..., None] * onehot_a
         inc = _combine(jnp.einsum("hkx,hka->hxa", phi_all[:-1], per_sample), active[:-1], k, visits)
@@ -418,5 +479,6 @@ def update(
 ALGORITHM = learner.Algorithm(
     name="fh_constrained", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
     rollout=rollout, update=update, logits=logits, policy_setup=policy_setup,
+    observation_logits=observation_logits,
 )
 make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)

@@ -30,7 +30,7 @@ from fhc_jax.algos.hyperparameters import resolve_hyperparameters
 from fhc_jax.algos.policies import sampling_policy, table_policy
 from fhc_jax.algos.tabular_rollout import Batch
 from fhc_jax.cmdp.evaluate import evaluate
-from fhc_jax.rollout import rollout_returns
+from fhc_jax.rollout import rollout, rollout_returns, uniform_random_policy
 
 Array = jax.Array
 
@@ -243,6 +243,16 @@ def observation_policy(logits_of: Callable[[Array, Array], Array]) -> Callable[[
     """``act(key, observation, h)`` sampling softmax(``logits_of(observation, h)``) with one
     uniform per call (the fast protocol of :func:`fhc_jax.rollout`)."""
     return sampling_policy(lambda obs, h: jnp.cumsum(jax.nn.softmax(logits_of(obs, h), axis=-1), axis=-1))
+
+
+def observation_sample(env, params, num_episodes: int = 64) -> Array:
+    """Raw observations of s_0..s_H in ``num_episodes`` episodes of the uniform policy (fixed
+    key), (N, D): the sample that input standardisation and feature boxes are fitted to on
+    environments without tabular states (host-side)."""
+    traj = jax.jit(rollout, static_argnums=(1, 3, 4))(
+        jax.random.key(EVALUATION_KEY), env, params, uniform_random_policy(env.num_actions), num_episodes)
+    d = traj.observations.shape[-1]
+    return jnp.concatenate([traj.observations.reshape(-1, d), traj.final_observations.reshape(-1, d)]).astype(jnp.float32)
 
 
 def monte_carlo_evaluator(env, params, num_episodes: int) -> Callable[[Callable], tuple[Array, Array]]:

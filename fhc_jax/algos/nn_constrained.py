@@ -28,13 +28,13 @@ from flax import struct
 
 from fhc_jax.algos import learner, multipliers
 from fhc_jax.algos.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
-from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy
+from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy, observation_sample
 from fhc_jax.algos.networks import ACTIVATIONS, MLP, Stacked
 from fhc_jax.algos.nn_losses import (
     advantage_targets, batch_targets, cell_stats, improved_actor_loss, sample_advantage_targets, sample_losses,
     table_losses,
 )
-from fhc_jax.rollout import rollout as rollout_episodes, uniform_random_policy
+from fhc_jax.rollout import rollout as rollout_episodes
 from fhc_jax.algos.tabular_rollout import (
     Batch, TabularModel, batch_from_trajectory, batch_observations, observation_table, rollout_policy_table,
     tabular_model,
@@ -254,17 +254,13 @@ def _input_stats(env, params, observation: str, normalize: bool) -> tuple[Array 
     inputs. With ``normalize`` the inputs are standardised per dimension (a fixed affine map:
     coordinates in [0, 1] become zero-mean, unit-variance, which lets small tanh networks draw
     sharper maps), over every (stage, state) of a tabular environment, else over the states
-    that 64 episodes of the uniform policy visit (fixed key)."""
+    that 64 episodes of the uniform policy visit (:func:`fhc_jax.algos.learner.observation_sample`)."""
     name = None if observation == "env" else observation
     if env.is_tabular:
         table = observation_table(env, params, name)
         flat = table.reshape(-1, table.shape[-1])
     else:
-        table = None
-        traj = jax.jit(rollout_episodes, static_argnums=(1, 3, 4))(
-            jax.random.key(0), env, params, uniform_random_policy(env.num_actions), 64)
-        flat = jnp.concatenate([traj.observations.reshape(-1, traj.observations.shape[-1]),
-                                traj.final_observations.reshape(-1, traj.observations.shape[-1])]).astype(jnp.float32)
+        table, flat = None, observation_sample(env, params)
     if not normalize:
         d = flat.shape[-1]
         return table, jnp.zeros((d,), jnp.float32), jnp.ones((d,), jnp.float32)

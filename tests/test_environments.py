@@ -141,10 +141,13 @@ def test_toy_environment_trained_from_the_cli_and_judged_exactly(tmp_path, monke
     assert "env.alpha: 1.5 -> 1.0" in capsys.readouterr().err
 
 
-def test_nonexact_environment_refused_before_anything_is_written(tmp_path, monkeypatch):
+def test_environment_without_thresholds_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    """An environment with neither an exact model nor ``thresholds(params)`` cannot be judged:
+    refused with a usage error naming the missing member, before anything compiles or is written."""
     from toy_env import ToyEnv
 
     monkeypatch.setattr(ToyEnv, "has_exact_model", property(lambda self: False))
     monkeypatch.setattr(runner.ChunkedTrainer, "__init__", lambda *a, **k: pytest.fail("compiled"))
     assert main(["train", "--env", TOY, "--out", str(tmp_path / "never")]) == 2
+    assert "must define thresholds(params)" in capsys.readouterr().err
     assert not (tmp_path / "never").exists()

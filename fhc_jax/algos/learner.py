@@ -229,9 +229,13 @@ def judged_exactly(env) -> bool:
     return env.is_tabular and env.has_exact_model
 
 
-def _check(algo: Algorithm, env, config: Any) -> None:
+def _check(algo: Algorithm, env, params: Any, config: Any) -> None:
     if not isinstance(config, algo.config_type):
         raise ValueError(f"make_train: config must be a {algo.name}.Config, found {type(config).__name__}")
+    try:
+        env.thresholds(params)
+    except NotImplementedError as err:
+        raise ValueError(f"{algo.name}: {err}") from None
     if not judged_exactly(env) and algo.observation_logits is None:
         raise ValueError(
             f"{algo.name}: {type(env).__name__} declares no tabular exact model (is_tabular and "
@@ -274,7 +278,7 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
         ValueError: a config of another learner, an environment without a tabular exact
             model, or one that does not fit the config (from ``algo.setup``).
     """
-    _check(algo, env, config)
+    _check(algo, env, params, config)
     setup = algo.setup(env, params, config)
 
     def init_fn(key: Array, cfg: Any) -> Carry:

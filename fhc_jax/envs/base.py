@@ -36,6 +36,9 @@ flag                   promises
                        stage and the state arrived at (fast learner rollouts keep them exact)
 ``is_spatial``         ``grid_shape`` and ``coordinates(state)``: cells of a rows x cols grid
                        (the "xy"/"xyt" encoders, policy maps in plots)
+``has_reference``      ``reference(params)``: a reference policy executable in the environment
+                       (e.g. the optimum of a discretized exact model), the yardstick of the
+                       Monte-Carlo judgement where there is no tabular exact model
 =====================  ==========================================================================
 """
 
@@ -292,6 +295,19 @@ class Environment(abc.ABC, Generic[State, Params]):
         """(x, y) in [0, 1]^2 of the state's cell (the "xy"/"xyt" encoders; requires
         ``is_spatial``)."""
         raise self._missing("is_spatial", "a spatial grid (coordinates)")
+
+    # ------------------------------------------------------------------ capability: reference policy
+    @property
+    def has_reference(self) -> bool:
+        """Whether :meth:`reference` gives a reference policy to judge learners against."""
+        return False
+
+    def reference(self, params: Params) -> tuple[Any, Array]:
+        """(``policy(key, observation, h)`` executable in this environment, its multipliers
+        nu (M,)): the yardstick of learners judged by Monte-Carlo, e.g. the optimal policy of a
+        discretized exact model executed in the continuous environment (requires
+        ``has_reference``)."""
+        raise self._missing("has_reference", "a reference policy (reference)")
 
     def _missing(self, flag: str, what: str) -> NotImplementedError:
         return NotImplementedError(f"{type(self).__name__} has no {what}: its {flag} is False")

@@ -288,6 +288,7 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
     num_constraints = property(lambda self: self._num_constraints)
     has_exact_model = property(lambda self: True)
     has_uniform_noise = property(lambda self: True)
+    has_reference = property(lambda self: True)
 
     def _static_config(self) -> tuple:
         return (self._num_constraints, self._encoder.name, self.resolution, tuple(sorted(self._settings.items())))
@@ -430,6 +431,12 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
             acts[h], v = q.argmax(-1), q.max(-1)
         reached = np.asarray(best.evaluation.occupancy)[:-1, :, None] > 0
         return np.where(reached, np.asarray(best.policy), np.eye(self.num_actions)[acts]), best
+
+    def reference(self, params: BatteryParams) -> tuple["DiscretizedPolicy", Array]:
+        """The completed optimal policy of the default-resolution discretized model executed in
+        the continuous environment (:meth:`reference_policy`), and its multipliers nu*."""
+        table, best = self.reference_policy(params)
+        return self.discretized_policy(table, params), jnp.asarray(best.multipliers)
 
     def discretized_policy(self, table: Any, params: BatteryParams,
                            resolution: tuple[int, int] | None = None) -> "DiscretizedPolicy":

@@ -42,7 +42,7 @@ from typing import Any, Iterable, Mapping
 
 from fhc_jax.algos import features as feat
 from fhc_jax.experiment import environments, registry
-from fhc_jax.experiment.judge import DEFAULT_TOLERANCE
+from fhc_jax.experiment.judge import DEFAULT_EPISODES, DEFAULT_TOLERANCE
 from fhc_jax.experiment.settings import ConfigError, Setting, coerce, kind_of_value, plain, unknown_key
 
 if sys.version_info >= (3, 11):
@@ -53,13 +53,16 @@ else:  # pragma: no cover
 #: How an experiment runs. ``chunk_size = 0``: the learner's ``eval_every`` (or 100).
 #: ``checkpoint_every``: checkpoint every this many chunks (0: only at the end).
 #: ``feasibility_tolerance``: the judge's relative tolerance (:mod:`fhc_jax.experiment.judge`).
+#: ``eval_episodes``: episodes per seed of the final Monte-Carlo judgement, on environments
+#: without a tabular exact model.
 RUN_SETTINGS: tuple[Setting, ...] = (
     Setting("seeds", "int", 5), Setting("seed", "int", 0), Setting("chunk_size", "int", 0),
     Setting("checkpoint_every", "int", 4), Setting("feasibility_tolerance", "float", DEFAULT_TOLERANCE),
+    Setting("eval_episodes", "int", DEFAULT_EPISODES),
 )
 RUN_DEFAULTS: dict[str, Any] = {s.name: s.default for s in RUN_SETTINGS}
 _RUN_MINIMA: dict[str, float] = {"seeds": 1, "seed": 0, "chunk_size": 0, "checkpoint_every": 0,
-                                 "feasibility_tolerance": 0.0}
+                                 "feasibility_tolerance": 0.0, "eval_episodes": 2}
 
 #: feature-spec kinds settable through ``features.kind``
 FEATURE_KINDS: dict[str, type] = {"one_hot": feat.OneHot, "radial_basis": feat.RadialBasis,
@@ -200,6 +203,7 @@ class ExperimentSpec:
         chunk_size: iterations per compiled chunk (>= 1, resolved).
         checkpoint_every: checkpoint every this many chunks (0: only at the end).
         feasibility_tolerance: the judge's relative tolerance (>= 0).
+        eval_episodes: episodes per seed of a final Monte-Carlo judgement (>= 2).
     """
 
     algo: str
@@ -211,6 +215,7 @@ class ExperimentSpec:
     chunk_size: int
     checkpoint_every: int
     feasibility_tolerance: float = DEFAULT_TOLERANCE
+    eval_episodes: int = DEFAULT_EPISODES
 
     @property
     def num_iterations(self) -> int:
@@ -222,7 +227,8 @@ class ExperimentSpec:
         out.update({f"env.{k}": plain(v) for k, v in self.env.items()})
         out.update({"run.seeds": self.seeds, "run.seed": self.seed, "run.chunk_size": self.chunk_size,
                     "run.checkpoint_every": self.checkpoint_every,
-                    "run.feasibility_tolerance": self.feasibility_tolerance})
+                    "run.feasibility_tolerance": self.feasibility_tolerance,
+                    "run.eval_episodes": self.eval_episodes})
         out.update(learner_settings(self.learner))
         return out
 
@@ -355,4 +361,4 @@ def load_spec(
     chunk = min(chunk, int(config.num_iterations))
     return ExperimentSpec(algo=name, env_name=entry.name, env=env_settings, learner=config, seeds=run["seeds"],
                           seed=run["seed"], chunk_size=chunk, checkpoint_every=run["checkpoint_every"],
-                          feasibility_tolerance=run["feasibility_tolerance"])
+                          feasibility_tolerance=run["feasibility_tolerance"], eval_episodes=run["eval_episodes"])

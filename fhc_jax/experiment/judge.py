@@ -13,6 +13,14 @@ positive tolerance; a zero threshold admits no cost beyond the absolute 1e-9 (fl
 rounding of an exactly zero cost), whatever the tolerance. Summaries, ``fhc-jax compare``,
 sweeps and the benchmarks all use this rule (:func:`cost_limits`).
 
+**Exact or Monte-Carlo.** Where the environment has a tabular exact model the values are
+exact. Elsewhere (:func:`monte_carlo`) they are means over a stated number of episodes
+(``run.eval_episodes``, default :data:`DEFAULT_EPISODES`) of ``fhc_jax.rollout_returns``, with
+95% confidence half-widths 1.96 sd / sqrt(N); a seed then meets the constraint when the
+UPPER end of its cost interval satisfies the rule above (the point estimate is not enough),
+and the yardstick is the environment's reference policy (``env.reference``, e.g. the optimum
+of a discretized exact model executed in the environment) judged the same way.
+
 **What is judged.** :func:`judge` takes the exact reward and costs of each seed's final policy
 (computed during training, or by :func:`judge_policies` from the (R, H, S, A) policy tables)
 and the optimum (:func:`optimum`, ``fhc_jax.solve``), and returns a :class:`Judgement`: per
@@ -35,6 +43,10 @@ import numpy as np
 DEFAULT_TOLERANCE = 0.02
 #: absolute slack of the feasibility rule (rounding of an exact zero)
 ABSOLUTE_SLACK = 1e-9
+#: episodes of a Monte-Carlo judgement (``run.eval_episodes``)
+DEFAULT_EPISODES = 100_000
+#: two-sided 95% normal quantile
+Z95 = 1.959963984540054
 
 
 def cost_limits(thresholds: Any, tolerance: float = DEFAULT_TOLERANCE) -> np.ndarray:
@@ -64,14 +76,16 @@ class Optimum:
     Attributes (H stages, S states, A actions, M constraints):
         reward: J*, float. costs: (M,). multipliers: optimal nu* >= 0, (M,).
         policy: (H, S, A). stage_costs: (M, H+1). stage_rewards: (H+1,). solve_time_s: float.
+        For a reference judged by Monte-Carlo (:func:`reference_optimum`) the reward and costs
+        are estimates and policy / stage values are None.
     """
 
     reward: float
     costs: np.ndarray
     multipliers: np.ndarray
-    policy: np.ndarray
-    stage_costs: np.ndarray
-    stage_rewards: np.ndarray
+    policy: np.ndarray | None
+    stage_costs: np.ndarray | None
+    stage_rewards: np.ndarray | None
     solve_time_s: float
 
     def as_dict(self) -> dict[str, Any]:
@@ -126,6 +140,9 @@ class Judgement:
         limits: :func:`cost_limits`, (M,). feasible: (R,) bool.
         optimum: the :class:`Optimum` or None (infeasible, or not computed).
         multipliers: learned nu per seed, (R, M), or None.
+        episodes: None for exact values, else the number of Monte-Carlo episodes per seed.
+        reward_half_width, cost_half_width: 95% confidence half-widths, (R,) and (R, M)
+            (zeros for exact values). ``feasible`` uses ``costs + cost_half_width``.
     """
 
     reward: np.ndarray
@@ -136,6 +153,14 @@ class Judgement:
     feasible: np.ndarray
     optimum: Optimum | None
     multipliers: np.ndarray | None
+    episodes: int | None = None
+    reward_half_width: np.ndarray | None = None
+    cost_half_width: np.ndarray | None = None
+
+    @property
+    def method(self) -> str:
+        """"exact" or "monte-carlo (N episodes)"."""
+        return "exact" if self.episodes is None else f"monte-carlo ({self.episodes} episodes)"
 
     @property
     def num_seeds(self) -> int:
@@ -159,9 +184,11 @@ class Judgement:
 
     def take(self, index: Any) -> "Judgement":
         """The judgement of a subset of the seeds (``index`` into the R axis)."""
+        pick = lambda x: None if x is None else x[index]
         return dataclasses.replace(self, reward=self.reward[index], costs=self.costs[index],
-                                   feasible=self.feasible[index],
-                                   multipliers=None if self.multipliers is None else self.multipliers[index])
+                                   feasible=self.feasible[index], multipliers=pick(self.multipliers),
+                                   reward_half_width=pick(self.reward_half_width),
+                                   cost_half_width=pick(self.cost_half_width))
 
     def rank_key(self) -> tuple[int, float]:
         """(feasible seeds, worst seed's reward): larger is better; a non-finite (diverged)
@@ -184,6 +211,11 @@ class Judgement:
                 "slack": (self.thresholds - c).tolist(),
                 "feasible": bool(self.feasible[r]),
             }
+            if self.episodes is not None:  # Monte-Carlo: the values are estimates with 95% intervals
+                row["judged_by"] = self.method
+                hr, hc = float(self.reward_half_width[r]), self.cost_half_width[r]
+                row["reward_ci95"] = [row["exact_reward"] - hr, row["exact_reward"] + hr]
+                row["costs_ci95"] = np.stack([c - hc, c + hc], -1).tolist()
             if self.optimum is not None:
                 j_star = self.optimum.reward
                 row["reward_gap"] = j_star - float(self.reward[r])
@@ -202,6 +234,7 @@ class Judgement:
         excess = relative_excess(self.costs, self.thresholds)
         out: dict[str, Any] = {
             "seeds": self.num_seeds,
+            "judged_by": self.method,
             "feasible_seeds": self.feasible_seeds,
             "tolerance": self.tolerance,
             "limits": self.limits.tolist(),
@@ -218,16 +251,20 @@ class Judgement:
 
 
 def judge(reward: Any, costs: Any, thresholds: Any, *, optimum: Optimum | None = None,
-          multipliers: Any | None = None, tolerance: float = DEFAULT_TOLERANCE) -> Judgement:
-    """Judge R seeds' final policies from their exact values (module docstring).
+          multipliers: Any | None = None, tolerance: float = DEFAULT_TOLERANCE, episodes: int | None = None,
+          reward_half_width: Any | None = None, cost_half_width: Any | None = None) -> Judgement:
+    """Judge R seeds' final policies from their values (module docstring).
 
     Args:
-        reward: exact J of each seed's final policy, (R,).
-        costs: exact c^(k), (R, M) (or (R,) for M = 1).
+        reward: J of each seed's final policy (exact, or a Monte-Carlo mean), (R,).
+        costs: c^(k), (R, M) (or (R,) for M = 1).
         thresholds: alpha, (M,) (or a scalar).
-        optimum: :func:`optimum` of the same CMDP, or None.
+        optimum: :func:`optimum` of the same CMDP (or the reference's estimate), or None.
         multipliers: learned nu per seed, (R, M), or None (learners without multipliers).
         tolerance: relative feasibility tolerance >= 0.
+        episodes, reward_half_width, cost_half_width: for Monte-Carlo values, the number of
+            episodes and the 95% half-widths (R,) and (R, M) (:func:`monte_carlo`): feasibility
+            is then judged on the upper end of each cost interval.
     Raises:
         ValueError: a negative tolerance or inconsistent shapes.
     """
@@ -238,8 +275,51 @@ def judge(reward: Any, costs: Any, thresholds: Any, *, optimum: Optimum | None =
         raise ValueError(f"judge: {costs.shape[1]} costs per seed but {thresholds.shape[0]} thresholds")
     limits = cost_limits(thresholds, tolerance)
     nu = None if multipliers is None else np.asarray(multipliers, np.float64).reshape(reward.shape[0], -1)
+    hr = np.zeros_like(reward) if reward_half_width is None else np.asarray(reward_half_width, np.float64).reshape(-1)
+    hc = np.zeros_like(costs) if cost_half_width is None else np.asarray(cost_half_width, np.float64).reshape(costs.shape)
     return Judgement(reward=reward, costs=costs, thresholds=thresholds, tolerance=float(tolerance), limits=limits,
-                     feasible=np.all(costs <= limits, axis=1), optimum=optimum, multipliers=nu)
+                     feasible=np.all(costs + hc <= limits, axis=1), optimum=optimum, multipliers=nu,
+                     episodes=None if episodes is None else int(episodes),
+                     reward_half_width=None if episodes is None else hr, cost_half_width=None if episodes is None else hc)
+
+
+def monte_carlo(env, params, policies: list[Any], episodes: int = DEFAULT_EPISODES, seed: int = 1) -> dict[str, np.ndarray]:
+    """Monte-Carlo values of R policies ``policy(key, obs, h)`` in ``env``: ``episodes``
+    episodes each of ``fhc_jax.rollout_returns`` (key ``seed``: common random numbers across
+    the policies), means and 95% half-widths: reward (R,), reward_half_width (R,),
+    costs (R, M), cost_half_width (R, M).
+
+    Raises:
+        ValueError: ``episodes`` < 2.
+    """
+    import fhc_jax as fhc
+
+    if episodes < 2:
+        raise ValueError(f"monte_carlo: episodes must be >= 2, found {episodes}")
+    out: dict[str, list] = {"reward": [], "reward_half_width": [], "costs": [], "cost_half_width": []}
+    for policy in policies:
+        ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(seed), env, params, policy, episodes)
+        r, c = np.asarray(ret.rewards, np.float64), np.asarray(ret.costs, np.float64)
+        out["reward"].append(r.mean())
+        out["reward_half_width"].append(Z95 * r.std(ddof=1) / np.sqrt(episodes))
+        out["costs"].append(c.mean(0))
+        out["cost_half_width"].append(Z95 * c.std(0, ddof=1) / np.sqrt(episodes))
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def reference_optimum(env, params, episodes: int = DEFAULT_EPISODES) -> Optimum | None:
+    """The yardstick of a Monte-Carlo judgement: the environment's reference policy
+    (``env.reference``, where ``env.has_reference``) judged by :func:`monte_carlo`, as an
+    :class:`Optimum` (no policy table or stage values); None without a reference."""
+    if not env.has_reference:
+        return None
+    import time
+
+    t0 = time.perf_counter()
+    policy, nu = env.reference(params)
+    mc = monte_carlo(env, params, [policy], episodes)
+    return Optimum(reward=float(mc["reward"][0]), costs=mc["costs"][0], multipliers=np.asarray(nu, np.float64),
+                   policy=None, stage_costs=None, stage_rewards=None, solve_time_s=time.perf_counter() - t0)
 
 
 def judge_policies(cmdp, policies: Any, *, optimum: Optimum | None = None, multipliers: Any | None = None,

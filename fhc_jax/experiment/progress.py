@@ -42,8 +42,9 @@ class Progress:
 
     def __init__(self, label: str, total: int, num_runs: int, steps_per_iteration: int | None,
                  thresholds: np.ndarray | None, stream: IO[str] | None = None, start_iteration: int = 0,
-                 start_elapsed: float = 0.0):
+                 start_elapsed: float = 0.0, exact: bool = True):
         self.label, self.total, self.num_runs = label, total, num_runs
+        self.evaluation = "exact" if exact else "mc"  # Monte-Carlo estimates without a tabular exact model
         self.steps = steps_per_iteration
         self.thresholds = None if thresholds is None else np.asarray(thresholds)
         self.stream = sys.stderr if stream is None else stream
@@ -70,7 +71,7 @@ class Progress:
             parts.append("cost " + "/".join(f"{c:.2f}" for c in cost) + alpha)
         if "multipliers" in m:
             parts.append("nu " + "/".join(f"{v:.3f}" for v in np.mean(m["multipliers"][:, -1], axis=0)))
-        parts.append(f"exact {np.mean(state.exact_reward[:, -1]):.3f}/"
+        parts.append(f"{self.evaluation} {np.mean(state.exact_reward[:, -1]):.3f}/"
                      + "/".join(f"{c:.2f}" for c in np.mean(state.exact_costs[:, -1], axis=0)))
         if rate > 0 and state.iteration < self.total:
             parts.append(f"eta {(self.total - state.iteration) / rate:.0f}s")

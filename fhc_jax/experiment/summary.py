@@ -30,15 +30,20 @@ def format_table(judged: Judgement) -> str:
     multipliers), the optimum's line and the feasibility rule."""
     opt = judged.optimum
     frac = judged.fraction_of_optimum
-    lines = [f"{'seed':>4} {'exact reward':>13} {'% of optimum':>13} {'exact cost':>16} {'feasible':>9} {'nu':>14}"]
+    mc = judged.episodes is not None
+    kind = "mean" if mc else "exact"
+    lines = [f"{'seed':>4} {kind + ' reward':>13} {'% of optimum':>13} {kind + ' cost':>16} {'feasible':>9} {'nu':>14}"]
     for r in range(judged.num_seeds):
         pct = "-" if frac is None else f"{100 * frac[r]:.1f}%"
         nu = "-" if judged.multipliers is None else _joined(judged.multipliers[r])
-        lines.append(f"{r:>4} {judged.reward[r]:>13.4f} {pct:>13} {_joined(judged.costs[r]):>16} "
-                     f"{'yes' if judged.feasible[r] else 'NO':>9} {nu:>14}")
+        reward = f"{judged.reward[r]:.4f}" + (f" ± {judged.reward_half_width[r]:.3f}" if mc else "")
+        costs = _joined(judged.costs[r]) + (" ± " + _joined(judged.cost_half_width[r]) if mc else "")
+        lines.append(f"{r:>4} {reward:>13} {pct:>13} {costs:>16} {'yes' if judged.feasible[r] else 'NO':>9} {nu:>14}")
     if opt is not None:
-        lines.append(f"{'opt':>4} {opt.reward:>13.4f} {'100.0%':>13} {_joined(opt.costs):>16} {'yes':>9} "
+        name = "ref" if mc else "opt"
+        lines.append(f"{name:>4} {opt.reward:>13.4f} {'100.0%':>13} {_joined(opt.costs):>16} {'':>9} "
                      f"{_joined(opt.multipliers):>14}")
-    lines.append(f"alpha = {_joined(judged.thresholds, 'g')}; feasible: cost <= alpha + "
-                 f"{judged.tolerance:g} |alpha| ({judged.feasible_seeds}/{judged.num_seeds} seeds)")
+    rule = "upper end of the 95% interval of the cost" if mc else "cost"
+    lines.append(f"alpha = {_joined(judged.thresholds, 'g')}; feasible: {rule} <= alpha + "
+                 f"{judged.tolerance:g} |alpha| ({judged.feasible_seeds}/{judged.num_seeds} seeds; {judged.method})")
     return "\n".join(lines)

@@ -16,8 +16,10 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+import jax
 import numpy as np
 
+from fhc_jax.algos.learner import judged_exactly
 from fhc_jax.experiment import checkpoint, environments, judge, rundir, summary as summ
 from fhc_jax.experiment.config_io import ExperimentSpec, load_spec
 from fhc_jax.experiment.machine import machine_info
@@ -188,8 +190,8 @@ def _refuse_changes(stored: ExperimentSpec, spec: ExperimentSpec, out: Path) -> 
 
 def _train_locked(spec, out, resume, module, env, params, learner, say, warn, stream, quiet, max_chunks, plots,
                   t_start) -> dict[str, Any]:
-    cmdp = env.to_cmdp(params) if env.has_exact_model else None
-    thresholds = None if cmdp is None else np.asarray(cmdp.thresholds, np.float64)
+    cmdp = env.to_cmdp(params) if judged_exactly(env) else None
+    thresholds = np.asarray(env.thresholds(params), np.float64)
     config_hash = rundir.settings_hash(spec.settings())
     opt, feasibility = feasibility_check(cmdp, warn) if cmdp is not None else (None, None)
     trainer = ChunkedTrainer(learner, spec.seeds, spec.chunk_size)
@@ -212,7 +214,7 @@ def _train_locked(spec, out, resume, module, env, params, learner, say, warn, st
         start_iteration = state.iteration
         progress = None if quiet else Progress(f"{spec.algo} on {spec.env_name}", spec.num_iterations, spec.seeds,
                                                env_steps_per_iteration(spec.learner, env.horizon), thresholds,
-                                               stream, start_iteration, state.elapsed_s)
+                                               stream, start_iteration, state.elapsed_s, exact=cmdp is not None)
         chunks = {"n": 0}
 
         def write_metrics(st: ChunkState) -> None:
@@ -257,8 +259,8 @@ def _train_locked(spec, out, resume, module, env, params, learner, say, warn, st
             f"continue with: fhc-jax train --resume --out {out}")
         return {"complete": False, "iteration": state.iteration}
     try:
-        return _finish(spec, out, state, env, cmdp, thresholds, opt, feasibility, say, trainer, plots, t_start,
-                       start_iteration)
+        return _finish(spec, out, state, module, env, params, cmdp, thresholds, opt, feasibility, say, trainer, plots,
+                       t_start, start_iteration)
     except KeyboardInterrupt:
         raise TrainingInterrupted(out, state.iteration, saved["iteration"]) from None
 
@@ -273,7 +275,7 @@ def _diverged(spec, out, state, cmdp, thresholds, opt, feasibility, say, trainer
                               "stopped_at_iteration": state.iteration, "algo": spec.algo, "env": spec.env_name,
                               "env_title": spec.env_title(), "num_iterations": spec.num_iterations,
                               "finite_seeds": finite, "feasibility": feasibility}
-    if cmdp is not None and finite:
+    if finite:
         learned_nu = state.metrics["multipliers"][finite, -1] if "multipliers" in state.metrics else None
         judged = judge.judge(state.exact_reward[finite, -1], state.exact_costs[finite, -1], thresholds,
                              optimum=opt, multipliers=learned_nu, tolerance=spec.feasibility_tolerance)
@@ -290,21 +292,30 @@ def _diverged(spec, out, state, cmdp, thresholds, opt, feasibility, say, trainer
     raise DivergenceError(message, div)
 
 
-def _finish(spec, out, state, env, cmdp, thresholds, opt, feasibility, say, trainer, plots, t_start,
+def _finish(spec, out, state, module, env, params, cmdp, thresholds, opt, feasibility, say, trainer, plots, t_start,
             start_iteration) -> dict[str, Any]:
-    policies = trainer.policy_tables(state)
-    npz = {"policy": policies.astype(np.float32)}
-    if env.is_spatial:  # what policy maps need (fhc_jax.experiment.plots)
-        npz["grid_shape"] = np.asarray(env.grid_shape, np.int64)
-        moves = environments.load_environment(spec.env_name).action_moves
-        if moves is not None and moves.shape[0] == env.num_actions:
-            npz["action_moves"] = moves
     result: dict[str, Any] = {"complete": True, "algo": spec.algo, "env": spec.env_name, "env_title": spec.env_title(),
                               "num_iterations": spec.num_iterations}
-    judged = None
-    if cmdp is not None:
+    learned_nu = state.metrics["multipliers"][:, -1] if "multipliers" in state.metrics else None
+    if cmdp is None:  # no tabular exact model: Monte-Carlo judgement against the environment's reference
+        say(f"judging {spec.seeds} seeds by Monte-Carlo ({spec.eval_episodes} episodes each)")
+        seeds = [jax.tree.map(lambda x, r=r: x[r], state.carry.state) for r in range(spec.seeds)]
+        mc = judge.monte_carlo(env, params, [module.policy(st, env, params) for st in seeds], spec.eval_episodes)
+        judged = judge.judge(mc["reward"], mc["costs"], thresholds, optimum=judge.reference_optimum(
+            env, params, spec.eval_episodes), multipliers=learned_nu, tolerance=spec.feasibility_tolerance,
+            episodes=spec.eval_episodes, reward_half_width=mc["reward_half_width"],
+            cost_half_width=mc["cost_half_width"])
+        result.update(summ.judgement_fields(judged))
+        npz = {"thresholds": thresholds}
+    else:
+        policies = trainer.policy_tables(state)
+        npz = {"policy": policies.astype(np.float32)}
+        if env.is_spatial:  # what policy maps need (fhc_jax.experiment.plots)
+            npz["grid_shape"] = np.asarray(env.grid_shape, np.int64)
+            moves = environments.load_environment(spec.env_name).action_moves
+            if moves is not None and moves.shape[0] == env.num_actions:
+                npz["action_moves"] = moves
         result["feasibility"] = feasibility
-        learned_nu = state.metrics["multipliers"][:, -1] if "multipliers" in state.metrics else None
         judged = judge.judge(state.exact_reward[:, -1], state.exact_costs[:, -1], thresholds, optimum=opt,
                              multipliers=learned_nu, tolerance=spec.feasibility_tolerance)
         final = judge.evaluate_policies(cmdp, policies)

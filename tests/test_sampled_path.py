@@ -196,3 +196,32 @@ def test_cli_trains_and_judges_an_environment_without_an_exact_model(tmp_path, m
         lo, hi = row["costs_ci95"][0]
         assert lo < row["exact_costs"][0] < hi and row["feasible"] == (hi <= 2.0 * 1.02 + 1e-9)
     assert summary["optimum"] is None  # Drift declares no reference policy
+
+
+class DriftInCents(Drift):
+    """Drift with rewards in other units (x 100): the same decision problem."""
+
+    def transition(self, noise, state, action, params):
+        obs, nxt, reward, costs, done, info = super().transition(noise, state, action, params)
+        return obs, nxt, 100.0 * reward, costs, done, info
+
+
+def test_learners_train_in_the_signals_units_and_report_in_the_environments():
+    """Without a tabular exact model the learners train on ScaledSignals (rewards and costs
+    divided by their typical magnitudes): the same problem in other units gives the same first
+    batch and the same policy, with the reported reward in the environment's units."""
+    from fhc_jax.envs.wrappers import ScaledSignals, signal_scales
+
+    cents = DriftInCents()
+    s_r, s_c = signal_scales(cents, cents.default_params)
+    s_r1, _ = signal_scales(DRIFT, DRIFT.default_params)
+    assert s_r == pytest.approx(100.0 * s_r1, rel=1e-5) and s_c.tolist() == [1.0]
+    scaled = ScaledSignals(cents, s_r, s_c)
+    pol = fhc.uniform_random_policy(3)
+    a = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(2), scaled, cents.default_params, pol, 64)
+    b = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(2), cents, cents.default_params, pol, 64)
+    np.testing.assert_allclose(a.rewards * s_r, b.rewards, rtol=1e-5)
+    cfg = nc.Config(num_iterations=3, episodes_per_iteration=16, eval_every=0, eval_episodes=64, actor_epochs=2)
+    outs = [jax.jit(nc.make_train(e, e.default_params, cfg))(jax.random.key(0)) for e in (DRIFT, cents)]
+    np.testing.assert_allclose(outs[1].metrics.reward, 100.0 * outs[0].metrics.reward, rtol=1e-4)
+    np.testing.assert_allclose(outs[1].metrics.exact.reward, 100.0 * outs[0].metrics.exact.reward, rtol=1e-4)

@@ -30,6 +30,7 @@ from fhc_jax.algos.hyperparameters import resolve_hyperparameters
 from fhc_jax.algos.policies import sampling_policy, table_policy
 from fhc_jax.algos.tabular_rollout import Batch
 from fhc_jax.cmdp.evaluate import evaluate
+from fhc_jax.envs.wrappers import ScaledSignals, signal_scales
 from fhc_jax.rollout import rollout, rollout_returns, uniform_random_policy
 
 Array = jax.Array
@@ -274,12 +275,25 @@ def monte_carlo_evaluator(env, params, num_episodes: int) -> Callable[[Callable]
 def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
     """``algo`` bound to ``env`` as iteration-level functions (:class:`Learner`).
 
+    On environments without a tabular exact model the learner trains on
+    :class:`~fhc_jax.envs.wrappers.ScaledSignals` of ``env`` (rewards and costs divided by
+    their typical magnitudes, :func:`~fhc_jax.envs.wrappers.signal_scales`), so that one set of
+    defaults serves environments in any units; the metrics (reward, costs, multipliers, critic
+    costs) and evaluations are reported in the environment's own units.
+
     Raises:
         ValueError: a config of another learner, an environment without a tabular exact
             model, or one that does not fit the config (from ``algo.setup``).
     """
     _check(algo, env, params, config)
-    setup = algo.setup(env, params, config)
+    scale_r, scale_c = 1.0, np.ones(env.num_constraints, np.float32)
+    train_env = env
+    if not judged_exactly(env):  # train in units of the signals' magnitudes (fhc_jax.envs.wrappers)
+        scale_r, scale_c = signal_scales(env, params)
+        train_env = ScaledSignals(env, scale_r, scale_c)
+    setup = algo.setup(train_env, params, config)
+    unscale = {"reward": scale_r, "costs": jnp.asarray(scale_c, jnp.float32), "critic_costs": jnp.asarray(scale_c, jnp.float32),
+               "multipliers": jnp.asarray(scale_r / np.asarray(scale_c), jnp.float32)}
 
     def init_fn(key: Array, cfg: Any) -> Carry:
         k_init, k_loop = jax.random.split(key)
@@ -291,7 +305,10 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
         k_update = None if algo.update_keys == 0 else keys[2] if algo.update_keys == 1 else keys[2:]
         state, metrics = algo.update(carry.state, batch, k_update, setup, cfg)
         totals = {"reward": jnp.mean(batch.episode_rewards), "costs": jnp.mean(batch.episode_costs, axis=0)}
-        return Carry(state=state, key=keys[0]), {**totals, **metrics}
+        metrics = {**totals, **metrics}
+        if train_env is not env:  # report in the environment's units
+            metrics = {k: v * unscale[k] if k in unscale else v for k, v in metrics.items()}
+        return Carry(state=state, key=keys[0]), metrics
 
     def table_fn(state: Any) -> Array:
         return jax.nn.softmax(algo.logits(state, setup), axis=-1)

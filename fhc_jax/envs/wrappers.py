@@ -1,0 +1,106 @@
+"""Environment wrappers.
+
+:class:`ScaledSignals` divides an environment's rewards by one scale and each constraint's
+costs (and thresholds) by its own: the same decision problem in other units. The learners
+train on it where an environment has no tabular exact model (:func:`signal_scales`), so one set
+of default step sizes and multiplier bounds serves tasks whose rewards are in euros per
+half-hour as well as the gridworld's fares of order one; everything they report is converted
+back to the environment's units.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fhc_jax.envs.base import Environment
+
+Array = jax.Array
+
+
+class ScaledSignals(Environment):
+    """``env`` with rewards r / ``reward_scale`` and costs g^(k) / ``cost_scales[k]`` (stage and
+    terminal), thresholds alpha^(k) / ``cost_scales[k]``. Dynamics, observations and the
+    declared one-uniform noise are the wrapped environment's; it declares no exact model, no
+    tabular states and no reference (those live on the unscaled environment).
+
+    Args:
+        env: the environment. reward_scale: > 0. cost_scales: (M,) > 0.
+    """
+
+    def __init__(self, env: Environment, reward_scale: float, cost_scales: Any):
+        cost_scales = tuple(float(c) for c in np.asarray(cost_scales, np.float64).reshape(-1))
+        if not (np.isfinite(reward_scale) and reward_scale > 0) or len(cost_scales) != env.num_constraints \
+                or not all(np.isfinite(c) and c > 0 for c in cost_scales):
+            raise ValueError(f"ScaledSignals: scales must be finite and > 0 (one per constraint), found "
+                             f"{reward_scale!r}, {cost_scales!r}")
+        self.env, self.reward_scale, self.cost_scales = env, float(reward_scale), cost_scales
+
+    horizon = property(lambda self: self.env.horizon)
+    num_actions = property(lambda self: self.env.num_actions)
+    num_constraints = property(lambda self: self.env.num_constraints)
+    default_params = property(lambda self: self.env.default_params)
+    observation_shape = property(lambda self: self.env.observation_shape)
+    observation_dtype = property(lambda self: self.env.observation_dtype)
+    has_uniform_noise = property(lambda self: self.env.has_uniform_noise)
+
+    def _static_config(self) -> tuple:
+        return (self.env, self.reward_scale, self.cost_scales)
+
+    def __repr__(self) -> str:
+        return f"ScaledSignals({self.env!r}, reward_scale={self.reward_scale:g}, cost_scales={self.cost_scales})"
+
+    def _costs(self, costs: Array) -> Array:
+        return costs / jnp.asarray(self.cost_scales, costs.dtype)
+
+    def observation(self, state: Any, params: Any) -> Array:
+        return self.env.observation(state, params)
+
+    def thresholds(self, params: Any) -> Array:
+        return self._costs(jnp.asarray(self.env.thresholds(params), jnp.float32))
+
+    def reset(self, key: Array, params: Any) -> tuple[Array, Any]:
+        return self.env.reset(key, params)
+
+    def noise(self, key: Array, params: Any) -> Any:
+        return self.env.noise(key, params)
+
+    def noise_from_uniform(self, u: Array, params: Any) -> Any:
+        return self.env.noise_from_uniform(u, params)
+
+    def transition(self, noise: Any, state: Any, action: Array, params: Any):
+        obs, nxt, reward, costs, done, info = self.env.transition(noise, state, action, params)
+        return obs, nxt, reward / self.reward_scale, self._costs(costs), done, info
+
+    def terminal_reward(self, state: Any, params: Any) -> Array:
+        return self.env.terminal_reward(state, params) / self.reward_scale
+
+    def terminal_costs(self, state: Any, params: Any) -> Array:
+        return self._costs(self.env.terminal_costs(state, params))
+
+
+def signal_scales(env: Environment, params: Any, num_episodes: int = 64, seed: int = 20_240_601) -> tuple[float, np.ndarray]:
+    """Robust magnitudes of a step's reward and of each constraint's cost: the 99th percentile
+    of |r_h| and |g_h^(k)| (stage and terminal signals) over ``num_episodes`` episodes of the
+    uniform policy (fixed key); 1 where a signal is identically 0. Host-side.
+
+    Returns:
+        (reward scale, cost scales (M,)).
+    """
+    from fhc_jax.rollout import rollout, uniform_random_policy
+
+    traj = jax.jit(rollout, static_argnums=(1, 3, 4))(jax.random.key(seed), env, params,
+                                                      uniform_random_policy(env.num_actions), num_episodes)
+    rewards = np.concatenate([np.abs(np.asarray(traj.rewards)).ravel(), np.abs(np.asarray(traj.terminal_rewards))])
+    costs = np.concatenate([np.abs(np.asarray(traj.costs)).reshape(-1, env.num_constraints),
+                            np.abs(np.asarray(traj.terminal_costs))])
+
+    def scale(x: np.ndarray) -> float:
+        q = float(np.quantile(x, 0.99)) if x.size else 0.0
+        q = q if q > 0 else float(np.max(x, initial=0.0))
+        return q if q > 0 and np.isfinite(q) else 1.0
+
+    return scale(rewards), np.asarray([scale(costs[:, k]) for k in range(env.num_constraints)])

@@ -384,7 +384,9 @@ def test_policy_for_rollout_matches_table():
     [
         ({"num_iterations": 0}, r"Config.num_iterations must be an integer >= 1"),
         ({"episodes_per_iteration": 2.5}, r"Config.episodes_per_iteration must be an integer >= 1"),
-        ({"observation": "pixels"}, r"Config.observation must be one of 'xy', 'xyt', 'one_hot'"),
+        ({"observation": "pixels"}, r"Config.observation must be one of 'xy', 'xyt', 'one_hot', 'env', 'env_t'"),
+        ({"path": "exact"}, r"Config.path must be one of 'auto', 'tabular', 'sampled'"),
+        ({"eval_episodes": 0}, r"Config.eval_episodes must be an integer >= 1"),
         ({"multiplier_method": "dual"}, r"Config.multiplier_method must be one of 'lagrangian', 'pid'"),
         ({"multiplier_optimizer": "rmsprop"}, r"Config.multiplier_optimizer must be one of"),
         ({"width": 0}, r"Config.width must be an integer >= 1"),
@@ -409,7 +411,7 @@ def test_config_validation(changes, match):
 
 
 def test_make_train_validates_against_the_environment():
-    with pytest.raises(ValueError, match=r"Config.observation must be one of 'one_hot' for TabularEnv, found 'xy'"):
+    with pytest.raises(ValueError, match=r"Config.observation must be one of 'one_hot', 'env', 'env_t' for TabularEnv, found 'xy'"):
         pl.make_train(BANDIT, BANDIT.default_params, pl.Config(observation="xy"))
     with pytest.raises(ValueError, match=r"num_minibatches must be <= H K = 8"):
         pl.make_train(TINY_GRID, TINY_GRID.default_params, GRID_CONFIG.replace(episodes_per_iteration=2, num_minibatches=9))

@@ -2,15 +2,18 @@
 trust-region baseline of the paper's comparison, compiled as one program per training run.
 
 ONE stationary network for all stages, pi_theta(. | o) = softmax(MLP_theta(o)) on the
-observation o ("xy": Env 1, "xyt": Env 2, "one_hot"), with reward and cost critics of the same
-shape; a single constraint (the published CPO subproblem has one linearised constraint;
+observation o ("xy": Env 1, "xyt": Env 2, "one_hot", "env": the environment's own, "env_t":
+with h / H appended), with reward and cost critics of the same shape; a single constraint (the published CPO subproblem has one linearised constraint;
 :func:`setup` refuses M > 1). Per iteration: roll out K episodes, finite-horizon GAE with the
 exact terminal values as V_H, surrogates summed over stages (the finite-horizon
 performance-difference lemma, so L_C is in the units of c = S_hat - alpha), conjugate gradient
 on autodiff Fisher products, the closed-form dual of the trust-region subproblem with
 infeasible recovery (:mod:`fhc_jax.algos.trust_region`), a backtracking line search, then
 critic regression. Per-sample sums are regrouped exactly into per-(distinct observation,
-action) statistics, so the update cost does not grow with K. ``metrics.multipliers`` reports
+action) statistics, so the update cost does not grow with K. On the sampled path (environments
+without a tabular exact model, or ``path="sampled"``: ``fhc_jax.rollout``, recorded
+observations) every sample is its own "distinct input": the same sums over the H K samples,
+O(H K) per update. ``metrics.multipliers`` reports
 the dual variable nu* of the linearised cost constraint. The equations, the dual case analysis
 and the differences from the reference implementations are in docs/algorithms/cpo.md.
 """
@@ -18,28 +21,29 @@ and the differences from the reference implementations are in docs/algorithms/cp
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import struct
-from jax.flatten_util import ravel_pytree
 
 from fhc_jax.algos import learner
 from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
-from fhc_jax.algos.learner import ExactMetrics
+from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy
 from fhc_jax.algos.networks import ACTIVATIONS, MLP, Stacked
 from fhc_jax.algos.returns import advantages_and_targets
-from fhc_jax.algos.trust_region import conjugate_gradient, cpo_direction, fisher_vector_product
-from fhc_jax.algos.tabular_rollout import (
-    Batch, TabularModel, observation_table, rollout_policy_table, tabular_model, value_scale,
+from fhc_jax.algos.trust_region import CellStatistics, trust_region_step  # noqa: F401 (public here)
+from fhc_jax.algos.sampled_inputs import (
+    ENV_OBSERVATIONS, PATHS, critic_value_scale, input_table, resolve_path, stage_inputs, with_stage,
 )
+from fhc_jax.algos.tabular_rollout import Batch, TabularModel, batch_from_trajectory, rollout_policy_table, tabular_model, value_scale
+from fhc_jax.rollout import rollout as rollout_episodes
 
 Array = jax.Array
 
-OBSERVATIONS = ("xy", "xyt", "one_hot")
+OBSERVATIONS = ("xy", "xyt", "one_hot", *ENV_OBSERVATIONS)
 ACTOR_OUTPUT_SCALE = 0.01  # the actor starts near the uniform policy
 
 
@@ -57,8 +61,10 @@ class Config:
 
     Static fields (set shapes or code paths; part of the compilation cache key):
         num_iterations: updates per training run (N). episodes_per_iteration: K.
-        observation: the networks' input, "xy" (paper Env 1), "xyt" (Env 2) or "one_hot";
-            must be supported by the environment. width, depth, activation: all three MLPs.
+        observation: the networks' input, "env" (the environment's own observation; on the
+            paper's gridworld its default "xy", Env 1), "env_t" (with h / H appended), or an
+            encoder the environment supports, "xy", "xyt" (Env 2), "one_hot" (tabular path
+            only). width, depth, activation: all three MLPs.
         cg_iterations: conjugate-gradient iterations per linear system F x = g, F y = b.
         line_search_steps: candidates theta_old + beta^j d, j < line_search_steps.
         critic_epochs, critic_minibatches: passes over the distinct observations per update,
@@ -66,8 +72,12 @@ class Config:
         fisher_samples: 0: the Fisher matrix averages over all H K samples (exactly, through
             the distinct-observation statistics); n > 0: over n samples drawn uniformly with
             replacement (unbiased, as OmniSafe's every 4th sample), used only when n is below
-            the number of distinct observations ("xyt": cheaper conjugate-gradient solves).
+            the number of distinct observations ("xyt": cheaper conjugate-gradient solves), or
+            below H K on the sampled path.
         eval_every: exact evaluation every this many updates (0: initial and final only).
+        eval_episodes: episodes of each Monte-Carlo evaluation where there is no tabular exact model.
+        path: "tabular" (exact model, distinct-input statistics), "sampled" (``fhc_jax.rollout``,
+            per-sample statistics; any environment) or "auto" (tabular where possible).
 
     Numeric fields (pytree leaves: ``jax.vmap`` over them without recompiling):
         max_kl: trust-region radius delta on the mean KL. damping: F + damping I.
@@ -77,7 +87,7 @@ class Config:
 
     num_iterations: int = static(100, low=1)
     episodes_per_iteration: int = static(512, low=1)
-    observation: str = static("xy", choices=OBSERVATIONS)
+    observation: str = static("env", choices=OBSERVATIONS)
     width: int = static(32, low=1)
     depth: int = static(2, low=0)
     activation: str = static("tanh", choices=ACTIVATIONS)
@@ -87,6 +97,8 @@ class Config:
     critic_minibatches: int = static(2, low=1)
     fisher_samples: int = static(1024, low=0)
     eval_every: int = static(25, low=0)
+    eval_episodes: int = static(4096, low=1)
+    path: str = static("auto", choices=PATHS)
     max_kl: float = numeric(0.05, low=0.0, low_open=True)
     damping: float = numeric(0.1, low=0.0)
     backtrack_ratio: float = numeric(0.8, low=0.0, high=1.0, low_open=True, high_open=True)
@@ -160,7 +172,7 @@ def distinct_inputs(env, params, observation: str) -> tuple[np.ndarray, np.ndarr
         (inputs (U, D) float32, cell (H, S) int32) with ``inputs[cell[h, s]]`` the observation of
         state s at stage h. U = S for "xy" and "one_hot" (stage-free), H S for "xyt".
     """
-    table = np.asarray(observation_table(env, params, observation))[: env.horizon]
+    table = np.asarray(input_table(env, params, observation))[: env.horizon]
     flat = table.reshape(-1, table.shape[-1])
     inputs, inverse = np.unique(flat, axis=0, return_inverse=True)
     return inputs.astype(np.float32), np.asarray(inverse, np.int32).reshape(env.horizon, env.num_states)
@@ -175,6 +187,9 @@ class Setup:
         inputs: the U distinct observations, (U, D); cell: their index per (h, s), (H, S).
         model: the rollout model. threshold: alpha, (). value_scale: the critics' output
             scale per channel (reward, cost), (1 + M,).
+        sampled: the sampled path (inputs and cell only for :func:`logits`, None without
+            tabular states); env, params: what it rolls out; observation: "env" or "env_t";
+            horizon: H.
     """
 
     actor: MLP
@@ -184,6 +199,34 @@ class Setup:
     model: TabularModel | None = None
     threshold: Array | None = None
     value_scale: Array | None = None
+    sampled: bool = False
+    env: Any = None
+    params: Any = None
+    observation: str = "env"
+    horizon: int = 0
+
+    def actor_input(self, observation: Array, h: Array) -> Array:
+        """The actor's input at one raw observation (D,) of stage h (sampled path)."""
+        return with_stage(observation, h, self.horizon) if self.observation == "env_t" else observation.astype(jnp.float32)
+
+    def sample_inputs(self, batch: Batch) -> Array:
+        """The networks' inputs at the batch's recorded observations of stages 0..H-1, (H K, D)."""
+        x = batch.observations[:-1].astype(jnp.float32)
+        x = stage_inputs(x, self.horizon) if self.observation == "env_t" else x
+        return x.reshape(-1, x.shape[-1])
+
+
+def _sampled_setup(env, params, spec, config: Config | None) -> Setup:
+    """The sampled path's setup (``config`` None: only what :func:`logits` and
+    :func:`observation_logits` need); distinct inputs only where there are tabular states."""
+    actor, critic = _modules(spec, env.num_actions, 1 + env.num_constraints)
+    inputs = cell = None
+    if env.is_tabular:
+        inputs, cell = (jnp.asarray(a) for a in distinct_inputs(env, params, spec.observation))
+    kw = {} if config is None else dict(threshold=jnp.asarray(env.thresholds(params), jnp.float32)[0],
+                                        value_scale=jnp.asarray(critic_value_scale(env, params)))
+    return Setup(actor=actor, critic=critic, inputs=inputs, cell=cell, sampled=True, env=env, params=params,
+                 observation=spec.observation, horizon=env.horizon, **kw)
 
 
 def setup(env, params, config: Config) -> Setup:
@@ -192,7 +235,9 @@ def setup(env, params, config: Config) -> Setup:
     Raises:
         ValueError: an environment with more than one constraint (CPO's trust-region
             subproblem has a single linearised constraint); an observation the environment
-            does not support; more critic minibatches than distinct inputs.
+            does not support; more critic minibatches than distinct inputs (H K samples on the
+            sampled path); ``path="tabular"`` without a tabular exact model, or non-flat
+            observations (:func:`~fhc_jax.algos.sampled_inputs.resolve_path`).
     """
     m = env.num_constraints
     if m != 1:
@@ -200,10 +245,16 @@ def setup(env, params, config: Config) -> Setup:
             f"cpo: CPO supports a single constraint, but {env!r} has num_constraints = {m}; use "
             "an environment with one constraint (or a Lagrangian learner for several)"
         )
-    if config.observation not in env.supported_observations:
+    if resolve_path("cpo", env, config.path, config.observation):
+        n = env.horizon * config.episodes_per_iteration
+        if config.critic_minibatches > n:
+            raise ValueError(f"cpo: Config.critic_minibatches must be at most H K = {n} samples per iteration on "
+                             f"the sampled path, found {config.critic_minibatches}")
+        return _sampled_setup(env, params, config, config)
+    if config.observation not in (*env.supported_observations, *ENV_OBSERVATIONS):
         raise ValueError(
             f"cpo: Config.observation = {config.observation!r} is not supported by {type(env).__name__}; "
-            f"supported: {', '.join(map(repr, env.supported_observations))}"
+            f"supported: {', '.join(map(repr, (*env.supported_observations, *ENV_OBSERVATIONS)))}"
         )
     model = tabular_model(env, params)
     inputs, cell = distinct_inputs(env, params, config.observation)
@@ -221,7 +272,10 @@ def setup(env, params, config: Config) -> Setup:
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
-    """What :func:`logits` needs (the actor and its distinct inputs), from the train state."""
+    """What :func:`logits` needs (the actor and its distinct inputs), or :func:`observation_logits`
+    where there is no tabular exact model, from the train state."""
+    if not judged_exactly(env):
+        return _sampled_setup(env, params, train_state, None)
     actor, critic = _modules(train_state, env.num_actions, 1 + env.num_constraints)
     inputs, cell = distinct_inputs(env, params, train_state.observation)
     return Setup(actor=actor, critic=critic, inputs=jnp.asarray(inputs), cell=jnp.asarray(cell))
@@ -234,7 +288,10 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
     """Initial parameters: actor and critics initialised from ``key`` (the actor's output layer
     scaled by ``ACTOR_OUTPUT_SCALE``, a near-uniform policy), Adam state, nu = 0."""
     k_actor, k_critic = jax.random.split(key)
-    sample = jnp.zeros(setup.inputs.shape[1:], jnp.float32)
+    if setup.sampled:
+        sample = jnp.zeros((setup.env.observation_shape[0] + (setup.observation == "env_t"),), jnp.float32)
+    else:
+        sample = jnp.zeros(setup.inputs.shape[1:], jnp.float32)
     critics = setup.critic.init(k_critic, sample)
     return TrainState(
         actor=setup.actor.init(k_actor, sample),
@@ -254,33 +311,21 @@ def logits(train_state: TrainState, setup: Setup) -> Array:
     return setup.actor.apply(train_state.actor, setup.inputs)[setup.cell]
 
 
+def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
+    """The reported policy's logits at one raw observation (D,) of stage h, (A,)."""
+    return setup.actor.apply(train_state.actor, setup.actor_input(observation, h))
+
+
 def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -> Batch:
     """K episodes from the tabulated policy; ``Batch.behaviour`` keeps log pi_old on the
-    distinct inputs, (U, A), for the update."""
+    distinct inputs, (U, A), for the update. On the sampled path: ``fhc_jax.rollout`` with the
+    actor applied to each observation (the update recomputes pi_old at the samples)."""
+    if setup.sampled:
+        act = observation_policy(lambda obs, h: observation_logits(train_state, setup, obs, h))
+        return batch_from_trajectory(rollout_episodes(key, setup.env, setup.params, act, config.episodes_per_iteration))
     logp = jax.nn.log_softmax(setup.actor.apply(train_state.actor, setup.inputs), axis=-1)
     batch = rollout_policy_table(key, setup.model, jnp.exp(logp)[setup.cell], config.episodes_per_iteration)
     return batch.replace(behaviour=logp)
-
-
-class CellStatistics(NamedTuple):
-    """The batch regrouped per distinct input u and action a (module docstring, "Batched
-    statistics"); C = 1 + M channels (reward, cost).
-
-    Attributes:
-        cells: distinct-input index of every sample, (H, K).
-        adv_sums: sum of the advantages of the samples in (u, a), divided by K, (U, A, C):
-            the surrogates' weights.
-        seen: (u, a) has at least one sample, (U, A).
-        counts: samples per distinct input, (U,). weights: counts / (H K), (U,).
-        ret_sums: sum of the lambda-returns per distinct input, (U, C).
-    """
-
-    cells: Array
-    adv_sums: Array
-    seen: Array
-    counts: Array
-    weights: Array
-    ret_sums: Array
 
 
 def _critic_values(setup: Setup, critic_params: Any, x: Array) -> Array:
@@ -316,84 +361,38 @@ def cell_statistics(batch: Batch, critics: Any, setup: Setup, config: Config) ->
     )
 
 
-def trust_region_step(
-    actor_params: Any, logp_old: Array, stats: CellStatistics, c: Array, key: Array, setup: Setup, config: Config
-) -> tuple[Any, dict[str, Array]]:
-    """Steps 3-6 of the module docstring: the CPO direction from the surrogates' gradients and
-    the Fisher solves, then the backtracking line search.
-
-    Args:
-        actor_params: theta_old. logp_old: log pi_old on the distinct inputs, (U, A).
-        stats: :func:`cell_statistics` of the batch. c: Shat - alpha, ().
-        key: draws the subsampled Fisher's samples (``Config.fisher_samples``).
-    Returns:
-        (new actor parameters, {"multiplier": nu*, "case", "kl", "step_fraction"}).
-    """
-    cfg = config
-    theta0, unravel = ravel_pytree(actor_params)
-    logits_fn = lambda th: setup.actor.apply(unravel(th), setup.inputs)  # (P,) -> (U, A)
-    pi_old = jnp.exp(logp_old)
-
-    def surrogates_and_kl(th: Array) -> tuple[Array, Array]:
-        """((L_R, L_C) (C,), KLbar ()) at th, one forward pass."""
-        logp = jax.nn.log_softmax(logits_fn(th), axis=-1)
-        ratio = jnp.exp(jnp.where(stats.seen, logp - logp_old, 0.0))
-        kl = jnp.sum(stats.weights * jnp.sum(pi_old * (logp_old - logp), axis=-1))
-        return jnp.einsum("ua,uac->c", ratio, stats.adv_sums), kl
-
-    # --- gradients, Fisher solves, CPO direction
-    sur_old, vjp_sur = jax.vjp(lambda th: surrogates_and_kl(th)[0], theta0)
-    g = vjp_sur(jnp.array([1.0, 0.0], sur_old.dtype))[0]
-    b = vjp_sur(jnp.array([0.0, 1.0], sur_old.dtype))[0]
-    n_samples = stats.cells.size
-    if 0 < cfg.fisher_samples < setup.inputs.shape[0]:  # subsampled Fisher over n batch samples
-        pick = jax.random.randint(key, (cfg.fisher_samples,), 0, n_samples)
-        sub_inputs = setup.inputs[stats.cells.reshape(-1)[pick]]
-        fisher_logits = lambda th: setup.actor.apply(unravel(th), sub_inputs)
-        fisher_weights = jnp.full((cfg.fisher_samples,), 1.0 / cfg.fisher_samples, theta0.dtype)
-    else:
-        fisher_logits, fisher_weights = logits_fn, stats.weights
-    fvp = fisher_vector_product(fisher_logits, theta0, fisher_weights, cfg.damping)
-    xy = jax.vmap(lambda rhs: conjugate_gradient(fvp, rhs, cfg.cg_iterations))(jnp.stack([g, b]))
-    d, _, nu, case = cpo_direction(g, b, xy[0], xy[1], c, cfg.max_kl)
-
-    # --- backtracking line search (first accepted candidate)
-    max_cost_change = jnp.maximum(-c, 0.0)
-
-    def check(j):
-        th = theta0 + cfg.backtrack_ratio ** j.astype(d.dtype) * d
-        sur, kl = surrogates_and_kl(th)
-        ok = (
-            jnp.all(jnp.isfinite(sur)) & jnp.isfinite(kl) & (kl <= cfg.max_kl)
-            & ((sur[0] >= sur_old[0]) | (case < 2))
-            & (sur[1] - sur_old[1] <= max_cost_change)
-        )
-        return ok, kl
-
-    def body(state):
-        j, _, _ = state
-        ok, kl = check(j)
-        return jnp.where(ok, j, j + 1), ok, kl
-
-    cond = lambda state: (~state[1]) & (state[0] < cfg.line_search_steps)
-    j, accepted, kl = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), jnp.array(False), jnp.zeros((), d.dtype)))
-    frac = jnp.where(accepted, cfg.backtrack_ratio ** j.astype(d.dtype), 0.0)
-    info = {"multiplier": nu, "case": case, "kl": jnp.where(accepted, kl, 0.0), "step_fraction": frac}
-    return unravel(theta0 + frac * d), info
+def sample_statistics(batch: Batch, critics: Any, inputs: Array, setup: Setup, config: Config) -> CellStatistics:
+    """:func:`cell_statistics` on the sampled path: every sample is its own "distinct input"
+    (``inputs`` (H K, D), :meth:`Setup.sample_inputs`), so the sums are per sample: adv_sums
+    (H K, A, C) is nonzero only at the action taken, counts are 1 (O(H K) time and memory)."""
+    horizon, k = batch.actions.shape
+    values = _critic_values(setup, critics, inputs).reshape(horizon, k, -1)
+    adv, ret = advantages_and_targets(batch, values, config.gamma, config.gae_lambda)
+    onehot = jax.nn.one_hot(batch.actions.reshape(-1), setup.actor.outputs, dtype=adv.dtype)  # (H K, A)
+    n = horizon * k
+    return CellStatistics(
+        cells=jnp.arange(n, dtype=jnp.int32).reshape(horizon, k),
+        adv_sums=onehot[..., None] * adv.reshape(n, 1, -1) / k,
+        seen=onehot > 0,
+        counts=jnp.ones((n,), adv.dtype),
+        weights=jnp.full((n,), 1.0 / n, adv.dtype),
+        ret_sums=ret.reshape(n, -1),
+    )
 
 
 def fit_critics(critics: Any, critic_opt: Any, stats: CellStatistics, key: Array, setup: Setup,
-                config: Config) -> tuple[Any, Any]:
+                config: Config, inputs: Array | None = None) -> tuple[Any, Any]:
     """Step 7: ``critic_epochs`` epochs of ``critic_minibatches`` Adam steps on the
     visit-weighted squared error (in value-scale units) to the mean lambda-return of each
-    distinct input."""
-    num_inputs = setup.inputs.shape[0]
+    distinct input (of each sample on the sampled path: ``inputs``, the points of ``stats``)."""
+    inputs = setup.inputs if inputs is None else inputs
+    num_inputs = inputs.shape[0]
     minibatch = num_inputs // config.critic_minibatches
     targets = stats.ret_sums / jnp.maximum(stats.counts, 1.0)[:, None]  # (U, C)
     opt = optax.adam(config.critic_learning_rate)
 
     def critic_loss(cp, idx):
-        err = (_critic_values(setup, cp, setup.inputs[idx]) - targets[idx]) / setup.value_scale
+        err = (_critic_values(setup, cp, inputs[idx]) - targets[idx]) / setup.value_scale
         w = stats.counts[idx]
         return jnp.sum(w[:, None] * err**2) / jnp.maximum(jnp.sum(w), 1.0)
 
@@ -424,14 +423,18 @@ def update(
     step_fraction (), optimisation_case (), entropy ())."""
     k_critic, k_fisher = key
     st = train_state
+    inputs = setup.sample_inputs(batch) if setup.sampled else setup.inputs  # (P, D): the points of stats
     if batch.behaviour is not None:
         logp_old = batch.behaviour
     else:
-        logp_old = jax.nn.log_softmax(setup.actor.apply(st.actor, setup.inputs), axis=-1)
-    stats = cell_statistics(batch, st.critics, setup, config)
+        logp_old = jax.nn.log_softmax(setup.actor.apply(st.actor, inputs), axis=-1)
+    if setup.sampled:
+        stats = sample_statistics(batch, st.critics, inputs, setup, config)
+    else:
+        stats = cell_statistics(batch, st.critics, setup, config)
     c = jnp.mean(batch.episode_costs[:, 0]) - setup.threshold
-    actor, info = trust_region_step(st.actor, logp_old, stats, c, k_fisher, setup, config)
-    critics, critic_opt = fit_critics(st.critics, st.critic_opt, stats, k_critic, setup, config)
+    actor, info = trust_region_step(st.actor, logp_old, stats, c, k_fisher, setup, config, inputs)
+    critics, critic_opt = fit_critics(st.critics, st.critic_opt, stats, k_critic, setup, config, inputs)
     entropy = -jnp.sum(stats.weights * jnp.sum(jnp.exp(logp_old) * logp_old, axis=-1))
     nu = jnp.broadcast_to(info["multiplier"], st.multipliers.shape).astype(jnp.float32)
     new_state = st.replace(actor=actor, critics=critics, critic_opt=critic_opt, multipliers=nu, step=st.step + 1)
@@ -447,6 +450,6 @@ def update(
 
 ALGORITHM = learner.Algorithm(
     name="cpo", config_type=Config, metrics_type=Metrics, setup=setup, init=init, rollout=rollout,
-    update=update, logits=logits, policy_setup=policy_setup, update_keys=2,
+    update=update, logits=logits, policy_setup=policy_setup, observation_logits=observation_logits, update_keys=2,
 )
 make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)

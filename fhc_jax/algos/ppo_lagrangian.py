@@ -3,8 +3,12 @@ Lagrange multiplier or a PID-Lagrangian controller, for finite-horizon CMDPs, co
 program per training run.
 
 ONE stationary network for all stages, pi(a | x) = softmax(f_theta(x)) on the encoded
-observation x ("xy": the paper's Env 1, "xyt": Env 2, "one_hot"); a stationary policy on "xy"
-cannot follow a non-stationary optimum, which is the paper's point. Per iteration: roll out K
+observation x ("xy": the paper's Env 1, "xyt": Env 2, "one_hot", "env": the environment's own,
+"env_t": with h / H appended); a stationary policy on "xy" cannot follow a non-stationary
+optimum, which is the paper's point. Environments with a tabular exact model take the tabular
+fast path (the networks tabulated over the distinct inputs); any other (or ``path="sampled"``)
+rolls out through ``fhc_jax.rollout`` and applies the networks to the recorded observations
+(:mod:`fhc_jax.algos.sampled_inputs`), O(H K) per update either way. Per iteration: roll out K
 episodes, finite-horizon GAE per signal with the exact terminal values as V_H (no
 bootstrapping past H), the multipliers from the batch's mean episode cost
 (:mod:`fhc_jax.algos.multipliers`: ``optimizer_ascent`` or ``pid``, whose integral is clipped
@@ -16,7 +20,6 @@ equations, the multiplier laws and the tuning notes are in docs/algorithms/ppo_l
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
@@ -27,16 +30,16 @@ from flax import struct
 
 from fhc_jax.algos import learner, multipliers
 from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
-from fhc_jax.algos.learner import ExactMetrics
-from fhc_jax.algos.networks import ACTIVATIONS, MLP
+from fhc_jax.algos.learner import ExactMetrics, observation_policy
+from fhc_jax.algos.networks import ACTIVATIONS
+from fhc_jax.algos.ppo_networks import OBSERVATIONS, Setup, _actor_rows, _modules, _optimizer  # noqa: F401 (public here)
 from fhc_jax.algos.returns import advantages_and_targets
-from fhc_jax.algos.tabular_rollout import (
-    Batch, TabularModel, observation_table, rollout_policy_table, tabular_model, value_scale,
-)
+from fhc_jax.algos.sampled_inputs import PATHS, critic_value_scale, resolve_path, with_stage
+from fhc_jax.algos.tabular_rollout import Batch, batch_from_trajectory, rollout_policy_table, tabular_model, value_scale
+from fhc_jax.rollout import rollout as rollout_episodes
 
 Array = jax.Array
 
-OBSERVATIONS = ("xy", "xyt", "one_hot")
 MULTIPLIER_METHODS = ("lagrangian", "pid")
 MULTIPLIER_OPTIMIZERS = ("adam", "sgd")
 UPDATE_FORMS = ("auto", "table", "samples")
@@ -61,8 +64,9 @@ class Config:
 
     Static fields (set shapes or code paths; part of the compilation cache key):
         num_iterations: N iterations (rollout + update). episodes_per_iteration: K.
-        observation: network input, "xy" (paper Env 1), "xyt" (Env 2) or "one_hot"; must be
-            supported by the environment (checked by :func:`setup`).
+        observation: network input, "xy" (paper Env 1), "xyt" (Env 2), "one_hot" (encoders the
+            environment must support, tabular path only), "env" (the environment's own
+            observation) or "env_t" (with h / H appended).
         width, depth, activation: the MLPs (actor, reward critic, cost critic).
         num_epochs, num_minibatches: passes over the batch per iteration, minibatches per
             epoch (at most H K).
@@ -72,6 +76,10 @@ class Config:
         anneal_lr: decay the actor and critic learning rates linearly to 0 over the run.
         update_form: "auto", "table" or "samples" (speed only; module docstring).
         eval_every: exact evaluation every this many iterations (0: initial and final only).
+        eval_episodes: episodes of each Monte-Carlo evaluation where there is no tabular exact model.
+        path: "tabular" (the exact model's fast rollout and input tables), "sampled"
+            (``fhc_jax.rollout``, recorded observations; any environment) or "auto" (tabular
+            where the environment has a tabular exact model).
         critic_time: the critics also receive h / H when the actor's input does not depend
             on the stage (a standard variance reduction: the finite-horizon value depends on
             the stage even under a stationary policy); the actor still sees ``observation``.
@@ -103,6 +111,8 @@ class Config:
     update_form: str = static("auto", choices=UPDATE_FORMS)
     eval_every: int = static(25, low=0)
     critic_time: bool = static(True)
+    eval_episodes: int = static(4096, low=1)
+    path: str = static("auto", choices=PATHS)
     actor_lr: float = numeric(1e-2, low=0.0, low_open=True)
     critic_lr: float = numeric(1e-3, low=0.0, low_open=True)
     clip_eps: float = numeric(0.2, low=0.0, high=1.0)
@@ -207,97 +217,42 @@ def multiplier_update(config: Config) -> multipliers.MultiplierUpdate:
 # ----------------------------------------------------------------------------- networks and setup
 
 
-def _modules(num_actions: int, num_constraints: int, spec) -> dict[str, MLP]:
-    arch = dict(width=spec.width, depth=spec.depth, activation=spec.activation)
-    return {
-        "actor": MLP(outputs=num_actions, output_scale=0.01, **arch),  # near-uniform initial policy
-        "reward_critic": MLP(outputs=1, **arch),
-        "cost_critic": MLP(outputs=num_constraints, **arch),
-    }
-
-
-def _optimizer(cfg: Config, lr_scale: Array = 1.0) -> optax.GradientTransformation:
-    """clip_by_global_norm + adam per network; learning rates times ``lr_scale``."""
-
-    def chain(lr):
-        return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(lr * lr_scale))
-
-    return optax.multi_transform(
-        {"actor": chain(cfg.actor_lr), "critic": chain(cfg.critic_lr), "cost": chain(cfg.critic_lr)},
-        {"actor": "actor", "reward_critic": "critic", "cost_critic": "cost"},
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class Setup:
-    """Constants derived from the environment (host-side, built once by :func:`setup`).
-
-    Attributes:
-        modules: the ``{"actor", "reward_critic", "cost_critic"}`` MLPs.
-        rows: the U distinct actor inputs, (U, D); per_stage: whether they depend on h.
-        critic_rows, critic_per_stage: the same for the critics (``critic_time``).
-        horizon, num_states, num_actions: H, S, A.
-        form, critic_form: the resolved update forms of the actor and of the critics.
-        model: the rollout model. thresholds: alpha, (M,). value_scale: B per signal, (1+M,).
-    """
-
-    modules: dict[str, MLP]
-    rows: Array
-    per_stage: bool
-    critic_rows: Array
-    critic_per_stage: bool
-    horizon: int
-    num_states: int
-    num_actions: int
-    form: str
-    critic_form: str
-    model: TabularModel | None = None
-    thresholds: Array | None = None
-    value_scale: Array | None = None
-
-    def row_index(self, hs: Array, states: Array, critic: bool = False) -> Array:
-        per_stage = self.critic_per_stage if critic else self.per_stage
-        return hs * self.num_states + states if per_stage else states
-
-    def logits_table(self, actor_params: Any) -> Array:
-        """f_theta(x_h(s)) for all h < H and s, (H, S, A)."""
-        out = self.modules["actor"].apply(actor_params, self.rows)
-        if self.per_stage:
-            return out.reshape(self.horizon, self.num_states, self.num_actions)
-        return jnp.broadcast_to(out, (self.horizon,) + out.shape)
-
-    def apply(self, name: str, params: Any, rows: Array, table: bool) -> Array:
-        """Network ``name`` at the inputs with row indices ``rows`` (...,) -> (..., outputs)
-        (row indices into ``self.rows`` for the actor, ``self.critic_rows`` for the critics)."""
-        mod = self.modules[name]
-        inputs = self.rows if name == "actor" else self.critic_rows
-        if table:
-            return mod.apply(params, inputs)[rows]
-        return mod.apply(params, inputs[rows])
-
-
-def _actor_rows(env, params, observation: str) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(observation table (H, S, D), distinct actor rows (U, D), whether they depend on h)."""
-    if observation not in env.supported_observations:
-        valid = ", ".join(repr(o) for o in env.supported_observations if o in OBSERVATIONS)
-        raise ValueError(
-            f"ppo_lagrangian: Config.observation must be one of {valid} for {type(env).__name__}, found {observation!r}"
-        )
-    h, s = env.horizon, env.num_states
-    table = np.asarray(observation_table(env, params, observation))[:h]  # (H, S, D)
-    per_stage = not np.array_equal(table, np.broadcast_to(table[:1], table.shape))
-    return table, table.reshape(h * s, -1) if per_stage else table[0].reshape(s, -1), per_stage
+def _sampled_setup(env, params, spec, config: Config | None) -> Setup:
+    """The sampled path's setup (``config`` None: only what :func:`observation_logits` and
+    :func:`logits` need); input rows only where there are tabular states (for :func:`logits`)."""
+    rows = per_stage = None
+    if env.is_tabular:
+        _, rows, per_stage = _actor_rows(env, params, spec.observation)
+        rows = jnp.asarray(rows, jnp.float32)
+    d = env.observation_shape[0] + (spec.observation == "env_t")
+    critic_stage = config is not None and config.critic_time and spec.observation == "env"
+    kw = {} if config is None else dict(thresholds=jnp.asarray(env.thresholds(params), jnp.float32),
+                                        value_scale=jnp.asarray(critic_value_scale(env, params)))
+    return Setup(_modules(env.num_actions, env.num_constraints, spec), rows, per_stage, rows, per_stage,
+                 env.horizon, env.num_states if env.is_tabular else 0, env.num_actions, form="samples",
+                 critic_form="samples", sampled=True, env=env, params=params, observation=spec.observation,
+                 critic_stage=critic_stage, dims=(d, d + critic_stage), **kw)
 
 
 def setup(env, params, config: Config) -> Setup:
     """Input tables, networks, rollout model, thresholds and value scales of ``env``.
 
     Raises:
-        ValueError: an observation the environment does not support, or more minibatches
-            than samples per iteration (H K).
+        ValueError: an observation the environment does not support, more minibatches than
+            samples per iteration (H K), ``path="tabular"`` without a tabular exact model, or
+            non-flat observations (:func:`~fhc_jax.algos.sampled_inputs.resolve_path`).
     """
+    sampled = resolve_path("ppo_lagrangian", env, config.path, config.observation)
+    h = env.horizon
+    if config.num_minibatches > h * config.episodes_per_iteration:
+        raise ValueError(
+            f"ppo_lagrangian: Config.num_minibatches must be <= H K = {h * config.episodes_per_iteration} samples "
+            f"per iteration, found {config.num_minibatches}"
+        )
+    if sampled:
+        return _sampled_setup(env, params, config, config)
     table, rows, per_stage = _actor_rows(env, params, config.observation)
-    h, s = env.horizon, env.num_states
+    s = env.num_states
     if config.critic_time and not per_stage:
         # the critics also see h / H (the actor's input does not depend on the stage)
         t = np.broadcast_to((np.arange(h, dtype=np.float32) / h)[:, None, None], (h, s, 1))
@@ -305,11 +260,6 @@ def setup(env, params, config: Config) -> Setup:
     else:
         critic_rows, critic_per_stage = rows, per_stage
     n_samples = h * config.episodes_per_iteration
-    if config.num_minibatches > n_samples:
-        raise ValueError(
-            f"ppo_lagrangian: Config.num_minibatches must be <= H K = {n_samples} samples per iteration, "
-            f"found {config.num_minibatches}"
-        )
 
     def pick(u: int) -> str:
         if config.update_form != "auto":
@@ -330,8 +280,10 @@ def setup(env, params, config: Config) -> Setup:
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
-    """What :func:`logits` needs (the actor and its input rows), from the train state's
-    observation and architecture."""
+    """What :func:`logits` (and :func:`observation_logits` where there is no tabular exact
+    model) needs: the actor and its inputs, from the train state's observation and architecture."""
+    if resolve_path("ppo_lagrangian", env, "auto", train_state.observation):
+        return _sampled_setup(env, params, train_state, None)
     _, rows, per_stage = _actor_rows(env, params, train_state.observation)
     rows = jnp.asarray(rows, jnp.float32)
     return Setup(_modules(env.num_actions, env.num_constraints, train_state), rows, per_stage, rows, per_stage,
@@ -345,7 +297,11 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
     """Initial state: LeCun-normal MLPs (actor head scaled by 0.01: near-uniform policy),
     fresh optimizer states, nu = initial_multiplier."""
     keys = jax.random.split(key, 3)
-    inputs = {"actor": setup.rows[:1], "reward_critic": setup.critic_rows[:1], "cost_critic": setup.critic_rows[:1]}
+    if setup.sampled:
+        x, xc = jnp.zeros((1, setup.dims[0]), jnp.float32), jnp.zeros((1, setup.dims[1]), jnp.float32)
+    else:
+        x, xc = setup.rows[:1], setup.critic_rows[:1]
+    inputs = {"actor": x, "reward_critic": xc, "cost_critic": xc}
     net_params = {name: setup.modules[name].init(k, inputs[name]) for name, k in zip(("actor", "reward_critic", "cost_critic"), keys)}
     m = setup.thresholds.shape[0]
     nu = jnp.broadcast_to(jnp.asarray(config.initial_multiplier, jnp.float32), (m,))
@@ -367,9 +323,19 @@ def logits(train_state: TrainState, setup: Setup) -> Array:
     return setup.logits_table(train_state.params["actor"])
 
 
+def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
+    """The reported policy's logits at one raw observation (D,) of stage h, (A,)."""
+    x = with_stage(observation, h, setup.horizon) if setup.observation == "env_t" else observation.astype(jnp.float32)
+    return setup.modules["actor"].apply(train_state.params["actor"], x)
+
+
 def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -> Batch:
     """K episodes from the tabulated policy; the logits table is kept in ``Batch.behaviour``
-    (the update's pi_old)."""
+    (the update's pi_old). On the sampled path: ``fhc_jax.rollout`` with the actor applied to
+    each observation (the update recomputes pi_old at the recorded observations)."""
+    if setup.sampled:
+        act = observation_policy(lambda obs, h: observation_logits(train_state, setup, obs, h))
+        return batch_from_trajectory(rollout_episodes(key, setup.env, setup.params, act, config.episodes_per_iteration))
     table = logits(train_state, setup)
     batch = rollout_policy_table(key, setup.model, jax.nn.softmax(table, axis=-1), config.episodes_per_iteration)
     return batch.replace(behaviour=table)
@@ -390,18 +356,22 @@ def update(
     cfg, st, p, thresholds = config, train_state, train_state.params, setup.thresholds
     num_stages, k = batch.actions.shape
     n_samples, m = num_stages * k, thresholds.shape[0]
-    logits_old = batch.behaviour if batch.behaviour is not None else setup.logits_table(p["actor"])
-    logp_table = jax.nn.log_softmax(logits_old, axis=-1)  # (H, S, A)
-    hs = jnp.broadcast_to(jnp.arange(num_stages, dtype=jnp.int32)[:, None], (num_stages, k))
-    s_h = batch.states[:-1]
-    rows = setup.row_index(hs, s_h)  # actor input rows, (H, K)
-    crows = setup.row_index(hs, s_h, critic=True)  # critic input rows, (H, K)
-    logp_rows = logp_table[hs, s_h]  # (H, K, A)
+    if setup.sampled:  # the inputs themselves, (H, K, D)
+        rows, crows = setup.sample_inputs(batch.observations[:-1])
+        logp_rows = jax.nn.log_softmax(setup.apply("actor", p["actor"], rows, False), axis=-1)
+    else:
+        logits_old = batch.behaviour if batch.behaviour is not None else setup.logits_table(p["actor"])
+        logp_table = jax.nn.log_softmax(logits_old, axis=-1)  # (H, S, A)
+        hs = jnp.broadcast_to(jnp.arange(num_stages, dtype=jnp.int32)[:, None], (num_stages, k))
+        s_h = batch.states[:-1]
+        rows = setup.row_index(hs, s_h)  # actor input rows, (H, K)
+        crows = setup.row_index(hs, s_h, critic=True)  # critic input rows, (H, K)
+        logp_rows = logp_table[hs, s_h]  # (H, K, A)
     logp_old = jnp.take_along_axis(logp_rows, batch.actions[..., None], axis=-1)[..., 0]
     entropy = -jnp.mean(jnp.sum(jnp.exp(logp_rows) * logp_rows, axis=-1))
 
     # --- critics at the visited states (real units) and GAE with exact terminal values
-    value_table = setup.critic_rows.shape[0] <= n_samples
+    value_table = not setup.sampled and setup.critic_rows.shape[0] <= n_samples
     values = jnp.concatenate(
         [setup.apply("reward_critic", p["reward_critic"], crows, value_table),
          setup.apply("cost_critic", p["cost_critic"], crows, value_table)], axis=-1,
@@ -416,8 +386,8 @@ def update(
     if cfg.normalize_advantages:
         adv_r, adv_c = normalise_advantages(adv_r, adv_c)
     data = {
-        "rows": rows.reshape(-1),
-        "crows": crows.reshape(-1),
+        "rows": rows.reshape((n_samples,) + rows.shape[2:]),
+        "crows": crows.reshape((n_samples,) + crows.shape[2:]),
         "actions": batch.actions.reshape(-1),
         "logp_old": logp_old.reshape(-1),
         "adv": penalised_advantage(adv_r, adv_c, nu).reshape(-1),
@@ -471,7 +441,10 @@ def update(
     epochs = jnp.sum(ep["done"])
     per_epoch = lambda x: jnp.sum(x * ep["done"]) / jnp.maximum(epochs, 1.0)
 
-    new_logp = jax.nn.log_softmax(setup.logits_table(net["actor"]), axis=-1)[hs, s_h]  # (H, K, A)
+    if setup.sampled:
+        new_logp = jax.nn.log_softmax(setup.apply("actor", net["actor"], rows, False), axis=-1)
+    else:
+        new_logp = jax.nn.log_softmax(setup.logits_table(net["actor"]), axis=-1)[hs, s_h]  # (H, K, A)
     approx_kl = jnp.mean(jnp.sum(jnp.exp(logp_rows) * (logp_rows - new_logp), axis=-1))
 
     new_state = st.replace(params=net, opt_state=opt, multipliers=nu, multiplier_state=multiplier_state,
@@ -489,6 +462,7 @@ def update(
 
 ALGORITHM = learner.Algorithm(
     name="ppo_lagrangian", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
-    rollout=rollout, update=update, logits=logits, policy_setup=policy_setup, update_keys=1,
+    rollout=rollout, update=update, logits=logits, policy_setup=policy_setup,
+    observation_logits=observation_logits, update_keys=1,
 )
 make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)

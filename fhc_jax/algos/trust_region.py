@@ -3,16 +3,19 @@ products computed by autodiff, and the closed-form dual of
 
     max_d g^T d  s.t.  1/2 d^T F d <= delta,  c + b^T d <= 0
 
-with its infeasible-recovery case (the derivation is in :mod:`fhc_jax.algos.cpo`). All
+with its infeasible-recovery case (the derivation is in :mod:`fhc_jax.algos.cpo`), and the
+step that uses them on the batch's surrogate statistics (:class:`CellStatistics`,
+:func:`trust_region_step`; ``setup.actor`` is the policy network, ``config`` CPO's). All
 functions are jittable and vmappable, with a fixed number of iterations.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
 
 Array = jax.Array
 
@@ -144,4 +147,91 @@ def cpo_direction(g: Array, b: Array, x: Array, y: Array, c: Array, delta: Array
     return d, lam, nu, case
 
 
-# ----------------------------------------------------------------------------- networks and setup
+class CellStatistics(NamedTuple):
+    """CPO's batch regrouped per distinct input u and action a (:mod:`fhc_jax.algos.cpo`;
+    on its sampled path each of the H K samples is its own u); C = 1 + M channels (reward, cost).
+
+    Attributes:
+        cells: distinct-input index of every sample, (H, K).
+        adv_sums: sum of the advantages of the samples in (u, a), divided by K, (U, A, C):
+            the surrogates' weights.
+        seen: (u, a) has at least one sample, (U, A).
+        counts: samples per distinct input, (U,). weights: counts / (H K), (U,).
+        ret_sums: sum of the lambda-returns per distinct input, (U, C).
+    """
+
+    cells: Array
+    adv_sums: Array
+    seen: Array
+    counts: Array
+    weights: Array
+    ret_sums: Array
+
+
+def trust_region_step(
+    actor_params: Any, logp_old: Array, stats: CellStatistics, c: Array, key: Array, setup: Any, config: Any,
+    inputs: Array | None = None,
+) -> tuple[Any, dict[str, Array]]:
+    """Steps 3-6 of CPO's update (:mod:`fhc_jax.algos.cpo`): the CPO direction from the
+    surrogates' gradients and the Fisher solves, then the backtracking line search.
+
+    Args:
+        actor_params: theta_old. logp_old: log pi_old on the distinct inputs, (U, A).
+        stats: :func:`cell_statistics` of the batch. c: Shat - alpha, ().
+        key: draws the subsampled Fisher's samples (``Config.fisher_samples``).
+        inputs: the points of ``stats`` (default ``setup.inputs``; the samples on the sampled path).
+    Returns:
+        (new actor parameters, {"multiplier": nu*, "case", "kl", "step_fraction"}).
+    """
+    cfg = config
+    inputs = setup.inputs if inputs is None else inputs
+    theta0, unravel = ravel_pytree(actor_params)
+    logits_fn = lambda th: setup.actor.apply(unravel(th), inputs)  # (P,) -> (U, A)
+    pi_old = jnp.exp(logp_old)
+
+    def surrogates_and_kl(th: Array) -> tuple[Array, Array]:
+        """((L_R, L_C) (C,), KLbar ()) at th, one forward pass."""
+        logp = jax.nn.log_softmax(logits_fn(th), axis=-1)
+        ratio = jnp.exp(jnp.where(stats.seen, logp - logp_old, 0.0))
+        kl = jnp.sum(stats.weights * jnp.sum(pi_old * (logp_old - logp), axis=-1))
+        return jnp.einsum("ua,uac->c", ratio, stats.adv_sums), kl
+
+    # --- gradients, Fisher solves, CPO direction
+    sur_old, vjp_sur = jax.vjp(lambda th: surrogates_and_kl(th)[0], theta0)
+    g = vjp_sur(jnp.array([1.0, 0.0], sur_old.dtype))[0]
+    b = vjp_sur(jnp.array([0.0, 1.0], sur_old.dtype))[0]
+    n_samples = stats.cells.size
+    if 0 < cfg.fisher_samples < inputs.shape[0]:  # subsampled Fisher over n batch samples
+        pick = jax.random.randint(key, (cfg.fisher_samples,), 0, n_samples)
+        sub_inputs = inputs[stats.cells.reshape(-1)[pick]]
+        fisher_logits = lambda th: setup.actor.apply(unravel(th), sub_inputs)
+        fisher_weights = jnp.full((cfg.fisher_samples,), 1.0 / cfg.fisher_samples, theta0.dtype)
+    else:
+        fisher_logits, fisher_weights = logits_fn, stats.weights
+    fvp = fisher_vector_product(fisher_logits, theta0, fisher_weights, cfg.damping)
+    xy = jax.vmap(lambda rhs: conjugate_gradient(fvp, rhs, cfg.cg_iterations))(jnp.stack([g, b]))
+    d, _, nu, case = cpo_direction(g, b, xy[0], xy[1], c, cfg.max_kl)
+
+    # --- backtracking line search (first accepted candidate)
+    max_cost_change = jnp.maximum(-c, 0.0)
+
+    def check(j):
+        th = theta0 + cfg.backtrack_ratio ** j.astype(d.dtype) * d
+        sur, kl = surrogates_and_kl(th)
+        ok = (
+            jnp.all(jnp.isfinite(sur)) & jnp.isfinite(kl) & (kl <= cfg.max_kl)
+            & ((sur[0] >= sur_old[0]) | (case < 2))
+            & (sur[1] - sur_old[1] <= max_cost_change)
+        )
+        return ok, kl
+
+    def body(state):
+        j, _, _ = state
+        ok, kl = check(j)
+        return jnp.where(ok, j, j + 1), ok, kl
+
+    cond = lambda state: (~state[1]) & (state[0] < cfg.line_search_steps)
+    j, accepted, kl = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), jnp.array(False), jnp.zeros((), d.dtype)))
+    frac = jnp.where(accepted, cfg.backtrack_ratio ** j.astype(d.dtype), 0.0)
+    info = {"multiplier": nu, "case": case, "kl": jnp.where(accepted, kl, 0.0), "step_fraction": frac}
+    return unravel(theta0 + frac * d), info

@@ -253,7 +253,7 @@ def setup(env, params, config: Config) -> Setup:
         return _sampled_setup(env, params, config, config)
     if config.observation not in (*env.supported_observations, *ENV_OBSERVATIONS):
         raise ValueError(
-            f"cpo: Config.observation = {config.observation!r} is not supported by {type(env).__name__}; "
+            f"cpo: Config.observation = {config.observation!r} is not supported by {env.name}; "
             f"supported: {', '.join(map(repr, (*env.supported_observations, *ENV_OBSERVATIONS)))}"
         )
     model = tabular_model(env, params)

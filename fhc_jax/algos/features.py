@@ -183,7 +183,7 @@ def grid_coordinates(env) -> np.ndarray:
     if not env.is_spatial:
         raise ValueError(
             f"features: coarse coordinate features need a spatial environment (is_spatial, like "
-            f"GridWorld); {type(env).__name__} is not. Use features.Custom(fn, dim) instead."
+            f"GridWorld); {env.name} is not. Use features.Custom(fn, dim) instead."
         )
     rows, cols = env.grid_shape
     row, col = np.divmod(np.arange(env.num_states), cols)

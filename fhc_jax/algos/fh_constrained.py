@@ -217,7 +217,7 @@ def _features(spec: FeatureSpec, env, params) -> Any:
 def _setup(env, params, spec: FeatureSpec, sampled: bool, model, thresholds, form: str) -> Setup:
     if sampled and len(env.observation_shape) != 1:
         raise ValueError(f"fh_constrained: features of observations need flat observations, but "
-                         f"{type(env).__name__}'s have shape {env.observation_shape}")
+                         f"{env.name}'s have shape {env.observation_shape}")
     return Setup(features=_features(spec, env, params), env=env, params=params, model=model,
                  thresholds=thresholds, num_states=env.num_states if env.is_tabular else 0,
                  num_actions=env.num_actions, num_constraints=env.num_constraints, horizon=env.horizon,
@@ -232,7 +232,7 @@ def setup(env, params, config: Config) -> Setup:
             environment without a tabular exact model.
     """
     if config.path == "tabular" and not judged_exactly(env):
-        raise ValueError(f"Config.path = 'tabular' needs a tabular exact model, which {type(env).__name__} does not declare")
+        raise ValueError(f"Config.path = 'tabular' needs a tabular exact model, which {env.name} does not declare")
     sampled = config.path == "sampled" or not judged_exactly(env)
     return _setup(env, params, config.features, sampled, None if sampled else tabular_model(env, params),
                   jnp.asarray(env.thresholds(params), jnp.float32),

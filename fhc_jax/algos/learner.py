@@ -239,7 +239,7 @@ def _check(algo: Algorithm, env, params: Any, config: Any) -> None:
         raise ValueError(f"{algo.name}: {err}") from None
     if not judged_exactly(env) and algo.observation_logits is None:
         raise ValueError(
-            f"{algo.name}: {type(env).__name__} declares no tabular exact model (is_tabular and "
+            f"{algo.name}: {env.name} declares no tabular exact model (is_tabular and "
             f"has_exact_model), and {algo.name} trains only on such environments"
         )
 

@@ -272,10 +272,10 @@ def _setup(env, params, spec: Any, path: str, model: TabularModel | None, thresh
     sampled = path == "sampled" or (path == "auto" and not judged_exactly(env))
     if spec.observation != "env" and (sampled or spec.observation not in env.supported_observations):
         valid = ", ".join(map(repr, ("env", *(env.supported_observations if not sampled else ()))))
-        raise ValueError(f"Config.observation must be one of {valid} for {type(env).__name__}"
+        raise ValueError(f"Config.observation must be one of {valid} for {env.name}"
                          f"{' on the sampled path' if sampled else ''}, found {spec.observation!r}")
     if len(env.observation_shape) != 1:
-        raise ValueError(f"nn_constrained: the networks take flat observations, but {type(env).__name__}'s have "
+        raise ValueError(f"nn_constrained: the networks take flat observations, but {env.name}'s have "
                          f"shape {env.observation_shape}; flatten them in the environment")
     table, shift, scale = _input_stats(env, params, spec.observation, spec.normalize_inputs)
     return Setup(
@@ -295,7 +295,7 @@ def setup(env, params, config: Config) -> Setup:
             environment without a tabular exact model, or non-flat observations.
     """
     if config.path == "tabular" and not judged_exactly(env):
-        raise ValueError(f"Config.path = 'tabular' needs a tabular exact model, which {type(env).__name__} does not declare")
+        raise ValueError(f"Config.path = 'tabular' needs a tabular exact model, which {env.name} does not declare")
     tabular = config.path != "sampled" and judged_exactly(env)
     thresholds = jnp.asarray(env.thresholds(params), jnp.float32)
     return _setup(env, params, config, config.path, tabular_model(env, params) if tabular else None, thresholds,

@@ -38,7 +38,7 @@ def observation_to_index(env) -> Callable[[Array], Array]:
             return row * cols + col
 
         return decode
-    raise ValueError(f"policy: cannot recover the state index from {type(env).__name__} observations {name!r}")
+    raise ValueError(f"policy: cannot recover the state index from {env.name} observations {name!r}")
 
 
 def sampling_policy(cdf_of: Callable[[Array, Array], Array]) -> Callable[[Array, Array, Array], Array]:

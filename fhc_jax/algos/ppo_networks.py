@@ -113,7 +113,7 @@ def _actor_rows(env, params, observation: str) -> tuple[np.ndarray, np.ndarray, 
     if observation not in env.supported_observations and observation not in ENV_OBSERVATIONS:
         valid = ", ".join(repr(o) for o in (*env.supported_observations, *ENV_OBSERVATIONS) if o in OBSERVATIONS)
         raise ValueError(
-            f"ppo_lagrangian: Config.observation must be one of {valid} for {type(env).__name__}, found {observation!r}"
+            f"ppo_lagrangian: Config.observation must be one of {valid} for {env.name}, found {observation!r}"
         )
     h, s = env.horizon, env.num_states
     table = np.asarray(input_table(env, params, observation))[:h]  # (H, S, D)

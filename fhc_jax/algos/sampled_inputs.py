@@ -34,14 +34,14 @@ def resolve_path(name: str, env, path: str, observation: str) -> bool:
     """
     if path == "tabular" and not judged_exactly(env):
         raise ValueError(f"{name}: Config.path = 'tabular' needs a tabular exact model, which "
-                         f"{type(env).__name__} does not declare (use path = 'auto' or 'sampled')")
+                         f"{env.name} does not declare (use path = 'auto' or 'sampled')")
     sampled = path == "sampled" or (path == "auto" and not judged_exactly(env))
     if sampled and observation not in ENV_OBSERVATIONS:
-        raise ValueError(f"{name}: Config.observation must be one of 'env', 'env_t' for {type(env).__name__} "
+        raise ValueError(f"{name}: Config.observation must be one of 'env', 'env_t' for {env.name} "
                          f"on the sampled path, found {observation!r}")
     if (sampled or observation in ENV_OBSERVATIONS) and len(env.observation_shape) != 1:
         raise ValueError(f"{name}: Config.observation = {observation!r}: the networks take flat observations, but "
-                         f"{type(env).__name__}'s have shape {tuple(env.observation_shape)}; flatten them in the "
+                         f"{env.name}'s have shape {tuple(env.observation_shape)}; flatten them in the "
                          "environment")
     return sampled
 

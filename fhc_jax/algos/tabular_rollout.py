@@ -143,7 +143,7 @@ def tabular_model(env, params, dtype=jnp.float32) -> TabularModel:
         ValueError: an environment without ``is_tabular`` and ``has_exact_model``.
     """
     if not (env.is_tabular and env.has_exact_model):
-        raise ValueError(f"{type(env).__name__} has no tabular exact model (is_tabular and has_exact_model): "
+        raise ValueError(f"{env.name} has no tabular exact model (is_tabular and has_exact_model): "
                          "the tabular learner rollout cannot run on it")
     cmdp: TabularCMDP = env.to_cmdp(params)
     nxt, prob = _successor_form(cmdp.transitions, cmdp.num_states)
@@ -296,7 +296,7 @@ def observation_table(env, params, observation: str | None = None) -> Array:
     if observation is None:
         encode = lambda state: env.observation(state, params)
     else:
-        encoder = make_encoder(type(env).__name__, observation, env.supported_observations)
+        encoder = make_encoder(env.name, observation, env.supported_observations)
         encode = lambda state: encoder(env, state)
     hs = jnp.arange(env.horizon + 1, dtype=jnp.int32)
     ss = jnp.arange(env.num_states, dtype=jnp.int32)

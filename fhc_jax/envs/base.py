@@ -146,6 +146,11 @@ class Environment(abc.ABC, Generic[State, Params]):
         return hash((type(self).__name__, self._static_config()))
 
     @property
+    def name(self) -> str:
+        """The environment's name in messages (its class name; wrappers report the wrapped one)."""
+        return type(self).__name__
+
+    @property
     def encoder(self) -> Encoder:
         """The observation encoder chosen at construction."""
         return self._encoder

@@ -46,6 +46,7 @@ class ScaledSignals(Environment):
     observation_shape = property(lambda self: self.env.observation_shape)
     observation_dtype = property(lambda self: self.env.observation_dtype)
     has_uniform_noise = property(lambda self: self.env.has_uniform_noise)
+    name = property(lambda self: self.env.name)
 
     def _static_config(self) -> tuple:
         return (self.env, self.reward_scale, self.cost_scales)

@@ -35,6 +35,7 @@ def _judge(module, cfg, cost_slack):
         assert abs(float(out.metrics.exact.reward[seed, -1]) - r) < 0.25
 
 
+@pytest.mark.slow
 def test_ppo_lagrangian_learns_a_continuous_task_judged_by_monte_carlo():
     # the stage as an input ("env_t": Drift's target moves at H/2) and a faster multiplier than
     # the defaults (tuned for hundreds of updates on the gridworld)
@@ -42,6 +43,7 @@ def test_ppo_lagrangian_learns_a_continuous_task_judged_by_monte_carlo():
                          observation="env_t", multiplier_method="lagrangian", multiplier_lr=0.1), 0.05)
 
 
+@pytest.mark.slow
 def test_cpo_learns_a_continuous_task_judged_by_monte_carlo():
     # CPO steers its batch estimate of the cost onto alpha (a linearised constraint, K = 128
     # episodes): the final policy sits at the threshold within the estimate's noise
@@ -81,6 +83,7 @@ def test_sampled_update_equals_the_tabular_update_on_the_same_batch(name):
         state = new_t
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld(name):
     """Forced onto the sampled path (fhc_jax.rollout, recorded observations), each baseline
@@ -102,6 +105,7 @@ def test_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld(name)
     assert abs(c_t.mean() - c_s.mean()) < 3 * max(c_t.std(), c_s.std(), 0.05), (c_t, c_s)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", [pl, cpo])
 def test_env_observation_is_the_gridworlds_xy_bit_for_bit(module):
     """GridWorld()'s own observation is "xy": a short run with observation "env" gives the

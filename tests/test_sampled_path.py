@@ -104,6 +104,7 @@ def test_nn_constrained_learns_a_continuous_task_judged_by_monte_carlo():
         assert abs(float(out.metrics.exact.reward[seed, -1]) - r) < 0.25
 
 
+@pytest.mark.slow
 def test_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld():
     """Forced onto the sampled path (fhc_jax.rollout, per-sample losses), NN-Constrained
     reaches the tabular path's exact reward and cost on a small gridworld (different random
@@ -149,6 +150,7 @@ def test_fh_constrained_with_features_of_continuous_observations(spec):
         assert c + c_half <= 2.0 * 1.1, c
 
 
+@pytest.mark.slow
 def test_fh_constrained_paths_agree_on_a_gridworld():
     """FH-Constrained forced onto the sampled path (fhc_jax.rollout with the policy acting on
     observations) reaches the tabular path's exact reward and cost (statistically, over seeds)."""

@@ -128,6 +128,9 @@ def test_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld():
 
 
 def test_sampled_path_errors():
+    with pytest.raises(ValueError, match="Drift has no tabular states to tabulate the policy over"):
+        nc.policy_table(nc.init(jax.random.key(0), nc.setup(DRIFT, DRIFT.default_params, nc.Config()), nc.Config()),
+                        DRIFT, DRIFT.default_params)
     with pytest.raises(ValueError, match="path = 'tabular' needs a tabular exact model"):
         nc.make_train(DRIFT, DRIFT.default_params, nc.Config(path="tabular"))
     with pytest.raises(ValueError, match="observation must be one of 'env' for Drift on the sampled path"):

@@ -351,6 +351,9 @@ def policy_table(algo: Algorithm, train_state: Any, env, params: Any = None) -> 
     """The reported policy mu_h(s, a) at every stage and state, (H, S, A); a batched state
     (leading seed axes on ``train_state.step``) gives a batched table. Everything needed to
     rebuild the policy is in the train state (its static fields), so no config is passed."""
+    if not env.is_tabular:
+        raise ValueError(f"{algo.name}.policy_table: {env.name} has no tabular states to tabulate the policy over; "
+                         f"use {algo.name}.policy(train_state, env, params) with fhc_jax.rollout_returns")
     params = env.default_params if params is None else params
     setup = algo.policy_setup(env, params, train_state)
     fn = lambda st: jax.nn.softmax(algo.logits(st, setup), axis=-1)

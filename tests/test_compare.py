@@ -120,7 +120,7 @@ def test_judge_run_window_and_violations():
 def test_selection_and_settings_validation():
     names = [r.name for r in compare.select_runs()]
     assert names == ["FH-Constrained", "NN-Constrained (xy)", "PPO-Lagrangian (xy)", "PPO-Lagrangian (xyt)",
-                     "CPO (xy)", "CPO (xyt)"]
+                     "CPO (xy)", "CPO (xyt)", "e-COP (xy)", "Saute-Lagrangian (xy)", "Saute-Lagrangian (xyt)"]
     assert [r.name for r in compare.select_runs(["ppo_lagrangian", "cpo"], ["xyt"])] == [
         "PPO-Lagrangian (xyt)", "CPO (xyt)"]
     with pytest.raises(ValueError, match="no run"):

@@ -16,7 +16,8 @@ TINY = ["env.size=3", "env.horizon=4", "num_iterations=20", "episodes_per_iterat
 def test_registry_names_and_errors():
     assert registry.canonical_name("ppo_lagrangian") == "ppo-lag"
     assert registry.load_algorithm("fh-constrained") is fc
-    assert registry.available_algorithms() == ["fh-constrained", "nn-constrained", "ppo-lag", "cpo"]
+    assert registry.available_algorithms() == ["fh-constrained", "nn-constrained", "ppo-lag", "cpo", "e-cop",
+                                               "saute-lag"]
     assert registry.ALGORITHMS["ppo-lag"] == "ppo_lagrangian"
     for module in registry.LEARNERS.values():
         assert callable(module.make_learner) and callable(module.make_train) and module.Config().num_iterations >= 1

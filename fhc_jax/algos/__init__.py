@@ -9,6 +9,9 @@ scaffold (:mod:`fhc_jax.algos.learner`) binds them into ``make_learner``, ``make
 * :mod:`fh_constrained`: FH-Constrained (paper Algorithm 1), per-stage linear critics and actors.
 * :mod:`nn_constrained`: NN-Constrained (paper Section 5), per-stage MLPs stacked on a stage axis.
 * :mod:`ppo_lagrangian`, :mod:`cpo`: the stationary baselines of the paper's comparison.
+* :mod:`ecop`: e-COP (Agnihotri et al., NeurIPS 2024), per-stage policies for episodic CMDPs.
+* :mod:`saute`: Saute-Lagrangian (Sootla et al., ICML 2022), PPO-Lagrangian on the state
+  augmented with the remaining budget, judged exactly on the augmented model.
 
 Shared pieces: :mod:`hyperparameters` (configs, schedules, :func:`stack`), :mod:`multipliers`
 (one optax-style family of multiplier updates), :mod:`returns` (lambda-returns and GAE),
@@ -18,6 +21,7 @@ Shared pieces: :mod:`hyperparameters` (configs, schedules, :func:`stack`), :mod:
 
 from fhc_jax.algos import (
     cpo,
+    ecop,
     features,
     fh_constrained,
     hyperparameters,
@@ -28,6 +32,7 @@ from fhc_jax.algos import (
     policies,
     ppo_lagrangian,
     returns,
+    saute,
     tabular_rollout,
 )
 from fhc_jax.algos.hyperparameters import PowerSchedule, stack
@@ -37,6 +42,7 @@ __all__ = [
     "Batch",
     "PowerSchedule",
     "cpo",
+    "ecop",
     "features",
     "fh_constrained",
     "hyperparameters",
@@ -47,6 +53,7 @@ __all__ = [
     "policies",
     "ppo_lagrangian",
     "returns",
+    "saute",
     "stack",
     "tabular_rollout",
 ]

@@ -52,6 +52,8 @@ LABELS: dict[str, str] = {
     "nn-constrained": "NN-Constrained",
     "ppo-lag": "PPO-Lagrangian",
     "cpo": "CPO",
+    "e-cop": "e-COP",
+    "saute-lag": "Saute-Lagrangian",
 }
 #: display names of the inputs (None: the learner has no input choice)
 INPUT_LABELS: dict[str | None, str] = {None: "tabular (h, s)", "xy": "Env 1 (xy)", "xyt": "Env 2 (xyt)",
@@ -79,6 +81,9 @@ DEFAULT_RUNS: tuple[RunSpec, ...] = (
     RunSpec("ppo-lag", "xyt"),
     RunSpec("cpo", "xy"),
     RunSpec("cpo", "xyt"),
+    RunSpec("e-cop", "xy"),  # per-stage networks, like NN-Constrained: no "xyt" run
+    RunSpec("saute-lag", "xy"),  # + the budget z; judged exactly (docs/algorithms/saute.md)
+    RunSpec("saute-lag", "xyt"),
 )
 
 NOTES = (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from fhc_jax.algos import cpo, fh_constrained, nn_constrained, ppo_lagrangian
+from fhc_jax.algos import cpo, ecop, fh_constrained, nn_constrained, ppo_lagrangian, saute
 
 #: command-line name -> learner module (one line per learner)
 LEARNERS: dict[str, ModuleType] = {
@@ -17,6 +17,8 @@ LEARNERS: dict[str, ModuleType] = {
     "nn-constrained": nn_constrained,
     "ppo-lag": ppo_lagrangian,
     "cpo": cpo,
+    "e-cop": ecop,
+    "saute-lag": saute,
 }
 
 #: command-line name -> module name under ``fhc_jax.algos`` (the other accepted spelling)

@@ -1,0 +1,404 @@
+"""e-COP: Episodic Constrained Optimization of Policies (Agnihotri, Jain, Ramachandran, Singla,
+NeurIPS 2024, arXiv 2406.09563), for finite-horizon tabular CMDPs, compiled as one program.
+
+Per-stage (non-stationary) policies as the paper intends: the actors pi_h = softmax(f_{theta_h})
+and the critics [V_h, V_{C,h}] are two :class:`~fhc_jax.algos.networks.Stacked` MLP families
+with a leading stage axis, on the observation o_h(s) ("xy" by default, standardised). Per
+iteration: roll out K episodes, finite-horizon GAE per signal (exact terminal values, no
+bootstrapping past H), the per-stage multipliers lambda_t by the paper's eq. (7), then
+``num_epochs`` full-batch Adam steps on the paper's loss (8) for every stage t at once:
+
+    L~_t = -sum_{h>=t} S_h(theta_h) + sum_i [ lambda_{t,i} max(0, Psi_{t,i})
+           + beta/2 (max(0, Psi_{t,i} + lambda_{t,i}/beta)^2 - lambda_{t,i}^2/beta^2) ],
+    Psi_{t,i} = sum_{h>=t} S^C_{h,i}(theta_h) + J_Ci(pi_old) - d_i,
+
+with S_h the PPO clipped reward surrogate of stage h and S^C_h the pessimistic clipped cost
+surrogate; stage t's parameters take the gradient of L~_t (the tail h > t enters Psi_t as a
+constant, the current iterate: a Jacobi form of Algorithm 2's backward sweep). The damping
+factor beta grows by ``damping_growth`` while the paper's secondary cost C(pi_k) >= c_k.
+Equations, the pieces tested against a loop reference, and every open choice (and where the
+printed paper is inconsistent): docs/algorithms/ecop.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from fhc_jax.algos import learner, multipliers
+from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
+from fhc_jax.algos.learner import ExactMetrics
+from fhc_jax.algos.networks import ACTIVATIONS, MLP, Stacked
+from fhc_jax.algos.returns import advantages_and_targets
+from fhc_jax.algos.tabular_rollout import (
+    Batch,
+    TabularModel,
+    observation_table,
+    rollout_policy_table,
+    tabular_model,
+    value_scale,
+)
+
+Array = jax.Array
+
+OBSERVATIONS = ("xy", "xyt", "one_hot")
+
+
+@hyperparameters
+class Config:
+    """Hyperparameters of e-COP. Defaults tuned briefly for the default ``GridWorld`` (10x10,
+    H = 100, alpha = 25) by vmapped sweeps judged exactly (``benchmarks/ecop.py``,
+    docs/algorithms/ecop.md).
+
+    Static fields:
+        num_iterations: N updates. episodes_per_iteration: K episodes per update.
+        observation: network input, "xy", "xyt" or "one_hot" (must be supported by the env).
+        width, depth, activation: the per-stage MLPs (actor and critic).
+        normalize_inputs: standardise the inputs over all (stage, state).
+        num_epochs: full-batch optimizer steps per update (fewer after KL early stopping).
+        eval_every: exact evaluation every this many updates (0: initial and final only).
+
+    Numeric fields (pytree leaves; ``vmap`` over them without recompiling):
+        actor_lr, critic_lr: Adam step sizes. max_grad_norm: gradient clipping per family.
+        clip_eps: the clip range epsilon of both surrogates. gae_lambda: GAE lambda.
+        entropy_coef: entropy bonus per stage. target_kl: KL early stopping threshold per
+            epoch (0 disables it).
+        damping: the initial damping factor beta (> 0); it is also the step of the
+            multiplier update (7). damping_growth: p >= 1, beta <- min(beta_max, p beta) when
+            C(pi_k) >= c_k. damping_max: beta_max.
+        initial_multiplier: lambda_t at n = 0. multiplier_max: lambda_t in [0, multiplier_max].
+        output_scale: initial scale of the actors' output layer (small: near-uniform policy).
+        policy_averaging: reported policy = actor with the Polyak average of its parameters
+            (weight beta_avg; 0 reports the last iterate). Rollouts use the current actor.
+    """
+
+    num_iterations: int = static(200, low=1)
+    episodes_per_iteration: int = static(1024, low=1)
+    observation: str = static("xy", choices=OBSERVATIONS)
+    width: int = static(16, low=1)
+    depth: int = static(2, low=0)
+    activation: str = static("tanh", choices=tuple(ACTIVATIONS))
+    normalize_inputs: bool = static(True)
+    num_epochs: int = static(16, low=1)
+    eval_every: int = static(25, low=0)
+    actor_lr: float = numeric(1e-2, low=0.0, low_open=True)
+    critic_lr: float = numeric(3e-3, low=0.0, low_open=True)
+    max_grad_norm: float = numeric(10.0, low=0.0, low_open=True)
+    clip_eps: float = numeric(0.2, low=0.0, high=1.0)
+    gae_lambda: float = numeric(0.97, low=0.0, high=1.0)
+    entropy_coef: float = numeric(0.0, low=0.0)
+    target_kl: float = numeric(0.0, low=0.0)
+    damping: float = numeric(0.01, low=0.0, low_open=True, high="damping_max")
+    damping_growth: float = numeric(1.0, low=1.0)
+    damping_max: float = numeric(0.01, low=0.0, low_open=True)
+    initial_multiplier: float = numeric(0.0, low=0.0, high="multiplier_max")
+    multiplier_max: float = numeric(20.0, low=0.0, low_open=True)
+    output_scale: float = numeric(0.1, low=0.0, low_open=True)
+    policy_averaging: float = numeric(0.0, low=0.0, high=1.0, high_open=True)
+
+
+@struct.dataclass
+class TrainState:
+    """Learner state (H stages, M constraints); network leaves carry a leading stage axis H.
+
+    Attributes:
+        actor, critic: per-stage actor params and critic params ([V_h, V_C,h], 1 + M outputs).
+        opt_state: optax state of both families. actor_average: Polyak average of the actor.
+        multipliers: lambda_{t,i} >= 0, (H, M). multiplier_state: its update's state.
+        damping: beta, (). step: updates done, int32 ().
+        observation, width, depth, activation, normalize_inputs: input and architecture (static).
+    """
+
+    actor: Any
+    critic: Any
+    opt_state: Any
+    actor_average: Any
+    multipliers: Array
+    multiplier_state: multipliers.MultiplierState
+    damping: Array
+    step: Array
+    observation: str = struct.field(pytree_node=False, default="xy")
+    width: int = struct.field(pytree_node=False, default=16)
+    depth: int = struct.field(pytree_node=False, default=2)
+    activation: str = struct.field(pytree_node=False, default="tanh")
+    normalize_inputs: bool = struct.field(pytree_node=False, default=True)
+
+
+@struct.dataclass
+class Metrics:
+    """Per-iteration metrics (N iterations, M constraints).
+
+    Attributes:
+        reward, costs: mean total episode reward (N,) and costs (N, M) of the batch.
+        multipliers: mean over stages of lambda_t after the update, (N, M).
+        penalty_weight: mean over stages of the weight of stage t's cost surrogate in the
+            gradient of L~_t, lambda_t 1[Psi_t > 0] + max(0, lambda_t + beta Psi_t), at the
+            last epoch, (N, M) (the effective multiplier, comparable with nu*).
+        damping: beta after the update, (N,).
+        approx_kl, entropy, clip_fraction, value_loss, epochs: as in PPO-Lagrangian.
+        exact: exact reward and costs of the reported policy every ``eval_every`` updates.
+    """
+
+    reward: Array
+    costs: Array
+    multipliers: Array
+    penalty_weight: Array
+    damping: Array
+    approx_kl: Array
+    entropy: Array
+    clip_fraction: Array
+    value_loss: Array
+    epochs: Array
+    exact: ExactMetrics
+
+
+# ----------------------------------------------------------------------------- the loss (tested by hand)
+
+
+def stage_surrogates(logp: Array, logp_old: Array, adv_r: Array, adv_c: Array, clip_eps: Array) -> tuple[Array, Array]:
+    """Per-stage clipped surrogates, sample means over the K episodes of each stage:
+    S_h = mean_k min(rho A_r, clip(rho, 1-eps, 1+eps) A_r), (H,), and the pessimistic cost
+    surrogate S^C_h = mean_k max(rho A_C, clip(rho, 1-eps, 1+eps) A_C), (H, M), with
+    rho = exp(logp - logp_old). logp, logp_old, adv_r (H, K); adv_c (H, K, M)."""
+    ratio = jnp.exp(logp - logp_old)
+    clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
+    s_r = jnp.mean(jnp.minimum(ratio * adv_r, clipped * adv_r), axis=1)
+    s_c = jnp.mean(jnp.maximum(ratio[..., None] * adv_c, clipped[..., None] * adv_c), axis=1)
+    return s_r, s_c
+
+
+def tail_sums(x: Array) -> Array:
+    """sum_{h >= t} x_h for every t, along the leading axis."""
+    return jnp.flip(jnp.cumsum(jnp.flip(x, 0), axis=0), 0)
+
+
+def damped_penalty(psi: Array, lam: Array, beta: Array) -> Array:
+    """The constraint terms of the paper's eq. (8) per stage and constraint:
+    lambda max(0, Psi) + beta/2 (max(0, Psi + lambda/beta)^2 - lambda^2/beta^2)."""
+    relu = lam * jnp.maximum(0.0, psi)
+    damping = 0.5 * beta * (jnp.maximum(0.0, psi + lam / beta) ** 2 - (lam / beta) ** 2)
+    return relu + damping
+
+
+def penalty_weight(psi: Array, lam: Array, beta: Array) -> Array:
+    """d/dPsi of :func:`damped_penalty`: lambda 1[Psi > 0] + max(0, lambda + beta Psi)."""
+    return lam * (psi > 0) + jnp.maximum(0.0, lam + beta * psi)
+
+
+def stage_losses(s_r: Array, s_c: Array, excess: Array, lam: Array, beta: Array) -> Array:
+    """The paper's eq. (8), L~_t for every stage t, (H,): s_r (H,), s_c (H, M), excess
+    J_C(pi_old) - d (M,), lam (H, M), beta ()."""
+    psi = tail_sums(s_c) + excess
+    return -tail_sums(s_r) + jnp.sum(damped_penalty(psi, lam, beta), axis=-1)
+
+
+def jacobi_objective(s_r: Array, s_c: Array, excess: Array, lam: Array, beta: Array) -> Array:
+    """An objective whose gradient with respect to stage t's surrogates (s_r[t], s_c[t]) is
+    that of L~_t (the tail h > t held at the current iterate): stage t's parameters get
+    grad L~_t, as in Algorithm 2 line 6, all stages in one backward pass."""
+    tail = jax.lax.stop_gradient(tail_sums(s_c) - s_c)
+    psi = s_c + tail + excess
+    return jnp.sum(-s_r) + jnp.sum(damped_penalty(psi, lam, beta))
+
+
+def update_damping(beta: Array, lam: Array, excess: Array, growth: Array, beta_max: Array) -> Array:
+    """Algorithm 2 lines 8-10: beta <- min(beta_max, p beta) when
+    C = sum_t sum_i max(J_Ci - d_i, -lambda_{t,i}/beta) >= c = sqrt(M)/beta max_t ||lambda_t||_inf."""
+    secondary = jnp.sum(jnp.maximum(excess[None, :], -lam / beta))
+    threshold = jnp.sqrt(float(lam.shape[-1])) / beta * jnp.max(lam)
+    return jnp.where(secondary >= threshold, jnp.minimum(beta_max, growth * beta), beta)
+
+
+# ----------------------------------------------------------------------------- networks and setup
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """Constants derived from the environment (host-side, built once by :func:`setup`).
+
+    Attributes:
+        actor, critic: the stacked network families. obs_table: inputs of every (h, s), (H+1, S, D).
+        model: the rollout model. thresholds: d, (M,). value_scale: critic output scale (1+M,).
+    """
+
+    actor: Stacked
+    critic: Stacked
+    obs_table: Array
+    horizon: int
+    num_states: int
+    num_actions: int
+    model: TabularModel | None = None
+    thresholds: Array | None = None
+    value_scale: Array | None = None
+
+
+def _networks(horizon: int, num_actions: int, num_constraints: int, spec, output_scale: Any = 0.1):
+    arch = {"width": spec.width, "depth": spec.depth, "activation": spec.activation}
+    return (Stacked(MLP(outputs=num_actions, output_scale=output_scale, **arch), horizon),
+            Stacked(MLP(outputs=1 + num_constraints, **arch), horizon))
+
+
+def _inputs(env, params, observation: str, normalize: bool) -> Array:
+    if observation not in env.supported_observations:
+        valid = ", ".join(repr(o) for o in env.supported_observations if o in OBSERVATIONS)
+        raise ValueError(f"ecop: Config.observation must be one of {valid} for {env.name}, "
+                         f"found {observation!r}")
+    table = observation_table(env, params, observation)
+    if not normalize:
+        return table
+    flat = table.reshape(-1, table.shape[-1])
+    std = jnp.std(flat, axis=0)
+    return (table - jnp.mean(flat, axis=0)) / jnp.where(std > 0, std, 1.0)
+
+
+def setup(env, params, config: Config) -> Setup:
+    """Networks, input table, rollout model, thresholds and critic scales of ``env``.
+
+    Raises:
+        ValueError: an observation the environment does not support.
+    """
+    obs = _inputs(env, params, config.observation, config.normalize_inputs)
+    actor, critic = _networks(env.horizon, env.num_actions, env.num_constraints, config)
+    model = tabular_model(env, params)
+    return Setup(actor=actor, critic=critic, obs_table=obs, horizon=env.horizon, num_states=env.num_states,
+                 num_actions=env.num_actions, model=model,
+                 thresholds=jnp.asarray(env.to_cmdp(params).thresholds, jnp.float32),
+                 value_scale=jnp.asarray(value_scale(model)))
+
+
+def policy_setup(env, params, train_state: TrainState) -> Setup:
+    """What :func:`logits` needs, from the input and architecture recorded in the train state."""
+    obs = _inputs(env, params, train_state.observation, train_state.normalize_inputs)
+    actor, critic = _networks(env.horizon, env.num_actions, env.num_constraints, train_state)
+    return Setup(actor=actor, critic=critic, obs_table=obs, horizon=env.horizon, num_states=env.num_states,
+                 num_actions=env.num_actions)
+
+
+def _optimizer(cfg: Config) -> optax.GradientTransformation:
+    def chain(lr):
+        return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(lr))
+
+    return optax.multi_transform({"actor": chain(cfg.actor_lr), "critic": chain(cfg.critic_lr)},
+                                 {"actor": "actor", "critic": "critic"})
+
+
+def _multiplier_update(cfg: Config, beta: Array) -> multipliers.MultiplierUpdate:
+    """Eq. (7), lambda_t <- max(0, lambda_t + beta Psi_t(pi_old, pi_old)), clipped at
+    multiplier_max (the family's anti-windup rule); the H x M multipliers as one vector."""
+    return multipliers.projected_gradient(beta, cfg.multiplier_max)
+
+
+def init(key: Array, setup: Setup, config: Config) -> TrainState:
+    """Per-stage networks each from its own key; lambda_t = initial_multiplier; beta = damping."""
+    actor_net, critic_net = _networks(setup.horizon, setup.num_actions, setup.thresholds.shape[0], config,
+                                      config.output_scale)
+    x = jnp.zeros(setup.obs_table.shape[-1:], jnp.float32)
+    ka, kc = jax.random.split(key)
+    actor, critic = actor_net.init(ka, x), critic_net.init(kc, x)
+    h, m = setup.horizon, setup.thresholds.shape[0]
+    lam = jnp.full((h, m), config.initial_multiplier, jnp.float32)
+    return TrainState(
+        actor=actor, critic=critic, opt_state=_optimizer(config).init({"actor": actor, "critic": critic}),
+        actor_average=actor, multipliers=lam,
+        multiplier_state=_multiplier_update(config, config.damping).init(h * m, config.initial_multiplier),
+        damping=jnp.asarray(config.damping, jnp.float32), step=jnp.zeros((), jnp.int32),
+        observation=config.observation, width=config.width, depth=config.depth, activation=config.activation,
+        normalize_inputs=config.normalize_inputs,
+    )
+
+
+def logits(train_state: TrainState, setup: Setup) -> Array:
+    """Logits of the reported policy (the Polyak-averaged actor) at every (h, s), (H, S, A)."""
+    return setup.actor.apply(train_state.actor_average, setup.obs_table[:-1])
+
+
+def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -> Batch:
+    """K episodes under the current actor (tabulated once); its logits ride in ``behaviour``."""
+    table = setup.actor.apply(train_state.actor, setup.obs_table[:-1])
+    batch = rollout_policy_table(key, setup.model, jax.nn.softmax(table, axis=-1), config.episodes_per_iteration)
+    return batch.replace(behaviour=table)
+
+
+def update(train_state: TrainState, batch: Batch, key: Array | None, setup: Setup,
+           config: Config) -> tuple[TrainState, dict[str, Array]]:
+    """One e-COP update (module docstring) from K episodes of ``train_state``'s actor.
+    Deterministic given the batch (``key`` unused; full-batch epochs)."""
+    del key
+    cfg, st = config, train_state
+    num_stages, _k = batch.actions.shape
+    hs = jnp.arange(num_stages, dtype=jnp.int32)[:, None]
+    s_h = batch.states[:-1]
+    obs = setup.obs_table[:-1]
+    logits_old = batch.behaviour if batch.behaviour is not None else setup.actor.apply(st.actor, obs)
+    logp_rows = jax.nn.log_softmax(logits_old, axis=-1)[hs, s_h]  # (H, K, A)
+    logp_old = jnp.take_along_axis(logp_rows, batch.actions[..., None], axis=-1)[..., 0]
+    entropy = -jnp.mean(jnp.sum(jnp.exp(logp_rows) * logp_rows, axis=-1))
+
+    values = setup.critic.apply(st.critic, obs)[hs, s_h] * setup.value_scale  # (H, K, 1+M)
+    adv, targets = advantages_and_targets(batch, values, 1.0, cfg.gae_lambda)
+    adv = adv - jnp.mean(adv, axis=1, keepdims=True)  # centred per stage (E_pi_old[A_h] = 0)
+    adv_r, adv_c = adv[..., 0], adv[..., 1:]
+    targets = targets / setup.value_scale
+
+    # eq. (7): Psi_t(pi_old, pi_old) = sum_{h>=t} mean_k A_C,h + J_C(pi_old) - d  (= J_C - d, centred)
+    excess = jnp.mean(batch.episode_costs, axis=0) - setup.thresholds  # (M,)
+    psi_old = tail_sums(jnp.mean(adv_c, axis=1)) + excess
+    m = excess.shape[0]
+    nu, mult_state = _multiplier_update(cfg, st.damping).update(st.multiplier_state, psi_old.reshape(-1))
+    lam, beta = nu.reshape(num_stages, m), st.damping
+
+    def loss_fn(net):
+        lp_rows = jax.nn.log_softmax(setup.actor.apply(net["actor"], obs), axis=-1)[hs, s_h]
+        logp = jnp.take_along_axis(lp_rows, batch.actions[..., None], axis=-1)[..., 0]
+        s_r, s_c = stage_surrogates(logp, logp_old, adv_r, adv_c, cfg.clip_eps)
+        ent = -jnp.sum(jnp.exp(lp_rows) * lp_rows, axis=-1)  # (H, K)
+        actor_loss = jacobi_objective(s_r, s_c, excess, lam, beta) - cfg.entropy_coef * jnp.sum(jnp.mean(ent, 1))
+        v = setup.critic.apply(net["critic"], obs)[hs, s_h]
+        value_loss = jnp.mean(jnp.sum((v - targets) ** 2, axis=-1))
+        log_ratio = logp - logp_old
+        psi = tail_sums(s_c) + excess
+        aux = {"kl": jnp.mean(jnp.exp(log_ratio) - 1.0 - log_ratio),
+               "clip_fraction": jnp.mean((jnp.abs(jnp.exp(log_ratio) - 1.0) > cfg.clip_eps).astype(jnp.float32)),
+               "value_loss": value_loss, "weight": jnp.mean(penalty_weight(psi, lam, beta), axis=0)}
+        return actor_loss + value_loss, aux
+
+    tx = _optimizer(cfg)
+
+    def epoch(carry, _):
+        net, opt, active = carry
+        grads, aux = jax.grad(loss_fn, has_aux=True)(net)
+        updates, new_opt = tx.update(grads, opt, net)
+        new_net = optax.apply_updates(net, updates)
+        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(active, a, b), new, old)
+        stop = (cfg.target_kl > 0) & (aux["kl"] > cfg.target_kl)
+        return (keep(new_net, net), keep(new_opt, opt), active & ~stop), {**aux, "done": active.astype(jnp.float32)}
+
+    net0 = {"actor": st.actor, "critic": st.critic}
+    (net, opt, _), ep = jax.lax.scan(epoch, (net0, st.opt_state, jnp.asarray(True)), None, length=cfg.num_epochs)
+    epochs = jnp.sum(ep["done"])
+    last = jnp.maximum(epochs.astype(jnp.int32) - 1, 0)
+    per_epoch = lambda x: jnp.sum(x * ep["done"]) / jnp.maximum(epochs, 1.0)
+
+    new_logp = jax.nn.log_softmax(setup.actor.apply(net["actor"], obs), axis=-1)[hs, s_h]
+    approx_kl = jnp.mean(jnp.sum(jnp.exp(logp_rows) * (logp_rows - new_logp), axis=-1))
+    new_beta = update_damping(beta, lam, excess, cfg.damping_growth, cfg.damping_max)
+    avg = jax.tree.map(lambda a, b: cfg.policy_averaging * a + (1.0 - cfg.policy_averaging) * b,
+                       st.actor_average, net["actor"])
+    new_state = st.replace(actor=net["actor"], critic=net["critic"], opt_state=opt, actor_average=avg,
+                           multipliers=lam, multiplier_state=mult_state, damping=new_beta, step=st.step + 1)
+    metrics = {"multipliers": jnp.mean(lam, axis=0), "penalty_weight": ep["weight"][last], "damping": new_beta,
+               "approx_kl": approx_kl, "entropy": entropy, "clip_fraction": per_epoch(ep["clip_fraction"]),
+               "value_loss": per_epoch(ep["value_loss"]), "epochs": epochs}
+    return new_state, metrics
+
+
+ALGORITHM = learner.Algorithm(
+    name="ecop", config_type=Config, metrics_type=Metrics, setup=setup, init=init, rollout=rollout,
+    update=update, logits=logits, policy_setup=policy_setup,
+)
+make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)

@@ -1,0 +1,144 @@
+"""e-COP: the loss of the paper's eq. (8) and its damping term against plain loops over stages
+and samples, the Jacobi gradient (stage t gets grad L~_t), the damping-factor rule, the
+multiplier update (7), and a learning regression on a small grid judged exactly."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fhc_jax as fhc
+from fhc_jax.algos import ecop
+
+
+def _reference_losses(logp, logp_old, adv_r, adv_c, eps, excess, lam, beta):
+    """L~_t of eq. (8) with loops over stages h >= t, samples k and constraints i."""
+    h_total, k_total, m_total = adv_c.shape
+    s_r, s_c = np.zeros(h_total), np.zeros((h_total, m_total))
+    for h in range(h_total):
+        for k in range(k_total):
+            rho = np.exp(logp[h, k] - logp_old[h, k])
+            clipped = min(max(rho, 1 - eps), 1 + eps)
+            s_r[h] += min(rho * adv_r[h, k], clipped * adv_r[h, k]) / k_total
+            for i in range(m_total):
+                s_c[h, i] += max(rho * adv_c[h, k, i], clipped * adv_c[h, k, i]) / k_total
+    losses = np.zeros(h_total)
+    for t in range(h_total):
+        loss = -sum(s_r[h] for h in range(t, h_total))
+        for i in range(m_total):
+            psi = sum(s_c[h, i] for h in range(t, h_total)) + excess[i]
+            relu = lam[t, i] * max(0.0, psi)
+            damping = beta / 2 * (max(0.0, psi + lam[t, i] / beta) ** 2 - lam[t, i] ** 2 / beta ** 2)
+            loss += relu + damping
+        losses[t] = loss
+    return s_r, s_c, losses
+
+
+def _random_inputs(seed, h=5, k=7, m=2):
+    rng = np.random.default_rng(seed)
+    logp_old = np.log(rng.uniform(0.05, 1.0, (h, k)))
+    logp = logp_old + rng.normal(0.0, 0.4, (h, k))  # ratios on both sides of the clip range
+    return {"logp": logp, "logp_old": logp_old, "adv_r": rng.normal(size=(h, k)), "adv_c": rng.normal(size=(h, k, m)),
+                "eps": 0.2, "excess": rng.normal(0.0, 1.0, m), "lam": rng.uniform(0.0, 2.0, (h, m)), "beta": 0.7}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_surrogates_and_loss_match_loop_reference(seed, x64):
+    x = _random_inputs(seed)
+    s_r, s_c, losses = _reference_losses(**x)
+    got_r, got_c = ecop.stage_surrogates(x["logp"], x["logp_old"], x["adv_r"], x["adv_c"], x["eps"])
+    np.testing.assert_allclose(got_r, s_r, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got_c, s_c, rtol=1e-12, atol=1e-12)
+    got = ecop.stage_losses(got_r, got_c, x["excess"], x["lam"], x["beta"])
+    np.testing.assert_allclose(got, losses, rtol=1e-12, atol=1e-12)
+
+
+def test_damping_term_by_hand():
+    lam, beta = 0.6, 2.0
+    # active side: Psi + lam/beta > 0 -> lam max(0, Psi) + beta/2 ((Psi + lam/beta)^2 - (lam/beta)^2)
+    for psi in (0.5, -0.1):
+        want = lam * max(0.0, psi) + beta / 2 * ((psi + lam / beta) ** 2 - (lam / beta) ** 2)
+        assert float(ecop.damped_penalty(psi, lam, beta)) == pytest.approx(want, rel=1e-6)
+    # inactive side: Psi <= -lam/beta -> -lam^2 / (2 beta), constant
+    assert float(ecop.damped_penalty(-1.0, lam, beta)) == pytest.approx(-lam ** 2 / (2 * beta), rel=1e-6)
+    # its derivative is the penalty weight lambda 1[Psi > 0] + max(0, lambda + beta Psi)
+    for psi in (0.5, -0.1, -1.0):
+        grad = jax.grad(lambda p: ecop.damped_penalty(p, lam, beta))(psi)
+        assert float(grad) == pytest.approx(float(ecop.penalty_weight(psi, lam, beta)), rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_jacobi_gradient_is_each_stages_own_loss_gradient(seed, x64):
+    """Stage t's surrogates get d L~_t / d(s_r[t], s_c[t]) (finite differences of the loop
+    reference), the tail h > t entering Psi_t as a constant."""
+    x = _random_inputs(seed)
+    s_r, s_c, _ = _reference_losses(**x)
+    g_r, g_c = jax.grad(ecop.jacobi_objective, argnums=(0, 1))(s_r, s_c, x["excess"], x["lam"], x["beta"])
+    delta = 1e-6
+
+    def loss_t(t, r, c):
+        losses = np.zeros(len(r))
+        for tt in range(len(r)):
+            loss = -r[tt:].sum()
+            for i in range(c.shape[1]):
+                psi = c[tt:, i].sum() + x["excess"][i]
+                loss += x["lam"][tt, i] * max(0.0, psi) + x["beta"] / 2 * (
+                    max(0.0, psi + x["lam"][tt, i] / x["beta"]) ** 2 - (x["lam"][tt, i] / x["beta"]) ** 2)
+            losses[tt] = loss
+        return losses[t]
+
+    for t in range(len(s_r)):
+        r2 = s_r.copy()
+        r2[t] += delta
+        assert g_r[t] == pytest.approx((loss_t(t, r2, s_c) - loss_t(t, s_r, s_c)) / delta, abs=1e-5)
+        for i in range(s_c.shape[1]):
+            c2 = s_c.copy()
+            c2[t, i] += delta
+            assert g_c[t, i] == pytest.approx((loss_t(t, s_r, c2) - loss_t(t, s_r, s_c)) / delta, abs=1e-4)
+
+
+def test_damping_factor_rule_by_hand():
+    lam = jnp.array([[0.2], [0.5], [0.1]])  # H = 3, M = 1
+    beta = 0.5
+    # C = sum_t max(J - d, -lam_t / beta); c = sqrt(1) / beta * max lam = 1.0
+    violated = ecop.update_damping(beta, lam, jnp.array([0.5]), 2.0, 10.0)  # C = 1.5 >= 1.0
+    assert float(violated) == pytest.approx(1.0)
+    slack = ecop.update_damping(beta, lam, jnp.array([-0.3]), 2.0, 10.0)  # C = -0.4 - 0.6 - 0.2 < 1.0
+    assert float(slack) == pytest.approx(0.5)
+    capped = ecop.update_damping(beta, lam, jnp.array([0.5]), 2.0, 0.8)
+    assert float(capped) == pytest.approx(0.8)
+
+
+def test_learning_regression_small_grid_judged_exactly():
+    """Two seeds on a 5x5 grid (H = 12, alpha = 4, binding: the unconstrained optimum costs
+    11.2), judged exactly: far better than the uniform policy, cost near alpha; the first
+    multiplier update is eq. (7), lambda = clip(lambda_0 + beta (J_C - d))."""
+    env = fhc.GridWorld(size=5, horizon=12, alpha=4.0)
+    params = env.default_params
+    cmdp = env.to_cmdp(params)
+    cfg = ecop.Config(num_iterations=120, episodes_per_iteration=64, num_epochs=8, eval_every=60, damping=0.05,
+                      damping_max=0.05)
+    out = jax.jit(jax.vmap(ecop.make_train(env, params, cfg)))(jax.random.split(jax.random.key(3), 2))
+    tables = ecop.policy_table(out.state, env, params)
+    assert tables.shape == (2, 12, 25, 9)
+    ev = jax.vmap(fhc.evaluate, in_axes=(None, 0))(cmdp, tables)
+    uniform = fhc.evaluate(cmdp, jnp.full((12, 25, 9), 1.0 / 9))
+    np.testing.assert_allclose(ev.reward, out.metrics.exact.reward[:, -1], rtol=1e-5)
+    assert np.all(np.asarray(ev.reward) > 2.0 * float(uniform.reward)), (ev.reward, uniform.reward)
+    assert np.all(np.asarray(ev.costs[:, 0]) <= 1.1 * 4.0), ev.costs
+    first = np.clip(0.0 + 0.05 * (np.asarray(out.metrics.costs[:, 0, 0]) - 4.0), 0.0, cfg.multiplier_max)
+    np.testing.assert_allclose(out.metrics.multipliers[:, 0, 0], first, rtol=1e-4, atol=1e-6)
+
+
+def test_config_validation_and_unsupported_observation():
+    with pytest.raises(ValueError, match="damping"):
+        ecop.Config(damping=0.5, damping_max=0.1)
+    with pytest.raises(ValueError, match="damping_growth"):
+        ecop.Config(damping_growth=0.5)
+    cmdp = fhc.TabularCMDP(transitions=np.full((2, 2, 2), 0.5), rewards=np.zeros((3, 2, 2)),
+                           costs=np.zeros((1, 3, 2, 2)), terminal_rewards=np.zeros(2), terminal_costs=np.zeros((1, 2)),
+                           thresholds=[1.0], initial_distribution=[1.0, 0.0])
+    with pytest.raises(ValueError, match="observation"):
+        ecop.make_train(fhc.TabularEnv(cmdp), cmdp, ecop.Config())

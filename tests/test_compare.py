@@ -34,7 +34,8 @@ def tiny(tmp_path_factory):
 @pytest.mark.slow
 def test_outputs_written_and_consistent(tiny):
     out, res = tiny
-    assert [r["name"] for r in res["runs"]] == ["FH-Constrained", "NN-Constrained (xy)", "PPO-Lagrangian (xy)", "CPO (xy)"]
+    assert [r["name"] for r in res["runs"]] == ["FH-Constrained", "NN-Constrained (xy)", "PPO-Lagrangian (xy)", "CPO (xy)",
+                                               "e-COP (xy)", "Saute-Lagrangian (xy)"]
     assert res["seeds"] == 2 and res["thresholds"] == [3.0] and res["env"]["size"] == 3
     assert res["env"]["name"] == "gridworld" and res["env_title"] == "gridworld (size=3, horizon=4, alpha=3)"
     assert res["tolerance"] == judge.DEFAULT_TOLERANCE

@@ -178,8 +178,13 @@ class GridWorld(Environment[GridState, GridParams]):
         horizon: H (>= 1).
         num_constraints: M (>= 1).
         observation: "xy" (paper Env 1), "xyt" (Env 2), "one_hot" or "index".
-        slip, alpha, layout_seed, num_phases, num_hotspots, num_quiet: the arguments of
-            :meth:`make_params` that build ``default_params``.
+        slip: probability in [0, 1] that a move is replaced by another one. This and the
+            five below are the arguments of :meth:`make_params` that build ``default_params``.
+        alpha: threshold(s) alpha^(k) >= 0, scalar or (M,).
+        layout_seed: seed of the layout generator, >= 0.
+        num_phases: number of layouts over the horizon, in [1, H]; default min(5, H).
+        num_hotspots: fare hotspots per constraint and phase (>= 1).
+        num_quiet: quiet (cost-free, lower) fares per phase (>= 0).
     Raises:
         ValueError: naming the bad argument, its valid range and the value found.
     """

@@ -5,6 +5,8 @@
 * ``fhc-jax train``: train a learner on several seeds in chunks into a run directory
   (config.json, metrics.csv, summary.json, policy.npz, checkpoints/, plots/); ``--resume``.
 * ``fhc-jax plot RUN_DIR``: redraw a run directory's figures from its files.
+* ``fhc-jax eval RUN_DIR``: judge a run's final policies again, exactly or by Monte-Carlo, on
+  the trained environment or a changed one (``--set env.slip=0.2``) -> ``RUN_DIR/eval/NAME.json``.
 * ``fhc-jax sweep``: a grid of numeric hyperparameters x seeds as one sharded program.
 * ``fhc-jax compare``: the paper's comparison (FH-Constrained, NN-Constrained, PPO-Lagrangian,
   CPO; both inputs where they apply) -> a table, JSON and a Fig. 1-style figure.
@@ -132,7 +134,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         elif config_given:  # options on top of the stored run: train_run refuses any change
             spec = _spec_from_args(args, training.load_run_spec(args.out).settings())
         result = training.train_run(spec, args.out, resume=args.resume, overwrite=args.overwrite,
-                                    quiet=args.quiet, max_chunks=args.max_chunks, plots=not args.no_plots)
+                                    quiet=args.quiet, max_chunks=args.max_chunks, plots=not args.no_plots,
+                                    loggers=args.logger)
     except ValueError as err:
         return _error("train", err)
     if result.get("complete"):
@@ -161,6 +164,23 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from fhc_jax.experiment import evaluation
+
+    try:  # everything checked before anything is compiled
+        plan = evaluation.plan_eval(args.run_dir, args.set or (), episodes=args.episodes, name=args.out)
+    except ValueError as err:
+        return _error("eval", err)
+    if plan.target.exact and args.episodes is not None:
+        print("fhc-jax eval: note: --episodes applies to Monte-Carlo judgements; this run is judged exactly",
+              file=sys.stderr)
+    say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    result = evaluation.run_eval(plan, command="fhc-jax eval", say=say)
+    print(evaluation.format_evaluation(result))
+    print(f"wrote {plan.out}")
+    return 0
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from fhc_jax.experiment import rundir, sweep
 
@@ -172,6 +192,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     writer = jax.process_index() == 0  # multi-host: process 0 writes the files
     try:
+        from fhc_jax.experiment import tracking
+
+        loggers = tracking.resolve_loggers(args.logger)
         spec = _spec_from_args(args)
         grid = sweep.parse_grid(args.grid)
         sweep.grid_specs(spec, grid)  # validate every grid point before compiling
@@ -185,7 +208,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 rundir.prepare(args.out, resume=False, overwrite=args.overwrite, can_resume=False)
                 rundir.write_json_atomic(Path(args.out) / rundir.CONFIG, {"kind": "sweep", "algo": spec.algo,
                                                                           "grid": grid, "settings": spec.settings()})
-            result = sweep.run_sweep(spec, grid, shard=not args.no_shard, quiet=args.quiet)
+            result = sweep.run_sweep(spec, grid, shard=not args.no_shard, quiet=args.quiet,
+                                     loggers=loggers if writer else None, out=args.out)
         except ValueError as err:
             return _error("sweep", err)
         if writer:
@@ -201,6 +225,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     try:  # validated before anything is compiled
         if args.seeds < 1:
             raise ValueError(f"--seeds must be an integer >= 1, found {args.seeds}")
+        from fhc_jax.experiment import tracking
+
+        loggers = tracking.resolve_loggers(args.logger)
         runs = compare.select_runs(args.algos, args.inputs)
         compare.build_specs(runs, args.seeds, args.set or (), env=args.env)
         if not args.name or "/" in args.name or args.name in (".", ".."):
@@ -213,7 +240,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                        lock_file=rundir.shared_lock_file(args.out, args.name)):
         try:
             result = compare.run_comparison(runs, seeds=args.seeds, overrides=args.set or (), env=args.env,
-                                            quiet=args.quiet)
+                                            quiet=args.quiet, loggers=loggers, log_dir=args.out,
+                                            log_name=args.name)
         except ValueError as err:
             return _error("compare", err)
         paths = compare.write_outputs(result, args.out, stem=args.name)
@@ -221,6 +249,15 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     for path in paths.values():
         print(f"wrote {path}")
     return 0
+
+
+def _add_logger_option(p: argparse.ArgumentParser) -> None:
+    from fhc_jax.experiment.tracking import CHOICES, INSTALL_HINT
+
+    p.add_argument("--logger", action="append", choices=CHOICES, default=None,
+                   help="experiment tracking, repeatable (--logger tensorboard --logger wandb; default none): "
+                        "logs in OUT/tensorboard and OUT/wandb (offline without W&B credentials); needs "
+                        f"{INSTALL_HINT}")
 
 
 def _add_env_option(p: argparse.ArgumentParser, default: str | None = None) -> None:
@@ -273,12 +310,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
     p.add_argument("--max-chunks", type=int, default=None, help="stop after this many chunks (resumable)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
+    _add_logger_option(p)
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("plot", help="redraw the figures of a run directory")
     p.add_argument("run_dir")
     p.add_argument("--stages", default=None, help="stages of the policy maps, e.g. 0,50,99")
     p.set_defaults(func=_cmd_plot)
+
+    p = sub.add_parser("eval", help="judge a trained run's final policies, also on a changed environment",
+                       description="Load RUN_DIR's final checkpoint and judge every seed's final policy: exactly "
+                                   "(gap to fhc_jax.solve's optimum) where the environment has a tabular exact "
+                                   "model, else by Monte-Carlo with 95% intervals; --set env.* judges the same "
+                                   "policies on a changed environment (robustness). Writes RUN_DIR/eval/NAME.json; "
+                                   "nothing else in RUN_DIR changes.")
+    p.add_argument("run_dir", help="a run directory written by fhc-jax train")
+    p.add_argument("--set", action="append", metavar="env.KEY=VALUE",
+                   help="judge on a changed environment, e.g. --set env.slip=0.2 (repeatable)")
+    p.add_argument("--episodes", type=int, default=None,
+                   help="Monte-Carlo episodes per seed (default the run's run.eval_episodes)")
+    p.add_argument("--out", default=None, metavar="NAME",
+                   help="file name in RUN_DIR/eval/ (default derived from the changes, e.g. slip=0.2)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("sweep", help="grid of numeric hyperparameters x seeds in one sharded program")
     _add_config_options(p)
@@ -287,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-shard", action="store_true", help="keep all runs on the first device")
     p.add_argument("--distributed", action="store_true",
                    help="call jax.distributed.initialize() first (multi-host; run on every host)")
+    _add_logger_option(p)
     p.set_defaults(func=_cmd_sweep)
 
     from fhc_jax.experiment.registry import ALGORITHMS
@@ -307,6 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="benchmarks/results", help="output folder (default benchmarks/results)")
     p.add_argument("--name", default="reproduce_paper", help="file name stem (default reproduce_paper)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    _add_logger_option(p)
     p.set_defaults(func=_cmd_compare)
     return parser
 

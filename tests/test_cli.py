@@ -55,6 +55,13 @@ def test_train_writes_complete_run_directory(full_run):
         assert row["feasible"] == (row["exact_costs"][0] <= 3.06 + 1e-9)
     assert summary["aggregate"]["feasible_seeds"] == sum(r["feasible"] for r in summary["seeds"])
     assert summary["optimum"]["reward"] > 0
+    # statistics over the seeds (fhc_jax.experiment.statistics), each interval with its seeds
+    st = summary["statistics"]
+    assert st["n_seeds"] == 2 and st["reward"]["n_seeds"] == 2 and st["costs"][0]["n_seeds"] == 2
+    assert st["reward"]["mean"] == pytest.approx(np.mean([r["exact_reward"] for r in summary["seeds"]]))
+    assert st["reward"]["mean_ci95"][0] <= st["reward"]["mean"] <= st["reward"]["mean_ci95"][1]
+    assert st["violation_probability"]["violating_seeds"] == 2 - summary["aggregate"]["feasible_seeds"]
+    assert st["optimality_gap"]["mean"] == pytest.approx(np.mean([r["reward_gap"] for r in summary["seeds"]]))
     assert seed0["fraction_of_optimum"] == pytest.approx(seed0["exact_reward"] / summary["optimum"]["reward"])
     assert {"wall_s", "compile_s", "train_s"} <= set(summary["timing"])
     assert {"jax", "fhc_jax", "python"} <= set(summary["machine"]["versions"])

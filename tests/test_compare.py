@@ -4,6 +4,7 @@ written and agree with each other and with exact evaluation."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -50,7 +51,10 @@ def test_outputs_written_and_consistent(tiny):
     assert res["machine"]["versions"]["jax"] and res["timing"]["total_wall_s"] >= res["timing"]["runs_wall_s"] > 0
     md = (out / "reproduce_paper.md").read_text()
     assert (out / "reproduce_paper.png").stat().st_size > 10_000
-    lines = [line for line in md.splitlines() if line.startswith("|")]
+    assert (out / "reproduce_paper_profile.png").stat().st_size > 10_000
+    main_table, stats_table = md.split("\n\n")[0], md.split("\n\n")[2]
+    lines = [line for line in main_table.splitlines() if line.startswith("|")]
+    assert len(stats_table.splitlines()) == 2 + len(res["runs"])
     assert len(lines) == 2 + len(res["runs"]) + 2  # header, rule, runs, the two optima
     for row, line in zip(res["runs"], lines[2:]):
         assert row["num_iterations"] == 6
@@ -82,17 +86,48 @@ def test_outputs_written_and_consistent(tiny):
     assert "Total wall time" in md and "load average" in md
 
 
-def test_exact_values_match_fhc_evaluate():
+def test_exact_values_match_fhc_evaluate(tmp_path):
     """The exact columns are fhc_jax.evaluate of the returned final policies; the paper metric is
-    the mean of the per-iteration batch means over the window."""
+    the mean of the per-iteration batch means over the window. The statistics over seeds, their
+    table and the performance profiles are there, and the progress written to a stream that is
+    not a terminal has one plain, parseable line per completed run."""
+    from fhc_jax.experiment.progress import parse_run_line
+
+    stream = io.StringIO()  # not a terminal
     res = compare.run_comparison(compare.select_runs(["fh-constrained"]), seeds=2, overrides=TINY[:-1],
-                                 quiet=True, keep_policies=True)
+                                 stream=stream, keep_policies=True)
     spec = compare.build_specs(compare.select_runs(["fh-constrained"]), 2, TINY[:-1])[0]
     env, params = spec.make_env()
     ev = judge.evaluate_policies(env.to_cmdp(params), res["_policies"][0])
     row = res["runs"][0]
     np.testing.assert_allclose(row["exact"]["reward"]["per_seed"], ev["reward"], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(row["exact"]["costs"][0]["per_seed"], ev["costs"][:, 0], rtol=1e-5, atol=1e-5)
+    # statistics over the 2 seeds, each interval with its number of seeds
+    st = row["statistics"]
+    assert st["n_seeds"] == 2 and st["intervals"]["resamples"] == 2000
+    for block in (st["reward"], st["costs"][0], st["optimality_gap"]):
+        assert block["n_seeds"] == 2 and block["mean_ci95"][0] <= block["mean"] <= block["mean_ci95"][1]
+        assert block["iqm_ci95"][0] <= block["iqm"] <= block["iqm_ci95"][1]
+    assert st["reward"]["mean"] == pytest.approx(row["exact"]["reward"]["mean"])
+    assert st["optimality_gap"]["mean"] == pytest.approx(row["exact"]["gap"]["mean"])
+    assert st["violation_probability"]["violating_seeds"] == row["exact"]["violating_seeds"]
+    assert st["violation_probability"]["n_seeds"] == 2 and len(st["violation_probability"]["ci95"]) == 2
+    # progress: no carriage return, one parseable line for the one run
+    text = stream.getvalue()
+    assert "\r" not in text
+    parsed = [p for p in map(parse_run_line, text.splitlines()) if p is not None]
+    assert len(parsed) == 1 and parsed[0]["name"] == "FH-Constrained"
+    assert (parsed[0]["done"], parsed[0]["total"], parsed[0]["eta_s"]) == (1, 1, 0.0)
+    assert "(2 seeds, 95% intervals)" in parsed[0]["detail"]
+    # the markdown's second table and the performance-profile figure
+    paths = compare.write_outputs({k: v for k, v in res.items() if k != "_policies"}, tmp_path, stem="c")
+    md = paths["md"].read_text()
+    assert "| Algorithm | Input | Seeds | Exact reward: mean [95% CI] |" in md
+    stats_row = next(line for line in md.splitlines() if line.startswith("| FH-Constrained | tabular (h, s) | 2 |"))
+    assert f"{st['reward']['mean']:.2f} [{st['reward']['mean_ci95'][0]:.2f}, " in stats_row
+    assert paths["profile"] == tmp_path / "c_profile.png" and paths["profile"].stat().st_size > 10_000
+    panels = compare.profile_panels(json.loads(paths["json"].read_text()))
+    np.testing.assert_allclose(panels[0][1]["FH-Constrained"], ev["reward"] / res["optimum"]["reward"], rtol=1e-5)
 
 
 def test_judge_run_window_and_violations():

@@ -26,6 +26,10 @@ Modules (none keeps global state apart from caches):
 * :mod:`~fhc_jax.experiment.plots`: figures from a run directory's files.
 * :mod:`~fhc_jax.experiment.sweep`: hyperparameter grid x seeds in one sharded program.
 * :mod:`~fhc_jax.experiment.compare`: the paper's comparison of the four learners.
+* :mod:`~fhc_jax.experiment.loading`: :func:`~fhc_jax.experiment.loading.load_run` (a trained
+  run's configuration, environment and final train states; ``policy(seed_index)``);
+  :mod:`~fhc_jax.experiment.evaluation`: ``fhc-jax eval`` (the final policies judged again,
+  also on a changed environment).
 """
 
 from fhc_jax.experiment.config_io import ConfigError, ExperimentSpec, load_spec
@@ -37,6 +41,8 @@ from fhc_jax.experiment.checkpoint import CheckpointError
 from fhc_jax.experiment.rundir import RunDirectoryError, RunInUseError
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, Divergence, RunResult, seed_keys, train_seeds
 from fhc_jax.experiment.training import DivergenceError, TrainingInterrupted
+from fhc_jax.experiment.loading import LoadedRun, load_run
+from fhc_jax.experiment.evaluation import evaluate_run
 
 __all__ = [
     "ALGORITHMS",
@@ -50,13 +56,16 @@ __all__ = [
     "ENVIRONMENTS",
     "ExperimentSpec",
     "Judgement",
+    "LoadedRun",
     "RunDirectoryError",
     "RunInUseError",
     "RunResult",
     "TrainingInterrupted",
     "available_algorithms",
+    "evaluate_run",
     "load_algorithm",
     "load_environment",
+    "load_run",
     "load_spec",
     "machine_info",
     "make_env",

@@ -317,6 +317,34 @@ def restore_verified(directory: str | Path, trainer: ChunkedTrainer, template: C
     return restored
 
 
+def restore_unverified(step_dir: Path, step: int, trainer: ChunkedTrainer, template: ChunkState, *, algo: str,
+                       rerun: str) -> ChunkState:
+    """Read checkpoint ``step`` (directory ``step_dir``) written without a manifest (an older
+    fhc_jax, or interrupted while saving): nothing is verified, so the caller must check the
+    state another way (e.g. against policy.npz). Never moves or deletes anything.
+
+    Raises:
+        CheckpointError: unreadable, or a train state this version of ``algo`` cannot rebuild;
+            the message ends with ``rerun`` (the command that retrains the run).
+    """
+    import orbax.checkpoint as ocp
+
+    _quiet_orbax_shutdown()
+    try:
+        mngr = _manager(Path(step_dir).parent)
+        try:
+            data = mngr.restore(step, args=ocp.args.StandardRestore())
+        finally:
+            mngr.close()
+        return _state_from(jax.tree.map(np.asarray, data), trainer, template, str(step_dir))
+    except Exception as err:  # noqa: BLE001 (orbax raises many kinds on damaged files)
+        mine = type(err) is ValueError and "\n" not in str(err)  # _state_from: another train state
+        reason = f"this version of {algo} cannot rebuild its train state ({err})" if mine else \
+            f"it cannot be read ({_short(err)})"
+        raise CheckpointError(f"checkpoint {step_dir} has no manifest (interrupted while saving, or written by an "
+                              f"older fhc_jax) and {reason}; retrain the run with this version: {rerun}") from None
+
+
 def restore(directory: str | Path, trainer: ChunkedTrainer, template: ChunkState, iteration: int | None = None,
             *, config_hash: str | None = None, num_iterations: int | None = None) -> ChunkState:
     """The verified :class:`ChunkState` saved at ``iteration`` (default: the newest intact one,

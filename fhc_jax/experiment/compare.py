@@ -15,11 +15,20 @@ default (tuned) ``Config`` unless overridden, and measures
 * the **violation rate**: the fraction of seeds whose final policy is infeasible by the judge's
   rule (cost above alpha + ``run.feasibility_tolerance`` |alpha|, default 2%), and the same rule
   applied to the paper's metric;
+* **statistics over seeds** (:mod:`fhc_jax.experiment.statistics`, each row's ``statistics``):
+  mean and IQM of the exact reward, each cost and the gap to J* with stratified-bootstrap 95%
+  intervals, and the probability of violating the constraint with its Wilson 95% interval;
 * wall and compile time.
 
+Progress (unless quiet): each run's chunk line ends with the overall runs done, elapsed time and
+ETA (:class:`fhc_jax.experiment.progress.RunsProgress`), and each completed run prints one plain
+line (``[3/9 runs done] elapsed ... | eta ... | NAME | ...``).
+
 :func:`write_outputs` writes ``<stem>.json`` (every number, hardware, versions, wall times),
-``<stem>.md`` (:func:`format_markdown`) and ``<stem>.png``
-(:func:`fhc_jax.experiment.plots.plot_comparison`, a Fig. 1 style two-panel figure). ``benchmarks/reproduce_paper.py`` and ``fhc-jax compare`` are thin
+``<stem>.md`` (:func:`format_markdown`), ``<stem>.png``
+(:func:`fhc_jax.experiment.plots.plot_comparison`, a Fig. 1 style two-panel figure) and
+``<stem>_profile.png`` (performance profiles of the fraction of the optimum over seeds,
+:func:`plot_profiles`). ``benchmarks/reproduce_paper.py`` and ``fhc-jax compare`` are thin
 wrappers around these functions.
 
 Runs and inputs (:data:`DEFAULT_RUNS`): FH-Constrained uses tabular per-stage features (no input
@@ -39,7 +48,7 @@ from typing import IO, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from fhc_jax.experiment import config_io, environments, judge, registry
+from fhc_jax.experiment import config_io, environments, judge, registry, statistics, tracking
 from fhc_jax.experiment.machine import load_average, machine_info, source_revision
 from fhc_jax.experiment.plots import plot_comparison
 
@@ -271,7 +280,8 @@ def judge_run(metrics: Mapping[str, np.ndarray], judged: judge.Judgement, episod
 
 def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, seed: int = 0,
                    overrides: Iterable[str] = (), env: str | None = None, stream: IO[str] | None = None,
-                   quiet: bool = False, keep_policies: bool = False) -> dict[str, Any]:
+                   quiet: bool = False, keep_policies: bool = False, loggers: str | Sequence[str] | None = None,
+                   log_dir: str | Path | None = None, log_name: str = "compare") -> dict[str, Any]:
     """Train and judge every run; returns the result (JSON-ready, see :func:`write_outputs`).
 
     Args:
@@ -284,12 +294,15 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
         stream: progress lines (default stderr); quiet: none.
         keep_policies: also return the final policy tables, ``result["_policies"][i]`` (R, H, S, A)
             (not JSON; for tests).
+        loggers: experiment trackers (:mod:`fhc_jax.experiment.tracking`), one tracked run per
+            learner run: TensorBoard in ``log_dir/tensorboard/<log_name>/<run>`` (earlier event
+            files there are replaced), W&B in ``log_dir/wandb`` grouped as ``log_name``.
     Raises:
         ConfigError / ValueError: invalid settings (before anything is compiled).
         DivergenceError: a run's values became non-finite (names the run, seeds and quantity).
     """
     import fhc_jax as fhc
-    from fhc_jax.experiment.progress import Progress, env_steps_per_iteration
+    from fhc_jax.experiment.progress import Progress, RunsProgress, env_steps_per_iteration
     from fhc_jax.experiment.runner import train_seeds
 
     t_start = time.perf_counter()
@@ -299,6 +312,15 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
     say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=stream, flush=True))
     runs = list(DEFAULT_RUNS if runs is None else runs)
     specs = build_specs(runs, seeds, overrides, seed=seed, env=env)  # validates everything first
+    missing = statistics.unavailable()
+    if missing is not None:  # said before training, not after it
+        print(f"fhc-jax compare: warning: {missing}; the bootstrap intervals will be missing", file=stream, flush=True)
+    loggers = tracking.resolve_loggers(loggers)
+    if loggers and log_dir is None:
+        raise config_io.ConfigError("run_comparison: loggers need log_dir, the folder their logs go to")
+    if "tensorboard" in loggers:  # this comparison's logs replace those of an earlier one of the same name
+        for old in (Path(log_dir) / "tensorboard" / log_name).glob("*/events.out.tfevents.*"):
+            old.unlink()
     env, params = specs[0].make_env()
     title = specs[0].env_title()
     tolerance = specs[0].feasibility_tolerance
@@ -313,20 +335,33 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
         f"(unconstrained {float(unc.reward):.4f} at cost {np.asarray(unc.costs).tolist()})"
         if opt is not None else f"{title}: the constraint is infeasible")
     results, policies = [], []
+    overall = None if quiet else RunsProgress(len(runs), stream)
     for i, (run, spec) in enumerate(zip(runs, specs)):
         module = registry.load_algorithm(spec.algo)
         cfg = spec.learner
         say(f"[{i + 1}/{len(runs)}] {run.name}: {seeds} seeds x {cfg.num_iterations} iterations x "
             f"{cfg.episodes_per_iteration} episodes ...")
         progress = None if quiet else Progress(run.name, int(cfg.num_iterations), seeds,
-                                               env_steps_per_iteration(cfg, env.horizon), thresholds, stream)
+                                               env_steps_per_iteration(cfg, env.horizon), thresholds, stream,
+                                               overall=overall.status)
         t0 = time.perf_counter()
-        res = train_seeds(module, env, params, cfg, seeds, seed=spec.seed, chunk_size=spec.chunk_size,
-                          on_chunk=progress)
+        trackers = tracking.Trackers(
+            loggers, log_dir or ".", name=f"{log_name}: {run.name}", group=log_name,
+            subdir=f"{log_name}/{tracking.slug(run.name)}", stream=stream, hparams=spec.settings(),
+            config={"run": run.name, "algo": spec.algo, "observation": run.observation, "seeds": seeds,
+                    "settings": spec.settings()},
+            run_labels=tracking.seed_labels(seeds), steps_per_iteration=env_steps_per_iteration(cfg, env.horizon))
+        try:
+            res = train_seeds(module, env, params, cfg, seeds, seed=spec.seed, chunk_size=spec.chunk_size,
+                              on_chunk=tracking.chain(progress, trackers.log_chunk))
+        except BaseException:
+            trackers.close()
+            raise
         wall = time.perf_counter() - t0
         if res.divergence is not None:
             from fhc_jax.experiment.training import DivergenceError, divergence_hint
 
+            trackers.close()
             raise DivergenceError(f"{run.name}: {res.divergence.describe()}; {divergence_hint(spec)}",
                                   res.divergence)
         nu = res.state.metrics["multipliers"][:, -1] if "multipliers" in res.state.metrics else None
@@ -351,14 +386,18 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
             },
             "timing": {"wall_s": wall, "compile_s": res.compile_s, "train_s": res.run_s},
         }
+        row["statistics"] = statistics.seed_statistics(judged)
         if nu is not None:
             row["final_multipliers"] = judged.multipliers.tolist()
         results.append(row)
         policies.append(res.policy)
-        pm, ex = row["paper_metric"], row["exact"]
-        say(f"    paper metric: reward {pm['reward']['mean']:.2f}, cost {pm['costs'][0]['mean']:.2f}; "
-            f"exact: reward {ex['reward']['mean']:.2f}, cost {ex['costs'][0]['mean']:.2f}, "
-            f"{ex['violating_seeds']}/{seeds} seeds violate; {wall:.1f} s (compile {res.compile_s:.1f} s)")
+        trackers.log_summary(row)
+        trackers.close()
+        pm = row["paper_metric"]
+        if overall is not None:  # one plain line per completed run
+            overall.done(run.name, f"paper metric: reward {pm['reward']['mean']:.2f}, cost "
+                         f"{pm['costs'][0]['mean']:.2f}; exact: {statistics.format_line(row['statistics'])}; "
+                         f"{wall:.1f} s (compile {res.compile_s:.1f} s)")
     total = time.perf_counter() - t_start
     result = {
         "env": {"name": specs[0].env_name, **specs[0].env},
@@ -431,6 +470,7 @@ def format_markdown(result: Mapping[str, Any]) -> str:
                      f"{'/'.join(f'{c:.2f}' for c in opt['costs'])} | 0 | - | - | {opt['solve_time_s']:.1f} |")
     lines.append(f"| Unconstrained optimum (`fhc_jax.solve_unconstrained`) | - | - | - | - | {unc['reward']:.2f} | "
                  f"{'/'.join(f'{c:.2f}' for c in unc['costs'])} | - | - | - | {unc['solve_time_s']:.1f} |")
+    lines += format_statistics_table(result)
     mc, tm = result["machine"], result["timing"]
     env = dict(result["env"])
     name = env.pop("name", environments.DEFAULT_ENV)
@@ -458,9 +498,69 @@ def format_markdown(result: Mapping[str, Any]) -> str:
     return "\n".join(lines + [x for x in legend if x is not None]) + "\n"
 
 
+def format_statistics_table(result: Mapping[str, Any]) -> list[str]:
+    """The second table of :func:`format_markdown` (lines; empty for a result without
+    statistics): per run the mean and IQM of the exact reward and cost, the probability of
+    violating the constraint and the gap to J*, each with its 95% interval and the seeds."""
+    rows = [row for row in result["runs"] if row.get("statistics")]
+    if not rows:
+        return []
+    method = rows[0]["statistics"]["intervals"]
+    missing = method.get("unavailable")
+    est = statistics.format_estimate
+    head = (f"Statistics over seeds ({result['seeds']} seeds per run): mean and IQM (interquartile mean) of the final "
+            "policies' exact values with " + (f"no bootstrap interval ({missing})" if missing else
+                                             f"stratified-bootstrap 95% intervals ({method['resamples']} resamples, "
+                                             f"seed {method['bootstrap_seed']}, rliable)")
+            + "; P(violation): the fraction of seeds the judge finds infeasible, Wilson 95% interval; "
+            "gap: J* - J (signed), mean over seeds.")
+    lines = ["", head, "",
+             "| Algorithm | Input | Seeds | Exact reward: mean [95% CI] | Exact reward: IQM [95% CI] | "
+             "Exact cost: mean [95% CI] | Exact cost: IQM [95% CI] | P(violation) [95% CI] | Gap to J*: mean [95% CI] |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        st = row["statistics"]
+        lines.append(f"| {row['label']} | {row['input']} | {st['n_seeds']} | {est(st['reward'], 'mean')} | "
+                     f"{est(st['reward'], 'iqm')} | {' / '.join(est(c, 'mean') for c in st['costs'])} | "
+                     f"{' / '.join(est(c, 'iqm') for c in st['costs'])} | "
+                     f"{statistics.format_violation(st['violation_probability'])} | "
+                     f"{est(st['optimality_gap'], 'mean')} |")
+    return lines
+
+
+def profile_panels(result: Mapping[str, Any]) -> list[tuple[str, dict[str, np.ndarray]]] | None:
+    """The performance profiles' scores from a comparison's JSON: per run the fraction of the
+    optimum J / J* of each seed, over all seeds and with the seeds the judge finds infeasible
+    scored 0; None without a positive optimum."""
+    opt = result.get("optimum")
+    if opt is None or not opt["reward"] > 0:
+        return None
+    optimum = judge.Optimum(reward=opt["reward"], costs=np.asarray(opt["costs"]),
+                            multipliers=np.asarray(opt["multipliers"]), policy=None, stage_costs=None,
+                            stage_rewards=None, solve_time_s=opt["solve_time_s"])
+    every, feasible = {}, {}
+    for row in result["runs"]:
+        reward = row["exact"]["reward"]["per_seed"]
+        costs = np.stack([np.asarray(c["per_seed"], np.float64) for c in row["exact"]["costs"]], axis=1)
+        judged = judge.judge(reward, costs, result["thresholds"], optimum=optimum, tolerance=result["tolerance"])
+        every[row["name"]] = statistics.profile_scores(judged)
+        feasible[row["name"]] = statistics.profile_scores(judged, feasible_only=True)
+    return [("all seeds", every), ("seeds the judge finds infeasible scored 0", feasible)]
+
+
+def plot_profiles(result: Mapping[str, Any], path: str | Path) -> Path | None:
+    """``<stem>_profile.png``: performance profiles (:func:`profile_panels`) with 95%
+    stratified-bootstrap bands; None (nothing written) without a positive optimum or rliable."""
+    panels = profile_panels(result)
+    if panels is None or statistics.unavailable() is not None:
+        return None
+    return statistics.plot_performance_profiles(panels, path, seeds=result["seeds"], title=result.get("env_title", ""))
+
+
 def write_outputs(result: Mapping[str, Any], out: str | Path, stem: str = "reproduce_paper") -> dict[str, Path]:
-    """Write ``out/<stem>.json`` (everything), ``.md`` (the table) and ``.png`` (the figure),
-    atomically; returns their paths."""
+    """Write ``out/<stem>.json`` (everything), ``.md`` (the tables), ``.png`` (the figure) and
+    ``_profile.png`` (:func:`plot_profiles`, where it can be drawn), atomically; returns their
+    paths."""
     from fhc_jax.experiment import rundir
 
     out = Path(out)
@@ -470,4 +570,7 @@ def write_outputs(result: Mapping[str, Any], out: str | Path, stem: str = "repro
     rundir.write_json_atomic(paths["json"], payload)
     rundir.write_bytes_atomic(paths["md"], format_markdown(payload).encode())
     plot_comparison(payload, paths["png"], colors={a: f"C{i}" for i, a in enumerate(LABELS)})
+    profile = plot_profiles(payload, out / f"{stem}_profile.png")
+    if profile is not None:
+        paths["profile"] = profile
     return paths

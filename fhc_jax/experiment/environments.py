@@ -125,13 +125,14 @@ class EnvEntry:
         """A short title: the name and the settings that differ from the defaults,
         e.g. ``gridworld (size=3, horizon=4)``."""
         defaults = self.defaults
-        changed = [f"{k}={_short(v)}" for k, v in values.items() if k in defaults and plain(v) != defaults[k]]
+        changed = [f"{k}={short_value(v)}" for k, v in values.items() if k in defaults and plain(v) != defaults[k]]
         return self.name + (f" ({', '.join(changed)})" if changed else "")
 
 
-def _short(value: Any) -> str:
+def short_value(value: Any) -> str:
+    """A setting's value as written in names and messages: floats with ``g``, lists as ``[a,b]``."""
     if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_short(v) for v in value) + "]"
+        return "[" + ",".join(short_value(v) for v in value) + "]"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 

@@ -262,9 +262,10 @@ def judge(reward: Any, costs: Any, thresholds: Any, *, optimum: Optimum | None =
         optimum: :func:`optimum` of the same CMDP (or the reference's estimate), or None.
         multipliers: learned nu per seed, (R, M), or None (learners without multipliers).
         tolerance: relative feasibility tolerance >= 0.
-        episodes, reward_half_width, cost_half_width: for Monte-Carlo values, the number of
-            episodes and the 95% half-widths (R,) and (R, M) (:func:`monte_carlo`): feasibility
-            is then judged on the upper end of each cost interval.
+        episodes: for Monte-Carlo values (:func:`monte_carlo`), the number of episodes;
+            feasibility is then judged on the upper end of each cost interval.
+        reward_half_width: for Monte-Carlo values, the 95% half-widths of the rewards, (R,).
+        cost_half_width: for Monte-Carlo values, the 95% half-widths of the costs, (R, M).
     Raises:
         ValueError: a negative tolerance or inconsistent shapes.
     """

@@ -18,6 +18,9 @@ Layout of ``runs/NAME``::
                      hashes (:mod:`fhc_jax.experiment.checkpoint`)
     rejected_checkpoints/  checkpoints found damaged or foreign on ``--resume``, moved aside
     plots/           PNG figures (:mod:`fhc_jax.experiment.plots`)
+    tensorboard/, wandb/  experiment tracking, with ``--logger`` (:mod:`fhc_jax.experiment.tracking`)
+    eval/            ``fhc-jax eval`` judgements of the final policies, one JSON per (changed)
+                     environment (:mod:`fhc_jax.experiment.evaluation`); never touches the above
     .fhc-jax.lock    the writer's lock (:func:`locked`): one process writes a run directory
 
 Every file is written to a temporary file in the same directory and renamed over the old one
@@ -71,7 +74,7 @@ class RunInUseError(RuntimeError):
 def settings_hash(settings: dict) -> str:
     """A short hash of a flat settings dict (canonical JSON): what a checkpoint's manifest
     records and ``--resume`` compares with config.json."""
-    text = json.dumps(_jsonable(settings), sort_keys=True, separators=(",", ":"))
+    text = json.dumps(jsonable(settings), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -96,7 +99,7 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
 
 def write_json_atomic(path: str | Path, payload: Any) -> None:
     """JSON (indented, NaN written as null) through :func:`write_bytes_atomic`."""
-    write_bytes_atomic(path, (json.dumps(_jsonable(payload), indent=2) + "\n").encode())
+    write_bytes_atomic(path, (json.dumps(jsonable(payload), indent=2) + "\n").encode())
 
 
 def write_npz_atomic(path: str | Path, **arrays: np.ndarray) -> None:
@@ -106,13 +109,15 @@ def write_npz_atomic(path: str | Path, **arrays: np.ndarray) -> None:
     write_bytes_atomic(path, buf.getvalue())
 
 
-def _jsonable(x: Any) -> Any:
+def jsonable(x: Any) -> Any:
+    """``x`` made JSON-ready: numpy arrays and scalars as Python values, tuples as lists, keys as
+    strings, non-finite floats as None."""
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
+        return jsonable(x.tolist())
     if isinstance(x, np.generic):
         x = x.item()
     if isinstance(x, float) and not np.isfinite(x):
@@ -310,7 +315,7 @@ def settings_difference(stored: dict, requested: dict) -> list[str]:
     out = []
     for k in sorted(set(stored) | set(requested)):
         a, b = stored.get(k, "<absent>"), requested.get(k, "<absent>")
-        if _jsonable(a) != _jsonable(b):
+        if jsonable(a) != jsonable(b):
             out.append(f"{k}: {a!r} -> {b!r}")
     return out
 

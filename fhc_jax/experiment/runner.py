@@ -419,7 +419,8 @@ def train_seeds(module, env, params, config, num_seeds: int, *, seed: int = 0, c
     Args:
         module: the learner module (``fhc_jax.algos.fh_constrained``, or
             ``registry.load_algorithm(name)``).
-        env, params: a tabular environment (exact evaluation needs ``to_cmdp``).
+        env: a tabular environment (exact evaluation needs ``to_cmdp``).
+        params: its params.
         config: the module's ``Config``.
         num_seeds: R; seed i starts from ``fold_in(key(seed), i)`` (:func:`seed_keys`).
         chunk_size: iterations per chunk (default ``config.eval_every`` or 100).

@@ -10,11 +10,16 @@ from fhc_jax.experiment.judge import Judgement
 
 def judgement_fields(judged: Judgement) -> dict[str, Any]:
     """summary.json's judgement: ``seeds`` (:meth:`Judgement.rows`), ``aggregate``
-    (:meth:`Judgement.summary`), ``thresholds``, ``feasibility_tolerance`` and ``optimum``
-    (reward, costs, multipliers, solve time; None when infeasible)."""
+    (:meth:`Judgement.summary`), ``statistics`` (over seeds, with 95% intervals:
+    :func:`fhc_jax.experiment.statistics.seed_statistics`), ``thresholds``,
+    ``feasibility_tolerance`` and ``optimum`` (reward, costs, multipliers, solve time; None when
+    infeasible)."""
+    from fhc_jax.experiment.statistics import seed_statistics
+
     return {
         "seeds": judged.rows(),
         "aggregate": judged.summary(),
+        "statistics": seed_statistics(judged),
         "thresholds": judged.thresholds.tolist(),
         "feasibility_tolerance": judged.tolerance,
         "optimum": None if judged.optimum is None else judged.optimum.as_dict(),
@@ -25,9 +30,11 @@ def _joined(values, fmt: str = ".3f") -> str:
     return "/".join(f"{v:{fmt}}" for v in values)
 
 
-def format_table(judged: Judgement) -> str:
+def format_table(judged: Judgement, stats: dict[str, Any] | None = None) -> str:
     """One line per seed (exact reward, % of the optimum, exact costs, feasibility, learned
-    multipliers), the optimum's line and the feasibility rule."""
+    multipliers), the optimum's line and the feasibility rule; with ``stats``
+    (:func:`judgement_fields`' ``statistics``) a last line of statistics over seeds with their
+    95% intervals."""
     opt = judged.optimum
     frac = judged.fraction_of_optimum
     mc = judged.episodes is not None
@@ -46,4 +53,8 @@ def format_table(judged: Judgement) -> str:
     rule = "upper end of the 95% interval of the cost" if mc else "cost"
     lines.append(f"alpha = {_joined(judged.thresholds, 'g')}; feasible: {rule} <= alpha + "
                  f"{judged.tolerance:g} |alpha| ({judged.feasible_seeds}/{judged.num_seeds} seeds; {judged.method})")
+    if stats is not None:
+        from fhc_jax.experiment.statistics import format_line
+
+        lines.append("over seeds: " + format_line(stats, digits=3))
     return "\n".join(lines)

@@ -14,7 +14,14 @@ Every configuration's seeds are judged by :func:`fhc_jax.experiment.judge.judge`
 rule, ``run.feasibility_tolerance``). Configurations are ranked as the defaults were chosen: by the
 number of feasible seeds, then by the worst seed's exact reward
 (:meth:`~fhc_jax.experiment.judge.Judgement.rank_key`); the best is the top-ranked configuration
-with at least one feasible seed (None if none has one).
+with at least one feasible seed (None if none has one). Each configuration's row also carries
+``statistics`` over its seeds (:func:`fhc_jax.experiment.statistics.seed_statistics`: mean and
+IQM of the exact reward, costs and gap with stratified-bootstrap 95% intervals, the probability
+of violating the constraint with its Wilson 95% interval).
+
+Progress (unless quiet): the chunk line ends with the overall progress (the C configurations
+train together), and once trained each configuration prints one plain line
+(:class:`fhc_jax.experiment.progress.RunsProgress`).
 """
 
 from __future__ import annotations
@@ -30,9 +37,9 @@ from typing import IO, Any, Sequence
 import jax
 import numpy as np
 
-from fhc_jax.experiment import judge, rundir
+from fhc_jax.experiment import judge, rundir, statistics, tracking
 from fhc_jax.experiment.config_io import ConfigError, ExperimentSpec, load_spec, parse_assignment
-from fhc_jax.experiment.progress import Progress, env_steps_per_iteration
+from fhc_jax.experiment.progress import Progress, RunsProgress, env_steps_per_iteration
 from fhc_jax.experiment.machine import machine_info
 from fhc_jax.experiment.registry import load_algorithm
 from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
@@ -81,8 +88,13 @@ def grid_specs(spec: ExperimentSpec, grid: dict[str, list]) -> list[tuple[dict[s
 
 
 def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True, stream: IO[str] | None = None,
-              quiet: bool = False) -> dict[str, Any]:
+              quiet: bool = False, loggers: str | Sequence[str] | None = None, out: str | Path | None = None
+              ) -> dict[str, Any]:
     """Train every grid point x seed in one program; returns the results (see :func:`write_sweep`).
+
+    ``loggers`` (:mod:`fhc_jax.experiment.tracking`: ``"tensorboard"``, ``"wandb"``, several, or
+    None) log every run's metrics per iteration as ``config_{c}/seed_{s}/...`` into the sweep
+    directory ``out`` (required with loggers).
 
     Returns a dict with ``grid`` (assignments, C), ``exact_reward`` (C, S), ``exact_costs``
     (C, S, M), ``multipliers`` (C, S, M) or None, ``thresholds`` (M,), ``optimum``
@@ -93,6 +105,9 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
     from fhc_jax.algos import stack
 
     t0 = time.perf_counter()
+    loggers = tracking.resolve_loggers(loggers)
+    if loggers and out is None:
+        raise ConfigError("run_sweep: loggers need out, the sweep directory their logs go to")
     points = grid_specs(spec, grid)
     configs = [p[1].learner for p in points]
     c, s = len(configs), spec.seeds
@@ -110,15 +125,31 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
     thresholds = np.asarray(cmdp.thresholds, np.float64)
     learner = module.make_learner(env, params, spec.learner)
     trainer = ChunkedTrainer(learner, c * s, spec.chunk_size, hparams=hparams, shard=shard)
+    overall = None if quiet else RunsProgress(c, stream)  # a run: one configuration's seeds (all train together)
     progress = None if quiet else Progress(f"sweep {spec.algo} on {spec.env_name} ({c} configs x {s} seeds)",
                                            spec.num_iterations, c * s,
-                                           env_steps_per_iteration(spec.learner, env.horizon), thresholds, stream)
+                                           env_steps_per_iteration(spec.learner, env.horizon), thresholds, stream,
+                                           overall=lambda frac: overall.status(frac * c))
+    missing = statistics.unavailable()
+    if missing is not None:  # said before training, not after it
+        print(f"fhc-jax sweep: warning: {missing}; the bootstrap intervals will be missing",
+              file=stream if stream is not None else sys.stderr, flush=True)
     opt, infeasible = judge.solve_optimum(cmdp)
     if infeasible is not None:  # the same message as fhc-jax solve; the sweep proceeds
         print(f"fhc-jax sweep: warning: {infeasible}; the sweep proceeds, but no policy can meet the threshold",
               file=stream if stream is not None else sys.stderr, flush=True)
     # a diverged configuration must not stop the others: it is ranked last (non-finite reward)
-    state = trainer.run(trainer.init(keys), on_chunk=progress, stop_on_divergence=False)
+    trackers = tracking.Trackers(loggers, out or ".", name=Path(out or "sweep").name, stream=stream,
+                                 config={"kind": "sweep", "algo": spec.algo, "env": spec.env_name, "grid": grid,
+                                         "settings": spec.settings()}, hparams=spec.settings(),
+                                 run_labels=[f"config_{i}/seed_{j}" for i in range(c) for j in range(s)],
+                                 steps_per_iteration=env_steps_per_iteration(spec.learner, env.horizon))
+    try:
+        state = trainer.run(trainer.init(keys), on_chunk=tracking.chain(progress, trackers.log_chunk),
+                            stop_on_divergence=False)
+    except BaseException:
+        trackers.close()
+        raise
     diverged = set(() if state.divergence is None else state.divergence.seeds)
     reward = state.exact_reward[:, -1].reshape(c, s)
     costs = state.exact_costs[:, -1].reshape(c, s, -1)
@@ -146,8 +177,13 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
             "relative_gap": None if opt is None or not opt.reward else float((opt.reward - mean_reward) / abs(opt.reward)),
             "rank": rank[i],
             "best": i == best,
+            "statistics": statistics.seed_statistics(j),
         })
-    return {
+        if overall is not None:  # one plain line per completed configuration
+            overall.done(", ".join(f"{k}={v}" for k, v in assignment.items()),
+                         f"rank {rank[i]}, {j.feasible_seeds}/{s} seeds feasible; "
+                         + statistics.format_line(rows[-1]["statistics"], digits=3))
+    result = {
         "grid": [p[0] for p in points], "keys": list(grid), "exact_reward": reward, "exact_costs": costs,
         "multipliers": nu, "thresholds": thresholds, "optimum": opt, "tolerance": judged.tolerance,
         "best": best, "rows": rows, "env": spec.env_name, "env_title": spec.env_title(),
@@ -157,20 +193,28 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
         "feasibility": {"feasible": True} if infeasible is None else
         {"feasible": False, "min_costs": np.asarray(infeasible.min_costs).tolist(), "message": str(infeasible)},
     }
+    trackers.log_summary({k: result[k] for k in ("grid", "rows", "best", "timing", "divergence", "feasibility")})
+    trackers.close()
+    return result
 
 
 def format_sweep(result: dict[str, Any]) -> str:
     """The sweep's summary table (one line per configuration; * marks the best)."""
     keys = result["keys"]
     head = "  ".join(f"{k:>18}" for k in keys)
-    lines = [f"  {head}  {'rank':>4} {'mean reward':>12} {'min reward':>11} {'mean cost':>14} {'max cost':>14} "
-             f"{'feasible':>9} {'gap':>7}"]
+    seeds = int(np.shape(result["exact_reward"])[1])
+    lines = [(f"  {head}  {'rank':>4} {'mean reward':>12} {'min reward':>11} {'mean cost':>14} {'max cost':>14} "
+              f"{'feasible':>9} {'gap':>7}  {f'IQM reward, 95% CI ({seeds} seeds)':>32}  {'P(violation), 95% CI':>20}")]
     for row in result["rows"]:
         vals = "  ".join(f"{row[k]!s:>18}" for k in keys)
         gap = "-" if row["relative_gap"] is None else f"{row['relative_gap']:.1%}"
+        st = row.get("statistics")
+        iqm = "-" if st is None else statistics.format_estimate(st["reward"], "iqm", 3)
+        viol = "-" if st is None else statistics.format_violation(st["violation_probability"])
         lines.append(f"{'*' if row['best'] else ' '} {vals}  {row['rank']:>4} {row['mean_exact_reward']:>12.4f} {row['min_exact_reward']:>11.4f} "
                      f"{'/'.join(f'{x:.3f}' for x in row['mean_exact_costs']):>14} "
-                     f"{'/'.join(f'{x:.3f}' for x in row['max_exact_costs']):>14} {row['feasible_seeds']:>9} {gap:>7}")
+                     f"{'/'.join(f'{x:.3f}' for x in row['max_exact_costs']):>14} {row['feasible_seeds']:>9} {gap:>7}"
+                     f"  {iqm:>32}  {viol:>20}")
     alpha = "/".join(f"{a:g}" for a in result["thresholds"])
     rule = f"cost <= alpha + {result['tolerance']:g} |alpha|, alpha = {alpha}"
     diverged = sum(row.get("diverged_seeds", 0) > 0 for row in result["rows"])
@@ -184,6 +228,8 @@ def format_sweep(result: dict[str, Any]) -> str:
     opt = result["optimum"]
     if opt is not None:
         lines.append(f"optimum: reward {opt.reward:.4f}, cost {'/'.join(f'{x:.3f}' for x in opt.costs)}")
+    lines.append(f"over {seeds} seeds per configuration: IQM (interquartile mean) with its stratified-bootstrap 95% "
+                 "interval, P(violation) with its Wilson 95% interval (summary.json: each row's statistics)")
     return "\n".join(lines)
 
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Sequence
 
 import jax
 import numpy as np
 
 from fhc_jax.algos.learner import judged_exactly
-from fhc_jax.experiment import checkpoint, environments, judge, rundir, summary as summ
+from fhc_jax.experiment import checkpoint, environments, judge, rundir, summary as summ, tracking
 from fhc_jax.experiment.config_io import ExperimentSpec, load_spec
 from fhc_jax.experiment.machine import machine_info
 from fhc_jax.experiment.progress import Progress, env_steps_per_iteration
@@ -125,7 +125,7 @@ def feasibility_check(cmdp, say) -> tuple[Any, dict[str, Any]]:
 
 def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = False, overwrite: bool = False,
               stream: IO[str] | None = None, quiet: bool = False, max_chunks: int | None = None,
-              plots: bool = True) -> dict[str, Any]:
+              plots: bool = True, loggers: str | Sequence[str] | None = None) -> dict[str, Any]:
     """Train ``spec`` into the run directory ``out``.
 
     Args:
@@ -138,6 +138,9 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
             checkpoint reports are still printed).
         max_chunks: stop after this many chunks (the run stays resumable): for budgets and tests.
         plots: draw the PNG figures at the end.
+        loggers: experiment trackers, ``"tensorboard"``, ``"wandb"`` or several
+            (:mod:`fhc_jax.experiment.tracking`; logs in ``out/tensorboard``, ``out/wandb``);
+            None or ``"none"``: no tracking.
     Returns:
         summary.json's content (or ``{"complete": False, "iteration": n}`` when stopped early by
         ``max_chunks``).
@@ -152,6 +155,7 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
     import sys
 
     t_start = time.perf_counter()
+    loggers = tracking.resolve_loggers(loggers)  # a usage error before anything else
     out = Path(out)
     stream = sys.stderr if stream is None else stream
     say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=stream, flush=True))
@@ -176,8 +180,37 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
         else:
             rundir.prepare(out, resume=False, overwrite=overwrite)
             rundir.write_json_atomic(out / rundir.CONFIG, config_payload(spec))
-        return _train_locked(spec, out, resume, module, env, params, learner, say, warn, stream, quiet,
-                             max_chunks, plots, t_start)
+        trackers = tracking.Trackers(loggers, out, name=out.name, config=rundir.read_json(out / rundir.CONFIG),
+                                     hparams=spec.settings(), run_labels=tracking.seed_labels(spec.seeds),
+                                     steps_per_iteration=env_steps_per_iteration(spec.learner, env.horizon),
+                                     start_iteration=None, stream=stream)
+        return _tracked(trackers, out, plots, lambda: _train_locked(
+            spec, out, resume, module, env, params, learner, say, warn, stream, quiet, max_chunks, plots, t_start,
+            trackers))
+
+
+def _tracked(trackers: tracking.Trackers, out: Path, plots: bool, train) -> dict[str, Any]:
+    """Run ``train()`` and log its summary (and figures) to ``trackers``, closing them however it ends."""
+    try:
+        result = train()
+    except DivergenceError:
+        try:
+            trackers.log_summary(rundir.read_json(out / rundir.SUMMARY))
+        except ValueError:  # no readable summary.json: the divergence is what matters
+            pass
+        trackers.close()
+        raise
+    except KeyboardInterrupt:
+        trackers.close(timeout=5.0)
+        raise
+    except BaseException:
+        trackers.close()
+        raise
+    trackers.log_summary(result)
+    if plots and result.get("complete"):
+        trackers.log_images(sorted((out / rundir.PLOTS).glob("*.png")))
+    trackers.close()
+    return result
 
 
 def _refuse_changes(stored: ExperimentSpec, spec: ExperimentSpec, out: Path) -> None:
@@ -189,7 +222,7 @@ def _refuse_changes(stored: ExperimentSpec, spec: ExperimentSpec, out: Path) -> 
 
 
 def _train_locked(spec, out, resume, module, env, params, learner, say, warn, stream, quiet, max_chunks, plots,
-                  t_start) -> dict[str, Any]:
+                  t_start, trackers) -> dict[str, Any]:
     cmdp = env.to_cmdp(params) if judged_exactly(env) else None
     thresholds = np.asarray(env.thresholds(params), np.float64)
     config_hash = rundir.settings_hash(spec.settings())
@@ -212,6 +245,7 @@ def _train_locked(spec, out, resume, module, env, params, learner, say, warn, st
                 say(f"{out}: resuming from iteration {state.iteration} of {spec.num_iterations}")
         last["state"] = state
         start_iteration = state.iteration
+        trackers.begin(state.iteration, state.elapsed_s)
         progress = None if quiet else Progress(f"{spec.algo} on {spec.env_name}", spec.num_iterations, spec.seeds,
                                                env_steps_per_iteration(spec.learner, env.horizon), thresholds,
                                                stream, start_iteration, state.elapsed_s, exact=cmdp is not None)
@@ -231,6 +265,7 @@ def _train_locked(spec, out, resume, module, env, params, learner, say, warn, st
             if progress is not None:
                 progress(st)
             write_metrics(st)
+            trackers.log_chunk(st)
             if st.divergence is not None:
                 return  # never checkpoint non-finite values: a resume restarts from the last finite one
             finished = st.iteration >= spec.num_iterations
@@ -241,6 +276,7 @@ def _train_locked(spec, out, resume, module, env, params, learner, say, warn, st
 
         if state.iteration == 0:
             write_metrics(state)
+            trackers.log_chunk(state)
         state = trainer.run(state, on_chunk=on_chunk, max_chunks=max_chunks)
     except KeyboardInterrupt:
         st = last["state"]
@@ -337,6 +373,6 @@ def _finish(spec, out, state, module, env, params, cmdp, thresholds, opt, feasib
 
         plotting.plot_run(out)
     if judged is not None:
-        say(summ.format_table(judged))
+        say(summ.format_table(judged, result.get("statistics")))
     say(f"wrote {out}/ (wall {result['timing']['wall_s']:.1f} s, compile {trainer.compile_s:.1f} s)")
     return result

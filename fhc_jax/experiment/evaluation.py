@@ -1,0 +1,372 @@
+"""Judging a trained run's final policies again, on the environment it was trained on or on a
+changed one (``fhc-jax eval``); the run is rebuilt by :func:`fhc_jax.experiment.loading.load_run`.
+
+:func:`evaluate_run` judges those policies with the one judge (:mod:`fhc_jax.experiment.judge`):
+exactly where the learner's policy is a table over a tabular exact model
+(:func:`fhc_jax.algos.learner.judged_exactly`, as training judged it), with the gap to the
+optimum of ``fhc_jax.solve``; otherwise by Monte-Carlo with 95% intervals against the
+environment's reference policy. A changed environment (``--set env.slip=0.2``,
+:func:`target_environment`) judges the same policies elsewhere (robustness): every change is
+validated like ``fhc-jax train``'s ``--set`` before anything is compiled, and a change the
+policies cannot follow (another horizon, number of actions, state space for a tabular policy,
+observation shape) is refused.
+
+``fhc-jax eval RUN`` (:func:`plan_eval`, then :func:`run_eval`) writes ``RUN/eval/<name>.json``
+atomically and touches nothing else (config.json, metrics.csv, summary.json, policy.npz and
+checkpoints stay as they are); it holds the run directory's writer lock
+(:func:`fhc_jax.experiment.rundir.locked`) while it reads the checkpoint and writes, so it never
+reads a run that ``fhc-jax train --resume`` or ``--overwrite`` is changing, and a second writer
+is refused the way every ``fhc-jax`` command refuses one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from fhc_jax.algos.learner import judged_exactly
+from fhc_jax.envs.base import Environment
+from fhc_jax.experiment import environments, judge, rundir, summary as summ
+from fhc_jax.experiment.config_io import parse_assignment
+from fhc_jax.experiment.loading import LoadedRun, RunFiles, load_run, read_run, restore_run
+from fhc_jax.experiment.machine import machine_info
+from fhc_jax.experiment.settings import ConfigError, plain
+
+__all__ = ["EvalPlan", "LoadedRun", "RunEvaluation", "Target", "evaluate_run", "format_evaluation", "load_run",
+           "output_name", "parse_env_sets", "plan_eval", "run_eval", "target_environment"]
+
+#: the folder of a run directory that ``fhc-jax eval`` writes into
+EVAL_DIR = "eval"
+#: largest |difference| from summary.json's values that goes without a note (same code, same
+#: machine: 0)
+SUMMARY_TOLERANCE = 1e-6
+
+
+# ----------------------------------------------------------------------------- the judged environment
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """The environment a run's policies are judged on.
+
+    Attributes:
+        name: the environment's registered name. settings: every setting (defaults filled in).
+        changes: the settings that differ from the trained environment's, name -> value.
+        env, params: the environment and its params. title: e.g. ``gridworld (slip=0.2)``.
+        exact: judged exactly (tables on the exact model) or by Monte-Carlo.
+        episodes: Monte-Carlo episodes per seed (None when exact).
+    """
+
+    name: str
+    settings: dict
+    changes: dict
+    env: Environment
+    params: Any
+    title: str
+    exact: bool
+    episodes: int | None
+
+
+def parse_env_sets(assignments: Iterable[str]) -> dict[str, Any]:
+    """``["env.slip=0.2", ...]`` -> ``{"slip": 0.2}`` (values parsed as TOML, like ``--set``).
+
+    Raises:
+        ConfigError: an assignment that is not ``env.KEY=VALUE`` (``env.name`` included: the
+            environment itself cannot change).
+    """
+    out: dict[str, Any] = {}
+    for text in assignments:
+        key, value = parse_assignment(text)
+        if key == "env.name":
+            raise ConfigError("fhc-jax eval: env.name cannot change (the policies were trained on that environment); "
+                              "change its settings, e.g. --set env.slip=0.2")
+        if not key.startswith("env.") or len(key) <= 4:
+            raise ConfigError(f"fhc-jax eval takes only env.* settings (the environment to judge on), found {key!r}")
+        out[key[4:]] = value
+    return out
+
+
+def target_environment(files: RunFiles | LoadedRun, changes: Mapping[str, Any] | None = None,
+                       episodes: int | None = None) -> Target:
+    """The environment to judge ``files``' policies on: the trained one with ``changes``
+    (setting name without ``env.`` -> value), validated and checked for transfer; nothing is
+    compiled.
+
+    Args:
+        episodes: Monte-Carlo episodes per seed (default the run's ``run.eval_episodes``);
+            ignored when the policies are judged exactly.
+    Raises:
+        ConfigError: an unknown key (listing the environment's keys), a wrong type, a value
+            the environment's constructor refuses, ``episodes`` < 2, or a change the policies
+            cannot follow (another horizon or number of actions, another state space for
+            tabular policies, another observation shape).
+    """
+    spec = files.spec
+    entry = environments.load_environment(spec.env_name)
+    changes = dict(changes or {})
+    settings = entry.validate({**spec.env, **changes})
+    env, params = entry.make(settings)
+    changed = {k: v for k, v in settings.items() if plain(v) != plain(spec.env.get(k))}
+    _check_transfer(files.env, env, changed, judged_exactly(files.env))
+    exact = judged_exactly(files.env) and judged_exactly(env)
+    if episodes is None:
+        episodes = spec.eval_episodes
+    if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 2:
+        raise ConfigError(f"--episodes must be an integer >= 2, found {episodes!r}")
+    return Target(name=entry.name, settings=settings, changes=changed, env=env, params=params,
+                  title=entry.describe(settings), exact=exact, episodes=None if exact else int(episodes))
+
+
+def _check_transfer(trained: Environment, env: Environment, changed: dict, tabular: bool) -> None:
+    if not changed:
+        return
+    keys = ", ".join(f"env.{k}" for k in changed)
+    head = f"--set {keys}: the changed environment"
+    hint = "change only settings that keep the horizon, actions and states (e.g. env.slip, env.alpha)"
+    if env.horizon != trained.horizon:
+        raise ConfigError(f"{head} has horizon {env.horizon}, the policies act over {trained.horizon} stages; {hint}")
+    if env.num_actions != trained.num_actions:
+        raise ConfigError(f"{head} has {env.num_actions} actions, the policies choose among {trained.num_actions}; "
+                          f"{hint}")
+    if tabular:
+        if not judged_exactly(env):
+            raise ConfigError(f"{head} has no tabular exact model, and the policies are tables over the trained "
+                              f"environment's states; {hint}")
+        if env.num_states != trained.num_states:
+            raise ConfigError(f"{head} has {env.num_states} states, the policies are tables over "
+                              f"{trained.num_states} states (a tabular policy cannot transfer to another state "
+                              f"space); {hint}")
+    elif tuple(env.observation_shape) != tuple(trained.observation_shape):
+        raise ConfigError(f"{head} has observations of shape {tuple(env.observation_shape)}, the policies read "
+                          f"{tuple(trained.observation_shape)}; {hint}")
+
+
+# ----------------------------------------------------------------------------- judging
+
+
+@dataclasses.dataclass(frozen=True)
+class RunEvaluation:
+    """What :func:`evaluate_run` found.
+
+    Attributes:
+        judgement: the :class:`~fhc_jax.experiment.judge.Judgement` of every seed on the target.
+        target: the :class:`Target`.
+        record: the JSON record (``fhc-jax eval`` writes it to ``RUN/eval/<name>.json``).
+    """
+
+    judgement: judge.Judgement
+    target: Target
+    record: dict
+
+
+def evaluate_run(run: LoadedRun, target: Target | None = None, *,
+                 say: Callable[[str], None] | None = None) -> RunEvaluation:
+    """Judge every seed's final policy on ``target`` (default: the trained environment).
+
+    Exactly (``fhc_jax.evaluate`` of the policy tables, gap to ``fhc_jax.solve``'s optimum of
+    the target) where :attr:`Target.exact`; otherwise by Monte-Carlo (``target.episodes``
+    episodes per seed of :func:`fhc_jax.rollout_returns`, 95% intervals, against the target's
+    reference policy where it has one). The run's feasibility tolerance applies.
+    """
+    say = say or (lambda msg: None)
+    target = target_environment(run) if target is None else target
+    t0 = time.perf_counter()
+    thresholds = np.asarray(target.env.thresholds(target.params), np.float64).reshape(-1)
+    nu = run.multipliers if run.multipliers is not None and run.multipliers.shape[-1] == thresholds.size else None
+    tol = run.spec.feasibility_tolerance
+    record: dict[str, Any] = {}
+    if target.exact:
+        cmdp = target.env.to_cmdp(target.params)
+        say(f"judging {run.num_seeds} seeds exactly on {target.title}")
+        opt, err = judge.solve_optimum(cmdp)
+        judged, _ = judge.judge_policies(cmdp, run.policy_tables(), optimum=opt, multipliers=nu, tolerance=tol)
+        record["feasibility"] = {"feasible": True} if err is None else {
+            "feasible": False, "min_costs": np.asarray(err.min_costs, np.float64).tolist(), "message": str(err)}
+        if err is not None:
+            say(f"warning: {err}; no policy can meet the threshold")
+    else:
+        say(f"judging {run.num_seeds} seeds by Monte-Carlo on {target.title} ({target.episodes} episodes each)")
+        policies = [run.policy(r) for r in range(run.num_seeds)]
+        mc = judge.monte_carlo(target.env, target.params, policies, target.episodes)
+        judged = judge.judge(mc["reward"], mc["costs"], thresholds,
+                             optimum=judge.reference_optimum(target.env, target.params, target.episodes),
+                             multipliers=nu, tolerance=tol, episodes=target.episodes,
+                             reward_half_width=mc["reward_half_width"], cost_half_width=mc["cost_half_width"])
+    record = {
+        "run": str(run.path),
+        "algo": run.spec.algo,
+        "iteration": run.iteration,
+        "checkpoint_verified_by": run.verification,
+        "env": {"name": target.name, **target.settings},
+        "env_title": target.title,
+        "trained_env": {"name": run.spec.env_name, **run.spec.env},
+        "changes": target.changes,
+        "judged_by": judged.method,
+        "episodes": target.episodes,
+        **record,
+        **summ.judgement_fields(judged),
+    }
+    as_trained = not target.changes and (target.exact or target.episodes == run.spec.eval_episodes)
+    if as_trained and run.summary and run.summary.get("complete") and run.summary.get("seeds"):
+        record["summary_difference"] = _difference(run.summary, judged)
+    record["machine"] = machine_info()
+    record["timing"] = {"judge_s": time.perf_counter() - t0}
+    return RunEvaluation(judgement=judged, target=target, record=record)
+
+
+def _difference(summary: dict, judged: judge.Judgement) -> dict[str, Any] | None:
+    """Largest |difference| between summary.json's per-seed reward and costs and ``judged``'s."""
+    try:
+        reward = np.asarray([row["exact_reward"] for row in summary["seeds"]], np.float64)
+        costs = np.asarray([row["exact_costs"] for row in summary["seeds"]], np.float64)
+        if reward.shape != judged.reward.shape or costs.shape != judged.costs.shape:
+            return None
+        return {"reward": float(np.max(np.abs(reward - judged.reward))),
+                "costs": float(np.max(np.abs(costs - judged.costs)))}
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def format_evaluation(evaluation: RunEvaluation) -> str:
+    """One line per seed (reward, gap to the optimum and % of it, costs, feasibility), the
+    optimum's (or reference's) line and the feasibility rule."""
+    j, t = evaluation.judgement, evaluation.target
+    mc = j.episodes is not None
+    kind = "mean" if mc else "exact"
+    name = "ref" if mc else "opt"
+    gap, frac = j.gap, j.fraction_of_optimum
+    rows = [f"{'seed':>4} {kind + ' reward':>18} {'gap to ' + name:>11} {'% of ' + name:>9} {kind + ' cost':>22} "
+            f"{'feasible':>9}"]
+    joined = lambda v: "/".join(f"{x:.4f}" for x in v)  # noqa: E731
+    for r in range(j.num_seeds):
+        reward = f"{j.reward[r]:.4f}" + (f" ± {j.reward_half_width[r]:.4f}" if mc else "")
+        costs = joined(j.costs[r]) + (" ± " + joined(j.cost_half_width[r]) if mc else "")
+        g = "-" if gap is None else f"{gap[r]:.4f}"
+        p = "-" if frac is None else f"{100 * frac[r]:.1f}%"
+        rows.append(f"{r:>4} {reward:>18} {g:>11} {p:>9} {costs:>22} {'yes' if j.feasible[r] else 'NO':>9}")
+    if j.optimum is not None:
+        rows.append(f"{name:>4} {j.optimum.reward:>18.4f} {'':>11} {'100.0%':>9} {joined(j.optimum.costs):>22}")
+    rule = "upper end of the 95% interval of the cost" if mc else "cost"
+    changed = ", ".join(f"{k}={environments.short_value(v)}" for k, v in t.changes.items())
+    where = t.title + (f" [changed: {changed}]" if changed else " [as trained]")
+    rows.append(f"{where}; alpha = {'/'.join(f'{a:g}' for a in j.thresholds)}; feasible: {rule} <= alpha + "
+                f"{j.tolerance:g} |alpha| ({j.feasible_seeds}/{j.num_seeds} seeds; {j.method})")
+    diff = evaluation.record.get("summary_difference")
+    if diff:
+        largest = max(diff.values())
+        rows.append(f"summary.json's values reproduced (largest difference {largest:.3g})" if largest <= SUMMARY_TOLERANCE
+                    else f"note: these values differ from summary.json's by up to {largest:.3g} (it was written by "
+                         "another version of fhc_jax or on another machine: float32 rounding)")
+    return "\n".join(rows)
+
+
+# ----------------------------------------------------------------------------- fhc-jax eval
+
+
+def output_name(target: Target, run_episodes: int, name: str | None = None) -> str:
+    """The file stem of ``RUN/eval/<stem>.json``: ``name`` (checked: a plain file name, an
+    optional ``.json`` dropped) or one derived from the changes (``trained`` when none;
+    ``slip=0.2``, ``slip=0.2_alpha=20``; ``_episodes=N`` when a Monte-Carlo judgement uses
+    another number of episodes than the run did).
+
+    Raises:
+        ConfigError: a ``name`` that is not a plain file name.
+    """
+    if name is not None:
+        stem = name.removesuffix(".json")
+        if not stem or stem in (".", "..") or stem.startswith(".") or "/" in stem or "\\" in stem or "\0" in stem:
+            raise ConfigError(f"--out must be a plain file name (written to RUN/{EVAL_DIR}/NAME.json), found {name!r}")
+        return stem
+    parts = [f"{k}={environments.short_value(v)}" for k, v in target.changes.items()]
+    if target.episodes is not None and target.episodes != run_episodes:
+        parts.append(f"episodes={target.episodes}")
+    stem = "_".join(parts) or "trained"
+    return re.sub(r"[^A-Za-z0-9._=,+-]", "", stem)[:200] or "changed"
+
+
+def _same_evaluation(path: Path, record: Mapping[str, Any]) -> bool:
+    try:
+        old = rundir.read_json(path)
+    except rundir.RunDirectoryError:
+        return True  # unreadable: nothing usable is lost by rewriting it
+    if not isinstance(old, dict):
+        return True
+    return rundir.jsonable(old.get("env")) == rundir.jsonable(record["env"]) and old.get("episodes") == record["episodes"]
+
+
+def _check_writable(out: Path) -> None:
+    """``out`` can be written (its folder, or the run directory that will hold it, accepts a
+    temporary file); creates nothing that stays."""
+    if out.is_dir():
+        raise rundir.RunDirectoryError(f"{out} is a directory; choose another --out")
+    folder = out.parent if out.parent.is_dir() else out.parent.parent
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=folder)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as err:
+        raise rundir.RunDirectoryError(f"{out}: cannot write there ({err.strerror or err})") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalPlan:
+    """A checked ``fhc-jax eval`` (:func:`plan_eval`): the run's files, the target and the
+    output file."""
+
+    files: RunFiles
+    target: Target
+    out: Path
+    changes: dict
+    episodes: int | None
+
+
+def plan_eval(run: str | Path, env_sets: Iterable[str] = (), *, episodes: int | None = None,
+              name: str | None = None) -> EvalPlan:
+    """Everything ``fhc-jax eval`` checks before compiling: the run directory, the ``--set
+    env.*`` changes, ``--episodes``, and that ``RUN/eval/NAME.json`` can be written (and does
+    not hold an evaluation under other settings).
+
+    Raises:
+        RunDirectoryError / ConfigError (both ValueError): a usage error, naming the file or key.
+    """
+    changes = parse_env_sets(env_sets)
+    files = read_run(run)
+    target = target_environment(files, changes, episodes)
+    out = files.path / EVAL_DIR / f"{output_name(target, files.spec.eval_episodes, name)}.json"
+    _check_writable(out)
+    if out.is_file() and not _same_evaluation(out, {"env": {"name": target.name, **target.settings},
+                                                    "episodes": target.episodes}):
+        raise rundir.RunDirectoryError(f"--out: {out} holds an evaluation under other settings; choose another --out "
+                                       "(or delete that file)")
+    return EvalPlan(files=files, target=target, out=out, changes=changes, episodes=episodes)
+
+
+def run_eval(plan: EvalPlan, *, command: str = "fhc-jax eval",
+             say: Callable[[str], None] | None = None) -> RunEvaluation:
+    """Carry out a checked :class:`EvalPlan` under the run directory's writer lock: load the
+    run, judge it, write ``plan.out`` atomically. Nothing else in the run directory changes.
+
+    Raises:
+        RunInUseError: another process writes the run directory.
+        CheckpointError: the final checkpoint is damaged or foreign.
+    """
+    say = say or (lambda msg: None)
+    t0 = time.perf_counter()
+    with rundir.locked(plan.files.path, f"{command} {plan.files.path}"):
+        files = read_run(plan.files.path)  # again under the lock: what we load is what no one is writing
+        target = target_environment(files, plan.changes, plan.episodes)
+        if target.settings != plan.target.settings:
+            raise rundir.RunDirectoryError(f"{files.path / rundir.CONFIG} changed while fhc-jax eval started; run it again")
+        say(f"loading {files.path} ({files.spec.algo}, {files.spec.seeds} seeds, iteration {files.spec.num_iterations})")
+        run = restore_run(files)
+        evaluation = evaluate_run(run, target, say=say)
+        evaluation.record["timing"]["wall_s"] = time.perf_counter() - t0
+        rundir.write_json_atomic(plan.out, evaluation.record)
+    return evaluation

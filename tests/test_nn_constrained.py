@@ -272,3 +272,27 @@ def test_reported_actor_is_the_polyak_average():
     last = nc.policy_table(carry.state.replace(actor_average=carry.state.actor), TINY, TINY.default_params)
     np.testing.assert_allclose(table, learner.policy_table(carry.state), atol=1e-6)
     assert not np.allclose(table, last)
+
+
+@pytest.mark.parametrize("power", [0.0, 0.5, 1.0])
+def test_improved_actor_weights_visited_cells_by_visits_to_the_power(power, monkeypatch):
+    """``visit_weight_power`` p: the improved actor's regression weighs each (h, s) by n_h(s)^p,
+    n_h(s) the batch's visits (counted here independently), and unvisited cells by 0."""
+    cfg = nc.Config(width=6, visit_weight_power=power, loss_form="table")
+    state, batch, _, _ = _small_batch(cfg, k=12)
+    seen = []
+    original = nc.improved_actor_loss
+
+    def recording(nets, actor, inputs, q, weights):
+        seen.append(np.asarray(weights))
+        return original(nets, actor, inputs, q, weights)
+
+    monkeypatch.setattr(nc, "improved_actor_loss", recording)
+    setup = nc.setup(SMALL, SMALL.default_params, cfg)
+    nc.update(state, batch, None, setup, cfg)  # eager: the weights reach the loss as arrays
+    states = np.asarray(batch.states[:-1])
+    visits = np.zeros((states.shape[0], SMALL.num_states))
+    np.add.at(visits, (np.arange(states.shape[0])[:, None], states), 1.0)
+    expected = np.where(visits > 0, visits ** power, 0.0)
+    assert seen and visits.max() > 1  # some cell visited more than once: the powers differ
+    np.testing.assert_allclose(seen[0], expected, rtol=1e-6)

@@ -93,6 +93,10 @@ class Config:
             parameters, bar <- beta bar + (1 - beta) params(n+1); 0 reports the last iterate.
             Rollouts use the current actor. As in FH-Constrained: the last iterate drifts by a
             few cost units around alpha near nu*, the average does not.
+        visit_weight_power: p in [0, 1], the weight n_h(s)^p of a visited (h, s) in the
+            improved actor's regression on the tabular path (n_h(s): the batch's visits; 0:
+            every visited (h, s) equally, FH-Constrained's "visits" combination; 1: in
+            proportion to the visits, as the per-sample loss of the sampled path).
     """
 
     num_iterations: int = static(1500, low=1)
@@ -120,6 +124,7 @@ class Config:
     output_scale: float = numeric(0.1, low=0.0, low_open=True)
     logit_step: float = numeric(1.0, low=0.0, low_open=True)
     policy_averaging: float = numeric(0.99, low=0.0, high=1.0, high_open=True)
+    visit_weight_power: float = numeric(0.0, low=0.0, high=1.0)
 
 
 @struct.dataclass
@@ -443,6 +448,8 @@ def update(
         else:
             inputs = obs_table
             q, weights = advantage_targets(nets.actor.apply(train_state.actor, inputs[:-1]), stats, config.logit_step)
+            visits = stats.advantage_counts.sum(-1)
+            weights = jnp.where(visits > 0, visits ** config.visit_weight_power, 0.0).astype(q.dtype)
 
         def epoch(carry, _):
             actor, opt_state = carry

@@ -161,7 +161,13 @@ def sample_advantage_targets(logits: Array, onehot_actions: Array, advantages: A
     """Target policies of the improved actor on the sampled path (no tabular states to average
     over): each sample's advantage moves the logit of the action it took,
     q_hk = softmax(z_h(o_hk) + eta A_hk e_{a_hk}). Averaged over the samples of a (stage,
-    state), the step matches :func:`advantage_targets` to first order in eta.
+    state) this is NOT :func:`advantage_targets`' step: to first order in eta it moves logit b
+    by eta (mu_b A_b - sum_a mu_a^2 A_a) instead of eta A_hat_b, so rare actions learn in
+    proportion to mu, and a constant offset c of the advantages (a critic bias) moves logit b
+    by eta c (mu_b - sum_a mu_a^2), towards the likely actions when c > 0. Dividing the
+    sample's step by mu(a_hk) restores the tabular step to first order
+    (benchmarks/battery_diagnosis.py checks both claims; on BatteryStorage the two targets
+    trained to similar results).
 
     Args:
         logits: z at the visited observations, (H, K, A). onehot_actions: e_{a_hk}, (H, K, A).

@@ -19,9 +19,25 @@ Monte-Carlo evaluation, ``fhc_jax.rollout_returns`` (episode totals accumulated 
 carry, no trajectory arrays written), against the numpy loop that does the same
 (``numpy_returns``).
 
+A third table (``policies`` in the JSON) times policies as users write them, each through
+``rollout`` and ``rollout_returns`` at K = ``--policy-batch-size`` (default 4096), called as
+users call them (``jax.jit(lambda k: fhc.rollout(k, env, params, policy, K))``, fresh
+outputs every call, ``jax.block_until_ready``, median of ``--policy-repeats`` (default 7)
+runs, compilation excluded):
+
+* ``uniform (fast path)``: ``fhc.uniform_random_policy(A)`` (one uniform per step);
+* ``randint lambda``: ``lambda k, o, h: jax.random.randint(k, (), 0, A)`` (a key per step);
+* ``softmax via categorical``: a per-stage linear softmax of the observation,
+  logits = o @ W[h] + b[h], sampled with ``jax.random.categorical``;
+* ``softmax via fhc.softmax_policy``: the same logits through ``fhc.softmax_policy``;
+
+plus the uniform policy through ``rollout(..., record=...)`` with compact records, and the
+ratio of the softmax helper to the uniform fast path.
+
 Usage::
 
     python benchmarks/env_throughput.py [--quick] [--devices N] [--repeats R] [--batch-sizes 1,256,4096]
+        [--policy-batch-size 4096] [--policy-repeats 7]
 
 ``--devices N`` (N > 1) splits the host CPU into N XLA devices and adds a row where the
 episodes are sharded over them (one thread each). Results go to
@@ -31,7 +47,6 @@ episodes are sharded over them (one thread each). Results go to
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
@@ -45,6 +60,8 @@ def _parse() -> argparse.Namespace:
                         help="timed runs per row, after one warm-up (default 21; --quick: 5)")
     parser.add_argument("--batch-sizes", type=lambda v: [int(x) for x in v.split(",")], default=None,
                         help="comma-separated K values (default 1,256,4096,16384; --quick: 1,256,4096)")
+    parser.add_argument("--policy-batch-size", type=int, default=4096, help="K of the policies table (default 4096)")
+    parser.add_argument("--policy-repeats", type=int, default=7, help="timed runs per policies row (default 7)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "env_throughput.json"))
     return parser.parse_args()
 
@@ -60,6 +77,8 @@ import numpy as np  # noqa: E402
 from fhc_jax.cmdp.evaluate import evaluate  # noqa: E402
 from fhc_jax.envs import GridWorld  # noqa: E402
 from fhc_jax.experiment.machine import machine_info  # noqa: E402
+from fhc_jax.experiment.rundir import write_json_atomic  # noqa: E402
+import fhc_jax as fhc  # noqa: E402
 from fhc_jax.rollout import episode, rollout, rollout_returns, uniform_random_policy  # noqa: E402
 
 
@@ -186,6 +205,74 @@ def bench_jax(env, params, k: int, repeats: int, sharding=None, returns_only: bo
     return dict(compile_s=compile_s, median_s=med, runs_s=runs, steps_per_s=k * env.horizon / med)
 
 
+def time_call(fn, key_arg, repeats: int) -> dict:
+    """Compile ``jax.jit(fn)`` (timed apart), one warm-up call, then ``repeats`` timed calls with
+    fresh keys built before the timed region; every call returns fresh output buffers."""
+    jitted = jax.jit(fn)
+    t0 = time.perf_counter()
+    compiled = jitted.lower(key_arg(0)).compile()
+    compile_s = time.perf_counter() - t0
+    jax.block_until_ready(compiled(key_arg(0)))
+    keys = iter(jax.block_until_ready([key_arg(seed) for seed in range(1, repeats + 1)]))
+    med, runs = median_time(lambda: jax.block_until_ready(compiled(next(keys))), repeats)
+    return dict(compile_s=compile_s, median_s=med, runs_s=runs)
+
+
+def linear_softmax_logits(env, seed: int = 0):
+    """A per-stage linear softmax of the observation: ``logits_fn(o, h) = o @ W[h] + b[h]``,
+    W (H, D, A) and b (H, A) standard normal (fixed seed)."""
+    d = int(np.prod(env.observation_shape))
+    k_w, k_b = jax.random.split(jax.random.key(seed))
+    weights = jax.random.normal(k_w, (env.horizon, d, env.num_actions))
+    biases = jax.random.normal(k_b, (env.horizon, env.num_actions))
+    return lambda o, h: jnp.reshape(o, (-1,)) @ weights[h] + biases[h]
+
+
+def policy_rows(env, params, k: int, repeats: int) -> list[dict]:
+    """The policies table: each policy through ``rollout`` and ``rollout_returns`` as users call
+    them, plus compact records of the uniform policy."""
+    a = env.num_actions
+    logits_fn = linear_softmax_logits(env)
+    policies = {
+        "uniform (fast path)": fhc.uniform_random_policy(a),
+        "randint lambda": lambda key, o, h: jax.random.randint(key, (), 0, a),
+        "softmax via categorical": lambda key, o, h: jax.random.categorical(key, logits_fn(o, h)),
+        "softmax via fhc.softmax_policy": fhc.softmax_policy(logits_fn),
+    }
+    rows = []
+    for name, policy in policies.items():
+        for kind in ("rollout", "rollout_returns"):
+            if kind == "rollout":
+                fn = lambda key, policy=policy: fhc.rollout(key, env, params, policy, k)
+            else:
+                fn = lambda key, policy=policy: fhc.rollout_returns(key, env, params, policy, k)
+            t = time_call(fn, jax.random.key, repeats)
+            rows.append(dict(policy=name, call=kind, record="all" if kind == "rollout" else None, K=k, **t,
+                             steps_per_s=k * env.horizon / t["median_s"]))
+    uniform = policies["uniform (fast path)"]
+    for record in (("states", "actions", "rewards", "costs"), ("states", "actions")):
+        fn = lambda key, record=record: fhc.rollout(key, env, params, uniform, k, record=record)
+        t = time_call(fn, jax.random.key, repeats)
+        rows.append(dict(policy="uniform (fast path)", call="rollout", record=list(record), K=k, **t,
+                         steps_per_s=k * env.horizon / t["median_s"]))
+    return rows
+
+
+def policy_ratios(rows: list[dict]) -> dict:
+    """Throughput of the softmax helper (and of categorical) relative to the uniform fast path."""
+    rate = {(r["policy"], r["call"]): r["steps_per_s"] for r in rows if r["record"] in ("all", None)}
+    out = {}
+    for call in ("rollout", "rollout_returns"):
+        base = rate[("uniform (fast path)", call)]
+        out[call] = {
+            "softmax_helper_vs_uniform": rate[("softmax via fhc.softmax_policy", call)] / base,
+            "softmax_categorical_vs_uniform": rate[("softmax via categorical", call)] / base,
+            "softmax_helper_vs_categorical": rate[("softmax via fhc.softmax_policy", call)]
+            / rate[("softmax via categorical", call)],
+        }
+    return out
+
+
 def main(args: argparse.Namespace) -> dict:
     env = GridWorld()
     params = env.default_params
@@ -234,6 +321,10 @@ def main(args: argparse.Namespace) -> dict:
                            exact=float(m), z_jax_exact=float((a.mean() - m) / np.sqrt(a.var() / a.size)),
                            z_numpy_exact=float((b.mean() - m) / np.sqrt(b.var() / b.size)))
 
+    # policies as users write them (rollout and rollout_returns), and compact records
+    policies = policy_rows(env, params, args.policy_batch_size, args.policy_repeats)
+    ratios = policy_ratios(policies)
+
     sharded = []
     if args.devices > 1 and len(jax.devices()) >= args.devices:
         mesh = jax.make_mesh((args.devices,), ("episodes",), axis_types=(jax.sharding.AxisType.Auto,))
@@ -261,6 +352,15 @@ def main(args: argparse.Namespace) -> dict:
     for r in sharded:
         print(f"sharded over {r['devices']} host devices, K={r['K']}: compile {r['compile_s']:.2f} s, "
               f"run {r['median_s'] * 1e3:.2f} ms, {r['steps_per_s']:.3g} env-steps/s")
+    print(f"policies as users call them, K={args.policy_batch_size}, median of {args.policy_repeats} runs:")
+    print(f"{'policy':<32} {'call':<16} {'record':<32} {'compile s':>9} {'run ms':>9} {'env-steps/s':>12}")
+    for r in policies:
+        record = "-" if r["record"] is None else ("all" if r["record"] == "all" else ",".join(r["record"]))
+        print(f"{r['policy']:<32} {r['call']:<16} {record:<32} {r['compile_s']:>9.2f} {r['median_s'] * 1e3:>9.2f} "
+              f"{r['steps_per_s']:>12.3g}")
+    for call, rr in ratios.items():
+        print(f"{call}: softmax_policy / uniform = {rr['softmax_helper_vs_uniform']:.2f}, categorical / uniform = "
+              f"{rr['softmax_categorical_vs_uniform']:.3f}, softmax_policy / categorical = {rr['softmax_helper_vs_categorical']:.1f}x")
 
     result = dict(
         benchmark="env_throughput",
@@ -272,13 +372,15 @@ def main(args: argparse.Namespace) -> dict:
         jax=rows,
         jax_returns_only=returns_rows,
         jax_sharded=sharded,
+        policies=dict(K=args.policy_batch_size, repeats=args.policy_repeats, logits="o @ W[h] + b[h], W, b ~ N(0, 1)",
+                      rows=policies, ratios=ratios),
         semantics_check=check,
         numpy_one_episode=dict(episodes=n_single, median_s=single_s, steps_per_s=single_rate),
         timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"),
     )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    write_json_atomic(out, result)
     print(f"wrote {out}")
     return result
 

@@ -16,7 +16,8 @@ Usage::
 
     python benchmarks/fh_constrained.py [--quick] [--skip-quality] [--skip-speed]
 
-Results go to ``benchmarks/results/fh_constrained.json``.
+Results go to ``benchmarks/results/fh_constrained.json`` (sections a run skips keep their
+previous values).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import numpy as np
 
 from fhc_jax.algos import fh_constrained as fc, tabular_rollout
 from fhc_jax.envs import GridWorld
+from fhc_jax.experiment.rundir import write_json_atomic
 from judge import machine_info, train_and_judge
 from timing import compile_and_time
 
@@ -200,8 +202,14 @@ def main() -> None:
         st = seeds_table(env, params, fc.Config(num_iterations=100 if args.quick else 200))
         result["seeds"] = st
         print(f"[seeds] {st['seeds']} seeds: vmap {st['vmap_s']:.2f}s vs sequential {st['sequential_s']:.2f}s ({st['speedup']:.2f}x)")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists():  # keep the sections this run skipped (e.g. quality under --skip-quality)
+        try:
+            result = {**json.loads(out.read_text()), **result}
+        except (OSError, ValueError) as err:
+            print(f"not merging the unreadable previous {out}: {err}")
+    write_json_atomic(out, result)
     print("wrote", args.out)
 
 

@@ -6,27 +6,36 @@ final state X_H are recorded separately (paper eqs. (1)-(2) count them in the to
 
 Jitting::
 
-    fast = jax.jit(rollout, static_argnums=(1, 3, 4))   # env, policy, num_episodes static
-    traj = fast(key, env, params, policy, 4096)
+    traj = jax.jit(lambda key: rollout(key, env, params, policy, 4096))(key)   # closes over all
+    fast = jax.jit(rollout, static_argnums=(1, 3, 4), static_argnames="record")
+    traj = fast(key, env, params, policy, 4096, record=("states", "actions"))
 
-``env`` and ``policy`` must be hashable (environments are; use a module-level function, a
-frozen dataclass such as :class:`UniformRandomPolicy`, or ``functools.partial`` of hashable
+As static arguments ``env`` and ``policy`` must be hashable (environments are; use a
+module-level function, a frozen dataclass such as :class:`UniformRandomPolicy`,
+:func:`fhc_jax.softmax_policy` of a hashable function, or ``functools.partial`` of hashable
 pieces; put arrays a policy needs, e.g. per-stage parameters, in ``params``-like arguments
-of an enclosing jitted function instead of in a static argument).
+of an enclosing jitted function, or close over them as in the first line).
 
 Speed: random-number generation dominates a tabular step on CPU. A policy with
 ``action_from_uniform`` in an environment with ``noise_from_uniform`` (``GridWorld``) takes the
 fast path of :func:`rollout`: one threefry block per step, both of its 32-bit words used.
+Write policies with :func:`fhc_jax.softmax_policy` (logits of an observation) or
+:func:`fhc_jax.table_policy` (a probability table) rather than with
+``jax.random.categorical``: they implement that protocol (one uniform per step, inverse CDF)
+and sample the same distribution several times faster. Writing the trajectory costs more
+than stepping a tabular environment: ``record=`` keeps only the fields a caller reads, in
+the narrowest exact integer dtypes (:class:`Trajectory`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 from jax.extend.random import define_prng_impl, threefry_prng_impl
 
@@ -42,50 +51,88 @@ Array = jax.Array
 Policy = Callable[[Array, Array, Array], Array]
 
 
+#: the per-stage fields :func:`rollout` can record (its ``record`` argument); all by default
+RECORDABLE = ("states", "observations", "actions", "rewards", "costs")
+
+
+def index_dtype(n: int) -> np.dtype:
+    """The narrowest signed integer dtype that holds 0..n-1: int8 (n <= 128), int16
+    (n <= 32768), else int32. :func:`rollout` records state and action indices in it."""
+    for dtype in (np.int8, np.int16):
+        if n <= np.iinfo(dtype).max + 1:
+            return np.dtype(dtype)
+    return np.dtype(np.int32)
+
+
 @struct.dataclass
 class Trajectory:
     """K episodes of H stages (leading axes (K, H)); M constraints.
 
+    Index dtypes: state indices are :func:`index_dtype` (S) and actions :func:`index_dtype` (A)
+    (int8 on the default gridworld: S = 100, A = 9), the narrowest exact signed integers, so
+    that writing the trajectory costs as little as possible. They index arrays directly; cast
+    with ``.astype(jnp.int32)`` before arithmetic that can leave their range (e.g.
+    ``s * A + a``). Fields that ``rollout(..., record=...)`` did not record are None.
+
     Attributes:
-        states: s_h, state indices, (K, H) int32 (None unless ``env.is_tabular``).
-        observations: encoded s_h, (K, H, *obs_shape).
-        actions: a_h, (K, H) int32.
+        states: s_h, state indices, (K, H) (None unless ``env.is_tabular`` and recorded).
+        observations: encoded s_h, (K, H, *obs_shape) (None unless recorded; on tabular
+            environments :func:`trajectory_observations` recomputes them from the states).
+        actions: a_h, (K, H).
         rewards: r_h(s_h, a_h, s_{h+1}) as paid by the environment, (K, H).
         costs: g_h^(k), (K, H, M).
-        next_states: s_{h+1}, (K, H) int32 (``next_states[:, -1]`` is the final state X_H;
-            None unless ``env.is_tabular``).
-        final_observations: encoded X_H, (K, *obs_shape) (input of terminal critics V_H).
+        final_states: X_H, the state index after the last stage, (K,) (None unless
+            ``env.is_tabular``).
+        final_observations: encoded X_H, (K, *obs_shape) (input of terminal critics V_H; None
+            unless observations are recorded).
         terminal_rewards: r_H(X_H), (K,).
         terminal_costs: g_H^(k)(X_H), (K, M).
     """
 
-    states: Array
-    observations: Array
-    actions: Array
-    rewards: Array
-    costs: Array
-    next_states: Array
-    final_observations: Array
+    states: Array | None
+    observations: Array | None
+    actions: Array | None
+    rewards: Array | None
+    costs: Array | None
+    final_states: Array | None
+    final_observations: Array | None
     terminal_rewards: Array
     terminal_costs: Array
 
     @property
     def num_episodes(self) -> int:
-        return self.actions.shape[0]
+        return self.terminal_rewards.shape[-1]
 
     @property
     def horizon(self) -> int:
-        return self.actions.shape[1]
+        for x in (self.actions, self.states, self.rewards, self.costs, self.observations):
+            if x is not None:
+                return x.shape[self.terminal_rewards.ndim]
+        raise ValueError("Trajectory.horizon: no per-stage field was recorded")
+
+    @property
+    def next_states(self) -> Array | None:
+        """s_{h+1}, (K, H): the states shifted by one stage, ``next_states[:, -1]`` the final
+        state X_H (computed on access; None without recorded states)."""
+        if self.states is None or self.final_states is None:
+            return None
+        return jnp.concatenate([self.states[..., 1:], self.final_states[..., None]], axis=-1)
+
+    def _recorded(self, name: str) -> Array:
+        value = getattr(self, name)
+        if value is None:
+            raise ValueError(f"Trajectory: {name} were not recorded (rollout's record= must include {name!r})")
+        return value
 
     @property
     def episode_rewards(self) -> Array:
         """Total reward of each episode including r_H (paper eq. (1) sample), (K,)."""
-        return jnp.sum(self.rewards, axis=1) + self.terminal_rewards
+        return jnp.sum(self._recorded("rewards"), axis=-1) + self.terminal_rewards
 
     @property
     def episode_costs(self) -> Array:
         """Total cost of each episode and constraint including g_H (paper eq. (2) sample), (K, M)."""
-        return jnp.sum(self.costs, axis=1) + self.terminal_costs
+        return jnp.sum(self._recorded("costs"), axis=-2) + self.terminal_costs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,46 +324,110 @@ def _stage_step(x: Any, obs: Any, state: Any, h: Array, env: Environment, params
     return action, next_obs, next_state, reward, costs
 
 
-def _scan(reset_key: Array, stage_xs: Any, env: Environment, params: Any, policy: Policy):
+def check_record(record: Iterable[str]) -> frozenset[str]:
+    """Validate ``rollout``'s ``record`` argument (before any compilation).
+
+    Raises:
+        ValueError: ``record`` is not a collection of names from :data:`RECORDABLE`.
+    """
+    if isinstance(record, str) or not isinstance(record, Iterable):
+        raise ValueError(f"rollout: record must be a tuple of field names from {RECORDABLE}, found {record!r}")
+    names = tuple(record)
+    unknown = [n for n in names if n not in RECORDABLE]
+    if unknown:
+        raise ValueError(f"rollout: record must name fields from {RECORDABLE}, found {unknown}")
+    return frozenset(names)
+
+
+def _scan(reset_key: Array, stage_xs: Any, env: Environment, params: Any, policy: Policy,
+          record: frozenset[str] = frozenset(RECORDABLE)):
     """One episode's loop given its reset key and per-stage randomness (``_stage_inputs``,
-    leading H): (states s_0..s_{H-1} (a state pytree, leading H), actions, rewards, costs,
-    final state)."""
+    leading H): (the recorded per-stage outputs, a dict of leading-H arrays, final state).
+
+    Tabular environments record the state index in :func:`index_dtype` (S) (observations are
+    encoded from it after the loop); others record the state pytree when observations are
+    recorded.
+    """
     obs, state = env.reset(reset_key, params)
+    tabular = env.is_tabular
+    keep_states = bool({"states", "observations"} & record)
+    state_dtype = index_dtype(env.num_states) if tabular else None
+    action_dtype = index_dtype(env.num_actions)
 
     def body(carry, xs):
         obs, state = carry
         h, x = xs
         action, next_obs, next_state, reward, costs = _stage_step(x, obs, state, h, env, params, policy)
-        return (next_obs, next_state), (state, action, reward, costs)
+        out = {}
+        if keep_states:
+            out["states"] = env.state_index(state).astype(state_dtype) if tabular else state
+        if "actions" in record:
+            out["actions"] = action.astype(action_dtype)
+        if "rewards" in record:
+            out["rewards"] = reward
+        if "costs" in record:
+            out["costs"] = costs
+        return (next_obs, next_state), out
 
     stages = jnp.arange(env.horizon, dtype=jnp.int32)
     (_, final_state), outs = jax.lax.scan(body, (obs, state), (stages, stage_xs))
-    return (*outs, final_state)
+    return outs, final_state
 
 
-def _trajectory(states: Any, actions: Array, rewards: Array, costs: Array, final_state: Any,
-                env: Environment, params: Any) -> Trajectory:
+def _trajectory(outs: dict[str, Any], final_state: Any, env: Environment, params: Any,
+                record: frozenset[str]) -> Trajectory:
     """Assemble one episode's record; observations are encoded here, outside the loop."""
-    observe = lambda s: env.observation(s, params)
-    index = jax.vmap(env.state_index)(states) if env.is_tabular else None
+    tabular = env.is_tabular
+    observations = final_observations = None
+    if "observations" in record:
+        if tabular:
+            stages = jnp.arange(env.horizon, dtype=jnp.int32)
+            observations = jax.vmap(lambda s, h: _observe_index(env, params, s, h))(outs["states"], stages)
+        else:
+            observations = jax.vmap(lambda s: env.observation(s, params))(outs["states"])
+        final_observations = env.observation(final_state, params)
     return Trajectory(
-        states=index,
-        observations=jax.vmap(observe)(states),
-        actions=actions,
-        rewards=rewards,
-        costs=costs,
-        next_states=jnp.concatenate([index[1:], env.state_index(final_state)[None]]) if env.is_tabular else None,
-        final_observations=observe(final_state),
+        states=outs["states"] if tabular and "states" in record else None,
+        observations=observations,
+        actions=outs.get("actions"),
+        rewards=outs.get("rewards"),
+        costs=outs.get("costs"),
+        final_states=env.state_index(final_state).astype(index_dtype(env.num_states)) if tabular else None,
+        final_observations=final_observations,
         terminal_rewards=env.terminal_reward(final_state, params),
         terminal_costs=env.terminal_costs(final_state, params),
     )
 
 
-def rollout(key: Array, env: Environment, params: Any, policy: Policy, num_episodes: int) -> Trajectory:
+def _observe_index(env: Environment, params: Any, index: Array, h: Array) -> Array:
+    """The observation of tabular state ``index`` at stage ``h``."""
+    return env.observation(env.state_at(jnp.asarray(index, jnp.int32), h), params)
+
+
+def rollout(key: Array, env: Environment, params: Any, policy: Policy, num_episodes: int, *,
+            record: Iterable[str] = RECORDABLE) -> Trajectory:
     """K = ``num_episodes`` independent episodes of ``policy`` in ``env`` with ``params``.
 
-    ``jax.vmap`` over episodes of a ``lax.scan`` over stages. Jit with
-    ``static_argnums=(1, 3, 4)``.
+    ``jax.vmap`` over episodes of a ``lax.scan`` over stages. Jit it with the environment,
+    the policy and K static, e.g. ``jax.jit(lambda k: rollout(k, env, params, policy, K))`` or
+    ``jax.jit(rollout, static_argnums=(1, 3, 4), static_argnames="record")``.
+
+    **Policies.** Build them with :func:`fhc_jax.softmax_policy` (``logits_fn(observation, h)
+    -> (A,)`` logits) or :func:`fhc_jax.table_policy` (an (H, S, A) probability table), or
+    give your own policy an ``action_from_uniform`` (below). A policy that draws its action
+    with ``jax.random.categorical`` samples the same distribution but costs about ten times
+    more: on the default gridworld at K = 4096 (2-core CPU, ``benchmarks/env_throughput.py``)
+    a per-stage linear softmax of the observation runs at 2-3M env-steps/s through
+    ``jax.random.categorical`` and 27-39M through ``softmax_policy`` (``rollout_returns``; the
+    uniform policy: about 120M), see the README.
+
+    **What is recorded.** ``record`` names the per-stage fields to keep (:data:`RECORDABLE`,
+    all by default): e.g. ``record=("states", "actions", "rewards", "costs")`` skips the
+    observations, which :func:`trajectory_observations` recomputes from the states on
+    tabular environments. Writing the (K, H) arrays costs more than stepping a tabular
+    environment, so record only what you read. State and action indices are stored in the
+    narrowest exact signed integer dtype (:class:`Trajectory`); final states, terminal
+    rewards and terminal costs are always kept.
 
     Randomness: episode i uses ``key_i = split(key, K)[i]`` only (the same key gives the same
     trajectories for any K), ``reset_key, steps_key = split(key_i)``; s_0 comes from
@@ -335,21 +446,50 @@ def rollout(key: Array, env: Environment, params: Any, policy: Policy, num_episo
       action is ``policy(key, obs, h)`` and the noise ``env.noise(key, params)``.
 
     Either way the result is exactly that of calling the policy and ``env.transition`` stage
-    by stage with this randomness (all random numbers are drawn before the scan). The
-    recorded observations are ``env.observation(s_h, params)``, encoded after the scan.
+    by stage with this randomness (all random numbers are drawn before the scan), whatever is
+    recorded. The recorded observations are ``env.observation(s_h, params)``, encoded after
+    the scan (on tabular environments from ``env.state_at(s_h, h)``).
 
     Args:
         key: PRNG key.
         env: the environment (static).
         params: its params pytree (may be traced, e.g. vmapped over).
-        policy: ``policy(key, obs, h) -> action`` (static), optionally with ``action_from_uniform``.
+        policy: ``policy(key, obs, h) -> action`` in [0, A) (static), optionally with
+            ``action_from_uniform``.
         num_episodes: K (static).
+        record: names of the per-stage fields to record (static), a subset of
+            :data:`RECORDABLE`; the others are None.
     Returns:
         :class:`Trajectory` with leading axes (K, H).
+    Raises:
+        ValueError: ``record`` names an unknown field.
     """
-    loops = jax.vmap(lambda k, xs: _scan(k, xs, env, params, policy), in_axes=(0, 1))
-    out = loops(*_episode_inputs(key, env, params, policy, num_episodes))
-    return jax.vmap(lambda *o: _trajectory(*o, env, params))(*out)
+    record = check_record(record)
+    loops = jax.vmap(lambda k, xs: _scan(k, xs, env, params, policy, record), in_axes=(0, 1))
+    outs, final_state = loops(*_episode_inputs(key, env, params, policy, num_episodes))
+    return jax.vmap(lambda o, f: _trajectory(o, f, env, params, record))(outs, final_state)
+
+
+def trajectory_observations(trajectory: Trajectory, env: Environment, params: Any) -> tuple[Array, Array]:
+    """The observations of a trajectory recorded without them, recomputed from its states:
+    ``env.observation(env.state_at(s_h, h), params)`` (tabular environments; exactly what
+    ``rollout`` records with ``"observations"``).
+
+    Returns:
+        (observations of s_0..s_{H-1} (K, H, *obs_shape), of the final states (K, *obs_shape)).
+    Raises:
+        ValueError: an environment without tabular states, or a trajectory without states.
+    """
+    if not env.is_tabular:
+        raise ValueError(f"trajectory_observations: {env.name} has no tabular states (is_tabular) to recompute "
+                         "observations from; record them (rollout's record= with 'observations')")
+    if trajectory.states is None or trajectory.final_states is None:
+        raise ValueError("trajectory_observations: the trajectory has no states (rollout's record= must include 'states')")
+    stages = jnp.arange(trajectory.states.shape[-1], dtype=jnp.int32)
+    per_episode = jax.vmap(lambda s, h: _observe_index(env, params, s, h))
+    observations = jax.vmap(per_episode, in_axes=(0, None))(trajectory.states, stages)
+    final = jax.vmap(lambda s: _observe_index(env, params, s, jnp.int32(env.horizon)))(trajectory.final_states)
+    return observations, final
 
 
 @struct.dataclass
@@ -398,11 +538,13 @@ def rollout_returns(key: Array, env: Environment, params: Any, policy: Policy, n
     return Returns(rewards=rewards, costs=costs)
 
 
-def episode(key: Array, env: Environment, params: Any, policy: Policy) -> Trajectory:
+def episode(key: Array, env: Environment, params: Any, policy: Policy, *,
+            record: Iterable[str] = RECORDABLE) -> Trajectory:
     """One episode (no leading K axes) with episode key ``key``: the episode that
     :func:`rollout` runs for ``key = split(rollout_key, K)[i]``."""
+    record = check_record(record)
     key, impl = fast_key(_typed(key))
     reset_key, steps_key = jax.random.split(key)
     stage_xs = jax.tree.map(lambda x: x[:, 0], _stage_inputs(steps_key[None], impl, env, params, policy))
-    out = _scan(_restore_keys(reset_key, impl), stage_xs, env, params, policy)
-    return _trajectory(*out, env, params)
+    outs, final_state = _scan(_restore_keys(reset_key, impl), stage_xs, env, params, policy, record)
+    return _trajectory(outs, final_state, env, params, record)

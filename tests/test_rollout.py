@@ -8,13 +8,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import fhc_jax as fhc
 from fhc_jax.envs import GridWorld, next_state_table
 from fhc_jax.rollout import (
+    RECORDABLE,
     UNROLLED_THREEFRY,
     Trajectory,
     episode,
+    index_dtype,
     rollout,
     rollout_returns,
+    trajectory_observations,
     uniform_from_bits,
     uniform_random_policy,
     uses_uniforms,
@@ -45,7 +49,7 @@ def params(env):
 def _reference(key, env, params, policy, num_episodes, fast=False) -> Trajectory:
     """Plain Python loop over episodes and stages calling env.reset / env.step (key path) or
     policy.action_from_uniform / env.transition with the documented uniforms (fast path)."""
-    fields = {f: [] for f in ("states", "observations", "actions", "rewards", "costs", "next_states",
+    fields = {f: [] for f in ("states", "observations", "actions", "rewards", "costs", "final_states",
                               "final_observations", "terminal_rewards", "terminal_costs")}
     for episode_key in jax.random.split(key, num_episodes):
         reset_key, steps_key = jax.random.split(episode_key)
@@ -53,7 +57,7 @@ def _reference(key, env, params, policy, num_episodes, fast=False) -> Trajectory
         # fast path: the two 32-bit words of block h = the key data of split(steps_key, H)[h]
         words = jax.random.key_data(jax.random.split(steps_key, env.horizon))
         obs, state = env.reset(reset_key, params)
-        rows = {f: [] for f in ("states", "observations", "actions", "rewards", "costs", "next_states")}
+        rows = {f: [] for f in ("states", "observations", "actions", "rewards", "costs")}
         for h in range(env.horizon):
             if fast:
                 u_policy, u_env = uniform_from_bits(words[h])
@@ -66,10 +70,11 @@ def _reference(key, env, params, policy, num_episodes, fast=False) -> Trajectory
                 obs, state, reward, costs, _, _ = env.transition(env.noise_from_uniform(u_env, params), state, action, params)
             else:
                 obs, state, reward, costs, _, _ = env.step(stage_keys[h, 1], state, action, params)
-            for f, v in (("actions", action), ("rewards", reward), ("costs", costs), ("next_states", env.state_index(state))):
+            for f, v in (("actions", action), ("rewards", reward), ("costs", costs)):
                 rows[f].append(v)
         for f, v in rows.items():
             fields[f].append(jnp.stack(v))
+        fields["final_states"].append(env.state_index(state))
         fields["final_observations"].append(obs)
         fields["terminal_rewards"].append(env.terminal_reward(state, params))
         fields["terminal_costs"].append(env.terminal_costs(state, params))
@@ -85,15 +90,17 @@ def test_shapes_and_dtypes(env, params):
     traj = fast_rollout(jax.random.key(0), env, params, uniform_random_policy(9), 7)
     assert traj.num_episodes == 7 and traj.horizon == H
     for name, shape, dtype in (
-        ("states", (7, H), jnp.int32), ("observations", (7, H, 3), jnp.float32),
-        ("actions", (7, H), jnp.int32), ("rewards", (7, H), jnp.float32),
-        ("costs", (7, H, 2), jnp.float32), ("next_states", (7, H), jnp.int32),
+        ("states", (7, H), jnp.int8), ("observations", (7, H, 3), jnp.float32),
+        ("actions", (7, H), jnp.int8), ("rewards", (7, H), jnp.float32),
+        ("costs", (7, H, 2), jnp.float32), ("next_states", (7, H), jnp.int8),
+        ("final_states", (7,), jnp.int8),
         ("final_observations", (7, 3), jnp.float32), ("terminal_rewards", (7,), jnp.float32),
         ("terminal_costs", (7, 2), jnp.float32),
     ):
         value = getattr(traj, name)
         assert value.shape == shape and value.dtype == dtype, name
     np.testing.assert_array_equal(traj.states[:, 1:], traj.next_states[:, :-1])
+    np.testing.assert_array_equal(traj.next_states[:, -1], traj.final_states)
     np.testing.assert_allclose(traj.observations[:, :, 2], np.tile(np.arange(H) / H, (7, 1)), rtol=1e-6)
     np.testing.assert_allclose(traj.episode_rewards, traj.rewards.sum(1) + traj.terminal_rewards, rtol=1e-6)
     np.testing.assert_allclose(traj.episode_costs, traj.costs.sum(1) + traj.terminal_costs, rtol=1e-6)
@@ -250,3 +257,111 @@ def test_uniform_pairs_are_uniform_and_independent(impl):
     assert abs(np.corrcoef(u1, u2)[0, 1]) < 4 / np.sqrt(n)
     other = uniform_pairs(jax.random.key(4, impl=impl), (200, 500))
     assert not np.array_equal(np.asarray(other), np.asarray(z))
+
+
+def test_index_dtype_is_the_narrowest_exact_signed_integer():
+    assert [index_dtype(n) for n in (1, 9, 128, 129, 32768, 32769, 10**6)] == [
+        np.int8, np.int8, np.int8, np.int16, np.int16, np.int32, np.int32]
+    # a larger grid records int16 state indices and int8 actions, holding the same values
+    big = GridWorld(size=12, horizon=3)
+    traj = fast_rollout(jax.random.key(1), big, big.default_params, uniform_random_policy(9), 50)
+    assert traj.states.dtype == jnp.int16 and traj.final_states.dtype == jnp.int16 and traj.actions.dtype == jnp.int8
+    assert int(traj.states.max()) >= 128  # indices beyond int8 survive
+
+
+COMPACT = [("states", "actions", "rewards", "costs"), ("actions",), ("observations", "actions"), ()]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_compact_records_hold_exactly_the_full_values(env, params, fast):
+    """Every subset of fields holds exactly the full trajectory's values (same key), the rest
+    is None; observations recomputed from the states are exactly the recorded ones."""
+    if fast:
+        policy = uniform_random_policy(9)
+    else:
+        logits = jnp.linspace(-1.0, 1.0, 9)
+        policy = lambda key, obs, h: jax.random.categorical(key, logits * obs[0] + h)
+    assert uses_uniforms(env, policy) == fast
+    key = jax.random.key(21)
+    full = jax.jit(lambda k: rollout(k, env, params, policy, 40))(key)
+    assert full.observations is not None and full.states is not None
+    for record in COMPACT:
+        part = jax.jit(lambda k, record=record: rollout(k, env, params, policy, 40, record=record))(key)
+        for name in RECORDABLE:
+            value = getattr(part, name)
+            if name in record:
+                np.testing.assert_array_equal(value, getattr(full, name), err_msg=f"{record}: {name}")
+                assert value.dtype == getattr(full, name).dtype
+            else:
+                assert value is None, (record, name)
+        for name in ("final_states", "terminal_rewards", "terminal_costs"):
+            np.testing.assert_array_equal(getattr(part, name), getattr(full, name))
+        assert (part.final_observations is None) == ("observations" not in record)
+        if "states" in record:
+            obs, final = jax.jit(lambda t: trajectory_observations(t, env, params))(part)
+            np.testing.assert_array_equal(obs, full.observations)
+            np.testing.assert_array_equal(final, full.final_observations)
+            np.testing.assert_array_equal(part.next_states, full.next_states)
+        if record:
+            assert part.horizon == H and part.num_episodes == 40
+    # the totals of a compact trajectory are the full ones; fields not recorded say so
+    part = jax.jit(lambda k: rollout(k, env, params, policy, 40, record=("rewards", "costs")))(key)
+    np.testing.assert_array_equal(part.episode_rewards, full.episode_rewards)
+    np.testing.assert_array_equal(part.episode_costs, full.episode_costs)
+    with pytest.raises(ValueError, match="rewards were not recorded"):
+        jax.eval_shape(lambda k: rollout(k, env, params, policy, 4, record=("states",)).episode_rewards, key)
+    # episode() records the same subsets
+    one = jax.jit(lambda k: episode(k, env, params, policy, record=("states", "actions")))(jax.random.split(key, 40)[3])
+    np.testing.assert_array_equal(one.states, full.states[3])
+    np.testing.assert_array_equal(one.actions, full.actions[3])
+    assert one.rewards is None
+
+
+def test_record_is_validated_before_compiling(env, params):
+    policy = uniform_random_policy(9)
+    for bad in (("states", "next_states"), "states", 3):
+        with pytest.raises(ValueError, match="record must"):
+            rollout(jax.random.key(0), env, params, policy, 4, record=bad)
+    assert RECORDABLE == ("states", "observations", "actions", "rewards", "costs")
+    # as a static argument of jax.jit
+    fast = jax.jit(rollout, static_argnums=(1, 3, 4), static_argnames="record")
+    traj = fast(jax.random.key(0), env, params, policy, 4, record=("actions",))
+    assert traj.actions.shape == (4, H) and traj.states is None
+
+
+def test_trajectory_observations_needs_tabular_states(params):
+    env = GridWorld(size=3, horizon=H, num_constraints=2, observation="one_hot")
+    traj = fast_rollout(jax.random.key(3), env, params, uniform_random_policy(9), 5)
+    obs, final = trajectory_observations(traj, env, params)
+    np.testing.assert_array_equal(obs, traj.observations)
+    np.testing.assert_array_equal(final, traj.final_observations)
+    with pytest.raises(ValueError, match="no states"):
+        trajectory_observations(rollout(jax.random.key(3), env, params, uniform_random_policy(9), 5, record=("actions",)), env, params)
+    battery = fhc.BatteryStorage()
+    with pytest.raises(ValueError, match="no tabular states"):
+        trajectory_observations(traj, battery, battery.default_params)
+
+
+def test_non_tabular_environment_records_observations_from_states():
+    """Without tabular states the rollout keeps the state pytree for the observations; the
+    compact record without them holds the same values."""
+    env = fhc.BatteryStorage()
+    params = env.default_params
+    policy = uniform_random_policy(env.num_actions)
+    key = jax.random.key(4)
+    full = jax.jit(lambda k: rollout(k, env, params, policy, 16))(key)
+    assert full.states is None and full.final_states is None and full.next_states is None
+    assert full.observations.shape[:2] == (16, env.horizon)
+    part = jax.jit(lambda k: rollout(k, env, params, policy, 16, record=("actions", "rewards", "costs")))(key)
+    assert part.observations is None and part.final_observations is None
+    for name in ("actions", "rewards", "costs", "terminal_rewards", "terminal_costs"):
+        np.testing.assert_array_equal(getattr(part, name), getattr(full, name))
+    # the batch of the learners' sampled path from a trajectory of a tabular environment
+    from fhc_jax.algos.tabular_rollout import batch_from_trajectory
+
+    grid = GridWorld(size=3, horizon=4)
+    traj = rollout(key, grid, grid.default_params, uniform_random_policy(9), 6)
+    batch = batch_from_trajectory(traj)
+    assert batch.states.dtype == jnp.int32 and batch.actions.dtype == jnp.int32
+    np.testing.assert_array_equal(batch.states[:-1].T, traj.states)
+    np.testing.assert_array_equal(batch.states[-1], traj.final_states)

@@ -361,6 +361,75 @@ def _combine(increment: Array, active: Array, k: int, visits: bool) -> Array:
     return increment / jnp.maximum(active, 1.0)[..., None]
 
 
+def _table_statistics(batch: Batch, critics: Array, vals: Array | None, nu: Array, thresholds: Array, paper: bool,
+                      trace: Array, num_states: int, num_actions: int) -> tuple[Array, Array, Array]:
+    """The "table" form's per-cell sums of the critics' errors, in one backward scan over the
+    stages: the arithmetic of computing the errors of all stages
+    (:func:`~fhc_jax.algos.returns.lagrangian_targets`), then one scatter, stage by stage
+    (tests/test_pinned_learners.py holds it to the same bits).
+
+    Stage by stage, from h = H-1 down to 0: the critic values at s_h and s_{h+1} (read from
+    the critic table with one-hot features, else from ``vals``), the target (paper: TD(0)
+    c_h + V_{h+1}; improved: the lambda-return G_h = c_h + (1 - lambda) V_{h+1} + lambda
+    G_{h+1}, :func:`~fhc_jax.algos.returns.lagrangian_targets`), the error, and its scatter
+    into the stage's (S*A) cells. Each of the C channels is a contiguous (K,) vector and
+    nothing of size (H, K, C) is materialised: one stage's K episodes stay in cache.
+
+    Args:
+        batch: time-major episodes with tabular states (H+1, K).
+        critics: (H+1, X, C) critic weights (C = 1+M); read directly with one-hot features.
+        vals: critic values at the visited states (H+1, K, C) for other features, else None.
+        nu: penalties (M,). thresholds: alpha (M,). paper: the paper's TD(0) targets.
+        trace: the lambda-return trace (improved variant).
+    Returns:
+        (stats (H, S*A, 2+M): per (stage, cell = s*A + a) the visit count and the summed
+        errors of the C channels; terminal stats (S, 2+M) of stage H; the constraint critics'
+        mean estimate at s_0, (M,)).
+    """
+    num_stages, k = batch.actions.shape
+    s_all = batch.states
+    dtype = critics.dtype
+    channels = critics.shape[-1]
+    if vals is None:  # channel-major critic tables, one flat (H+1)*X row per channel
+        table = jnp.moveaxis(critics, -1, 0).reshape(channels, -1)
+        width = critics.shape[1]
+        value_at = lambda h, s: [table[c][h * width + s] for c in range(channels)]
+    else:
+        vals_t = jnp.moveaxis(vals, -1, 0)  # (C, H+1, K)
+        value_at = lambda h, s: [vals_t[c, h] for c in range(channels)]
+    # terminal targets (stage H): the terminal signal itself, as in lagrangian_targets
+    term_cost = batch.terminal_costs - thresholds if paper else batch.terminal_costs
+    terminal = jnp.concatenate([(batch.terminal_rewards - term_cost @ nu)[:, None], term_cost], axis=-1)  # (K, C)
+    v_final = value_at(num_stages, s_all[-1])
+    term_errors = [terminal[:, c] - v_final[c] for c in range(channels)]
+    term_rows = jnp.stack([jnp.ones((k,), dtype), *term_errors], axis=-1)
+    term_stats = jnp.zeros((num_states, channels + 1), dtype).at[s_all[-1]].add(term_rows)
+    lam = jnp.asarray(trace, dtype)
+    keep, carry = 1.0 * (1.0 - lam), 1.0 * lam  # lambda_returns' weights with gamma = 1, as computed there
+    cells_shape = (num_states * num_actions,)
+
+    def stage(g_next, xs):
+        h, s, s_next, a, r, g = xs
+        c_h = [r - g @ nu] + [g[:, m] for m in range(channels - 1)]  # C channels, (K,) each
+        v_next, v_h = value_at(h + 1, s_next), value_at(h, s)
+        if paper:
+            target = [c_h[c] + v_next[c] for c in range(channels)]
+        else:
+            target = [c_h[c] + keep * v_next[c] + carry * g_next[c] for c in range(channels)]
+        cells = s * num_actions + a
+        sums = [jnp.zeros(cells_shape, dtype).at[cells].add(jnp.ones((k,), dtype))]
+        sums += [jnp.zeros(cells_shape, dtype).at[cells].add(target[c] - v_h[c]) for c in range(channels)]
+        return target, sums
+
+    hs = jnp.arange(num_stages, dtype=jnp.int32)
+    xs = (hs, s_all[:-1], s_all[1:], batch.actions, batch.rewards, batch.costs)
+    _, sums = jax.lax.scan(stage, [terminal[:, c] for c in range(channels)], xs, reverse=True)
+    stats = jnp.stack(sums, axis=-1)  # (H, S*A, 1+C)
+    vals_0 = critics[0, s_all[0]] if vals is None else vals[0]  # (K, C)
+    critic_estimate = jnp.mean(vals_0[:, 1:], axis=0)
+    return stats, term_stats, critic_estimate
+
+
 def update(
     train_state: TrainState, batch: Batch, key: Array | None, setup: Setup, config: Config
 ) -> tuple[TrainState, dict[str, Array]]:
@@ -391,26 +460,27 @@ def update(
     hh = jnp.arange(num_stages + 1, dtype=jnp.int32)[:, None]  # (H+1, 1)
 
     # --- critic values at the visited states, (H+1, K, 1+M): v_h^T phi_h(s_h), w_h^T phi_h(s_h)
+    #     (the "table" form with one-hot features reads them stage by stage, _table_statistics)
     if features.one_hot:
-        vals = critics[hh, s_all]
+        vals = None if setup.form == "table" else critics[hh, s_all]
     else:
         phi_all = features(batch.observations) if s_all is None else _feature_rows(features, s_all)  # (H+1, K, X)
         vals = jnp.einsum("hkx,hxc->hkc", phi_all, critics)
 
-    # --- errors: paper TD(0) (delta_h, xi_h) or lambda-return errors (improved), (H+1, K, C)
-    errors = lagrangian_targets(batch, vals, nu, thresholds, paper, config.trace) - vals
-    delta = errors[:-1, :, 0]  # actor signal (H, K)
+    if setup.form == "table":
+        stats, term_stats, critic_estimate = _table_statistics(
+            batch, critics, vals, nu, thresholds, paper, config.trace, num_states, num_actions)
+    else:
+        # --- errors: paper TD(0) (delta_h, xi_h) or lambda-return errors (improved), (H+1, K, C)
+        errors = lagrangian_targets(batch, vals, nu, thresholds, paper, config.trace) - vals
+        delta = errors[:-1, :, 0]  # actor signal (H, K)
+        critic_estimate = jnp.mean(vals[0, :, 1:], axis=0)  # mean_k w_0^T phi_0(s_0), (M,)
     s_h, a_h = (None if s_all is None else s_all[:-1]), batch.actions
 
     # --- critics (algo1, algo2, algo4, algo5) and actor: paper (algo3) or improved, per form
     if setup.form == "table":
-        # one scatter of [count, errors...] into (H, S*A) cells; terminal stage into (S,)
-        cells = s_h * num_actions + a_h  # (H, K)
-        vals_sc = jnp.concatenate([jnp.ones((num_stages, k, 1), errors.dtype), errors[:-1]], axis=-1)
-        stats = jnp.zeros((num_stages, num_states * num_actions, 2 + m), errors.dtype)
-        stats = stats.at[hh[:-1], cells].add(vals_sc).reshape(num_stages, num_states, num_actions, 2 + m)
-        term_vals = jnp.concatenate([jnp.ones((k, 1), errors.dtype), errors[-1]], axis=-1)
-        term_stats = jnp.zeros((num_states, 2 + m), errors.dtype).at[s_all[-1]].add(term_vals)
+        # [count, errors...] summed into (H, S, A) cells (_table_statistics); terminal stage into (S,)
+        stats = stats.reshape(num_stages, num_states, num_actions, 2 + m)
         per_state = jnp.concatenate([stats.sum(axis=2), term_stats[None]], axis=0)  # (H+1, S, 2+M)
         counts, crit_sums = per_state[..., 0], per_state[..., 1:]
         # episodes whose features are active: n_hj = sum_s counts_h(s) 1[phi_hj(s) != 0]
@@ -454,7 +524,6 @@ def update(
         theta = jnp.clip(theta + b_n * inc, -config.theta_bound, config.theta_bound)
 
     # --- multipliers (algo7), penalties nu = -lambda
-    critic_estimate = jnp.mean(vals[0, :, 1:], axis=0)  # mean_k w_0^T phi_0(s_0), (M,)
     episode_costs = batch.episode_costs  # (K, M)
     if paper:
         violation = critic_estimate

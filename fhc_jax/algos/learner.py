@@ -27,7 +27,7 @@ import numpy as np
 from flax import struct
 
 from fhc_jax.algos.hyperparameters import resolve_hyperparameters
-from fhc_jax.algos.policies import sampling_policy, table_policy
+from fhc_jax.algos.policies import softmax_policy, table_policy
 from fhc_jax.algos.tabular_rollout import Batch
 from fhc_jax.cmdp.evaluate import evaluate
 from fhc_jax.envs.wrappers import ScaledSignals, signal_scales
@@ -246,8 +246,9 @@ def _check(algo: Algorithm, env, params: Any, config: Any) -> None:
 
 def observation_policy(logits_of: Callable[[Array, Array], Array]) -> Callable[[Array, Array, Array], Array]:
     """``act(key, observation, h)`` sampling softmax(``logits_of(observation, h)``) with one
-    uniform per call (the fast protocol of :func:`fhc_jax.rollout`)."""
-    return sampling_policy(lambda obs, h: jnp.cumsum(jax.nn.softmax(logits_of(obs, h), axis=-1), axis=-1))
+    uniform per call (:func:`fhc_jax.softmax_policy`, the fast protocol of
+    :func:`fhc_jax.rollout`)."""
+    return softmax_policy(logits_of)
 
 
 def observation_sample(env, params, num_episodes: int = 64) -> Array:

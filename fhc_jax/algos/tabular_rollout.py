@@ -20,7 +20,7 @@ from flax import struct
 from fhc_jax.cmdp.model import TabularCMDP
 from fhc_jax.cmdp.transitions import SparseTransitions
 from fhc_jax.envs.encoders import make_encoder
-from fhc_jax.rollout import fast_key, uniform_pairs
+from fhc_jax.rollout import fast_key, index_dtype, uniform_pairs
 
 Array = jax.Array
 
@@ -69,7 +69,7 @@ def batch_from_trajectory(trajectory) -> Batch:
     trajectory has them)."""
     states = None
     if trajectory.states is not None:
-        states = jnp.concatenate([trajectory.states.T, trajectory.next_states[:, -1][None]], axis=0).astype(jnp.int32)
+        states = jnp.concatenate([trajectory.states.T, trajectory.final_states[None]], axis=0).astype(jnp.int32)
     observations = jnp.concatenate([jnp.swapaxes(trajectory.observations, 0, 1), trajectory.final_observations[None]])
     return Batch(
         states=states,
@@ -102,6 +102,11 @@ class TabularModel:
             through ``step_env.transition`` instead of the N-way successor table: the same
             distribution, one table lookup instead of an N-way inverse-CDF search.
         step_params: the params ``step_env`` is stepped with (a pytree; None otherwise).
+        tabulated_signals: static; whether ``rewards`` / ``costs`` are exactly what a step
+            pays even where ``step_env`` steps (true for environments that declare
+            ``pays_on_arrival``). Rollouts then read the signals from the tables after the
+            loop instead of recording them in it (rollouts through the successor table always
+            do). False for models whose tables are placeholders (Saute's augmented model).
     """
 
     next_states: Array
@@ -116,6 +121,7 @@ class TabularModel:
     time_varying: bool = struct.field(pytree_node=False, default=False)
     step_env: Any = struct.field(pytree_node=False, default=None)
     step_params: Any = None
+    tabulated_signals: bool = struct.field(pytree_node=False, default=False)
 
     @property
     def num_constraints(self) -> int:
@@ -176,6 +182,7 @@ def tabular_model(env, params, dtype=jnp.float32) -> TabularModel:
         time_varying=time_varying,
         step_env=env if steps_itself else None,
         step_params=params if steps_itself else None,
+        tabulated_signals=signal == "arrival",
     )
 
 
@@ -198,6 +205,27 @@ def inverse_cdf(cdf: Array, u: Array, last: Array | int) -> Array:
     return jnp.minimum(i, last)
 
 
+def cumulative_sum(x: Array) -> Array:
+    """``jnp.cumsum(x, axis=-1)``, the same numbers (each entry the previous one plus the next
+    term, in order), as elementwise additions when the last axis is short: XLA's CPU code for
+    a cumulative sum (a reduce-window) is several times slower."""
+    n = x.shape[-1]
+    if n > 32:
+        return jnp.cumsum(x, axis=-1)
+    columns = [x[..., 0]]
+    for j in range(1, n):
+        columns.append(columns[-1] + x[..., j])
+    return jnp.stack(columns, axis=-1)
+
+
+def search_cdf(cdf: Array, u: Array, last: Array | int) -> Array:
+    """:func:`inverse_cdf` for one long cumulative row shared by all draws: ``cdf`` (n,),
+    ``u`` (...), by binary search (O(log n) per draw instead of O(n)); the same indices."""
+    target = u * cdf[-1]
+    i = jnp.searchsorted(cdf, target, side="right", method="scan").astype(jnp.int32)
+    return jnp.minimum(i, last)
+
+
 def rollout_tabular(
     key: Array,
     model: TabularModel,
@@ -211,7 +239,11 @@ def rollout_tabular(
     successor) from one threefry block (:func:`fhc_jax.rollout.uniform_pairs`), drawn up front;
     each key is used once. The successor uniform goes to the environment's own step where the
     model has one (``TabularModel.step_env``), else to an inverse-CDF search of the successor
-    table.
+    table. The loop writes only successors and actions, in their narrowest integer dtypes
+    (:func:`fhc_jax.rollout.index_dtype`); rewards and costs are read from the model's tables
+    after it (``TabularModel.tabulated_signals``), so inside a jitted training step they are
+    gathered where the update consumes them instead of being written and read back. The
+    :class:`Batch` holds int32 indices.
 
     Args:
         key: PRNG key.
@@ -227,8 +259,12 @@ def rollout_tabular(
     horizon = model.rewards.shape[0]
     u0 = _uniform(k_init, (num_episodes,), model.cdf.dtype)
     u = uniform_pairs(k_steps, (horizon, num_episodes))  # complex64: (action, successor) uniforms
-    s0 = inverse_cdf(model.initial_cdf, u0, model.initial_cdf.shape[0] - 1)
+    s0 = search_cdf(model.initial_cdf, u0, model.initial_cdf.shape[0] - 1)
     hs = jnp.arange(horizon, dtype=jnp.int32)
+    # the loop records only what cannot be recomputed: successors and actions in their narrowest
+    # exact dtypes, and the signals only where a closed-form step pays what the tables do not
+    tabulated = model.step_env is None or model.tabulated_signals
+    state_dtype = index_dtype(model.initial_cdf.shape[0])
 
     def env_step(u, s, a, h):
         env, p = model.step_env, model.step_params
@@ -241,31 +277,47 @@ def rollout_tabular(
         a = inverse_cdf(cdf_a, u_h.real.astype(cdf_a.dtype), cdf_a.shape[-1] - 1)
         if model.step_env is not None:
             s2, r, g = jax.vmap(env_step, in_axes=(0, 0, 0, None))(u_h.imag, s, a, h)
-            return s2, (s, a, r, g)
-        nxt, cdf, last = kern_h if model.time_varying else (model.next_states, model.cdf, model.last)
-        j = inverse_cdf(cdf[s, a], u_h.imag.astype(cdf.dtype), last[s, a])
-        s2 = nxt[s, a, j]
-        if model.signal == "arrival":
-            r = model.rewards[h, s2]
-            g = model.costs[:, h, s2].T
-        elif model.signal == "expected":
-            r = model.rewards[h, s, a]
-            g = model.costs[:, h, s, a].T
         else:
-            r = model.rewards[h, s, a, s2]
-            g = model.costs[:, h, s, a, s2].T
-        return s2, (s, a, r, g)
+            nxt, cdf, last = kern_h if model.time_varying else (model.next_states, model.cdf, model.last)
+            j = inverse_cdf(cdf[s, a], u_h.imag.astype(cdf.dtype), last[s, a])
+            s2, r, g = nxt[s, a, j], None, None
+        out = (s2.astype(state_dtype), a.astype(index_dtype(cdf_a.shape[-1])))
+        return s2, out if tabulated else (*out, r, g)
 
     kern_xs = (model.next_states, model.cdf, model.last) if model.time_varying else None
-    s_final, (s, a, r, g) = jax.lax.scan(step, s0, (policy_xs, u, hs, kern_xs))
+    s_final, outs = jax.lax.scan(step, s0, (policy_xs, u, hs, kern_xs))
+    states = jnp.concatenate([s0[None], outs[0].astype(jnp.int32)], axis=0)  # (H+1, K)
+    actions = outs[1].astype(jnp.int32)
+    if tabulated:
+        r, g = _tabulated_signals(model, states, actions)
+    else:
+        r, g = outs[2], outs[3]
     return Batch(
-        states=jnp.concatenate([s, s_final[None]], axis=0),
-        actions=a,
+        states=states,
+        actions=actions,
         rewards=r,
         costs=g,
         terminal_rewards=model.terminal_rewards[s_final],
         terminal_costs=model.terminal_costs[:, s_final].T,
     )
+
+
+def _tabulated_signals(model: TabularModel, states: Array, actions: Array) -> tuple[Array, Array]:
+    """Rewards (H, K) and costs (H, K, M) of time-major episodes (states (H+1, K), actions
+    (H, K)) read from the model's tables: exactly what the rollout's steps pay."""
+    horizon, num_states = actions.shape[0], model.initial_cdf.shape[0]
+    hh = jnp.arange(horizon, dtype=jnp.int32)[:, None]
+    s, s2 = states[:-1], states[1:]
+    num_actions = model.rewards.shape[2] if model.signal != "arrival" else 0
+    if model.signal == "arrival":  # one flat index per sample (no stacked index pairs)
+        cell = hh * num_states + s2
+    elif model.signal == "expected":
+        cell = (hh * num_states + s) * num_actions + actions
+    else:
+        cell = ((hh * num_states + s) * num_actions + actions) * num_states + s2
+    rewards = model.rewards.reshape(-1)[cell]
+    costs = model.costs.reshape(model.num_constraints, -1)[:, cell]  # (M, H, K)
+    return rewards, jnp.moveaxis(costs, 0, -1)
 
 
 def rollout_policy_table(key: Array, model: TabularModel, table: Array, num_episodes: int) -> Batch:
@@ -275,7 +327,7 @@ def rollout_policy_table(key: Array, model: TabularModel, table: Array, num_epis
     batched forward pass over all (h, s)) and roll out from the table: same distribution as
     acting per sample, far cheaper for tabular environments.
     """
-    return rollout_tabular(key, model, jnp.cumsum(table, axis=-1), lambda cdf_h, s: cdf_h[s], num_episodes)
+    return rollout_tabular(key, model, cumulative_sum(table), lambda cdf_h, s: cdf_h[s], num_episodes)
 
 
 def observation_table(env, params, observation: str | None = None) -> Array:

@@ -28,7 +28,16 @@ import scipy.optimize
 import scipy.sparse as sp
 
 from fhc_jax.cmdp import transitions as tr
-from fhc_jax.cmdp.evaluate import _UNROLL, Evaluation, _evaluate, _kernel, _signals, _stage_xs, require_cmdp
+from fhc_jax.cmdp.evaluate import (
+    _FUSED_UNROLL,
+    Evaluation,
+    _evaluate,
+    _kernel,
+    _signal_rows,
+    _signals,
+    _stage_xs,
+    require_cmdp,
+)
 from fhc_jax.cmdp.model import TabularCMDP
 
 Array = jax.Array
@@ -80,50 +89,91 @@ def _greedy(cmdp: TabularCMDP, reward_weight: Array, penalties: Array):
     """Backward induction for the scalarised reward  rho * r - nu . g  (terminal included).
 
     Returns the deterministic optimal policy as action indices (H, S) and the exact expected
-    reward J and costs S (M,) of that policy (tracked in the same backward pass).
+    reward J and costs S (M,) of that policy, tracked in the same backward pass: the
+    scalarised Q-values need every action, O(S A N) per stage; the 1+M values of the chosen
+    action only O((1+M) S N). Each stage's signals are read inside the scan (no stacked or
+    scalarised (H, S, A) copies).
     """
-    stage, terminal = _signals(cmdp)  # (1+M, H, S, A), (1+M, S)
-    weights = jnp.concatenate([reward_weight[None], -penalties])
-    scal_stage = jnp.einsum("k,khsa->hsa", weights, stage)
-    scal_term = weights @ terminal
+    dtype = cmdp.initial_distribution.dtype
+    rows, terminal = _signal_rows(cmdp, dtype)  # 1+M tables (H, S, A), (1+M, S)
+    weights = jnp.concatenate([reward_weight[None], -penalties])  # (1+M,)
 
     def backward(carry, xs):
         v_scal, v_all = carry
-        sig_h, scal_h, p_sliced = xs
+        h, p_sliced = xs
         kernel = _kernel(cmdp, p_sliced)
-        q = scal_h + tr.expect_next(kernel, v_scal)  # (S, A)
+        scal_h = weights[0] * rows[0][h]
+        for k in range(1, len(rows)):
+            scal_h = scal_h + weights[k] * rows[k][h]
+        q = scal_h + tr.expect_next(kernel, v_scal, fused=True)  # (S, A)
         act = jnp.argmax(q, axis=-1)
-        q_all = sig_h + tr.expect_next(kernel, v_all)  # (1+M, S, A)
-        v_all_h = jnp.take_along_axis(q_all, act[None, :, None], axis=-1)[..., 0]
+        v_all_h = jnp.stack([jnp.take_along_axis(sig[h], act[:, None], axis=-1)[:, 0]
+                             + tr.expect_next_action(kernel, v_all[k], act) for k, sig in enumerate(rows)])
         return (jnp.max(q, axis=-1), v_all_h), act
 
     (_, v0), actions = jax.lax.scan(
         backward,
-        (scal_term, terminal),
-        (jnp.moveaxis(stage, 1, 0), scal_stage, _stage_xs(cmdp)),
+        (weights @ terminal, terminal),
+        (jnp.arange(cmdp.horizon), _stage_xs(cmdp)),
         reverse=True,
-        unroll=_UNROLL,
+        unroll=_FUSED_UNROLL,
     )
     totals = v0 @ cmdp.initial_distribution
     return actions, totals[0], totals[1:]
 
 
 @jax.jit
-def _occupancy(cmdp: TabularCMDP, actions: Array) -> Array:
-    """State-action occupancy x_h(s, a) of a deterministic policy, (H, S, A)."""
-    policy = jax.nn.one_hot(actions, cmdp.num_actions, dtype=cmdp.initial_distribution.dtype)
-    ev = _evaluate(cmdp, policy)
-    return ev.occupancy[:-1, :, None] * policy
+def _mixture_occupancy(cmdp: TabularCMDP, actions: Array, weights: Array) -> Array:
+    """State-action occupancy of a mixture of deterministic policies (the mixture of their
+    episodes, weight w_i for policy i): x_h(s, a) = sum_i w_i d_h^i(s) [a = actions_i[h, s]].
+
+    Args:
+        actions: (P, H, S) action indices of P deterministic policies.
+        weights: (P,) mixture weights (padding entries with weight 0 add exact zeros).
+    Returns:
+        (H, S, A).
+    """
+    dtype = cmdp.initial_distribution.dtype
+
+    def occupancy(acts):  # d_h(s) of one deterministic policy, O(S N) per stage
+        def forward(d, xs):
+            act_h, p_sliced = xs
+            return tr.push_forward_action(_kernel(cmdp, p_sliced), d, act_h).astype(dtype), d
+
+        return jax.lax.scan(forward, cmdp.initial_distribution, (acts, _stage_xs(cmdp)), unroll=_FUSED_UNROLL)[1]
+
+    d = jax.vmap(occupancy)(actions)  # (P, H, S)
+    one_hot = jax.nn.one_hot(actions, cmdp.num_actions, dtype=dtype)  # (P, H, S, A)
+    x = weights[0] * (d[0, :, :, None] * one_hot[0])
+    for i in range(1, actions.shape[0]):
+        x = x + weights[i] * (d[i, :, :, None] * one_hot[i])
+    return x
 
 
-def _policy_from_occupancy(x: np.ndarray) -> np.ndarray:
+@jax.jit
+def _policy_from_occupancy(x: Array) -> Array:
     """mu_h(s, a) = x_h(s, a) / sum_a x_h(s, a); uniform where (h, s) is unreachable."""
     mass = x.sum(axis=-1, keepdims=True)
-    num_actions = x.shape[-1]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        pol = np.where(mass > 1e-300, x / np.where(mass > 0, mass, 1.0), 1.0 / num_actions)
-    pol = np.clip(pol, 0.0, None)
+    pol = jnp.where(mass > 1e-300, x / jnp.where(mass > 0, mass, 1.0), 1.0 / x.shape[-1])
+    pol = jnp.clip(pol, 0.0, None)
     return pol / pol.sum(axis=-1, keepdims=True)
+
+
+def _policy_and_evaluation(cmdp: TabularCMDP, x: Array) -> tuple[Array, Evaluation]:
+    """The policy of an occupancy measure (H, S, A) and its exact evaluation (two compiled
+    programs: one program for both took 1.5-3x longer to compile)."""
+    policy = _policy_from_occupancy(x)
+    return policy, _evaluate(cmdp, policy, fused=True)
+
+
+def _mixture(cmdp: TabularCMDP, policies: list[tuple[Array, float]]) -> Array:
+    """:func:`_mixture_occupancy` of ``(actions, weight)`` pairs, padded with weight-0 copies
+    to max(2, M+1) policies (one compiled program for every solve of a model's shape)."""
+    count = max(2, cmdp.num_constraints + 1, len(policies))
+    padded = policies + [(policies[0][0], 0.0)] * (count - len(policies))
+    actions = jnp.stack([acts for acts, _ in padded])
+    weights = jnp.asarray([w for _, w in padded], dtype=cmdp.initial_distribution.dtype)
+    return _mixture_occupancy(cmdp, actions, weights)
 
 
 class _Oracle:
@@ -148,9 +198,17 @@ def _tol(scale: float) -> float:
     return 1e-9 * max(1.0, scale)
 
 
+def _max_abs(x) -> float:
+    x = np.asarray(x)
+    return float(max(x.max(), -x.min())) if x.size else 0.0
+
+
 def _scale(cmdp: TabularCMDP) -> float:
-    stage, terminal = _signals(cmdp)
-    return float(jnp.max(jnp.abs(stage)) * cmdp.horizon + jnp.max(jnp.abs(terminal)))
+    """Bound on |total signal| of an episode: H max|r_h, g_h| + max|r_H, g_H| (host-side, one
+    pass over each table, no stacked copy)."""
+    stage = max(_max_abs(cmdp.expected_rewards()), _max_abs(cmdp.expected_costs()))
+    terminal = max(_max_abs(cmdp.terminal_rewards), _max_abs(cmdp.terminal_costs))
+    return stage * cmdp.horizon + terminal
 
 
 # ----------------------------------------------------------------------------- public API
@@ -171,7 +229,7 @@ def solve_unconstrained(cmdp: TabularCMDP) -> Solution:
         c64 = cmdp.astype(jnp.float64)
         oracle = _Oracle(c64)
         acts, _, _ = oracle(np.zeros(cmdp.num_constraints))
-        return _finish(c64, _occupancy(c64, acts), np.zeros(cmdp.num_constraints), "dp", oracle.calls, t0)
+        return _finish(c64, _mixture(c64, [(acts, 1.0)]), np.zeros(cmdp.num_constraints), "dp", oracle.calls, t0)
 
 
 def solve(cmdp: TabularCMDP, method: Literal["dual", "lp"] = "dual", *, max_iterations: int = 200) -> Solution:
@@ -215,7 +273,7 @@ def solve(cmdp: TabularCMDP, method: Literal["dual", "lp"] = "dual", *, max_iter
         oracle = _Oracle(c64)
         if cmdp.num_constraints == 0:
             acts, _, _ = oracle(np.zeros(0))
-            return _finish(c64, _occupancy(c64, acts), np.zeros(0), "dual", oracle.calls, t0)
+            return _finish(c64, _mixture(c64, [(acts, 1.0)]), np.zeros(0), "dual", oracle.calls, t0)
         if cmdp.num_constraints == 1:
             x, nu = _solve_single(c64, oracle, max_iterations)
         else:
@@ -224,10 +282,9 @@ def solve(cmdp: TabularCMDP, method: Literal["dual", "lp"] = "dual", *, max_iter
 
 
 def _finish(c64, x, nu, method, calls, t0) -> Solution:
-    policy = _policy_from_occupancy(np.asarray(x, dtype=np.float64))
-    ev = jax.device_get(_evaluate(c64, jnp.asarray(policy)))
+    policy, ev = jax.device_get(_policy_and_evaluation(c64, jnp.asarray(x, dtype=jnp.float64)))
     return Solution(
-        policy=policy,
+        policy=np.asarray(policy, dtype=np.float64),
         reward=float(ev.reward),
         costs=np.asarray(ev.costs, dtype=np.float64),
         multipliers=np.maximum(np.asarray(nu, dtype=np.float64), 0.0),
@@ -254,7 +311,7 @@ def _solve_single(cmdp: TabularCMDP, oracle: _Oracle, max_iterations: int):
     tol = _tol(scale)
     lo = oracle(np.zeros(1))  # nu = 0: best reward
     if lo[2][0] <= alpha + tol:
-        return _occupancy(cmdp, lo[0]), np.zeros(1)
+        return _mixture(cmdp, [(lo[0], 1.0)]), np.zeros(1)
     hi = oracle(np.ones(1), reward_weight=0.0)  # least cost
     if hi[2][0] > alpha + tol:
         raise _infeasible(oracle, np.asarray(cmdp.thresholds))
@@ -276,7 +333,7 @@ def _solve_single(cmdp: TabularCMDP, oracle: _Oracle, max_iterations: int):
         raise RuntimeError(f"solve: multiplier search did not converge in {max_iterations} oracle calls")
     c_lo, c_hi = lo[2][0], hi[2][0]
     q = float(np.clip((alpha - c_hi) / (c_lo - c_hi), 0.0, 1.0))  # weight of the costlier policy
-    x = q * np.asarray(_occupancy(cmdp, lo[0])) + (1.0 - q) * np.asarray(_occupancy(cmdp, hi[0]))
+    x = _mixture(cmdp, [(lo[0], q), (hi[0], 1.0 - q)])
     return x, np.array([nu])
 
 
@@ -339,7 +396,7 @@ def _solve_column_generation(cmdp: TabularCMDP, oracle: _Oracle, max_iterations:
         cols.append(cand)
     else:
         raise RuntimeError(f"solve: column generation did not converge in {max_iterations} rounds")
-    x = sum(wi * np.asarray(_occupancy(cmdp, cols[i][0])) for i, wi in enumerate(w) if wi > 1e-12)
+    x = _mixture(cmdp, [(cols[i][0], float(wi)) for i, wi in enumerate(w) if wi > 1e-12])
     return x, nu
 
 

@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import scaling  # benchmarks/ is not a package
 
 
+@pytest.mark.slow  # compiles every learner (~35 s on 2 loaded cores)
 def test_quick_run_writes_curves_analysis_and_figure(tmp_path):
     out = tmp_path / "scaling.json"
     proc = subprocess.run(

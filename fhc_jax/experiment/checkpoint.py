@@ -29,13 +29,16 @@ interrupted save hold nothing usable and are deleted. When checkpoints exist but
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
+import signal
+import threading
 import time
 import zlib
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
@@ -118,14 +121,33 @@ def save(directory: str | Path, trainer: ChunkedTrainer, state: ChunkState, max_
     step_dir = directory / str(state.iteration)
     if step_dir.exists():  # an unfinished or rejected earlier attempt at this step (we hold the run's lock)
         shutil.rmtree(step_dir)
-    mngr = _manager(directory, max_to_keep)
-    try:
-        mngr.save(state.iteration, args=ocp.args.StandardSave(payload), force=True)
-        mngr.wait_until_finished()
-    finally:
-        mngr.close()
-    rundir.write_json_atomic(step_dir / MANIFEST, man)  # the commit marker: written last
+    with _interrupt_after():  # orbax's writer threads must not race a Ctrl-C's cleanup
+        mngr = _manager(directory, max_to_keep)
+        try:
+            mngr.save(state.iteration, args=ocp.args.StandardSave(payload), force=True)
+            mngr.wait_until_finished()
+        finally:
+            mngr.close()
+        rundir.write_json_atomic(step_dir / MANIFEST, man)  # the commit marker: written last
     return step_dir
+
+
+@contextlib.contextmanager
+def _interrupt_after() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) that arrives inside the block and raise it as KeyboardInterrupt
+    when the block has finished, so a checkpoint is either complete or not started (in the main
+    thread; elsewhere signals are not delivered anyway). A save takes milliseconds."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
 
 
 def _steps(directory: Path) -> list[int]:

@@ -181,16 +181,7 @@ def _evaluate(cmdp: TabularCMDP, policy: Array, fused: bool = False) -> Evaluati
     per_stage = jnp.einsum("hsa,khsa->kh", masses, stage)
     per_stage = jnp.concatenate([per_stage, (terminal @ d_final)[:, None]], axis=1)  # (1+M, H+1)
 
-    totals = all_values[0] @ cmdp.initial_distribution.astype(dtype)  # (1+M,)
-    return Evaluation(
-        reward=totals[0],
-        costs=totals[1:],
-        values=all_values[:, 0],
-        cost_values=jnp.moveaxis(all_values[:, 1:], 1, 0),
-        occupancy=occupancy,
-        stage_rewards=per_stage[0],
-        stage_costs=per_stage[1:],
-    )
+    return _assemble(all_values, occupancy, per_stage, cmdp.initial_distribution.astype(dtype))
 
 
 def _evaluate_fused(cmdp: TabularCMDP, policy: Array) -> Evaluation:
@@ -224,6 +215,12 @@ def _evaluate_fused(cmdp: TabularCMDP, policy: Array) -> Evaluation:
     d_final, (d_stages, signals) = jax.lax.scan(forward, init, (stages, policy, _stage_xs(cmdp)), unroll=_FUSED_UNROLL)
     occupancy = jnp.concatenate([d_stages, d_final[None]], axis=0)  # (H+1, S)
     per_stage = jnp.concatenate([signals.T, (terminal @ d_final)[:, None]], axis=1)  # (1+M, H+1)
+    return _assemble(all_values, occupancy, per_stage, init)
+
+
+def _assemble(all_values: Array, occupancy: Array, per_stage: Array, init: Array) -> Evaluation:
+    """The :class:`Evaluation` of values (H+1, 1+M, S), occupancy (H+1, S), per-stage expected
+    signals (1+M, H+1) and the initial distribution (S,)."""
     totals = all_values[0] @ init  # (1+M,)
     return Evaluation(
         reward=totals[0],

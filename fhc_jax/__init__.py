@@ -16,7 +16,8 @@ from fhc_jax.cmdp import (
     solve_unconstrained,
 )
 from fhc_jax.envs import BatteryStorage, Environment, GridWorld, TabularEnv
-from fhc_jax.rollout import Returns, Trajectory, rollout, rollout_returns, trajectory_observations, uniform_random_policy
+from fhc_jax.rollout import (Returns, Trajectory, random_policy, rollout, rollout_returns, trajectory_observations,
+                             uniform_random_policy)
 from fhc_jax.algos.policies import softmax_policy, table_policy
 from fhc_jax import algos, cmdp, envs
 
@@ -32,6 +33,7 @@ __all__ = [
     "rollout_returns",
     "Returns",
     "uniform_random_policy",
+    "random_policy",
     "softmax_policy",
     "table_policy",
     "trajectory_observations",

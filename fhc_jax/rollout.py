@@ -40,11 +40,13 @@ from flax import struct
 from jax.extend.random import define_prng_impl, threefry_prng_impl
 
 from fhc_jax.envs.base import Environment
+from fhc_jax.envs.spaces import Box
 
 Array = jax.Array
 
 #: ``policy(key, observation, h) -> action``: unbatched observation, stage h (int32 scalar,
-#: the same for all episodes), action an int32 scalar in [0, A); a pure function of its
+#: the same for all episodes), action an int32 scalar in [0, A) (discrete actions) or a float32
+#: (d,) vector (box actions, recorded as proposed; the environment clips); a pure function of its
 #: arguments. Keys reach it as ``UNROLLED_THREEFRY`` keys when the caller's key is a threefry
 #: key: the same random streams as ``jax.random.key`` keys, faster on CPU. Optionally also
 #: ``policy.action_from_uniform(u, observation, h)`` (the fast protocol, see :func:`rollout`).
@@ -78,7 +80,8 @@ class Trajectory:
         states: s_h, state indices, (K, H) (None unless ``env.is_tabular`` and recorded).
         observations: encoded s_h, (K, H, *obs_shape) (None unless recorded; on tabular
             environments :func:`trajectory_observations` recomputes them from the states).
-        actions: a_h, (K, H).
+        actions: a_h, (K, H) indices for discrete actions; (K, H, d) float32 for box actions
+            (as the policy proposed them, before the environment clips them).
         rewards: r_h(s_h, a_h, s_{h+1}) as paid by the environment, (K, H).
         costs: g_h^(k), (K, H, M).
         final_states: X_H, the state index after the last stage, (K,) (None unless
@@ -153,6 +156,42 @@ class UniformRandomPolicy:
 def uniform_random_policy(num_actions: int) -> UniformRandomPolicy:
     """The uniformly random policy over ``num_actions`` actions."""
     return UniformRandomPolicy(int(num_actions))
+
+
+@dataclasses.dataclass(frozen=True)
+class UniformBoxPolicy:
+    """Actions drawn uniformly from the box [low, high] (float32 (d,); hashable)."""
+
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+
+    def __call__(self, key: Array, observation: Any, h: Array) -> Array:
+        return jax.random.uniform(key, (len(self.low),), jnp.float32, jnp.asarray(self.low, jnp.float32),
+                                  jnp.asarray(self.high, jnp.float32))
+
+
+def random_policy(env: Environment) -> UniformRandomPolicy | UniformBoxPolicy:
+    """The uniformly random policy of ``env``'s action space: uniform over the A actions of a
+    ``Discrete`` space, uniform in the bounds of a ``Box``."""
+    space = env.action_space
+    if isinstance(space, Box):
+        return UniformBoxPolicy(space.low, space.high)
+    return UniformRandomPolicy(space.n)
+
+
+def action_dtype(env: Environment) -> np.dtype:
+    """The dtype :func:`rollout` records actions in: :func:`index_dtype` (A) for discrete
+    actions, float32 for box actions."""
+    space = env.action_space
+    return np.dtype(np.float32) if isinstance(space, Box) else index_dtype(space.n)
+
+
+def _action(env: Environment, action: Any) -> Array:
+    """A policy's action as the environment takes it: int32 () or float32 (d,)."""
+    space = env.action_space
+    if isinstance(space, Box):
+        return jnp.asarray(action, jnp.float32).reshape(space.shape)
+    return jnp.asarray(action, jnp.int32)
 
 
 # ----------------------------------------------------------------------------- random words
@@ -272,7 +311,8 @@ def _restore_keys(tree: Any, impl) -> Any:
 def uses_uniforms(env: Environment, policy: Any) -> bool:
     """Whether rollouts take the fast path: the environment declares ``has_uniform_noise``
     and the policy ``action_from_uniform``."""
-    return env.has_uniform_noise and callable(getattr(policy, "action_from_uniform", None))
+    return (env.has_uniform_noise and not env.has_box_actions
+            and callable(getattr(policy, "action_from_uniform", None)))
 
 
 def _stage_inputs(steps_keys: Array, impl: Any, env: Environment, params: Any, policy: Policy) -> Any:
@@ -316,10 +356,10 @@ def _stage_step(x: Any, obs: Any, state: Any, h: Array, env: Environment, params
         step_noise = env.noise_from_uniform(jnp.imag(x), params)
     else:
         key, step_noise = x
-        draw = lambda: jnp.asarray(policy(key, obs, h), jnp.int32)
+        draw = lambda: _action(env, policy(key, obs, h))
         # h >= 0 always holds; XLA never fuses across a conditional, so the policy's draw is
         # computed once (else XLA would recompute the unrolled threefry in each consumer)
-        action = jax.lax.cond(h >= 0, draw, lambda: jnp.zeros((), jnp.int32))
+        action = jax.lax.cond(h >= 0, draw, lambda: jnp.zeros(env.action_space.shape, env.action_space.dtype))
     next_obs, next_state, reward, costs, _, _ = env.transition(step_noise, state, action, params)
     return action, next_obs, next_state, reward, costs
 
@@ -352,7 +392,7 @@ def _scan(reset_key: Array, stage_xs: Any, env: Environment, params: Any, policy
     tabular = env.is_tabular
     keep_states = bool({"states", "observations"} & record)
     state_dtype = index_dtype(env.num_states) if tabular else None
-    action_dtype = index_dtype(env.num_actions)
+    recorded_action = action_dtype(env)
 
     def body(carry, xs):
         obs, state = carry
@@ -362,7 +402,7 @@ def _scan(reset_key: Array, stage_xs: Any, env: Environment, params: Any, policy
         if keep_states:
             out["states"] = env.state_index(state).astype(state_dtype) if tabular else state
         if "actions" in record:
-            out["actions"] = action.astype(action_dtype)
+            out["actions"] = action.astype(recorded_action)
         if "rewards" in record:
             out["rewards"] = reward
         if "costs" in record:

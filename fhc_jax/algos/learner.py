@@ -31,7 +31,7 @@ from fhc_jax.algos.policies import softmax_policy, table_policy
 from fhc_jax.algos.tabular_rollout import Batch
 from fhc_jax.cmdp.evaluate import evaluate
 from fhc_jax.envs.wrappers import ScaledSignals, signal_scales
-from fhc_jax.rollout import rollout, rollout_returns, uniform_random_policy
+from fhc_jax.rollout import random_policy, rollout, rollout_returns
 
 Array = jax.Array
 
@@ -204,6 +204,10 @@ class Algorithm:
             policy's logits at one observation of stage h, or None. Learners that have it train
             on any environment (the sampled path); the others need a tabular exact model.
         update_keys: how many PRNG keys ``update`` consumes per iteration (0, 1 or more).
+        action_head: ``setup -> ActionHead`` (``fhc_jax.algos.distributions``): what the
+            outputs of ``observation_logits`` mean (softmax logits, or a Gaussian's parameters
+            on box action spaces); None for a learner of discrete actions only, whose outputs
+            are softmax logits (it refuses box action spaces).
     """
 
     name: str
@@ -217,6 +221,7 @@ class Algorithm:
     policy_setup: Callable[..., Any]
     observation_logits: Callable[[Any, Any, Array, Array], Array] | None = None
     update_keys: int = 0
+    action_head: Callable[[Any], Any] | None = None
 
 
 #: the key of every Monte-Carlo evaluation (common random numbers across iterations and seeds;
@@ -237,6 +242,11 @@ def _check(algo: Algorithm, env, params: Any, config: Any) -> None:
         env.thresholds(params)
     except NotImplementedError as err:
         raise ValueError(f"{algo.name}: {err}") from None
+    if env.has_box_actions and algo.action_head is None:
+        raise ValueError(
+            f"{algo.name} takes discrete actions only (a softmax policy over a finite action set), but "
+            f"{env.name} has continuous (box) actions; use a learner with Gaussian policies "
+            "(nn_constrained, ecop, ppo_lagrangian, cpo) or a discrete version of the environment")
     if not judged_exactly(env) and algo.observation_logits is None:
         raise ValueError(
             f"{algo.name}: {env.name} declares no tabular exact model (is_tabular and "
@@ -244,11 +254,12 @@ def _check(algo: Algorithm, env, params: Any, config: Any) -> None:
         )
 
 
-def observation_policy(logits_of: Callable[[Array, Array], Array]) -> Callable[[Array, Array, Array], Array]:
-    """``act(key, observation, h)`` sampling softmax(``logits_of(observation, h)``) with one
-    uniform per call (:func:`fhc_jax.softmax_policy`, the fast protocol of
+def observation_policy(logits_of: Callable[[Array, Array], Array], head: Any = None) -> Callable[[Array, Array, Array], Array]:
+    """``act(key, observation, h)`` sampling the distribution of ``logits_of(observation, h)``:
+    ``head.policy`` (``fhc_jax.algos.distributions``), or without a head softmax(logits) with
+    one uniform per call (:func:`fhc_jax.softmax_policy`, the fast protocol of
     :func:`fhc_jax.rollout`)."""
-    return softmax_policy(logits_of)
+    return softmax_policy(logits_of) if head is None else head.policy(logits_of)
 
 
 def observation_sample(env, params, num_episodes: int = 64) -> Array:
@@ -256,18 +267,20 @@ def observation_sample(env, params, num_episodes: int = 64) -> Array:
     key), (N, D): the sample that input standardisation and feature boxes are fitted to on
     environments without tabular states (host-side)."""
     traj = jax.jit(rollout, static_argnums=(1, 3, 4))(
-        jax.random.key(EVALUATION_KEY), env, params, uniform_random_policy(env.num_actions), num_episodes)
+        jax.random.key(EVALUATION_KEY), env, params, random_policy(env), num_episodes)
     d = traj.observations.shape[-1]
     return jnp.concatenate([traj.observations.reshape(-1, d), traj.final_observations.reshape(-1, d)]).astype(jnp.float32)
 
 
-def monte_carlo_evaluator(env, params, num_episodes: int) -> Callable[[Callable], tuple[Array, Array]]:
+def monte_carlo_evaluator(env, params, num_episodes: int, head: Any = None) -> Callable[[Callable], tuple[Array, Array]]:
     """``logits_of -> (mean episode reward (), mean episode costs (M,))`` over ``num_episodes``
     episodes of :func:`fhc_jax.rollout_returns` with the fixed :data:`EVALUATION_KEY`
-    (traceable; the estimate of what ``fhc_jax.evaluate`` gives exactly on tabular models)."""
+    (traceable; the estimate of what ``fhc_jax.evaluate`` gives exactly on tabular models);
+    ``head`` as in :func:`observation_policy`."""
 
     def fn(logits_of: Callable[[Array, Array], Array]) -> tuple[Array, Array]:
-        returns = rollout_returns(jax.random.key(EVALUATION_KEY), env, params, observation_policy(logits_of), num_episodes)
+        returns = rollout_returns(jax.random.key(EVALUATION_KEY), env, params, observation_policy(logits_of, head),
+                                  num_episodes)
         return jnp.mean(returns.rewards), jnp.mean(returns.costs, axis=0)
 
     return fn
@@ -321,7 +334,8 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
             ev = evaluate(cmdp, table_fn(carry.state))
             return ev.reward, ev.costs
     else:
-        monte_carlo = monte_carlo_evaluator(env, params, config.eval_episodes)
+        head = None if algo.action_head is None else algo.action_head(setup)
+        monte_carlo = monte_carlo_evaluator(env, params, config.eval_episodes, head)
         evaluate_fn = lambda carry: monte_carlo(partial(algo.observation_logits, carry.state, setup))
         table_fn = None
 
@@ -377,7 +391,8 @@ def policy(algo: Algorithm, train_state: Any, env, params: Any = None) -> Callab
         return table_policy(policy_table(algo, train_state, env, params), env)
     params = env.default_params if params is None else params
     setup = algo.policy_setup(env, params, train_state)
-    return observation_policy(partial(algo.observation_logits, train_state, setup))
+    head = None if algo.action_head is None else algo.action_head(setup)
+    return observation_policy(partial(algo.observation_logits, train_state, setup), head)
 
 
 def interface(algo: Algorithm) -> tuple[Callable, Callable, Callable, Callable]:

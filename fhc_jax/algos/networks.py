@@ -34,6 +34,9 @@ class MLP(nn.Module):
 
     Hidden layers use LeCun-normal weights (flax's default), zero biases; the output layer is
     scaled by ``output_scale`` (small values start a softmax policy near uniform).
+    ``free_outputs`` > 0 appends that many outputs that do not depend on the input: a learned
+    parameter vector "free" (zeros at init), e.g. the state-independent log-std of a Gaussian
+    policy (``fhc_jax.algos.distributions``); the output is then (..., outputs + free_outputs).
     """
 
     outputs: int
@@ -41,14 +44,20 @@ class MLP(nn.Module):
     depth: int = 2
     activation: str = "tanh"
     output_scale: float = 1.0
+    free_outputs: int = 0
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
         act = ACTIVATIONS[self.activation]
+        h = x
         for _ in range(self.depth):
-            x = act(nn.Dense(self.width)(x))
+            h = act(nn.Dense(self.width)(h))
         init = nn.initializers.variance_scaling(self.output_scale**2, "fan_in", "truncated_normal")
-        return nn.Dense(self.outputs, kernel_init=init)(x)
+        out = nn.Dense(self.outputs, kernel_init=init)(h)
+        if self.free_outputs:
+            free = self.param("free", nn.initializers.zeros, (self.free_outputs,), jnp.float32)
+            out = jnp.concatenate([out, jnp.broadcast_to(free, out.shape[:-1] + (self.free_outputs,))], axis=-1)
+        return out
 
 
 @dataclasses.dataclass(frozen=True)

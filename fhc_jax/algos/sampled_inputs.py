@@ -16,7 +16,7 @@ import numpy as np
 
 from fhc_jax.algos.learner import EVALUATION_KEY, judged_exactly
 from fhc_jax.algos.tabular_rollout import observation_table, tabular_model, value_scale
-from fhc_jax.rollout import rollout, uniform_random_policy
+from fhc_jax.rollout import random_policy, rollout
 
 Array = jax.Array
 
@@ -75,7 +75,7 @@ def critic_value_scale(env, params, num_episodes: int = 64) -> np.ndarray:
     if judged_exactly(env):
         return value_scale(tabular_model(env, params))
     traj = jax.jit(rollout, static_argnums=(1, 3, 4))(
-        jax.random.key(EVALUATION_KEY), env, params, uniform_random_policy(env.num_actions), num_episodes)
+        jax.random.key(EVALUATION_KEY), env, params, random_policy(env), num_episodes)
     stage = np.concatenate([np.asarray(traj.rewards)[..., None], np.asarray(traj.costs)], axis=-1)  # (N, H, 1+M)
     terminal = np.concatenate([np.asarray(traj.terminal_rewards)[:, None], np.asarray(traj.terminal_costs)], axis=-1)
     bound = env.horizon * np.max(np.abs(stage), axis=(0, 1)) + np.max(np.abs(terminal), axis=0)

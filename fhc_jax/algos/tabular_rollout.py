@@ -32,7 +32,7 @@ class Batch:
     Attributes (H stages, K episodes, M constraints):
         states: tabular state indices s_0..s_H, int32 (H+1, K); None for environments without
             tabular states (the sampled path).
-        actions: a_h, int32 (H, K).
+        actions: a_h, int32 (H, K); float32 (H, K, d) for box actions (the sampled path).
         rewards: r_h(s_h, a_h, s_{h+1}), (H, K).
         costs: g_h^(k)(s_h, a_h, s_{h+1}), (H, K, M).
         terminal_rewards: r_H(s_H), (K,).
@@ -63,6 +63,12 @@ class Batch:
         return jnp.sum(self.costs, axis=0) + self.terminal_costs
 
 
+def _time_major_actions(actions: Array) -> Array:
+    """Recorded actions (K, H) (indices) or (K, H, d) (box) -> int32 (H, K) or float32 (H, K, d)."""
+    actions = jnp.swapaxes(jnp.asarray(actions), 0, 1)
+    return actions.astype(jnp.float32 if jnp.issubdtype(actions.dtype, jnp.floating) else jnp.int32)
+
+
 def batch_from_trajectory(trajectory) -> Batch:
     """Convert a :class:`fhc_jax.rollout.Trajectory` ((K, H) leading axes) to a time-major
     :class:`Batch` with the observations of s_0..s_H (and tabular state indices when the
@@ -73,7 +79,7 @@ def batch_from_trajectory(trajectory) -> Batch:
     observations = jnp.concatenate([jnp.swapaxes(trajectory.observations, 0, 1), trajectory.final_observations[None]])
     return Batch(
         states=states,
-        actions=jnp.asarray(trajectory.actions, jnp.int32).T,
+        actions=_time_major_actions(trajectory.actions),
         rewards=jnp.asarray(trajectory.rewards).T,
         costs=jnp.moveaxis(jnp.asarray(trajectory.costs), 0, 1),
         terminal_rewards=jnp.asarray(trajectory.terminal_rewards),

@@ -17,9 +17,13 @@ from fhc_jax.envs.encoders import (
 )
 from fhc_jax.envs.gridworld import MOVES, GridParams, GridState, GridWorld, make_layout, next_state_table
 from fhc_jax.envs.gymnax_interop import GymnaxEnv, from_gymnax, to_gymnax
+from fhc_jax.envs.spaces import ActionSpace, Box, Discrete
 from fhc_jax.envs.tabular import TabularEnv
 
 __all__ = [
+    "ActionSpace",
+    "Box",
+    "Discrete",
     "BatteryParams",
     "BatteryState",
     "BatteryStorage",

@@ -40,6 +40,12 @@ flag                   promises
                        (e.g. the optimum of a discretized exact model), the yardstick of the
                        Monte-Carlo judgement where there is no tabular exact model
 =====================  ==========================================================================
+
+**Actions.** :attr:`Environment.action_space` declares them (``fhc_jax.envs.spaces``):
+``Discrete(A)`` (the default, from ``num_actions``; actions are int32 indices) or ``Box(low,
+high)`` (float32 vectors of shape (d,)). A box environment overrides ``action_space``, clips
+the actions it receives into the bounds itself, and raises from ``num_actions`` (there is no
+count of actions; :meth:`Environment.box_actions_error` words it).
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from flax import struct
 
 from fhc_jax.cmdp.model import TabularCMDP
 from fhc_jax.envs.encoders import Encoder, make_encoder
+from fhc_jax.envs.spaces import ActionSpace, Box, Discrete
 
 Array = jax.Array
 
@@ -131,6 +138,25 @@ class Environment(abc.ABC, Generic[State, Params]):
         """M."""
 
     @property
+    def action_space(self) -> ActionSpace:
+        """The actions this environment takes: ``Discrete(num_actions)`` by default; box
+        environments override it with a :class:`~fhc_jax.envs.spaces.Box`."""
+        return Discrete(self.num_actions)
+
+    @property
+    def has_box_actions(self) -> bool:
+        """Whether the actions are real vectors (:class:`~fhc_jax.envs.spaces.Box`)."""
+        return isinstance(self.action_space, Box)
+
+    def box_actions_error(self, what: str = "num_actions") -> ValueError:
+        """The error a box environment raises from ``num_actions`` (and learners that need a
+        finite action set raise): it names the space and what to use instead."""
+        space = self.action_space
+        return ValueError(f"{self.name} has continuous (box) actions in [{list(space.low)}, {list(space.high)}], "
+                          f"not a finite number of them ({what}); use a learner or policy for box actions "
+                          "(a Gaussian policy) or a discrete version of the environment")
+
+    @property
     @abc.abstractmethod
     def default_params(self) -> Params:
         """The default ``params`` pytree."""
@@ -192,7 +218,8 @@ class Environment(abc.ABC, Generic[State, Params]):
         Args:
             key: PRNG key (consumed by :meth:`noise`).
             state: current state (stage h < H).
-            action: int32 scalar in [0, A).
+            action: int32 scalar in [0, A) (``Discrete``), or float32 (d,) (``Box``; the
+                environment clips it into the bounds).
             params: the params pytree.
         Returns:
             (observation of X_{h+1}, next state with time h+1, reward r_h (), costs g_h (M,),

@@ -41,6 +41,7 @@ class ScaledSignals(Environment):
 
     horizon = property(lambda self: self.env.horizon)
     num_actions = property(lambda self: self.env.num_actions)
+    action_space = property(lambda self: self.env.action_space)
     num_constraints = property(lambda self: self.env.num_constraints)
     default_params = property(lambda self: self.env.default_params)
     observation_shape = property(lambda self: self.env.observation_shape)
@@ -91,10 +92,10 @@ def signal_scales(env: Environment, params: Any, num_episodes: int = 64, seed: i
     Returns:
         (reward scale, cost scales (M,)).
     """
-    from fhc_jax.rollout import rollout, uniform_random_policy
+    from fhc_jax.rollout import random_policy, rollout
 
     traj = jax.jit(rollout, static_argnums=(1, 3, 4))(jax.random.key(seed), env, params,
-                                                      uniform_random_policy(env.num_actions), num_episodes)
+                                                      random_policy(env), num_episodes)
     rewards = np.concatenate([np.abs(np.asarray(traj.rewards)).ravel(), np.abs(np.asarray(traj.terminal_rewards))])
     costs = np.concatenate([np.abs(np.asarray(traj.costs)).reshape(-1, env.num_constraints),
                             np.abs(np.asarray(traj.terminal_costs))])

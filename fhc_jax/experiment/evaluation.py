@@ -132,8 +132,8 @@ def _check_transfer(trained: Environment, env: Environment, changed: dict, tabul
     hint = "change only settings that keep the horizon, actions and states (e.g. env.slip, env.alpha)"
     if env.horizon != trained.horizon:
         raise ConfigError(f"{head} has horizon {env.horizon}, the policies act over {trained.horizon} stages; {hint}")
-    if env.num_actions != trained.num_actions:
-        raise ConfigError(f"{head} has {env.num_actions} actions, the policies choose among {trained.num_actions}; "
+    if env.action_space != trained.action_space:
+        raise ConfigError(f"{head} takes actions {env.action_space}, the policies choose from {trained.action_space}; "
                           f"{hint}")
     if tabular:
         if not judged_exactly(env):

@@ -156,8 +156,12 @@ def test_from_gymnax_errors():
         from_gymnax(CartPoleWithCost(), horizon=10, num_constraints=1)
     with pytest.raises(ValueError, match="float array.*int32"):
         from_gymnax(cartpole, horizon=10, cost_fn=lambda s, a, n, p: (jnp.abs(n.x) > 1).astype(jnp.int32)[None])
-    with pytest.raises(ValueError, match="only discrete action spaces.*Box"):
-        from_gymnax(gymnax.make("Pendulum-v1")[0], horizon=10, cost_fn=lambda s, a, n, p: jnp.zeros(1))
+    class TupleActions(type(cartpole)):  # box actions are taken (tests/test_box_environments.py), tuples not
+        def action_space(self, params=None):
+            return gymnax.environments.spaces.Tuple([gymnax.environments.spaces.Discrete(2)] * 2)
+
+    with pytest.raises(ValueError, match="Discrete or a bounded Box.*Tuple action space"):
+        from_gymnax(TupleActions(), horizon=10, cost_fn=position_cost)
     with pytest.raises(ValueError, match="alpha must be a finite number >= 0"):
         from_gymnax(cartpole, horizon=10, cost_fn=position_cost, alpha=-1.0)
     with pytest.raises(ValueError, match="gymnax Environment"):

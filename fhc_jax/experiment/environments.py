@@ -53,6 +53,7 @@ ENVIRONMENTS: dict[str, str] = {
     "gymnax:CartPole-v1": "fhc_jax.envs.gymnax_interop:cartpole",
     "gymnax:Acrobot-v1": "fhc_jax.envs.gymnax_interop:acrobot",
     "gymnax:MountainCar-v0": "fhc_jax.envs.gymnax_interop:mountain_car",
+    "gymnax:Pendulum-v1": "fhc_jax.envs.gymnax_interop:pendulum",
 }
 
 #: the default environment

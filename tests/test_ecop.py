@@ -141,4 +141,4 @@ def test_config_validation_and_unsupported_observation():
                            costs=np.zeros((1, 3, 2, 2)), terminal_rewards=np.zeros(2), terminal_costs=np.zeros((1, 2)),
                            thresholds=[1.0], initial_distribution=[1.0, 0.0])
     with pytest.raises(ValueError, match="observation"):
-        ecop.make_train(fhc.TabularEnv(cmdp), cmdp, ecop.Config())
+        ecop.make_train(fhc.TabularEnv(cmdp), cmdp, ecop.Config(observation="xy"))

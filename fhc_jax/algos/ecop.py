@@ -18,11 +18,23 @@ constant, the current iterate: a Jacobi form of Algorithm 2's backward sweep). T
 factor beta grows by ``damping_growth`` while the paper's secondary cost C(pi_k) >= c_k.
 Equations, the pieces tested against a loop reference, and every open choice (and where the
 printed paper is inconsistent): docs/algorithms/ecop.md.
+
+**Two paths.** Environments with a tabular exact model take the tabular path (the policy
+tabulated over every (h, s), the model's fast rollout); any other (or ``path="sampled"``)
+rolls out through ``fhc_jax.rollout`` and applies the networks to the recorded observations
+("env": the environment's own observation, standardised over the states that 64 episodes of
+the uniform policy visit), judged by Monte-Carlo. On box action spaces (continuous actions,
+always the sampled path) the actors are diagonal Gaussians (:mod:`fhc_jax.algos.distributions`:
+the network computes the mean, the log-std is a free per-stage vector or a second output,
+``Config.log_std``; the environment clips the actions): the ratios rho of both surrogates,
+the entropy and the KL are the head's (``head.log_prob``, ``head.entropy``, ``head.kl``), the
+rest of the algorithm is unchanged.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax
@@ -31,22 +43,28 @@ import optax
 from flax import struct
 
 from fhc_jax.algos import learner, multipliers
-from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
-from fhc_jax.algos.learner import ExactMetrics
+from fhc_jax.algos.distributions import LOG_STD_MAX, LOG_STD_MIN, ActionHead, Categorical, config_head
+from fhc_jax.algos.hyperparameters import check_interval, hyperparameters, numeric, static
+from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy, observation_sample
 from fhc_jax.algos.networks import ACTIVATIONS, MLP, Stacked
 from fhc_jax.algos.returns import advantages_and_targets
+from fhc_jax.algos.sampled_inputs import critic_value_scale, resolve_observation
 from fhc_jax.algos.tabular_rollout import (
     Batch,
     TabularModel,
+    batch_from_trajectory,
     observation_table,
     rollout_policy_table,
     tabular_model,
     value_scale,
 )
+from fhc_jax.rollout import rollout as rollout_episodes
 
 Array = jax.Array
 
-OBSERVATIONS = ("xy", "xyt", "one_hot")
+OBSERVATIONS = ("xy", "xyt", "one_hot", "env")
+PATHS = ("auto", "tabular", "sampled")
+LOG_STD_FORMS = ("state_independent", "state_dependent")
 
 
 @hyperparameters
@@ -57,11 +75,25 @@ class Config:
 
     Static fields:
         num_iterations: N updates. episodes_per_iteration: K episodes per update.
-        observation: network input, "xy", "xyt" or "one_hot" (must be supported by the env).
+        observation: network input, "xy", "xyt" or "one_hot" (encoders the environment must
+            support; tabular path), "env" (the environment's own observation; the only input
+            of the sampled path), or "auto" (the default: "xy" on the tabular path of a spatial
+            environment, else "env"; :func:`~fhc_jax.algos.sampled_inputs.resolve_observation`).
         width, depth, activation: the per-stage MLPs (actor and critic).
-        normalize_inputs: standardise the inputs over all (stage, state).
+        normalize_inputs: standardise the inputs over all (stage, state) (on environments
+            without tabular states: over the observations of 64 episodes of the uniform policy).
         num_epochs: full-batch optimizer steps per update (fewer after KL early stopping).
         eval_every: exact evaluation every this many updates (0: initial and final only).
+        eval_episodes: episodes of each Monte-Carlo evaluation on environments without a
+            tabular exact model.
+        path: "tabular" (the exact model's fast rollout and input tables), "sampled"
+            (``fhc_jax.rollout`` and the recorded observations, any environment) or "auto"
+            (default: "tabular" where the environment has a tabular exact model).
+        log_std: box action spaces only: the Gaussian actor's log-std is a learned per-stage
+            vector independent of the input ("state_independent") or a second output of the
+            actor network ("state_dependent").
+        initial_log_std: box action spaces only: log(sigma / half range) of the initial policy,
+            a float in [-5, 1] (default log 0.5: sigma is half the box's half range).
 
     Numeric fields (pytree leaves; ``vmap`` over them without recompiling):
         actor_lr, critic_lr: Adam step sizes. max_grad_norm: gradient clipping per family.
@@ -79,13 +111,17 @@ class Config:
 
     num_iterations: int = static(200, low=1)
     episodes_per_iteration: int = static(1024, low=1)
-    observation: str = static("xy", choices=OBSERVATIONS)
+    observation: str = static("auto", choices=("auto", *OBSERVATIONS))
     width: int = static(16, low=1)
     depth: int = static(2, low=0)
     activation: str = static("tanh", choices=tuple(ACTIVATIONS))
     normalize_inputs: bool = static(True)
     num_epochs: int = static(16, low=1)
     eval_every: int = static(25, low=0)
+    eval_episodes: int = static(4096, low=1)
+    path: str = static("auto", choices=PATHS)
+    log_std: str = static("state_independent", choices=LOG_STD_FORMS)
+    initial_log_std: float = static(math.log(0.5), types=(float,), description="a float in [-5, 1]")
     actor_lr: float = numeric(1e-2, low=0.0, low_open=True)
     critic_lr: float = numeric(3e-3, low=0.0, low_open=True)
     max_grad_norm: float = numeric(10.0, low=0.0, low_open=True)
@@ -101,6 +137,9 @@ class Config:
     output_scale: float = numeric(0.1, low=0.0, low_open=True)
     policy_averaging: float = numeric(0.0, low=0.0, high=1.0, high_open=True)
 
+    def __post_init__(self):
+        check_interval("Config", "initial_log_std", self.initial_log_std, LOG_STD_MIN, LOG_STD_MAX)
+
 
 @struct.dataclass
 class TrainState:
@@ -112,6 +151,8 @@ class TrainState:
         multipliers: lambda_{t,i} >= 0, (H, M). multiplier_state: its update's state.
         damping: beta, (). step: updates done, int32 ().
         observation, width, depth, activation, normalize_inputs: input and architecture (static).
+        log_std, initial_log_std: the Gaussian head's form on box action spaces (static;
+            ``fhc_jax.algos.distributions.config_head`` rebuilds the head from them).
     """
 
     actor: Any
@@ -127,6 +168,8 @@ class TrainState:
     depth: int = struct.field(pytree_node=False, default=2)
     activation: str = struct.field(pytree_node=False, default="tanh")
     normalize_inputs: bool = struct.field(pytree_node=False, default=True)
+    log_std: str = struct.field(pytree_node=False, default="state_independent")
+    initial_log_std: float = struct.field(pytree_node=False, default=math.log(0.5))
 
 
 @struct.dataclass
@@ -140,7 +183,8 @@ class Metrics:
             gradient of L~_t, lambda_t 1[Psi_t > 0] + max(0, lambda_t + beta Psi_t), at the
             last epoch, (N, M) (the effective multiplier, comparable with nu*).
         damping: beta after the update, (N,).
-        approx_kl, entropy, clip_fraction, value_loss, epochs: as in PPO-Lagrangian.
+        approx_kl, entropy, clip_fraction, value_loss, epochs: as in PPO-Lagrangian (the
+            entropy of a Gaussian policy is differential: it may be negative).
         exact: exact reward and costs of the reported policy every ``eval_every`` updates.
     """
 
@@ -222,33 +266,57 @@ class Setup:
     """Constants derived from the environment (host-side, built once by :func:`setup`).
 
     Attributes:
-        actor, critic: the stacked network families. obs_table: inputs of every (h, s), (H+1, S, D).
-        model: the rollout model. thresholds: d, (M,). value_scale: critic output scale (1+M,).
+        actor, critic: the stacked network families. obs_table: inputs of every (h, s),
+            (H+1, S, D) (None on environments without tabular states).
+        horizon, num_states, num_actions: H, S (0 without tabular states), A (0 for box actions).
+        model: the rollout model (tabular path). thresholds: d, (M,). value_scale: critic
+            output scale (1+M,).
+        head: the actor's action head (``Categorical(A)``, or a ``DiagonalGaussian`` on box
+            action spaces).
+        sampled: the sampled path (:attr:`Config.path`); then ``env``, ``params`` (the rollout
+            through ``fhc_jax.rollout``) and ``shift``, ``scale`` (the input standardisation
+            x -> (x - shift) / scale of the recorded observations, (D,)) are set.
+        observation: the resolved ``Config.observation`` (the train state records it).
     """
 
     actor: Stacked
     critic: Stacked
-    obs_table: Array
+    obs_table: Array | None
     horizon: int
     num_states: int
     num_actions: int
     model: TabularModel | None = None
     thresholds: Array | None = None
     value_scale: Array | None = None
+    head: ActionHead | None = None
+    sampled: bool = False
+    observation: str = "env"
+    env: Any = None
+    params: Any = None
+    shift: Array | None = None
+    scale: Array | None = None
+
+    def normalize(self, x: Array) -> Array:
+        """Standardised network input of raw observations x (..., D) (sampled path)."""
+        return (jnp.asarray(x, jnp.float32) - self.shift) / self.scale
 
 
-def _networks(horizon: int, num_actions: int, num_constraints: int, spec, output_scale: Any = 0.1):
+def _networks(horizon: int, head: ActionHead | int, num_constraints: int, spec, output_scale: Any = 0.1):
+    """(actor, critic) stacked families; the actor has ``head``'s outputs (an int A:
+    ``Categorical(A)``)."""
+    head = Categorical(head) if isinstance(head, int) else head
+    outputs, free = head.network_outputs
     arch = {"width": spec.width, "depth": spec.depth, "activation": spec.activation}
-    return (Stacked(MLP(outputs=num_actions, output_scale=output_scale, **arch), horizon),
+    return (Stacked(MLP(outputs=outputs, free_outputs=free, output_scale=output_scale, **arch), horizon),
             Stacked(MLP(outputs=1 + num_constraints, **arch), horizon))
 
 
 def _inputs(env, params, observation: str, normalize: bool) -> Array:
-    if observation not in env.supported_observations:
-        valid = ", ".join(repr(o) for o in env.supported_observations if o in OBSERVATIONS)
+    if observation != "env" and observation not in env.supported_observations:
+        valid = ", ".join(repr(o) for o in (*env.supported_observations, "env") if o in OBSERVATIONS)
         raise ValueError(f"ecop: Config.observation must be one of {valid} for {env.name}, "
                          f"found {observation!r}")
-    table = observation_table(env, params, observation)
+    table = observation_table(env, params, None if observation == "env" else observation)
     if not normalize:
         return table
     flat = table.reshape(-1, table.shape[-1])
@@ -256,27 +324,75 @@ def _inputs(env, params, observation: str, normalize: bool) -> Array:
     return (table - jnp.mean(flat, axis=0)) / jnp.where(std > 0, std, 1.0)
 
 
+def _is_sampled(env, path: str, observation: str) -> bool:
+    """Whether ``Config.path`` takes the sampled path on ``env`` (validated before compiling)."""
+    if path == "tabular" and not judged_exactly(env):
+        raise ValueError(f"ecop: Config.path = 'tabular' needs a tabular exact model, which {env.name} does not "
+                         "declare (use path = 'auto' or 'sampled')")
+    sampled = path == "sampled" or (path == "auto" and not judged_exactly(env))
+    if sampled and observation != "env":
+        raise ValueError(f"ecop: Config.observation must be 'env' for {env.name} on the sampled path (the "
+                         f"environment's own observation), found {observation!r}")
+    if sampled and len(env.observation_shape) != 1:
+        raise ValueError(f"ecop: the networks take flat observations, but {env.name}'s have shape "
+                         f"{tuple(env.observation_shape)}; flatten them in the environment")
+    return sampled
+
+
+def _sampled_setup(env, params, spec: Any, full: bool) -> Setup:
+    """The sampled path's setup (``full=False``: only what :func:`observation_logits` needs).
+    Inputs are standardised over the tabulated observations of a tabular environment, else over
+    the observations of 64 episodes of the uniform policy."""
+    head = config_head(env, spec)
+    table = observation_table(env, params, None) if env.is_tabular else None
+    flat = table.reshape(-1, table.shape[-1]) if table is not None else observation_sample(env, params)
+    d = flat.shape[-1]
+    if spec.normalize_inputs:
+        std = jnp.std(flat, axis=0)
+        shift, scale = jnp.mean(flat, axis=0), jnp.where(std > 0, std, 1.0)
+    else:
+        shift, scale = jnp.zeros((d,), jnp.float32), jnp.ones((d,), jnp.float32)
+    actor, critic = _networks(env.horizon, head, env.num_constraints, spec)
+    kw = {}
+    if full:
+        kw = dict(thresholds=jnp.asarray(env.thresholds(params), jnp.float32),
+                  value_scale=jnp.asarray(critic_value_scale(env, params)))
+    return Setup(actor=actor, critic=critic, obs_table=None if table is None else (table - shift) / scale,
+                 horizon=env.horizon, num_states=env.num_states if env.is_tabular else 0,
+                 num_actions=0 if env.has_box_actions else env.num_actions, head=head, sampled=True, env=env,
+                 params=params, shift=jnp.asarray(shift, jnp.float32), scale=jnp.asarray(scale, jnp.float32), **kw)
+
+
 def setup(env, params, config: Config) -> Setup:
-    """Networks, input table, rollout model, thresholds and critic scales of ``env``.
+    """Networks, inputs, rollout model, thresholds and critic scales of ``env``.
 
     Raises:
-        ValueError: an observation the environment does not support.
+        ValueError: an observation the environment does not support, ``path="tabular"``
+            without a tabular exact model, or non-flat observations on the sampled path.
     """
+    config = config.replace(observation=resolve_observation(env, config.path, config.observation))
+    if _is_sampled(env, config.path, config.observation):
+        return _sampled_setup(env, params, config, full=True)
     obs = _inputs(env, params, config.observation, config.normalize_inputs)
-    actor, critic = _networks(env.horizon, env.num_actions, env.num_constraints, config)
+    head = config_head(env, config)  # Categorical(A): box environments have no tabular path
+    actor, critic = _networks(env.horizon, head, env.num_constraints, config)
     model = tabular_model(env, params)
     return Setup(actor=actor, critic=critic, obs_table=obs, horizon=env.horizon, num_states=env.num_states,
                  num_actions=env.num_actions, model=model,
                  thresholds=jnp.asarray(env.to_cmdp(params).thresholds, jnp.float32),
-                 value_scale=jnp.asarray(value_scale(model)))
+                 value_scale=jnp.asarray(value_scale(model)), head=head, observation=config.observation)
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
-    """What :func:`logits` needs, from the input and architecture recorded in the train state."""
+    """What :func:`logits` (tabular exact models) or :func:`observation_logits` (any other
+    environment) needs, from the input and architecture recorded in the train state."""
+    if not judged_exactly(env):
+        return _sampled_setup(env, params, train_state, full=False)
     obs = _inputs(env, params, train_state.observation, train_state.normalize_inputs)
-    actor, critic = _networks(env.horizon, env.num_actions, env.num_constraints, train_state)
+    head = config_head(env, train_state)
+    actor, critic = _networks(env.horizon, head, env.num_constraints, train_state)
     return Setup(actor=actor, critic=critic, obs_table=obs, horizon=env.horizon, num_states=env.num_states,
-                 num_actions=env.num_actions)
+                 num_actions=env.num_actions, head=head)
 
 
 def _optimizer(cfg: Config) -> optax.GradientTransformation:
@@ -295,9 +411,9 @@ def _multiplier_update(cfg: Config, beta: Array) -> multipliers.MultiplierUpdate
 
 def init(key: Array, setup: Setup, config: Config) -> TrainState:
     """Per-stage networks each from its own key; lambda_t = initial_multiplier; beta = damping."""
-    actor_net, critic_net = _networks(setup.horizon, setup.num_actions, setup.thresholds.shape[0], config,
+    actor_net, critic_net = _networks(setup.horizon, setup.head, setup.thresholds.shape[0], config,
                                       config.output_scale)
-    x = jnp.zeros(setup.obs_table.shape[-1:], jnp.float32)
+    x = jnp.zeros(setup.shift.shape if setup.sampled else setup.obs_table.shape[-1:], jnp.float32)
     ka, kc = jax.random.split(key)
     actor, critic = actor_net.init(ka, x), critic_net.init(kc, x)
     h, m = setup.horizon, setup.thresholds.shape[0]
@@ -307,8 +423,8 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         actor_average=actor, multipliers=lam,
         multiplier_state=_multiplier_update(config, config.damping).init(h * m, config.initial_multiplier),
         damping=jnp.asarray(config.damping, jnp.float32), step=jnp.zeros((), jnp.int32),
-        observation=config.observation, width=config.width, depth=config.depth, activation=config.activation,
-        normalize_inputs=config.normalize_inputs,
+        observation=setup.observation, width=config.width, depth=config.depth, activation=config.activation,
+        normalize_inputs=config.normalize_inputs, log_std=config.log_std, initial_log_std=config.initial_log_std,
     )
 
 
@@ -317,8 +433,23 @@ def logits(train_state: TrainState, setup: Setup) -> Array:
     return setup.actor.apply(train_state.actor_average, setup.obs_table[:-1])
 
 
+def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
+    """The reported policy's outputs at one raw observation of stage h (sampled path):
+    logits (A,), or a Gaussian head's [m, s] (2d,)."""
+    stage = jax.tree.map(lambda p: p[h], train_state.actor_average)
+    return setup.actor.module.apply(stage, setup.normalize(observation))
+
+
 def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -> Batch:
-    """K episodes under the current actor (tabulated once); its logits ride in ``behaviour``."""
+    """K episodes under the current actor: tabulated once on the tabular path (its logits ride
+    in ``behaviour``), applied to each observation through ``fhc_jax.rollout`` on the sampled
+    one."""
+    if setup.sampled:
+        def out_fn(obs, h):
+            return setup.actor.module.apply(jax.tree.map(lambda p: p[h], train_state.actor), setup.normalize(obs))
+
+        act = observation_policy(out_fn, setup.head)
+        return batch_from_trajectory(rollout_episodes(key, setup.env, setup.params, act, config.episodes_per_iteration))
     table = setup.actor.apply(train_state.actor, setup.obs_table[:-1])
     batch = rollout_policy_table(key, setup.model, jax.nn.softmax(table, axis=-1), config.episodes_per_iteration)
     return batch.replace(behaviour=table)
@@ -330,16 +461,41 @@ def update(train_state: TrainState, batch: Batch, key: Array | None, setup: Setu
     Deterministic given the batch (``key`` unused; full-batch epochs)."""
     del key
     cfg, st = config, train_state
-    num_stages, _k = batch.actions.shape
-    hs = jnp.arange(num_stages, dtype=jnp.int32)[:, None]
-    s_h = batch.states[:-1]
-    obs = setup.obs_table[:-1]
-    logits_old = batch.behaviour if batch.behaviour is not None else setup.actor.apply(st.actor, obs)
-    logp_rows = jax.nn.log_softmax(logits_old, axis=-1)[hs, s_h]  # (H, K, A)
-    logp_old = jnp.take_along_axis(logp_rows, batch.actions[..., None], axis=-1)[..., 0]
-    entropy = -jnp.mean(jnp.sum(jnp.exp(logp_rows) * logp_rows, axis=-1))
+    num_stages = batch.actions.shape[0]
+    head = setup.head
+    if setup.sampled:  # the networks at the recorded observations, (H, K, D)
+        obs = setup.normalize(batch.observations[:-1])
+        at_samples = lambda out: out
+        out_old = setup.actor.apply(st.actor, obs)  # (H, K, outputs): the behaviour policy
+        logp_old = head.log_prob(out_old, batch.actions)
+        entropy = jnp.mean(head.entropy(out_old))
 
-    values = setup.critic.apply(st.critic, obs)[hs, s_h] * setup.value_scale  # (H, K, 1+M)
+        def policy_terms(actor):
+            out = setup.actor.apply(actor, obs)
+            return head.log_prob(out, batch.actions), head.entropy(out)
+
+        def new_kl(actor):
+            return jnp.mean(head.kl(out_old, setup.actor.apply(actor, obs)))
+    else:  # tabulated over every (h, s), read at the visited states (discrete actions)
+        hs = jnp.arange(num_stages, dtype=jnp.int32)[:, None]
+        s_h = batch.states[:-1]
+        obs = setup.obs_table[:-1]
+        at_samples = lambda table: table[hs, s_h]
+        logits_old = batch.behaviour if batch.behaviour is not None else setup.actor.apply(st.actor, obs)
+        logp_rows = jax.nn.log_softmax(logits_old, axis=-1)[hs, s_h]  # (H, K, A)
+        logp_old = jnp.take_along_axis(logp_rows, batch.actions[..., None], axis=-1)[..., 0]
+        entropy = -jnp.mean(jnp.sum(jnp.exp(logp_rows) * logp_rows, axis=-1))
+
+        def policy_terms(actor):
+            lp_rows = jax.nn.log_softmax(setup.actor.apply(actor, obs), axis=-1)[hs, s_h]
+            logp = jnp.take_along_axis(lp_rows, batch.actions[..., None], axis=-1)[..., 0]
+            return logp, -jnp.sum(jnp.exp(lp_rows) * lp_rows, axis=-1)
+
+        def new_kl(actor):
+            new_logp = jax.nn.log_softmax(setup.actor.apply(actor, obs), axis=-1)[hs, s_h]
+            return jnp.mean(jnp.sum(jnp.exp(logp_rows) * (logp_rows - new_logp), axis=-1))
+
+    values = at_samples(setup.critic.apply(st.critic, obs)) * setup.value_scale  # (H, K, 1+M)
     adv, targets = advantages_and_targets(batch, values, 1.0, cfg.gae_lambda)
     adv = adv - jnp.mean(adv, axis=1, keepdims=True)  # centred per stage (E_pi_old[A_h] = 0)
     adv_r, adv_c = adv[..., 0], adv[..., 1:]
@@ -353,12 +509,10 @@ def update(train_state: TrainState, batch: Batch, key: Array | None, setup: Setu
     lam, beta = nu.reshape(num_stages, m), st.damping
 
     def loss_fn(net):
-        lp_rows = jax.nn.log_softmax(setup.actor.apply(net["actor"], obs), axis=-1)[hs, s_h]
-        logp = jnp.take_along_axis(lp_rows, batch.actions[..., None], axis=-1)[..., 0]
+        logp, ent = policy_terms(net["actor"])  # (H, K) each
         s_r, s_c = stage_surrogates(logp, logp_old, adv_r, adv_c, cfg.clip_eps)
-        ent = -jnp.sum(jnp.exp(lp_rows) * lp_rows, axis=-1)  # (H, K)
         actor_loss = jacobi_objective(s_r, s_c, excess, lam, beta) - cfg.entropy_coef * jnp.sum(jnp.mean(ent, 1))
-        v = setup.critic.apply(net["critic"], obs)[hs, s_h]
+        v = at_samples(setup.critic.apply(net["critic"], obs))
         value_loss = jnp.mean(jnp.sum((v - targets) ** 2, axis=-1))
         log_ratio = logp - logp_old
         psi = tail_sums(s_c) + excess
@@ -384,8 +538,7 @@ def update(train_state: TrainState, batch: Batch, key: Array | None, setup: Setu
     last = jnp.maximum(epochs.astype(jnp.int32) - 1, 0)
     per_epoch = lambda x: jnp.sum(x * ep["done"]) / jnp.maximum(epochs, 1.0)
 
-    new_logp = jax.nn.log_softmax(setup.actor.apply(net["actor"], obs), axis=-1)[hs, s_h]
-    approx_kl = jnp.mean(jnp.sum(jnp.exp(logp_rows) * (logp_rows - new_logp), axis=-1))
+    approx_kl = new_kl(net["actor"])
     new_beta = update_damping(beta, lam, excess, cfg.damping_growth, cfg.damping_max)
     avg = jax.tree.map(lambda a, b: cfg.policy_averaging * a + (1.0 - cfg.policy_averaging) * b,
                        st.actor_average, net["actor"])
@@ -399,6 +552,7 @@ def update(train_state: TrainState, batch: Batch, key: Array | None, setup: Setu
 
 ALGORITHM = learner.Algorithm(
     name="ecop", config_type=Config, metrics_type=Metrics, setup=setup, init=init, rollout=rollout,
-    update=update, logits=logits, policy_setup=policy_setup,
+    update=update, logits=logits, policy_setup=policy_setup, observation_logits=observation_logits,
+    action_head=lambda setup: setup.head,
 )
 make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)

@@ -14,11 +14,23 @@ term, lambda-return critic targets and a mirror-descent actor step projected ont
 and reports the Polyak average of the actor. ``Config.loss_form`` is a speed choice (per
 sample or per (stage, state) cell). The losses and the derivation of every departure are in
 docs/algorithms/nn_constrained.md.
+
+**Box action spaces** (continuous actions; such environments have no tabular model, so they
+take the sampled path): the per-stage actors are diagonal Gaussians
+(:mod:`fhc_jax.algos.distributions`; the network outputs the mean, the log-std is a free
+per-stage vector or a second output, ``Config.log_std``; the environment clips the actions).
+The paper variant's AL is the same score-function loss with ``head.log_prob``. The improved
+variant's actor step, a per-sample step in logit space for softmax policies, becomes a
+per-sample natural-gradient step in the Gaussian's parameters (mean: mu + eta A (a - mu);
+log-std: log sigma + eta A ((a - mu)^2 / sigma^2 - 1) / 2) onto which the network regresses
+by squared error in its output units (:func:`~fhc_jax.algos.nn_losses.gaussian_sample_targets`):
+a departure from the discrete form, documented in docs/algorithms/nn_constrained.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax
@@ -27,12 +39,13 @@ import optax
 from flax import struct
 
 from fhc_jax.algos import learner, multipliers
-from fhc_jax.algos.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
+from fhc_jax.algos.distributions import LOG_STD_MAX, LOG_STD_MIN, ActionHead, Categorical, config_head
+from fhc_jax.algos.hyperparameters import PowerSchedule, check_interval, hyperparameters, numeric, schedule, static
 from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy, observation_sample
 from fhc_jax.algos.networks import ACTIVATIONS, MLP, Stacked
 from fhc_jax.algos.nn_losses import (
-    advantage_targets, batch_targets, cell_stats, improved_actor_loss, sample_advantage_targets, sample_losses,
-    table_losses,
+    advantage_targets, batch_targets, cell_stats, gaussian_actor_loss, gaussian_sample_targets, improved_actor_loss,
+    sample_advantage_targets, sample_losses, table_losses,
 )
 from fhc_jax.rollout import rollout as rollout_episodes
 from fhc_jax.algos.tabular_rollout import (
@@ -47,6 +60,7 @@ OPTIMIZERS = ("adam", "sgd")
 LOSS_FORMS = ("auto", "table", "samples")
 OBSERVATIONS = ("env", "xy", "xyt", "one_hot")
 PATHS = ("auto", "tabular", "sampled")
+LOG_STD_FORMS = ("state_independent", "state_dependent")
 
 
 @hyperparameters
@@ -76,6 +90,11 @@ class Config:
             the networks to the recorded observations (any environment); "auto" (default)
             takes "tabular" where the environment has a tabular exact model.
         check_step_sizes: validate the schedules against Assumption 3 (default True).
+        log_std: box action spaces only: the Gaussian actor's log-std is a learned per-stage
+            vector independent of the input ("state_independent") or a second output of the
+            actor network ("state_dependent").
+        initial_log_std: box action spaces only: log(sigma / half range) of the initial policy,
+            a float in [-5, 1] (default log 0.5: sigma is half the box's half range).
 
     Numeric fields (pytree leaves; ``vmap`` over them without recompiling):
         critic_step: a(n), learning rate of V and W (fastest).
@@ -87,7 +106,9 @@ class Config:
         multiplier_gain: proportional gain K_p >= 0 of the improved variant's multiplier.
         output_scale: initial scale of the actors' output layer (> 0; small = near-uniform
             initial policy).
-        logit_step: eta > 0, the improved actor's step in logit space (module docstring).
+        logit_step: eta > 0, the improved actor's step in logit space (module docstring); for
+            Gaussian policies (box actions) the per-sample natural-gradient step
+            (:func:`~fhc_jax.algos.nn_losses.gaussian_sample_targets`).
         policy_averaging: beta in [0, 1): the reported policy (:func:`policy_table`, the exact
             evaluations in the metrics) is the actor with the exponential Polyak average of its
             parameters, bar <- beta bar + (1 - beta) params(n+1); 0 reports the last iterate.
@@ -114,6 +135,8 @@ class Config:
     eval_episodes: int = static(4096, low=1)
     path: str = static("auto", choices=PATHS)
     check_step_sizes: bool = static(True)
+    log_std: str = static("state_independent", choices=LOG_STD_FORMS)
+    initial_log_std: float = static(math.log(0.5), types=(float,), description="a float in [-5, 1]")
     critic_step: PowerSchedule = schedule(PowerSchedule(init=0.05, power=0.55, decay=500.0))
     actor_step: PowerSchedule = schedule(PowerSchedule(init=0.03, power=0.7, decay=500.0))
     multiplier_step: PowerSchedule = schedule(PowerSchedule(init=1e-3, power=0.8, decay=1000.0))
@@ -125,6 +148,9 @@ class Config:
     logit_step: float = numeric(1.0, low=0.0, low_open=True)
     policy_averaging: float = numeric(0.99, low=0.0, high=1.0, high_open=True)
     visit_weight_power: float = numeric(0.0, low=0.0, high=1.0)
+
+    def __post_init__(self):
+        check_interval("Config", "initial_log_std", self.initial_log_std, LOG_STD_MIN, LOG_STD_MAX)
 
 
 @struct.dataclass
@@ -143,6 +169,8 @@ class TrainState:
             ``Config.policy_averaging``): the reported policy.
         observation, width, depth, activation, normalize_inputs: the networks' input and
             architecture (static), so the policy can be rebuilt from the state alone.
+        log_std, initial_log_std: the Gaussian head's form on box action spaces (static;
+            ``fhc_jax.algos.distributions.config_head`` rebuilds the head from them).
     """
 
     actor: Any
@@ -159,6 +187,8 @@ class TrainState:
     depth: int = struct.field(pytree_node=False, default=2)
     activation: str = struct.field(pytree_node=False, default="tanh")
     normalize_inputs: bool = struct.field(pytree_node=False, default=True)
+    log_std: str = struct.field(pytree_node=False, default="state_independent")
+    initial_log_std: float = struct.field(pytree_node=False, default=math.log(0.5))
 
 
 @struct.dataclass
@@ -185,19 +215,24 @@ class Metrics:
 
 @dataclasses.dataclass(frozen=True)
 class Networks:
-    """The three stacked network families (H stages, A actions, M constraints)."""
+    """The three stacked network families (H stages, M constraints; the actor has the action
+    head's ``num_outputs``: A logits, or [m, s] of a Gaussian)."""
 
     actor: Stacked
     critic: Stacked
     cost_critic: Stacked
 
     @classmethod
-    def build(cls, horizon: int, num_actions: int, num_constraints: int, spec: Any, output_scale: Any = 1.0) -> "Networks":
+    def build(cls, horizon: int, head: ActionHead | int, num_constraints: int, spec: Any,
+              output_scale: Any = 1.0) -> "Networks":
         """From a ``spec`` with ``width``, ``depth``, ``activation`` (a Config or TrainState);
-        ``output_scale`` only sets the actors' initialisation."""
+        ``head`` the action head (an int A: ``Categorical(A)``); ``output_scale`` only sets
+        the actors' initialisation."""
+        head = Categorical(head) if isinstance(head, int) else head
+        outputs, free = head.network_outputs
         arch = dict(width=spec.width, depth=spec.depth, activation=spec.activation)
         return cls(
-            actor=Stacked(MLP(outputs=num_actions, output_scale=output_scale, **arch), horizon),
+            actor=Stacked(MLP(outputs=outputs, free_outputs=free, output_scale=output_scale, **arch), horizon),
             critic=Stacked(MLP(outputs=1, **arch), horizon + 1),
             cost_critic=Stacked(MLP(outputs=num_constraints, **arch), horizon + 1),
         )
@@ -214,8 +249,11 @@ class Setup:
             without tabular states.
         env, params: the environment (the sampled path rolls out through ``fhc_jax.rollout``).
         model: the tabular rollout model (tabular path). thresholds: alpha, (M,).
-        horizon, num_states, num_actions, num_constraints: H, S (0 without tabular states), A, M.
+        horizon, num_states, num_actions, num_constraints: H, S (0 without tabular states), A
+            (0 for box actions), M.
         sampled: the path (:attr:`Config.path`). form: the loss form, "table" or "samples".
+        head: the actor's action head (``Categorical(A)`` or a ``DiagonalGaussian`` on box
+            action spaces).
     """
 
     nets: Networks
@@ -232,6 +270,7 @@ class Setup:
     num_constraints: int
     sampled: bool
     form: str
+    head: ActionHead
 
     def normalize(self, x: Array) -> Array:
         """Standardised network input of raw observations x (..., D)."""
@@ -282,13 +321,15 @@ def _setup(env, params, spec: Any, path: str, model: TabularModel | None, thresh
     if len(env.observation_shape) != 1:
         raise ValueError(f"nn_constrained: the networks take flat observations, but {env.name}'s have "
                          f"shape {env.observation_shape}; flatten them in the environment")
+    head = config_head(env, spec)
     table, shift, scale = _input_stats(env, params, spec.observation, spec.normalize_inputs)
     return Setup(
-        nets=Networks.build(env.horizon, env.num_actions, env.num_constraints, spec),
+        nets=Networks.build(env.horizon, head, env.num_constraints, spec),
         shift=shift, scale=scale, obs_table=None if table is None else (table - shift) / scale,
         env=env, params=params, model=model, thresholds=thresholds, horizon=env.horizon,
-        num_states=env.num_states if env.is_tabular else 0, num_actions=env.num_actions,
-        num_constraints=env.num_constraints, sampled=sampled, form="samples" if sampled else form,
+        num_states=env.num_states if env.is_tabular else 0,
+        num_actions=0 if env.has_box_actions else env.num_actions,
+        num_constraints=env.num_constraints, sampled=sampled, form="samples" if sampled else form, head=head,
     )
 
 
@@ -321,7 +362,7 @@ def _multiplier_update(config: Config, n: Array) -> multipliers.MultiplierUpdate
 
 def init(key: Array, setup: Setup, config: Config) -> TrainState:
     """Initial parameters: per-stage networks each from its own key, nu = initial_multiplier."""
-    nets = Networks.build(setup.horizon, setup.num_actions, setup.num_constraints, config, config.output_scale)
+    nets = Networks.build(setup.horizon, setup.head, setup.num_constraints, config, config.output_scale)
     obs = jnp.zeros(setup.shift.shape, jnp.float32)
     ka, kv, kw = jax.random.split(key, 3)
     actor = nets.actor.init(ka, obs)
@@ -340,6 +381,7 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         step=jnp.zeros((), jnp.int32),
         observation=config.observation, width=config.width, depth=config.depth,
         activation=config.activation, normalize_inputs=config.normalize_inputs,
+        log_std=config.log_std, initial_log_std=config.initial_log_std,
     )
 
 
@@ -353,12 +395,14 @@ def logits(train_state: TrainState, setup: Setup) -> Array:
 
 
 def _stage_logits(nets: Networks, actor: Any, x: Array, h: Array) -> Array:
-    """The stage-h actor's logits at one standardised input x (D,), (A,)."""
+    """The stage-h actor's outputs at one standardised input x (D,): logits (A,), or a
+    Gaussian head's [m, s] (2d,)."""
     return nets.actor.module.apply(jax.tree.map(lambda p: p[h], actor), x)
 
 
 def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
-    """Logits of the reported policy at one raw observation of stage h, (A,)."""
+    """The reported policy's outputs (``setup.head``: logits (A,), or a Gaussian's [m, s]
+    (2d,)) at one raw observation of stage h."""
     return _stage_logits(setup.nets, train_state.actor_average, setup.normalize(observation), h)
 
 
@@ -367,7 +411,8 @@ def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -
     tabular path, applied to each observation through ``fhc_jax.rollout`` on the sampled one."""
     k = config.episodes_per_iteration
     if setup.sampled:
-        act = observation_policy(lambda obs, h: _stage_logits(setup.nets, train_state.actor, setup.normalize(obs), h))
+        act = observation_policy(lambda obs, h: _stage_logits(setup.nets, train_state.actor, setup.normalize(obs), h),
+                                 setup.head)
         return batch_from_trajectory(rollout_episodes(key, setup.env, setup.params, act, k))
     table = _table(setup.nets, train_state.actor, setup.obs_table)
     return rollout_policy_table(key, setup.model, table, k)
@@ -419,7 +464,8 @@ def update(
     if form == "table":
         loss_fn = lambda st: table_losses(nets, st, obs_table, stats, k)
     else:
-        loss_fn = lambda st: sample_losses(nets, st, observations, batch.actions, fixed)
+        head = setup.head if setup.sampled else None  # the tabular path is discrete: softmax
+        loss_fn = lambda st: sample_losses(nets, st, observations, batch.actions, fixed, head)
 
     def critic_objective(crit):
         st = train_state.replace(critic=crit[0], cost_critic=crit[1])
@@ -439,7 +485,16 @@ def update(
         actor_updates, actor_opt = act_opt.update(actor_grads, train_state.actor_opt, train_state.actor)
         actor = optax.apply_updates(train_state.actor, actor_updates)
     else:
-        if setup.sampled:  # per sample: each sample's advantage moves the logit of its action
+        regression = improved_actor_loss
+        if setup.sampled and not isinstance(setup.head, Categorical):
+            # per sample: a natural-gradient step in the Gaussian's parameters, regressed by
+            # squared error in the network's output units (nn_losses.gaussian_sample_targets)
+            inputs = observations
+            q = gaussian_sample_targets(setup.head, nets.actor.apply(train_state.actor, inputs[:-1]), batch.actions,
+                                        fixed.advantages, config.logit_step)
+            weights = jnp.ones(q.shape[:-1], q.dtype)
+            regression = gaussian_actor_loss
+        elif setup.sampled:  # per sample: each sample's advantage moves the logit of its action
             inputs = observations
             onehot = jax.nn.one_hot(batch.actions, num_actions, dtype=fixed.advantages.dtype)
             q = sample_advantage_targets(nets.actor.apply(train_state.actor, inputs[:-1]), onehot, fixed.advantages,
@@ -453,7 +508,7 @@ def update(
 
         def epoch(carry, _):
             actor, opt_state = carry
-            grads = jax.grad(improved_actor_loss, argnums=1)(nets, actor, inputs, q, weights)
+            grads = jax.grad(regression, argnums=1)(nets, actor, inputs, q, weights)
             updates, opt_state = act_opt.update(grads, opt_state, actor)
             return (optax.apply_updates(actor, updates), opt_state), None
 
@@ -491,6 +546,6 @@ def update(
 ALGORITHM = learner.Algorithm(
     name="nn_constrained", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
     rollout=rollout, update=update, logits=logits, policy_setup=policy_setup,
-    observation_logits=observation_logits,
+    observation_logits=observation_logits, action_head=lambda setup: setup.head,
 )
 make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)

@@ -7,8 +7,10 @@ with identical values and gradients up to float rounding:
   statistics of the batch (:func:`cell_stats`), so each network is applied once per (h, s),
   independent of K.
 
-and the improved variant's actor step (:func:`advantage_targets`, :func:`improved_actor_loss`).
-Derivations: docs/algorithms/nn_constrained.md.
+and the improved variant's actor step (:func:`advantage_targets`, :func:`improved_actor_loss`;
+on the sampled path :func:`sample_advantage_targets` for softmax policies and
+:func:`gaussian_sample_targets` / :func:`gaussian_actor_loss` for the Gaussian policies of box
+action spaces). Derivations: docs/algorithms/nn_constrained.md.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from fhc_jax.algos.distributions import LOG_STD_MAX, LOG_STD_MIN
 from fhc_jax.algos.returns import lagrangian_targets, visit_averaged_advantages
 from fhc_jax.algos.tabular_rollout import Batch
 
@@ -58,14 +61,18 @@ def batch_targets(values: Array, batch: Batch, multipliers: Array, thresholds: A
 
 
 def sample_losses(
-    nets: Networks, state: TrainState, observations: Array, actions: Array, fixed: Targets
+    nets: Networks, state: TrainState, observations: Array, actions: Array, fixed: Targets, head: Any = None
 ) -> tuple[Array, Array]:
     """The paper's losses as sums over samples (the reference form).
 
     Args:
         nets: :class:`Networks`. state: current parameters.
-        observations: o_h(s_h) for stages 0..H, (H+1, K, D). actions: a_h, (H, K).
+        observations: o_h(s_h) for stages 0..H, (H+1, K, D). actions: a_h, int (H, K), or
+            float (H, K, d) for box actions.
         fixed: :class:`Targets`.
+        head: the actor's action head (``fhc_jax.algos.distributions``): log mu_h(s, a) is
+            ``head.log_prob`` of the actor's outputs (the score function of a Gaussian on box
+            actions); None: a softmax over the outputs (the discrete form).
     Returns:
         (critic loss = sum_h CL(v_h) + sum_{h,k} CCL(w_h^(k)) over stages 0..H,
          actor loss = -sum_h AL(theta_h)), both ().
@@ -75,8 +82,11 @@ def sample_losses(
     w = nets.cost_critic.apply(state.cost_critic, observations)  # (H+1, K, M)
     pred = jnp.concatenate([v, w], axis=-1)
     critic_loss = jnp.sum((fixed.targets - pred) ** 2) / k
-    logits = nets.actor.apply(state.actor, observations[:-1])  # (H, K, A)
-    logp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), actions[..., None], axis=-1)[..., 0]
+    logits = nets.actor.apply(state.actor, observations[:-1])  # (H, K, A) (or the head's outputs)
+    if head is None:
+        logp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), actions[..., None], axis=-1)[..., 0]
+    else:
+        logp = head.log_prob(logits, actions)
     actor_loss = -jnp.sum(logp * fixed.advantages) / k
     return critic_loss, actor_loss
 
@@ -186,3 +196,57 @@ def improved_actor_loss(nets: Networks, actor: Any, obs_table: Array, q: Array, 
     (H+1, K, D) and ``visited`` is all ones: the mean cross-entropy over the samples."""
     logp = jax.nn.log_softmax(nets.actor.apply(actor, obs_table[:-1]), axis=-1)
     return -jnp.sum(visited[..., None] * q * logp) / jnp.maximum(jnp.sum(visited), 1.0)
+
+
+def gaussian_sample_targets(head: Any, outputs: Array, actions: Array, advantages: Array, logit_step: Array) -> Array:
+    """Target outputs of the improved actor for a Gaussian policy (box actions, the sampled
+    path): the counterpart of :func:`sample_advantage_targets`. Each sample takes a natural-
+    gradient step of size eta A_hk on log N(a_hk; mu, sigma^2) in the distribution's own
+    parameters, and the actor then regresses its outputs onto the result
+    (:func:`gaussian_actor_loss`):
+
+    * mean: d log N / d mu = (a - mu) / sigma^2, Fisher 1 / sigma^2, so the natural gradient is
+      (a - mu) and mu' = mu + eta A (a - mu); in the network's units (mu = center + half m,
+      ``fhc_jax.algos.distributions``) m' = m + eta A (a - mu) / half;
+    * log-std: d log N / d log sigma = z^2 - 1 (z = (a - mu) / sigma), Fisher 2, so
+      log sigma' = log sigma + eta A (z^2 - 1) / 2, i.e. s' = s + eta A (z^2 - 1) / 2 with s
+      the (clipped) log-std output, then clipped into the head's bounds
+      [LOG_STD_MIN - initial_log_std, LOG_STD_MAX - initial_log_std].
+
+    Averaged over the samples of a stage (what the squared-error regression fits) the step is
+    eta times the natural gradient of the advantage-weighted log-likelihood, E[A grad log pi]
+    preconditioned by the inverse Fisher: a natural policy gradient step, the Gaussian analogue
+    of the discrete form's mirror-descent step in logit space. With a state-independent log-std
+    the s half of the output is the free per-stage parameter, so the regression moves it to
+    the mean of its targets.
+
+    Args:
+        head: a ``DiagonalGaussian`` head of d dimensions.
+        outputs: the actor's outputs [m, s] at the visited observations, (H, K, 2d).
+        actions: the sampled (unclipped) actions, (H, K, d).
+        advantages: the actor's lambda-return advantages A_hk (as in the discrete form), (H, K).
+        logit_step: eta.
+    Returns:
+        target outputs [m', s'], (H, K, 2d) (stop-gradient).
+    """
+    d = head.dim
+    low, high = LOG_STD_MIN - head.initial_log_std, LOG_STD_MAX - head.initial_log_std
+    mean, log_std = head.mean_log_std(outputs)
+    _, half = head._affine()
+    diff = jnp.asarray(actions, mean.dtype) - mean
+    z2 = jnp.square(diff * jnp.exp(-log_std))
+    step = logit_step * advantages[..., None]
+    m_target = outputs[..., :d] + step * diff / half
+    s_now = jnp.clip(outputs[..., d:], low, high)  # the s the head uses
+    s_target = jnp.clip(s_now + step * (z2 - 1.0) / 2.0, low, high)
+    return jax.lax.stop_gradient(jnp.concatenate([m_target, s_target], axis=-1))
+
+
+def gaussian_actor_loss(nets: Networks, actor: Any, observations: Array, targets: Array, weights: Array) -> Array:
+    """Squared error of the actor's outputs to the targets of :func:`gaussian_sample_targets`,
+    averaged over the weighted samples: sum_hk w_hk ||f(o_hk) - y_hk||^2 / (2 max(sum w, 1)).
+    ``observations`` (H+1, K, D) (the last stage unused), ``targets`` (H, K, 2d), ``weights``
+    (H, K)."""
+    out = nets.actor.apply(actor, observations[:-1])
+    sq = jnp.sum(jnp.square(out - targets), axis=-1)
+    return 0.5 * jnp.sum(weights * sq) / jnp.maximum(jnp.sum(weights), 1.0)

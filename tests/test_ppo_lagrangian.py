@@ -384,7 +384,7 @@ def test_policy_for_rollout_matches_table():
     [
         ({"num_iterations": 0}, r"Config.num_iterations must be an integer >= 1"),
         ({"episodes_per_iteration": 2.5}, r"Config.episodes_per_iteration must be an integer >= 1"),
-        ({"observation": "pixels"}, r"Config.observation must be one of 'xy', 'xyt', 'one_hot', 'env', 'env_t'"),
+        ({"observation": "pixels"}, r"Config.observation must be one of 'auto', 'xy', 'xyt', 'one_hot', 'env', 'env_t'"),
         ({"path": "exact"}, r"Config.path must be one of 'auto', 'tabular', 'sampled'"),
         ({"eval_episodes": 0}, r"Config.eval_episodes must be an integer >= 1"),
         ({"multiplier_method": "dual"}, r"Config.multiplier_method must be one of 'lagrangian', 'pid'"),

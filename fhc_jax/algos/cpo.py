@@ -13,7 +13,11 @@ critic regression. Per-sample sums are regrouped exactly into per-(distinct obse
 action) statistics, so the update cost does not grow with K. On the sampled path (environments
 without a tabular exact model, or ``path="sampled"``: ``fhc_jax.rollout``, recorded
 observations) every sample is its own "distinct input": the same sums over the H K samples,
-O(H K) per update. ``metrics.multipliers`` reports
+O(H K) per update, with the action head's log-probabilities and KL
+(:func:`~fhc_jax.algos.trust_region.sampled_trust_region_step`). On box action spaces (sampled
+path only: no tabular model) the policy is a diagonal Gaussian (:mod:`fhc_jax.algos.distributions`;
+the environment clips the actions) and the trust region, its Fisher matrix and the line search
+use the Gaussian's KL. ``metrics.multipliers`` reports
 the dual variable nu* of the linearised cost constraint. The equations, the dual case analysis
 and the differences from the reference implementations are in docs/algorithms/cpo.md.
 """
@@ -21,6 +25,7 @@ and the differences from the reference implementations are in docs/algorithms/cp
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax
@@ -30,11 +35,15 @@ import optax
 from flax import struct
 
 from fhc_jax.algos import learner
+from fhc_jax.algos.distributions import ActionHead, config_head
 from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy
 from fhc_jax.algos.networks import ACTIVATIONS, MLP, Stacked
+from fhc_jax.algos.ppo_lagrangian import LOG_STD_FORMS, check_initial_log_std
 from fhc_jax.algos.returns import advantages_and_targets
-from fhc_jax.algos.trust_region import CellStatistics, trust_region_step  # noqa: F401 (public here)
+from fhc_jax.algos.trust_region import (  # noqa: F401 (public here)
+    CellStatistics, SampleStatistics, sampled_trust_region_step, trust_region_step,
+)
 from fhc_jax.algos.sampled_inputs import (
     ENV_OBSERVATIONS, PATHS, critic_value_scale, input_table, resolve_path, stage_inputs, with_stage,
 )
@@ -78,6 +87,11 @@ class Config:
         eval_episodes: episodes of each Monte-Carlo evaluation where there is no tabular exact model.
         path: "tabular" (exact model, distinct-input statistics), "sampled" (``fhc_jax.rollout``,
             per-sample statistics; any environment) or "auto" (tabular where possible).
+        log_std: box action spaces only: the Gaussian's log-std is a learned vector
+            independent of the input ("state_independent") or an output of the actor network
+            ("state_dependent").
+        initial_log_std: box action spaces only: log(sigma / half range) of the initial
+            policy, a float in [-5, 1] (default log 0.5).
 
     Numeric fields (pytree leaves: ``jax.vmap`` over them without recompiling):
         max_kl: trust-region radius delta on the mean KL. damping: F + damping I.
@@ -99,6 +113,8 @@ class Config:
     eval_every: int = static(25, low=0)
     eval_episodes: int = static(4096, low=1)
     path: str = static("auto", choices=PATHS)
+    log_std: str = static("state_independent", choices=LOG_STD_FORMS)
+    initial_log_std: float = static(math.log(0.5), types=(float,), description="a float in [-5, 1]")
     max_kl: float = numeric(0.05, low=0.0, low_open=True)
     damping: float = numeric(0.1, low=0.0)
     backtrack_ratio: float = numeric(0.8, low=0.0, high=1.0, low_open=True, high_open=True)
@@ -106,13 +122,17 @@ class Config:
     gae_lambda: float = numeric(1.0, low=0.0, high=1.0)
     critic_learning_rate: float = numeric(3e-3, low=0.0, low_open=True)
 
+    def __post_init__(self):
+        check_initial_log_std(self)
+
 
 @struct.dataclass
 class TrainState:
     """Learner parameters (M = 1 constraint).
 
     Attributes:
-        actor: flax parameters of the policy MLP, o (D,) -> logits (A,).
+        actor: flax parameters of the policy MLP, o (D,) -> logits (A,) (box action spaces: the
+            Gaussian's [m, s], ``fhc_jax.algos.distributions``).
         critics: flax parameters of the reward and cost critics, stacked on a leading axis of
             length 1 + M (:class:`fhc_jax.algos.networks.Stacked`); outputs are in units of
             :func:`~fhc_jax.algos.ppo_lagrangian.value_scale`.
@@ -120,6 +140,8 @@ class TrainState:
         multipliers: nu*, the dual variable of the last update's linearised cost constraint, (M,).
         step: number of updates done, int32 ().
         observation, width, depth, activation: the actor's input and architecture (static).
+        log_std, initial_log_std: the Gaussian head's form on box action spaces (static;
+            ``fhc_jax.algos.distributions.config_head`` rebuilds the head from them).
     """
 
     actor: Any
@@ -131,6 +153,8 @@ class TrainState:
     width: int = struct.field(pytree_node=False, default=32)
     depth: int = struct.field(pytree_node=False, default=2)
     activation: str = struct.field(pytree_node=False, default="tanh")
+    log_std: str = struct.field(pytree_node=False, default="state_independent")
+    initial_log_std: float = struct.field(pytree_node=False, default=math.log(0.5))
 
 
 @struct.dataclass
@@ -144,7 +168,8 @@ class Metrics:
         kl: mean KL divergence between the old and the new policy over the batch's states, (N,).
         step_fraction: accepted line-search fraction beta^j (0: all candidates rejected), (N,).
         optimisation_case: the subproblem's case 0-4 (module docstring), int32 (N,).
-        entropy: mean policy entropy over the batch's states before the update, (N,).
+        entropy: mean policy entropy over the batch's states before the update (the
+            differential entropy of the Gaussian on box action spaces: it may be negative), (N,).
         exact: exact reward and costs every ``eval_every`` updates.
     """
 
@@ -158,8 +183,9 @@ class Metrics:
     exact: ExactMetrics
 
 
-def _modules(spec: TrainState | Config, num_actions: int, num_channels: int) -> tuple[MLP, Stacked]:
-    actor = MLP(outputs=num_actions, width=spec.width, depth=spec.depth, activation=spec.activation,
+def _modules(spec: TrainState | Config, head: ActionHead, num_channels: int) -> tuple[MLP, Stacked]:
+    computed, free = head.network_outputs  # (A, 0) for a softmax policy
+    actor = MLP(outputs=computed, free_outputs=free, width=spec.width, depth=spec.depth, activation=spec.activation,
                 output_scale=ACTOR_OUTPUT_SCALE)
     critic = Stacked(MLP(outputs=1, width=spec.width, depth=spec.depth, activation=spec.activation), num_channels)
     return actor, critic
@@ -190,6 +216,8 @@ class Setup:
         sampled: the sampled path (inputs and cell only for :func:`logits`, None without
             tabular states); env, params: what it rolls out; observation: "env" or "env_t";
             horizon: H.
+        head: the action distribution of the actor's outputs (``fhc_jax.algos.distributions``:
+            ``Categorical(A)``, or a ``DiagonalGaussian`` on box action spaces).
     """
 
     actor: MLP
@@ -204,6 +232,7 @@ class Setup:
     params: Any = None
     observation: str = "env"
     horizon: int = 0
+    head: ActionHead | None = None
 
     def actor_input(self, observation: Array, h: Array) -> Array:
         """The actor's input at one raw observation (D,) of stage h (sampled path)."""
@@ -219,14 +248,15 @@ class Setup:
 def _sampled_setup(env, params, spec, config: Config | None) -> Setup:
     """The sampled path's setup (``config`` None: only what :func:`logits` and
     :func:`observation_logits` need); distinct inputs only where there are tabular states."""
-    actor, critic = _modules(spec, env.num_actions, 1 + env.num_constraints)
+    head = config_head(env, spec)
+    actor, critic = _modules(spec, head, 1 + env.num_constraints)
     inputs = cell = None
     if env.is_tabular:
         inputs, cell = (jnp.asarray(a) for a in distinct_inputs(env, params, spec.observation))
     kw = {} if config is None else dict(threshold=jnp.asarray(env.thresholds(params), jnp.float32)[0],
                                         value_scale=jnp.asarray(critic_value_scale(env, params)))
     return Setup(actor=actor, critic=critic, inputs=inputs, cell=cell, sampled=True, env=env, params=params,
-                 observation=spec.observation, horizon=env.horizon, **kw)
+                 observation=spec.observation, horizon=env.horizon, head=head, **kw)
 
 
 def setup(env, params, config: Config) -> Setup:
@@ -263,11 +293,12 @@ def setup(env, params, config: Config) -> Setup:
             f"cpo: Config.critic_minibatches must be at most the number of distinct observations "
             f"({inputs.shape[0]} for observation {config.observation!r}), found {config.critic_minibatches}"
         )
-    actor, critic = _modules(config, env.num_actions, 1 + m)
+    head = config_head(env, config)  # Categorical(A): box environments have no tabular path
+    actor, critic = _modules(config, head, 1 + m)
     return Setup(
         actor=actor, critic=critic, inputs=jnp.asarray(inputs), cell=jnp.asarray(cell), model=model,
         threshold=jnp.asarray(env.to_cmdp(params).thresholds, jnp.float32)[0],
-        value_scale=jnp.asarray(value_scale(model)),
+        value_scale=jnp.asarray(value_scale(model)), head=head,
     )
 
 
@@ -276,9 +307,10 @@ def policy_setup(env, params, train_state: TrainState) -> Setup:
     where there is no tabular exact model, from the train state."""
     if not judged_exactly(env):
         return _sampled_setup(env, params, train_state, None)
-    actor, critic = _modules(train_state, env.num_actions, 1 + env.num_constraints)
+    head = config_head(env, train_state)
+    actor, critic = _modules(train_state, head, 1 + env.num_constraints)
     inputs, cell = distinct_inputs(env, params, train_state.observation)
-    return Setup(actor=actor, critic=critic, inputs=jnp.asarray(inputs), cell=jnp.asarray(cell))
+    return Setup(actor=actor, critic=critic, inputs=jnp.asarray(inputs), cell=jnp.asarray(cell), head=head)
 
 
 # ----------------------------------------------------------------------------- the algorithm
@@ -303,6 +335,8 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         width=config.width,
         depth=config.depth,
         activation=config.activation,
+        log_std=config.log_std,
+        initial_log_std=config.initial_log_std,
     )
 
 
@@ -312,7 +346,8 @@ def logits(train_state: TrainState, setup: Setup) -> Array:
 
 
 def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
-    """The reported policy's logits at one raw observation (D,) of stage h, (A,)."""
+    """The actor's outputs at one raw observation (D,) of stage h, (``head.num_outputs``,):
+    the reported policy's logits (A,), or the Gaussian's [m, s] (2d,) on box action spaces."""
     return setup.actor.apply(train_state.actor, setup.actor_input(observation, h))
 
 
@@ -321,7 +356,7 @@ def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -
     distinct inputs, (U, A), for the update. On the sampled path: ``fhc_jax.rollout`` with the
     actor applied to each observation (the update recomputes pi_old at the samples)."""
     if setup.sampled:
-        act = observation_policy(lambda obs, h: observation_logits(train_state, setup, obs, h))
+        act = observation_policy(lambda obs, h: observation_logits(train_state, setup, obs, h), setup.head)
         return batch_from_trajectory(rollout_episodes(key, setup.env, setup.params, act, config.episodes_per_iteration))
     logp = jax.nn.log_softmax(setup.actor.apply(train_state.actor, setup.inputs), axis=-1)
     batch = rollout_policy_table(key, setup.model, jnp.exp(logp)[setup.cell], config.episodes_per_iteration)
@@ -361,26 +396,26 @@ def cell_statistics(batch: Batch, critics: Any, setup: Setup, config: Config) ->
     )
 
 
-def sample_statistics(batch: Batch, critics: Any, inputs: Array, setup: Setup, config: Config) -> CellStatistics:
-    """:func:`cell_statistics` on the sampled path: every sample is its own "distinct input"
-    (``inputs`` (H K, D), :meth:`Setup.sample_inputs`), so the sums are per sample: adv_sums
-    (H K, A, C) is nonzero only at the action taken, counts are 1 (O(H K) time and memory)."""
-    horizon, k = batch.actions.shape
+def sample_statistics(batch: Batch, critics: Any, inputs: Array, setup: Setup, config: Config) -> SampleStatistics:
+    """The sampled path's statistics (:class:`~fhc_jax.algos.trust_region.SampleStatistics`):
+    every sample is its own point (``inputs`` (H K, D), :meth:`Setup.sample_inputs`), with its
+    action, advantages / K and lambda-returns; counts are 1 (O(H K) time and memory, any
+    action space)."""
+    horizon, k = batch.actions.shape[:2]
     values = _critic_values(setup, critics, inputs).reshape(horizon, k, -1)
     adv, ret = advantages_and_targets(batch, values, config.gamma, config.gae_lambda)
-    onehot = jax.nn.one_hot(batch.actions.reshape(-1), setup.actor.outputs, dtype=adv.dtype)  # (H K, A)
     n = horizon * k
-    return CellStatistics(
+    return SampleStatistics(
         cells=jnp.arange(n, dtype=jnp.int32).reshape(horizon, k),
-        adv_sums=onehot[..., None] * adv.reshape(n, 1, -1) / k,
-        seen=onehot > 0,
+        actions=batch.actions.reshape((n,) + batch.actions.shape[2:]),
+        adv_sums=adv.reshape(n, -1) / k,
         counts=jnp.ones((n,), adv.dtype),
         weights=jnp.full((n,), 1.0 / n, adv.dtype),
         ret_sums=ret.reshape(n, -1),
     )
 
 
-def fit_critics(critics: Any, critic_opt: Any, stats: CellStatistics, key: Array, setup: Setup,
+def fit_critics(critics: Any, critic_opt: Any, stats: CellStatistics | SampleStatistics, key: Array, setup: Setup,
                 config: Config, inputs: Array | None = None) -> tuple[Any, Any]:
     """Step 7: ``critic_epochs`` epochs of ``critic_minibatches`` Adam steps on the
     visit-weighted squared error (in value-scale units) to the mean lambda-return of each
@@ -423,19 +458,24 @@ def update(
     step_fraction (), optimisation_case (), entropy ())."""
     k_critic, k_fisher = key
     st = train_state
-    inputs = setup.sample_inputs(batch) if setup.sampled else setup.inputs  # (P, D): the points of stats
-    if batch.behaviour is not None:
-        logp_old = batch.behaviour
-    else:
-        logp_old = jax.nn.log_softmax(setup.actor.apply(st.actor, inputs), axis=-1)
-    if setup.sampled:
-        stats = sample_statistics(batch, st.critics, inputs, setup, config)
-    else:
-        stats = cell_statistics(batch, st.critics, setup, config)
     c = jnp.mean(batch.episode_costs[:, 0]) - setup.threshold
-    actor, info = trust_region_step(st.actor, logp_old, stats, c, k_fisher, setup, config, inputs)
+    if setup.sampled:  # per-sample statistics and the action head's log-probabilities and KL
+        inputs = setup.sample_inputs(batch)  # (H K, D): the points of stats
+        out_old = setup.actor.apply(st.actor, inputs)  # (H K, O)
+        stats = sample_statistics(batch, st.critics, inputs, setup, config)
+        actor, info = sampled_trust_region_step(st.actor, out_old, stats, c, k_fisher, setup, config, inputs,
+                                                setup.head)
+        entropy = jnp.mean(setup.head.entropy(out_old))
+    else:
+        inputs = setup.inputs  # (U, D): the points of stats
+        if batch.behaviour is not None:
+            logp_old = batch.behaviour
+        else:
+            logp_old = jax.nn.log_softmax(setup.actor.apply(st.actor, inputs), axis=-1)
+        stats = cell_statistics(batch, st.critics, setup, config)
+        actor, info = trust_region_step(st.actor, logp_old, stats, c, k_fisher, setup, config, inputs)
+        entropy = -jnp.sum(stats.weights * jnp.sum(jnp.exp(logp_old) * logp_old, axis=-1))
     critics, critic_opt = fit_critics(st.critics, st.critic_opt, stats, k_critic, setup, config, inputs)
-    entropy = -jnp.sum(stats.weights * jnp.sum(jnp.exp(logp_old) * logp_old, axis=-1))
     nu = jnp.broadcast_to(info["multiplier"], st.multipliers.shape).astype(jnp.float32)
     new_state = st.replace(actor=actor, critics=critics, critic_opt=critic_opt, multipliers=nu, step=st.step + 1)
     metrics = {
@@ -451,5 +491,6 @@ def update(
 ALGORITHM = learner.Algorithm(
     name="cpo", config_type=Config, metrics_type=Metrics, setup=setup, init=init, rollout=rollout,
     update=update, logits=logits, policy_setup=policy_setup, observation_logits=observation_logits, update_keys=2,
+    action_head=lambda setup: setup.head,
 )
 make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)

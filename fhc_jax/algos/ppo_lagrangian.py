@@ -5,7 +5,11 @@ program per training run.
 ONE stationary network for all stages, pi(a | x) = softmax(f_theta(x)) on the encoded
 observation x ("xy": the paper's Env 1, "xyt": Env 2, "one_hot", "env": the environment's own,
 "env_t": with h / H appended); a stationary policy on "xy" cannot follow a non-stationary
-optimum, which is the paper's point. Environments with a tabular exact model take the tabular
+optimum, which is the paper's point. On box action spaces the actor is a diagonal Gaussian
+(:mod:`fhc_jax.algos.distributions`: the network computes the mean, the log-std is a free
+vector or a second output, ``Config.log_std``; the environment clips the actions), trained on
+the sampled path (box environments have no tabular model) with the same clipped surrogate:
+log-probabilities, entropies and KLs are the head's. Environments with a tabular exact model take the tabular
 fast path (the networks tabulated over the distinct inputs); any other (or ``path="sampled"``)
 rolls out through ``fhc_jax.rollout`` and applies the networks to the recorded observations
 (:mod:`fhc_jax.algos.sampled_inputs`), O(H K) per update either way. Per iteration: roll out K
@@ -20,6 +24,7 @@ equations, the multiplier laws and the tuning notes are in docs/algorithms/ppo_l
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -29,18 +34,20 @@ import optax
 from flax import struct
 
 from fhc_jax.algos import learner, multipliers
-from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
+from fhc_jax.algos.distributions import LOG_STD_MAX, LOG_STD_MIN, config_head
+from fhc_jax.algos.hyperparameters import check_interval, hyperparameters, numeric, static
 from fhc_jax.algos.learner import ExactMetrics, observation_policy
 from fhc_jax.algos.networks import ACTIVATIONS
 from fhc_jax.algos.ppo_networks import OBSERVATIONS, Setup, _actor_rows, _modules, _optimizer  # noqa: F401 (public here)
 from fhc_jax.algos.returns import advantages_and_targets
-from fhc_jax.algos.sampled_inputs import PATHS, critic_value_scale, resolve_path, with_stage
+from fhc_jax.algos.sampled_inputs import PATHS, critic_value_scale, resolve_observation, resolve_path, with_stage
 from fhc_jax.algos.tabular_rollout import Batch, batch_from_trajectory, rollout_policy_table, tabular_model, value_scale
 from fhc_jax.rollout import rollout as rollout_episodes
 
 Array = jax.Array
 
 MULTIPLIER_METHODS = ("lagrangian", "pid")
+LOG_STD_FORMS = ("state_independent", "state_dependent")
 MULTIPLIER_OPTIMIZERS = ("adam", "sgd")
 UPDATE_FORMS = ("auto", "table", "samples")
 
@@ -66,7 +73,9 @@ class Config:
         num_iterations: N iterations (rollout + update). episodes_per_iteration: K.
         observation: network input, "xy" (paper Env 1), "xyt" (Env 2), "one_hot" (encoders the
             environment must support, tabular path only), "env" (the environment's own
-            observation) or "env_t" (with h / H appended).
+            observation), "env_t" (with h / H appended), or "auto" (the default: "xy" on the
+            tabular path of a spatial environment, else "env";
+            :func:`~fhc_jax.algos.sampled_inputs.resolve_observation`).
         width, depth, activation: the MLPs (actor, reward critic, cost critic).
         num_epochs, num_minibatches: passes over the batch per iteration, minibatches per
             epoch (at most H K).
@@ -83,6 +92,11 @@ class Config:
         critic_time: the critics also receive h / H when the actor's input does not depend
             on the stage (a standard variance reduction: the finite-horizon value depends on
             the stage even under a stationary policy); the actor still sees ``observation``.
+        log_std: box action spaces only: the Gaussian's log-std is a learned vector
+            independent of the input ("state_independent") or an output of the actor network
+            ("state_dependent").
+        initial_log_std: box action spaces only: log(sigma / half range) of the initial
+            policy, a float in [-5, 1] (default log 0.5: sigma is half the box's half range).
 
     Numeric fields (pytree leaves: ``jax.vmap`` over them without recompiling):
         actor_lr, critic_lr: Adam step sizes. max_grad_norm: clipping per network.
@@ -97,7 +111,7 @@ class Config:
 
     num_iterations: int = static(250, low=1)
     episodes_per_iteration: int = static(64, low=1)
-    observation: str = static("xy", choices=OBSERVATIONS)
+    observation: str = static("auto", choices=("auto", *OBSERVATIONS))
     width: int = static(32, low=1)
     depth: int = static(2, low=0)
     activation: str = static("tanh", choices=ACTIVATIONS)
@@ -113,6 +127,8 @@ class Config:
     critic_time: bool = static(True)
     eval_episodes: int = static(4096, low=1)
     path: str = static("auto", choices=PATHS)
+    log_std: str = static("state_independent", choices=LOG_STD_FORMS)
+    initial_log_std: float = static(math.log(0.5), types=(float,), description="a float in [-5, 1]")
     actor_lr: float = numeric(1e-2, low=0.0, low_open=True)
     critic_lr: float = numeric(1e-3, low=0.0, low_open=True)
     clip_eps: float = numeric(0.2, low=0.0, high=1.0)
@@ -130,6 +146,15 @@ class Config:
     pid_p_ema: float = numeric(0.9, low=0.0, high=1.0)
     pid_d_ema: float = numeric(0.95, low=0.0, high=1.0)
 
+    def __post_init__(self):
+        check_initial_log_std(self)
+
+
+def check_initial_log_std(config: Any) -> None:
+    """Raise ``ValueError`` unless ``config.initial_log_std`` lies in [LOG_STD_MIN, LOG_STD_MAX]
+    = [-5, 1] (its type is checked by the field's declaration)."""
+    check_interval("Config", "initial_log_std", config.initial_log_std, LOG_STD_MIN, LOG_STD_MAX)
+
 
 @struct.dataclass
 class TrainState:
@@ -142,6 +167,8 @@ class TrainState:
         multiplier_state: state of :func:`multiplier_update` (PID terms or optimizer state).
         step: iterations done, n, int32 ().
         observation, width, depth, activation: the actor's input and architecture (static).
+        log_std, initial_log_std: the Gaussian head's form on box action spaces (static;
+            ``fhc_jax.algos.distributions.config_head`` rebuilds the head from them).
     """
 
     params: dict[str, Any]
@@ -153,6 +180,8 @@ class TrainState:
     width: int = struct.field(pytree_node=False, default=32)
     depth: int = struct.field(pytree_node=False, default=2)
     activation: str = struct.field(pytree_node=False, default="tanh")
+    log_std: str = struct.field(pytree_node=False, default="state_independent")
+    initial_log_std: float = struct.field(pytree_node=False, default=math.log(0.5))
 
 
 @struct.dataclass
@@ -163,7 +192,8 @@ class Metrics:
         reward, costs: mean total episode reward (N,) and costs (N, M) of the K episodes.
         multipliers: penalties nu used by the iteration's update, (N, M).
         approx_kl: mean KL(pi_old || pi_new) over the batch's samples after the update, (N,).
-        entropy: mean policy entropy over the batch's samples before the update, (N,).
+        entropy: mean policy entropy over the batch's samples before the update (the
+            differential entropy of the Gaussian on box action spaces: it may be negative), (N,).
         clip_fraction, value_loss: fraction of samples with |rho - 1| > eps and mean critic
             loss (normalised units), over the executed epochs, (N,).
         epochs: epochs executed (fewer than ``num_epochs`` after KL early stopping), (N,).
@@ -228,10 +258,11 @@ def _sampled_setup(env, params, spec, config: Config | None) -> Setup:
     critic_stage = config is not None and config.critic_time and spec.observation == "env"
     kw = {} if config is None else dict(thresholds=jnp.asarray(env.thresholds(params), jnp.float32),
                                         value_scale=jnp.asarray(critic_value_scale(env, params)))
-    return Setup(_modules(env.num_actions, env.num_constraints, spec), rows, per_stage, rows, per_stage,
-                 env.horizon, env.num_states if env.is_tabular else 0, env.num_actions, form="samples",
+    head = config_head(env, spec)
+    return Setup(_modules(head, env.num_constraints, spec), rows, per_stage, rows, per_stage,
+                 env.horizon, env.num_states if env.is_tabular else 0, head.num_outputs, form="samples",
                  critic_form="samples", sampled=True, env=env, params=params, observation=spec.observation,
-                 critic_stage=critic_stage, dims=(d, d + critic_stage), **kw)
+                 critic_stage=critic_stage, dims=(d, d + critic_stage), head=head, **kw)
 
 
 def setup(env, params, config: Config) -> Setup:
@@ -242,6 +273,7 @@ def setup(env, params, config: Config) -> Setup:
             samples per iteration (H K), ``path="tabular"`` without a tabular exact model, or
             non-flat observations (:func:`~fhc_jax.algos.sampled_inputs.resolve_path`).
     """
+    config = config.replace(observation=resolve_observation(env, config.path, config.observation))
     sampled = resolve_path("ppo_lagrangian", env, config.path, config.observation)
     h = env.horizon
     if config.num_minibatches > h * config.episodes_per_iteration:
@@ -267,8 +299,9 @@ def setup(env, params, config: Config) -> Setup:
         return "table" if config.num_minibatches * u <= n_samples else "samples"
 
     model = tabular_model(env, params)
+    head = config_head(env, config)  # Categorical(A): box environments have no tabular path
     return Setup(
-        modules=_modules(env.num_actions, env.num_constraints, config),
+        modules=_modules(head, env.num_constraints, config),
         rows=jnp.asarray(rows, jnp.float32), per_stage=per_stage,
         critic_rows=jnp.asarray(critic_rows, jnp.float32), critic_per_stage=critic_per_stage,
         horizon=h, num_states=s, num_actions=env.num_actions,
@@ -276,6 +309,8 @@ def setup(env, params, config: Config) -> Setup:
         model=model,
         thresholds=jnp.asarray(env.to_cmdp(params).thresholds, jnp.float32),
         value_scale=jnp.asarray(value_scale(model)),
+        observation=config.observation,
+        head=head,
     )
 
 
@@ -286,8 +321,9 @@ def policy_setup(env, params, train_state: TrainState) -> Setup:
         return _sampled_setup(env, params, train_state, None)
     _, rows, per_stage = _actor_rows(env, params, train_state.observation)
     rows = jnp.asarray(rows, jnp.float32)
-    return Setup(_modules(env.num_actions, env.num_constraints, train_state), rows, per_stage, rows, per_stage,
-                 env.horizon, env.num_states, env.num_actions, form="table", critic_form="table")
+    head = config_head(env, train_state)
+    return Setup(_modules(head, env.num_constraints, train_state), rows, per_stage, rows, per_stage,
+                 env.horizon, env.num_states, env.num_actions, form="table", critic_form="table", head=head)
 
 
 # ----------------------------------------------------------------------------- the algorithm
@@ -311,10 +347,12 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         multipliers=nu,
         multiplier_state=multiplier_update(config).init(m, config.initial_multiplier),
         step=jnp.zeros((), jnp.int32),
-        observation=config.observation,
+        observation=setup.observation,
         width=config.width,
         depth=config.depth,
         activation=config.activation,
+        log_std=config.log_std,
+        initial_log_std=config.initial_log_std,
     )
 
 
@@ -324,7 +362,8 @@ def logits(train_state: TrainState, setup: Setup) -> Array:
 
 
 def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
-    """The reported policy's logits at one raw observation (D,) of stage h, (A,)."""
+    """The actor's outputs at one raw observation (D,) of stage h, (``head.num_outputs``,):
+    the reported policy's logits (A,), or the Gaussian's [m, s] (2d,) on box action spaces."""
     x = with_stage(observation, h, setup.horizon) if setup.observation == "env_t" else observation.astype(jnp.float32)
     return setup.modules["actor"].apply(train_state.params["actor"], x)
 
@@ -334,7 +373,7 @@ def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -
     (the update's pi_old). On the sampled path: ``fhc_jax.rollout`` with the actor applied to
     each observation (the update recomputes pi_old at the recorded observations)."""
     if setup.sampled:
-        act = observation_policy(lambda obs, h: observation_logits(train_state, setup, obs, h))
+        act = observation_policy(lambda obs, h: observation_logits(train_state, setup, obs, h), setup.action_head)
         return batch_from_trajectory(rollout_episodes(key, setup.env, setup.params, act, config.episodes_per_iteration))
     table = logits(train_state, setup)
     batch = rollout_policy_table(key, setup.model, jax.nn.softmax(table, axis=-1), config.episodes_per_iteration)
@@ -350,15 +389,20 @@ def update(
 ) -> tuple[TrainState, dict[str, Array]]:
     """One PPO-Lagrangian update (module docstring) from K episodes collected under
     ``train_state``'s policy (``batch.behaviour``, when present, is its logits table);
-    ``key`` draws the minibatch shuffles. Returns (state at n + 1, metrics dict:
+    ``key`` draws the minibatch shuffles. On the sampled path the log-probabilities, entropies
+    and KL are the action head's (``setup.action_head``: softmax, or the Gaussian of box
+    actions); the tabular path's softmax arithmetic is unchanged. Returns (state at n + 1, metrics dict:
     multipliers (M,), approx_kl (), entropy (), clip_fraction (), value_loss (),
     epochs ())."""
     cfg, st, p, thresholds = config, train_state, train_state.params, setup.thresholds
-    num_stages, k = batch.actions.shape
+    head = setup.action_head
+    num_stages, k = batch.actions.shape[:2]
     n_samples, m = num_stages * k, thresholds.shape[0]
-    if setup.sampled:  # the inputs themselves, (H, K, D)
+    if setup.sampled:  # the inputs themselves, (H, K, D); the head's log-probabilities (any action space)
         rows, crows = setup.sample_inputs(batch.observations[:-1])
-        logp_rows = jax.nn.log_softmax(setup.apply("actor", p["actor"], rows, False), axis=-1)
+        out_old = setup.apply("actor", p["actor"], rows, False)  # (H, K, O)
+        logp_old = head.log_prob(out_old, batch.actions)
+        entropy = jnp.mean(head.entropy(out_old))
     else:
         logits_old = batch.behaviour if batch.behaviour is not None else setup.logits_table(p["actor"])
         logp_table = jax.nn.log_softmax(logits_old, axis=-1)  # (H, S, A)
@@ -367,8 +411,8 @@ def update(
         rows = setup.row_index(hs, s_h)  # actor input rows, (H, K)
         crows = setup.row_index(hs, s_h, critic=True)  # critic input rows, (H, K)
         logp_rows = logp_table[hs, s_h]  # (H, K, A)
-    logp_old = jnp.take_along_axis(logp_rows, batch.actions[..., None], axis=-1)[..., 0]
-    entropy = -jnp.mean(jnp.sum(jnp.exp(logp_rows) * logp_rows, axis=-1))
+        logp_old = jnp.take_along_axis(logp_rows, batch.actions[..., None], axis=-1)[..., 0]
+        entropy = -jnp.mean(jnp.sum(jnp.exp(logp_rows) * logp_rows, axis=-1))
 
     # --- critics at the visited states (real units) and GAE with exact terminal values
     value_table = not setup.sampled and setup.critic_rows.shape[0] <= n_samples
@@ -388,7 +432,7 @@ def update(
     data = {
         "rows": rows.reshape((n_samples,) + rows.shape[2:]),
         "crows": crows.reshape((n_samples,) + crows.shape[2:]),
-        "actions": batch.actions.reshape(-1),
+        "actions": batch.actions.reshape((n_samples,) + batch.actions.shape[2:]),
         "logp_old": logp_old.reshape(-1),
         "adv": penalised_advantage(adv_r, adv_c, nu).reshape(-1),
         "targets": (targets / setup.value_scale).reshape(n_samples, 1 + m),
@@ -400,10 +444,14 @@ def update(
     mb_size = n_samples // cfg.num_minibatches
 
     def loss_fn(net, mb):
-        lg = jax.nn.log_softmax(setup.apply("actor", net["actor"], mb["rows"], table), axis=-1)
-        logp = jnp.take_along_axis(lg, mb["actions"][:, None], axis=-1)[:, 0]
+        out = setup.apply("actor", net["actor"], mb["rows"], table)
+        if setup.sampled:  # the head's distribution (softmax, or the Gaussian of box actions)
+            logp, ent = head.log_prob(out, mb["actions"]), head.entropy(out)
+        else:
+            lg = jax.nn.log_softmax(out, axis=-1)
+            logp = jnp.take_along_axis(lg, mb["actions"][:, None], axis=-1)[:, 0]
+            ent = -jnp.sum(jnp.exp(lg) * lg, axis=-1)
         surrogate = clipped_surrogate(logp, mb["logp_old"], mb["adv"], cfg.clip_eps)
-        ent = -jnp.sum(jnp.exp(lg) * lg, axis=-1)
         actor_loss = -jnp.mean(surrogate) - cfg.entropy_coef * jnp.mean(ent)
         v_r = setup.apply("reward_critic", net["reward_critic"], mb["crows"], critic_table)
         v_c = setup.apply("cost_critic", net["cost_critic"], mb["crows"], critic_table)
@@ -442,10 +490,10 @@ def update(
     per_epoch = lambda x: jnp.sum(x * ep["done"]) / jnp.maximum(epochs, 1.0)
 
     if setup.sampled:
-        new_logp = jax.nn.log_softmax(setup.apply("actor", net["actor"], rows, False), axis=-1)
+        approx_kl = jnp.mean(head.kl(out_old, setup.apply("actor", net["actor"], rows, False)))
     else:
         new_logp = jax.nn.log_softmax(setup.logits_table(net["actor"]), axis=-1)[hs, s_h]  # (H, K, A)
-    approx_kl = jnp.mean(jnp.sum(jnp.exp(logp_rows) * (logp_rows - new_logp), axis=-1))
+        approx_kl = jnp.mean(jnp.sum(jnp.exp(logp_rows) * (logp_rows - new_logp), axis=-1))
 
     new_state = st.replace(params=net, opt_state=opt, multipliers=nu, multiplier_state=multiplier_state,
                            step=st.step + 1)
@@ -463,6 +511,6 @@ def update(
 ALGORITHM = learner.Algorithm(
     name="ppo_lagrangian", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
     rollout=rollout, update=update, logits=logits, policy_setup=policy_setup,
-    observation_logits=observation_logits, update_keys=1,
+    observation_logits=observation_logits, update_keys=1, action_head=lambda setup: setup.action_head,
 )
 make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)

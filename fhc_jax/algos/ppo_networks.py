@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from fhc_jax.algos.distributions import ActionHead, Categorical
 from fhc_jax.algos.networks import MLP
 from fhc_jax.algos.sampled_inputs import ENV_OBSERVATIONS, input_table, stage_inputs
 from fhc_jax.algos.tabular_rollout import TabularModel
@@ -20,10 +21,16 @@ Array = jax.Array
 
 OBSERVATIONS = ("xy", "xyt", "one_hot", *ENV_OBSERVATIONS)
 
-def _modules(num_actions: int, num_constraints: int, spec) -> dict[str, MLP]:
+def _modules(head: ActionHead | int, num_constraints: int, spec) -> dict[str, MLP]:
+    """The actor (outputs ``head.network_outputs``: A logits, or a Gaussian's mean with its
+    log-std as a free per-network vector or as outputs) and the reward and cost critics;
+    ``head`` an int A means ``Categorical(A)``."""
+    head = Categorical(head) if isinstance(head, int) else head
     arch = dict(width=spec.width, depth=spec.depth, activation=spec.activation)
+    computed, free = head.network_outputs
     return {
-        "actor": MLP(outputs=num_actions, output_scale=0.01, **arch),  # near-uniform initial policy
+        # near-uniform initial policy (Gaussian: mean at the box's centre, sigma from initial_log_std)
+        "actor": MLP(outputs=computed, free_outputs=free, output_scale=0.01, **arch),
         "reward_critic": MLP(outputs=1, **arch),
         "cost_critic": MLP(outputs=num_constraints, **arch),
     }
@@ -49,13 +56,17 @@ class Setup:
         modules: the ``{"actor", "reward_critic", "cost_critic"}`` MLPs.
         rows: the U distinct actor inputs, (U, D); per_stage: whether they depend on h.
         critic_rows, critic_per_stage: the same for the critics (``critic_time``).
-        horizon, num_states, num_actions: H, S, A.
+        horizon, num_states: H, S. num_actions: the actor's outputs per input (A logits;
+            the head's ``num_outputs`` on box action spaces, which have no tabular path).
         form, critic_form: the resolved update forms of the actor and of the critics.
         model: the rollout model. thresholds: alpha, (M,). value_scale: B per signal, (1+M,).
         sampled: the sampled path (rows and critic_rows only for :func:`logits`, None without
             tabular states); env, params: what it rolls out; observation: "env" or "env_t";
             critic_stage: the critics' inputs get h / H appended; dims: (actor, critic) input
             sizes.
+        head: the action distribution of the actor's outputs (``fhc_jax.algos.distributions``:
+            ``Categorical(A)``, or a ``DiagonalGaussian`` on box action spaces); None means
+            ``Categorical(num_actions)``.
     """
 
     modules: dict[str, MLP]
@@ -77,6 +88,12 @@ class Setup:
     observation: str = "env"
     critic_stage: bool = False
     dims: tuple[int, int] = (0, 0)
+    head: ActionHead | None = None
+
+    @property
+    def action_head(self) -> ActionHead:
+        """:attr:`head`, or ``Categorical(num_actions)`` where it is None."""
+        return Categorical(self.num_actions) if self.head is None else self.head
 
     def sample_inputs(self, observations: Array) -> tuple[Array, Array]:
         """(actor, critic) inputs of recorded observations (L, K, D) of stages 0..L-1."""

@@ -59,7 +59,9 @@ class Config(ppo.Config):
     for K (256), N (300), ``pid_ki`` (0.003) and ``eval_every`` (50): a setting within a few
     minutes of this 2-core CPU; ``episodes_per_iteration=1024, num_epochs=8,
     num_minibatches=8, num_iterations=400`` learns more and costs about 6x more
-    (docs/algorithms/saute.md). Plus:
+    (docs/algorithms/saute.md). ``log_std`` and ``initial_log_std`` are unused: Saute-Lagrangian
+    takes discrete actions only and refuses environments with box actions before compiling.
+    Plus:
 
     Static fields:
         cost_unit: costs must be non-negative integer multiples of it (exact budget states).
@@ -69,12 +71,14 @@ class Config(ppo.Config):
 
     num_iterations: int = static(300, low=1)
     episodes_per_iteration: int = static(256, low=1)
+    observation: str = static("xy", choices=ppo.OBSERVATIONS)
     eval_every: int = static(50, low=0)
     pid_ki: float = numeric(0.003, low=0.0)
     unsafe_reward: float = numeric(0.0, low=0.0)
     cost_unit: float = static(1.0, types=(float, int), description="a positive number")
 
     def __post_init__(self):
+        ppo.check_initial_log_std(self)
         if not self.cost_unit > 0:
             raise ValueError(f"Config.cost_unit must be > 0, found {self.cost_unit!r}")
 
@@ -327,7 +331,7 @@ def _setup(env, params, spec, unit: float, config: Config | None) -> Setup:
     setup_ppo = ppo.Setup(modules=ppo._modules(env.num_actions, env.num_constraints, spec),
                           rows=jnp.asarray(rows, jnp.float32), per_stage=per_stage,
                           critic_rows=jnp.asarray(critic_rows, jnp.float32), critic_per_stage=critic_per_stage,
-                          horizon=h, num_states=s, num_actions=env.num_actions, **kw)
+                          horizon=h, num_states=s, num_actions=env.num_actions, observation=spec.observation, **kw)
     return Setup(ppo=setup_ppo, env=senv, kernel=kernel, initial=jnp.asarray(beta, jnp.float32))
 
 
@@ -359,12 +363,23 @@ def setup(env, params, config: Config) -> Setup:
     """Augmented env, input rows, rollout model and marginalisation kernel (host-side).
 
     Raises:
-        ValueError: an unsupported observation, more than one constraint, costs that are not
-            integer multiples of ``cost_unit``, too many minibatches.
+        ValueError: an environment with box (continuous) actions, an unsupported observation,
+            more than one constraint, costs that are not integer multiples of ``cost_unit``,
+            too many minibatches.
     """
+    if env.has_box_actions:
+        raise ValueError(box_actions_refusal(env))
     if getattr(config, "path", "auto") == "sampled":
         raise ValueError("saute: Config.path must be 'auto' or 'tabular' (the exact budget states need a tabular model)")
     return _setup(env, params, config, float(config.cost_unit), config)
+
+
+def box_actions_refusal(env) -> str:
+    """Why Saute-Lagrangian refuses ``env`` with box actions (the message of its ValueError)."""
+    return (f"saute: Saute-Lagrangian takes discrete actions only (its budget-augmented states, "
+            f"exact judgement and softmax policy tables need a tabular model with finitely many "
+            f"actions), but {env.name} has continuous (box) actions; use ppo_lagrangian or cpo, "
+            f"whose Gaussian policies train on box action spaces")
 
 
 def policy_setup(env, params, train_state) -> Setup:

@@ -4,9 +4,17 @@ products computed by autodiff, and the closed-form dual of
     max_d g^T d  s.t.  1/2 d^T F d <= delta,  c + b^T d <= 0
 
 with its infeasible-recovery case (the derivation is in :mod:`fhc_jax.algos.cpo`), and the
-step that uses them on the batch's surrogate statistics (:class:`CellStatistics`,
-:func:`trust_region_step`; ``setup.actor`` is the policy network, ``config`` CPO's). All
-functions are jittable and vmappable, with a fixed number of iterations.
+step that uses them on the batch's surrogate statistics, in two forms:
+
+* tabular path: per-(distinct input, action) sums of a softmax policy (:class:`CellStatistics`,
+  :func:`trust_region_step`, the softmax Fisher of :func:`fisher_vector_product`);
+* sampled path (any action space): per-sample advantages and the action head's log-probability
+  and KL (:class:`SampleStatistics`, :func:`sampled_trust_region_step`; the Fisher is the
+  Hessian of the head's mean KL, :func:`head_fisher_vector_product`). Box action spaces (a
+  Gaussian head) take this form only.
+
+``setup.actor`` is the policy network, ``config`` CPO's. All functions are jittable and
+vmappable, with a fixed number of iterations.
 """
 
 from __future__ import annotations
@@ -78,6 +86,42 @@ def fisher_vector_product(
     def fvp(v: Array) -> Array:
         jv = jvp_fn(v)
         m = weights[:, None] * pi * (jv - jnp.sum(pi * jv, axis=-1, keepdims=True))
+        return vjp_fn(m)[0] + damping * v
+
+    return fvp
+
+
+def head_fisher_vector_product(
+    out_fn: Callable[[Array], Array], theta: Array, weights: Array, kl: Callable[[Array, Array], Array],
+    damping: Array | float = 0.0,
+) -> Callable[[Array], Array]:
+    """``v -> (F + damping I) v`` where F is the Hessian at ``theta`` of the weighted mean KL of an
+    action head, KLbar(theta') = sum_u w_u KL(pi(. | z_u(theta)) || pi(. | z_u(theta'))), with
+    z = ``out_fn`` the actor's outputs (e.g. a Gaussian's [m, s]) and ``kl`` the head's KL
+    (``fhc_jax.algos.distributions``).
+
+    As in :func:`fisher_vector_product`, the KL's gradient in the outputs vanishes at theta' =
+    theta, so F = J^T M J exactly, J = dz/dtheta and M = blockdiag_u w_u H_u with H_u the Hessian
+    of z' -> KL(pi(z_u) || pi(z')) at z' = z_u: the Fisher information of the head in its output
+    parametrisation (softmax: diag pi - pi pi^T; diagonal Gaussian with mu = c + h m, log sigma =
+    log h + l0 + s: diag(h^2 / sigma^2, 2) per dimension). M (J v) is a forward-over-reverse
+    Hessian-vector product of the head's KL in the O outputs per input (cheap); J v and J^T m
+    are one ``jax.linearize`` tangent and one ``jax.vjp`` cotangent pass.
+
+    Args:
+        out_fn: theta (P,) -> outputs (U, O).
+        theta: flat parameters, (P,).
+        weights: w_u >= 0, (U,) (e.g. 1 / U for the mean over the samples).
+        kl: ``(out_p (U, O), out_q (U, O)) -> (U,)``, KL(pi_p || pi_q).
+        damping: added multiple of the identity.
+    """
+    z, jvp_fn = jax.linearize(out_fn, theta)
+    _, vjp_fn = jax.vjp(out_fn, theta)
+    z_old = jax.lax.stop_gradient(z)
+    grad_kl = jax.grad(lambda zz: jnp.sum(weights * kl(z_old, zz)))
+
+    def fvp(v: Array) -> Array:
+        m = jax.jvp(grad_kl, (z,), (jvp_fn(v),))[1]
         return vjp_fn(m)[0] + damping * v
 
     return fvp
@@ -168,12 +212,35 @@ class CellStatistics(NamedTuple):
     ret_sums: Array
 
 
+class SampleStatistics(NamedTuple):
+    """CPO's batch per sample (the sampled path, any action space): N = H K samples, C = 1 + M
+    channels (reward, cost).
+
+    Attributes:
+        cells: each sample's index, (H, K) (``arange(N)``).
+        actions: the actions taken (as the rollout recorded them: indices (N,), or unclipped
+            box actions (N, d)).
+        adv_sums: each sample's advantages divided by K, (N, C): the surrogates' weights.
+        counts: ones, (N,). weights: 1 / N, (N,).
+        ret_sums: each sample's lambda-returns, (N, C).
+    """
+
+    cells: Array
+    actions: Array
+    adv_sums: Array
+    counts: Array
+    weights: Array
+    ret_sums: Array
+
+
 def trust_region_step(
     actor_params: Any, logp_old: Array, stats: CellStatistics, c: Array, key: Array, setup: Any, config: Any,
     inputs: Array | None = None,
 ) -> tuple[Any, dict[str, Array]]:
-    """Steps 3-6 of CPO's update (:mod:`fhc_jax.algos.cpo`): the CPO direction from the
-    surrogates' gradients and the Fisher solves, then the backtracking line search.
+    """Steps 3-6 of CPO's update (:mod:`fhc_jax.algos.cpo`) on the tabular path's
+    per-(distinct input, action) statistics of a softmax policy: the CPO direction from the
+    surrogates' gradients and the Fisher solves, then the backtracking line search (the
+    sampled path: :func:`sampled_trust_region_step`).
 
     Args:
         actor_params: theta_old. logp_old: log pi_old on the distinct inputs, (U, A).
@@ -196,19 +263,74 @@ def trust_region_step(
         kl = jnp.sum(stats.weights * jnp.sum(pi_old * (logp_old - logp), axis=-1))
         return jnp.einsum("ua,uac->c", ratio, stats.adv_sums), kl
 
+    def fisher(theta: Array) -> Callable[[Array], Array]:
+        if 0 < cfg.fisher_samples < inputs.shape[0]:  # subsampled Fisher over n batch samples
+            pick = jax.random.randint(key, (cfg.fisher_samples,), 0, stats.cells.size)
+            sub_inputs = inputs[stats.cells.reshape(-1)[pick]]
+            fisher_logits = lambda th: setup.actor.apply(unravel(th), sub_inputs)
+            fisher_weights = jnp.full((cfg.fisher_samples,), 1.0 / cfg.fisher_samples, theta.dtype)
+        else:
+            fisher_logits, fisher_weights = logits_fn, stats.weights
+        return fisher_vector_product(fisher_logits, theta, fisher_weights, cfg.damping)
+
+    return _step(theta0, unravel, surrogates_and_kl, fisher, c, cfg)
+
+
+def sampled_trust_region_step(
+    actor_params: Any, out_old: Array, stats: SampleStatistics, c: Array, key: Array, setup: Any, config: Any,
+    inputs: Array, head: Any,
+) -> tuple[Any, dict[str, Array]]:
+    """:func:`trust_region_step` on the sampled path, for any action head (softmax or the
+    Gaussian of box actions): per-sample surrogates L = sum_i rho_i A_i / K with rho_i =
+    pi(a_i | z_i(theta)) / pi_old(a_i | z_i) from ``head.log_prob``, the mean KL
+    (1/N) sum_i ``head.kl``(z_i(theta_old), z_i(theta)) in the line search, and the Fisher as
+    the Hessian of that mean KL (:func:`head_fisher_vector_product`; over ``fisher_samples``
+    samples drawn uniformly with replacement when 0 < fisher_samples < N).
+
+    Args:
+        actor_params: theta_old. out_old: the actor's outputs at the samples under theta_old, (N, O).
+        stats: :class:`SampleStatistics` of the batch. c: Shat - alpha, ().
+        key: draws the subsampled Fisher's samples. inputs: the samples' network inputs, (N, D).
+        head: the action head (``fhc_jax.algos.distributions``).
+    Returns:
+        (new actor parameters, {"multiplier": nu*, "case", "kl", "step_fraction"}).
+    """
+    cfg = config
+    theta0, unravel = ravel_pytree(actor_params)
+    out_fn = lambda th: setup.actor.apply(unravel(th), inputs)  # (P,) -> (N, O)
+    logp_old = head.log_prob(out_old, stats.actions)  # (N,)
+
+    def surrogates_and_kl(th: Array) -> tuple[Array, Array]:
+        """((L_R, L_C) (C,), KLbar ()) at th, one forward pass."""
+        out = out_fn(th)
+        ratio = jnp.exp(head.log_prob(out, stats.actions) - logp_old)
+        kl = jnp.sum(stats.weights * head.kl(out_old, out))
+        return ratio @ stats.adv_sums, kl
+
+    def fisher(theta: Array) -> Callable[[Array], Array]:
+        n = inputs.shape[0]
+        if 0 < cfg.fisher_samples < n:  # subsampled Fisher over n batch samples
+            sub_inputs = inputs[jax.random.randint(key, (cfg.fisher_samples,), 0, n)]
+            fisher_out = lambda th: setup.actor.apply(unravel(th), sub_inputs)
+            fisher_weights = jnp.full((cfg.fisher_samples,), 1.0 / cfg.fisher_samples, theta.dtype)
+        else:
+            fisher_out, fisher_weights = out_fn, stats.weights
+        return head_fisher_vector_product(fisher_out, theta, fisher_weights, head.kl, cfg.damping)
+
+    return _step(theta0, unravel, surrogates_and_kl, fisher, c, cfg)
+
+
+def _step(
+    theta0: Array, unravel: Callable[[Array], Any], surrogates_and_kl: Callable[[Array], tuple[Array, Array]],
+    fisher: Callable[[Array], Callable[[Array], Array]], c: Array, cfg: Any,
+) -> tuple[Any, dict[str, Array]]:
+    """The CPO direction from the surrogates' gradients and the Fisher solves, then the
+    backtracking line search (first accepted candidate) on the surrogates and the mean KL."""
     # --- gradients, Fisher solves, CPO direction
     sur_old, vjp_sur = jax.vjp(lambda th: surrogates_and_kl(th)[0], theta0)
     g = vjp_sur(jnp.array([1.0, 0.0], sur_old.dtype))[0]
     b = vjp_sur(jnp.array([0.0, 1.0], sur_old.dtype))[0]
-    n_samples = stats.cells.size
-    if 0 < cfg.fisher_samples < inputs.shape[0]:  # subsampled Fisher over n batch samples
-        pick = jax.random.randint(key, (cfg.fisher_samples,), 0, n_samples)
-        sub_inputs = inputs[stats.cells.reshape(-1)[pick]]
-        fisher_logits = lambda th: setup.actor.apply(unravel(th), sub_inputs)
-        fisher_weights = jnp.full((cfg.fisher_samples,), 1.0 / cfg.fisher_samples, theta0.dtype)
-    else:
-        fisher_logits, fisher_weights = logits_fn, stats.weights
-    fvp = fisher_vector_product(fisher_logits, theta0, fisher_weights, cfg.damping)
+    fvp = fisher(theta0)
     xy = jax.vmap(lambda rhs: conjugate_gradient(fvp, rhs, cfg.cg_iterations))(jnp.stack([g, b]))
     d, _, nu, case = cpo_direction(g, b, xy[0], xy[1], c, cfg.max_kl)
 

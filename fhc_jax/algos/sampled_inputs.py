@@ -24,6 +24,17 @@ PATHS = ("auto", "tabular", "sampled")
 ENV_OBSERVATIONS = ("env", "env_t")
 
 
+def resolve_observation(env, path: str, observation: str) -> str:
+    """``Config.observation = "auto"`` resolved on ``env``: "xy" (the paper's Env 1) on the
+    tabular path of an environment that supports it, the environment's own observation "env"
+    everywhere else (the sampled path, box actions, non-spatial models); any other value is
+    returned unchanged (and validated by the learner)."""
+    if observation != "auto":
+        return observation
+    tabular = path != "sampled" and judged_exactly(env)
+    return "xy" if tabular and "xy" in env.supported_observations else "env"
+
+
 def resolve_path(name: str, env, path: str, observation: str) -> bool:
     """Whether a learner ``name`` with ``Config.path`` and ``Config.observation`` takes the
     sampled path on ``env`` ("auto": where ``env`` has no tabular exact model).

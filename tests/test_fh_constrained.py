@@ -359,3 +359,23 @@ def test_reported_policy_is_the_polyak_average():
     last = fc.policy_table(carry.state.replace(theta_average=carry.state.theta), TINY, TINY.default_params)
     np.testing.assert_allclose(last, jax.nn.softmax(fc._logits_table(carry.state.theta, feats), -1), atol=1e-6)
     assert not np.allclose(table, last)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_advantage_weights_match_the_pairwise_form(seed):
+    """The sort-based per-sample weights (O(H K log K)) equal the pairwise definition written
+    here: w_hk = (mean of delta over the stage's samples in cell (s_k, a_k) - mean over the
+    samples in state s_k) n_h(s_k) / n_h(s_k, a_k)."""
+    rng = np.random.default_rng(seed)
+    h, k, s, a = 5, 64, 7, 3
+    states = rng.integers(0, s, (h, k)).astype(np.int8)
+    actions = rng.integers(0, a, (h, k)).astype(np.int8)
+    delta = rng.normal(size=(h, k)).astype(np.float32)
+    same_s = states[:, :, None] == states[:, None, :]
+    same_sa = same_s & (actions[:, :, None] == actions[:, None, :])
+    n_s, n_sa = same_s.sum(-1), same_sa.sum(-1)
+    mean_s = (same_s * delta[:, None, :]).sum(-1) / n_s
+    mean_sa = (same_sa * delta[:, None, :]).sum(-1) / n_sa
+    w, count = fc._advantage_weights(jnp.asarray(states), jnp.asarray(actions), jnp.asarray(delta), a)
+    np.testing.assert_allclose(count, n_s)
+    np.testing.assert_allclose(w, (mean_sa - mean_s) * n_s / n_sa, rtol=1e-5, atol=1e-6)

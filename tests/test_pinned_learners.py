@@ -12,7 +12,11 @@ became the one lambda-return recursion of ``fhc_jax.algos.returns`` (A = G - V i
 backward sum of TD errors: the same estimator, rounded differently): the largest changes were
 1.9e-6 (PPO policy), 1.7e-4 (CPO "xy" policy, rounding amplified by the line search) and
 1.9e-4 (its exact cost); multipliers and training metrics were unchanged. With the previous GAE
-patched back in, every array was bit-identical.
+patched back in, every array was bit-identical. FH-Constrained's "samples" case was
+re-recorded once, when the per-sample advantage weights became group sums over a sort
+(O(H K log K)) instead of pairwise comparisons (O(H K^2)): the policy moved by at most 7.5e-9
+(6.7e-8 relative, summation order), every other array was bit-identical
+(tests/test_fh_constrained.py checks the weights against the pairwise form).
 """
 
 from __future__ import annotations

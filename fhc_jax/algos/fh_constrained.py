@@ -337,18 +337,42 @@ def _advantage_increment_from_sums(count_sa: Array, total_sa: Array, features: F
     return _combine(features.project(adv * count_s[..., None]), features.project_active(count_s), k, visits)
 
 
-def _advantage_weights(states: Array, actions: Array, delta: Array) -> tuple[Array, Array]:
-    """Per-sample form of :func:`_advantage_increment_from_sums` for small batches, from pairwise
-    comparisons of the K samples of each stage: O(H K^2) instead of O(H S A).
+def _group_sums(keys: Array, values: Array) -> tuple[Array, Array]:
+    """For each sample k of each stage h: the sum of ``values`` over the samples of stage h with
+    the same key, and their number, both (H, K), in O(H K log K) time and O(H K) memory (a
+    stable sort of each stage's keys, segment sums over the runs of equal keys, and the
+    inverse permutation), instead of the O(H K^2) pairwise comparison.
+
+    Args:
+        keys: integer keys (H, K) (e.g. s_k, or s_k A + a_k).
+        values: (H, K).
+    """
+    k = keys.shape[-1]
+    order = jnp.argsort(keys, axis=-1, stable=True)
+    sorted_keys = jnp.take_along_axis(keys, order, axis=-1)
+    starts = jnp.concatenate([jnp.ones_like(sorted_keys[:, :1], bool), sorted_keys[:, 1:] != sorted_keys[:, :-1]], -1)
+    segment = jnp.cumsum(starts, axis=-1) - 1  # (H, K): index of the run of equal keys
+    sorted_values = jnp.take_along_axis(values, order, axis=-1)
+    per_stage = jax.vmap(lambda v, seg: (jax.ops.segment_sum(v, seg, k), jax.ops.segment_sum(jnp.ones_like(v), seg, k)))
+    sums, counts = per_stage(sorted_values, segment)
+    inverse = jnp.argsort(order, axis=-1)
+    back = lambda x: jnp.take_along_axis(jnp.take_along_axis(x, segment, axis=-1), inverse, axis=-1)
+    return back(sums), back(counts)
+
+
+def _advantage_weights(states: Array, actions: Array, delta: Array, num_actions: int) -> tuple[Array, Array]:
+    """Per-sample form of :func:`_advantage_increment_from_sums` for small batches, from the
+    groups of samples of each stage that share a state or a (state, action) cell
+    (:func:`_group_sums`): O(H K log K) instead of the table form's O(H S A).
 
     Sample k of stage h carries w_hk = A_hat_h(s_k, a_k) n_h(s_k) / n_h(s_k, a_k), so summing the
     samples of a (h, s, a) cell gives n_h(s) A_hat_h(s, a), which the table form then maps to
     features and normalises. Returns (w (H, K), n_h(s_k) (H, K)).
     """
-    same_s = (states[:, :, None] == states[:, None, :]).astype(delta.dtype)  # (H, K, K)
-    same_sa = same_s * (actions[:, :, None] == actions[:, None, :]).astype(delta.dtype)
-    count_s, count_sa = same_s.sum(-1), same_sa.sum(-1)  # (H, K), both >= 1
-    adv = jnp.einsum("hkj,hj->hk", same_sa, delta) / count_sa - jnp.einsum("hkj,hj->hk", same_s, delta) / count_s
+    s = states.astype(jnp.int32)
+    sum_s, count_s = _group_sums(s, delta)
+    sum_sa, count_sa = _group_sums(s * num_actions + actions.astype(jnp.int32), delta)  # counts >= 1
+    adv = sum_sa / count_sa - sum_s / count_s
     return adv * count_s / count_sa, count_s
 
 
@@ -506,7 +530,7 @@ def update(
             grad = (weight[:-1] * delta)[..., None] * (onehot_a - mu_rows)
             theta = theta.at[hh[:-1], s_h].add(b_n * grad)
         else:
-            adv_weight, count_s = _advantage_weights(s_h, a_h, delta)
+            adv_weight, count_s = _advantage_weights(s_h, a_h, delta, num_actions)
             theta = theta.at[hh[:-1], s_h, a_h].add(b_n * adv_weight / (count_s if visits else k))
         theta = theta.at[hh[:-1], s_h].set(jnp.clip(theta[hh[:-1], s_h], -config.theta_bound, config.theta_bound))
     else:  # "samples" with general features
@@ -519,7 +543,7 @@ def update(
         elif s_all is None:  # no tabular states: the sample's own advantage G - v^T phi(o)
             per_sample = delta[..., None] * onehot_a
         else:
-            per_sample = _advantage_weights(s_h, a_h, delta)[0][..., None] * onehot_a
+            per_sample = _advantage_weights(s_h, a_h, delta, num_actions)[0][..., None] * onehot_a
         inc = _combine(jnp.einsum("hkx,hka->hxa", phi_all[:-1], per_sample), active[:-1], k, visits)
         theta = jnp.clip(theta + b_n * inc, -config.theta_bound, config.theta_bound)
 

@@ -143,7 +143,7 @@ def test_fh_constrained_with_features_of_continuous_observations(spec):
     (paper Assumption 2), on the continuous task, judged by Monte-Carlo intervals."""
     fc = fhc.algos.fh_constrained
     cfg = fc.Config(num_iterations=150, episodes_per_iteration=128, eval_every=75, eval_episodes=512, features=spec,
-                    multiplier_step=fhc.algos.PowerSchedule(0.05, 0.8, 1000.0), multiplier_gain=0.3)
+                    multiplier_step=fhc.algos.PowerSchedule(0.1, 0.8, 1000.0), multiplier_gain=0.3)
     out = jax.jit(jax.vmap(fc.make_train(DRIFT, DRIFT.default_params, cfg)))(jax.random.split(jax.random.key(0), 2))
     uniform = _mc(DRIFT, fhc.uniform_random_policy(3))
     for seed in range(2):

@@ -43,6 +43,9 @@ Array = jax.Array
 VARIANTS = ("paper", "improved")
 COMBINE_RULES = ("visits", "mean")
 UPDATE_FORMS = ("auto", "table", "samples")
+
+#: floor of the behaviour probability in the sampled path's importance-weighted actor increment
+MU_FLOOR = 0.05
 PATHS = ("auto", "tabular", "sampled")
 _FEATURE_SPECS = (feat.OneHot, feat.RadialBasis, feat.TileCoding, feat.Custom)
 
@@ -540,8 +543,12 @@ def update(
         if paper:
             mu_rows = jax.nn.softmax(jnp.einsum("hkx,hxa->hka", phi_all[:-1], theta), axis=-1)
             per_sample = delta[..., None] * (onehot_a - mu_rows)
-        elif s_all is None:  # no tabular states: the sample's own advantage G - v^T phi(o)
-            per_sample = delta[..., None] * onehot_a
+        elif s_all is None:  # no tabular states: the sample's own advantage G - v^T phi(o),
+            # importance-weighted, delta (e_a / mu_a - 1): unbiased for the advantage vector
+            # whatever the critic's error (docs/algorithms/fh_constrained.md); mu_a >= MU_FLOOR
+            mu_rows = jax.nn.softmax(jnp.einsum("hkx,hxa->hka", phi_all[:-1], theta), axis=-1)
+            mu_a = jnp.sum(mu_rows * onehot_a, axis=-1, keepdims=True)
+            per_sample = delta[..., None] * (onehot_a / jnp.maximum(mu_a, MU_FLOOR) - 1.0)
         else:
             per_sample = _advantage_weights(s_h, a_h, delta, num_actions)[0][..., None] * onehot_a
         inc = _combine(jnp.einsum("hkx,hka->hxa", phi_all[:-1], per_sample), active[:-1], k, visits)

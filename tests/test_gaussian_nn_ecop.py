@@ -99,6 +99,7 @@ def _numpy_targets(center, half, ils, out, actions, adv, eta):
     mu = center + half * m
     sigma = half * np.exp(ils + s_eff)
     a = actions
+    adv = (adv - adv.mean(-1, keepdims=True)) / (adv.std(-1, keepdims=True) + 1e-8)  # standardised per stage
     step = eta * adv[..., None]
     mu_new = mu + step * (a - mu)  # natural gradient of log N in mu: (a - mu)
     log_sigma_new = np.log(sigma) + step * (((a - mu) / sigma) ** 2 - 1.0) / 2.0  # Fisher 2
@@ -118,8 +119,8 @@ def test_gaussian_improved_targets_against_numpy(seed):
     out[0, 0, d:] = [7.0, -9.0, 0.2]  # s beyond both bounds: the head clips it
     actions = center + half * rng.normal(0.0, 1.5, (h, k, d))  # unclipped samples, some outside the box
     adv = rng.normal(0.0, 2.0, (h, k))
-    adv[1, 1] = 40.0  # a step that pushes the log-std target past a bound
-    eta = 0.7
+    adv[1, 1] = 40.0  # an outlier: standardised, still a step that pushes the log-std target past a bound
+    eta = 3.0
     got = gaussian_sample_targets(head, jnp.asarray(out, jnp.float32), jnp.asarray(actions, jnp.float32),
                                   jnp.asarray(adv, jnp.float32), eta)
     want = _numpy_targets(center, half, -0.5, out, actions, adv, eta)

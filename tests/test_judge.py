@@ -61,3 +61,15 @@ def test_machine_info():
     info = machine.machine_info()
     assert set(info) >= {"versions", "device", "cpu", "platform", "load_average", "timestamp"}
     assert info["versions"]["jax"] and info["device"]["count"] >= 1 and info["cpu"]["usable_cores"] >= 1
+
+
+def test_no_fraction_of_a_non_positive_optimum():
+    """With J* <= 0 (a pendulum's returns) J / J* grows as J gets worse: the judge reports the
+    gap and no fraction."""
+    opt = judge.Optimum(reward=-150.0, costs=np.array([180.0]), multipliers=np.zeros(1), policy=None,
+                        stage_costs=None, stage_rewards=None, solve_time_s=0.0)
+    j = judge.judge([-1200.0, -300.0], [[30.0], [40.0]], [40.0], optimum=opt)
+    assert j.fraction_of_optimum is None and "fraction_of_optimum" not in j.summary()["worst"]
+    rows = j.rows()
+    assert rows[0]["fraction_of_optimum"] is None
+    assert rows[0]["reward_gap"] == pytest.approx(1050.0) and rows[1]["relative_gap"] == pytest.approx(1.0)

@@ -252,7 +252,8 @@ def format_evaluation(evaluation: RunEvaluation) -> str:
         p = "-" if frac is None else f"{100 * frac[r]:.1f}%"
         rows.append(f"{r:>4} {reward:>18} {g:>11} {p:>9} {costs:>22} {'yes' if j.feasible[r] else 'NO':>9}")
     if j.optimum is not None:
-        rows.append(f"{name:>4} {j.optimum.reward:>18.4f} {'':>11} {'100.0%':>9} {joined(j.optimum.costs):>22}")
+        rows.append(f"{name:>4} {j.optimum.reward:>18.4f} {'':>11} {'-' if frac is None else '100.0%':>9} "
+                    f"{joined(j.optimum.costs):>22}")
     rule = "upper end of the 95% interval of the cost" if mc else "cost"
     changed = ", ".join(f"{k}={environments.short_value(v)}" for k, v in t.changes.items())
     where = t.title + (f" [changed: {changed}]" if changed else " [as trained]")

@@ -177,8 +177,9 @@ class Judgement:
 
     @property
     def fraction_of_optimum(self) -> np.ndarray | None:
-        """J / J* per seed, (R,), or None without a (non-zero) optimum."""
-        if self.optimum is None or not self.optimum.reward:
+        """J / J* per seed, (R,), or None without a positive optimum (with J* <= 0 the ratio
+        grows as J gets worse: a pendulum's returns are negative; read the gap instead)."""
+        if self.optimum is None or not self.optimum.reward > 0:
             return None
         return self.reward / self.optimum.reward
 
@@ -199,7 +200,8 @@ class Judgement:
     def rows(self) -> list[dict[str, Any]]:
         """One dict per seed: seed, exact_reward, exact_costs, violation = max(0, c - alpha),
         slack = alpha - c, feasible; with an optimum reward_gap = J* - J, relative_gap =
-        (J* - J) / |J*|, fraction_of_optimum = J / J*, optimal_multipliers; multipliers (learned)."""
+        (J* - J) / |J*|, fraction_of_optimum = J / J* (None unless J* > 0), optimal_multipliers;
+        multipliers (learned)."""
         out = []
         for r in range(self.num_seeds):
             c = self.costs[r]
@@ -220,7 +222,7 @@ class Judgement:
                 j_star = self.optimum.reward
                 row["reward_gap"] = j_star - float(self.reward[r])
                 row["relative_gap"] = row["reward_gap"] / abs(j_star) if j_star else None
-                row["fraction_of_optimum"] = float(self.reward[r]) / j_star if j_star else None
+                row["fraction_of_optimum"] = float(self.reward[r]) / j_star if j_star > 0 else None
                 row["optimal_multipliers"] = self.optimum.multipliers.tolist()
             if self.multipliers is not None:
                 row["multipliers"] = self.multipliers[r].tolist()

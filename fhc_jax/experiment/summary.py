@@ -48,7 +48,7 @@ def format_table(judged: Judgement, stats: dict[str, Any] | None = None) -> str:
         lines.append(f"{r:>4} {reward:>13} {pct:>13} {costs:>16} {'yes' if judged.feasible[r] else 'NO':>9} {nu:>14}")
     if opt is not None:
         name = "ref" if mc else "opt"
-        lines.append(f"{name:>4} {opt.reward:>13.4f} {'100.0%':>13} {_joined(opt.costs):>16} {'':>9} "
+        lines.append(f"{name:>4} {opt.reward:>13.4f} {'-' if frac is None else '100.0%':>13} {_joined(opt.costs):>16} {'':>9} "
                      f"{_joined(opt.multipliers):>14}")
     rule = "upper end of the 95% interval of the cost" if mc else "cost"
     lines.append(f"alpha = {_joined(judged.thresholds, 'g')}; feasible: {rule} <= alpha + "

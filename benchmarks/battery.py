@@ -25,12 +25,12 @@ import json
 import time
 from pathlib import Path
 
+import fhc_jax as fhc
 import jax
 import numpy as np
-
-import fhc_jax as fhc
 from fhc_jax.algos import cpo, fh_constrained, nn_constrained, ppo_lagrangian
 from fhc_jax.experiment import judge
+
 from judge import machine_info
 from timing import compile_and_time
 
@@ -63,6 +63,15 @@ def quality(env, params, module, seeds: int, episodes: int, iterations: int | No
             "wall_s": wall, "seeds": j.rows(), "aggregate": j.summary()}
 
 
+def print_quality(name: str, q: dict, yardstick: str = "the reference") -> None:
+    """One line per seed of a :func:`quality` result."""
+    for row in q["seeds"]:
+        print(f"[quality] {name:15s} seed {row['seed']}: {row['exact_reward']:9.2f} "
+              f"({100 * row.get('fraction_of_optimum', float('nan')):.1f}% of {yardstick}), cost "
+              f"{np.round(row['exact_costs'], 4).tolist()} (95% up to {[round(c[1], 4) for c in row['costs_ci95']]}), "
+              f"feasible {row['feasible']} [wall {q['wall_s']:.0f} s]", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch-sizes", type=lambda v: [int(x) for x in v.split(",")], default=[256, 4096])
@@ -93,10 +102,7 @@ def main() -> None:
         for name, module in learners.items():
             q = quality(env, params, module, args.seeds, args.episodes, args.iterations, reference)
             result["quality"][name] = q
-            for row in q["seeds"]:
-                print(f"[quality] {name:15s} seed {row['seed']}: {row['exact_reward']:8.2f} "
-                      f"({100 * row.get('fraction_of_optimum', float('nan')):.1f}% of the reference), cost "
-                      f"{row['exact_costs']} (95% up to {[c[1] for c in row['costs_ci95']]}), feasible {row['feasible']}")
+            print_quality(name, q)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(f"wrote {args.out}")

@@ -308,7 +308,7 @@ def test_advantage_increment_matches_direct_loop():
     got = np.asarray(fc._advantage_increment_from_sums(
         jnp.asarray(count_sa, jnp.float32), jnp.asarray(total_sa, jnp.float32), table, k, True))
     # the per-sample form (small batches) sums to the same per-cell increment
-    weight, count_s = fc._advantage_weights(jnp.asarray(states), jnp.asarray(actions), jnp.asarray(delta, jnp.float32))
+    weight, count_s = fc._advantage_weights(jnp.asarray(states), jnp.asarray(actions), jnp.asarray(delta, jnp.float32), a_)
     per_sample = np.zeros((h_, s_, a_))
     for h in range(h_):
         np.add.at(per_sample[h], (states[h], actions[h]), np.asarray(weight[h] / count_s[h]))

@@ -46,6 +46,14 @@ def make_task(name: str, alpha: float | None = None):
     return env, env.default_params
 
 
+def save(out: Path, result: dict) -> None:
+    """Write ``result`` to ``out`` atomically (a temporary file renamed over it)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    tmp.replace(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--task", choices=("battery", "pendulum"), default="battery")
@@ -96,8 +104,8 @@ def main() -> None:
             q = quality(env, params, module, args.seeds, args.episodes, args.iterations, reference)
             result["quality"][name] = q
             print_quality(name, q, "the yardstick")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+            save(out, result)  # after every learner: a run cut short keeps what it measured
+    save(out, result)
     print(f"wrote {out}")
 
 

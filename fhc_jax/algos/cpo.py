@@ -35,11 +35,10 @@ import optax
 from flax import struct
 
 from fhc_jax.algos import learner
-from fhc_jax.algos.distributions import ActionHead, config_head
+from fhc_jax.algos.distributions import LOG_STD_FORMS, ActionHead, check_initial_log_std, config_head
 from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy
 from fhc_jax.algos.networks import ACTIVATIONS, MLP, Stacked
-from fhc_jax.algos.ppo_lagrangian import LOG_STD_FORMS, check_initial_log_std
 from fhc_jax.algos.returns import advantages_and_targets
 from fhc_jax.algos.trust_region import (  # noqa: F401 (public here)
     CellStatistics, SampleStatistics, sampled_trust_region_step, trust_region_step,

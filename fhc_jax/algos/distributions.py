@@ -47,6 +47,9 @@ Array = jax.Array
 #: log-std bounds (in units of the box's half range): sigma in [e^-5, e^1] x half_range
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
 
+#: the choices of a neural learner's ``Config.log_std``
+LOG_STD_FORMS = ("state_independent", "state_dependent")
+
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
@@ -173,13 +176,22 @@ class DiagonalGaussian:
 ActionHead = Categorical | DiagonalGaussian
 
 
+def check_initial_log_std(config: Any) -> None:
+    """Raise ``ValueError`` unless ``config.initial_log_std`` lies in [LOG_STD_MIN, LOG_STD_MAX]
+    = [-5, 1] (a neural learner's ``Config.__post_init__``; the type is checked by the field's
+    declaration)."""
+    from fhc_jax.algos.hyperparameters import check_interval
+
+    check_interval("Config", "initial_log_std", config.initial_log_std, LOG_STD_MIN, LOG_STD_MAX)
+
+
 def action_head(env, log_std: str = "state_independent", initial_log_std: float = math.log(0.5)) -> ActionHead:
     """The head of ``env``'s action space: :class:`Categorical` for ``Discrete(A)``,
     :class:`DiagonalGaussian` for a ``Box`` (``log_std``: "state_independent" or
     "state_dependent"; ``initial_log_std``: log(sigma / half_range) at initialisation)."""
     space = env.action_space
     if isinstance(space, Box):
-        if log_std not in ("state_independent", "state_dependent"):
+        if log_std not in LOG_STD_FORMS:
             raise ValueError(f"log_std must be 'state_independent' or 'state_dependent', found {log_std!r}")
         if not (LOG_STD_MIN <= float(initial_log_std) <= LOG_STD_MAX):
             raise ValueError(f"initial_log_std must be in [{LOG_STD_MIN}, {LOG_STD_MAX}], found {initial_log_std!r}")

@@ -43,8 +43,8 @@ import optax
 from flax import struct
 
 from fhc_jax.algos import learner, multipliers
-from fhc_jax.algos.distributions import LOG_STD_MAX, LOG_STD_MIN, ActionHead, Categorical, config_head
-from fhc_jax.algos.hyperparameters import check_interval, hyperparameters, numeric, static
+from fhc_jax.algos.distributions import LOG_STD_FORMS, ActionHead, Categorical, check_initial_log_std, config_head
+from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy, observation_sample
 from fhc_jax.algos.networks import ACTIVATIONS, MLP, Stacked
 from fhc_jax.algos.returns import advantages_and_targets
@@ -64,7 +64,6 @@ Array = jax.Array
 
 OBSERVATIONS = ("xy", "xyt", "one_hot", "env")
 PATHS = ("auto", "tabular", "sampled")
-LOG_STD_FORMS = ("state_independent", "state_dependent")
 
 
 @hyperparameters
@@ -138,7 +137,7 @@ class Config:
     policy_averaging: float = numeric(0.0, low=0.0, high=1.0, high_open=True)
 
     def __post_init__(self):
-        check_interval("Config", "initial_log_std", self.initial_log_std, LOG_STD_MIN, LOG_STD_MAX)
+        check_initial_log_std(self)
 
 
 @struct.dataclass

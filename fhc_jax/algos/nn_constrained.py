@@ -39,8 +39,8 @@ import optax
 from flax import struct
 
 from fhc_jax.algos import learner, multipliers
-from fhc_jax.algos.distributions import LOG_STD_MAX, LOG_STD_MIN, ActionHead, Categorical, config_head
-from fhc_jax.algos.hyperparameters import PowerSchedule, check_interval, hyperparameters, numeric, schedule, static
+from fhc_jax.algos.distributions import LOG_STD_FORMS, ActionHead, Categorical, check_initial_log_std, config_head
+from fhc_jax.algos.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
 from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy, observation_sample
 from fhc_jax.algos.networks import ACTIVATIONS, MLP, Stacked
 from fhc_jax.algos.nn_losses import (
@@ -60,7 +60,6 @@ OPTIMIZERS = ("adam", "sgd")
 LOSS_FORMS = ("auto", "table", "samples")
 OBSERVATIONS = ("env", "xy", "xyt", "one_hot")
 PATHS = ("auto", "tabular", "sampled")
-LOG_STD_FORMS = ("state_independent", "state_dependent")
 
 
 @hyperparameters
@@ -150,7 +149,7 @@ class Config:
     visit_weight_power: float = numeric(0.0, low=0.0, high=1.0)
 
     def __post_init__(self):
-        check_interval("Config", "initial_log_std", self.initial_log_std, LOG_STD_MIN, LOG_STD_MAX)
+        check_initial_log_std(self)
 
 
 @struct.dataclass

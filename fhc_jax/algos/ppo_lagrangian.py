@@ -34,8 +34,8 @@ import optax
 from flax import struct
 
 from fhc_jax.algos import learner, multipliers
-from fhc_jax.algos.distributions import LOG_STD_MAX, LOG_STD_MIN, config_head
-from fhc_jax.algos.hyperparameters import check_interval, hyperparameters, numeric, static
+from fhc_jax.algos.distributions import LOG_STD_FORMS, check_initial_log_std, config_head
+from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.learner import ExactMetrics, observation_policy
 from fhc_jax.algos.networks import ACTIVATIONS
 from fhc_jax.algos.ppo_networks import OBSERVATIONS, Setup, _actor_rows, _modules, _optimizer  # noqa: F401 (public here)
@@ -47,7 +47,6 @@ from fhc_jax.rollout import rollout as rollout_episodes
 Array = jax.Array
 
 MULTIPLIER_METHODS = ("lagrangian", "pid")
-LOG_STD_FORMS = ("state_independent", "state_dependent")
 MULTIPLIER_OPTIMIZERS = ("adam", "sgd")
 UPDATE_FORMS = ("auto", "table", "samples")
 
@@ -149,11 +148,6 @@ class Config:
     def __post_init__(self):
         check_initial_log_std(self)
 
-
-def check_initial_log_std(config: Any) -> None:
-    """Raise ``ValueError`` unless ``config.initial_log_std`` lies in [LOG_STD_MIN, LOG_STD_MAX]
-    = [-5, 1] (its type is checked by the field's declaration)."""
-    check_interval("Config", "initial_log_std", config.initial_log_std, LOG_STD_MIN, LOG_STD_MAX)
 
 
 @struct.dataclass

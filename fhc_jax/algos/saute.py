@@ -35,6 +35,7 @@ from flax import struct
 
 from fhc_jax.algos import learner
 from fhc_jax.algos import ppo_lagrangian as ppo
+from fhc_jax.algos.distributions import check_initial_log_std
 from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.tabular_rollout import (
     Batch,
@@ -78,7 +79,7 @@ class Config(ppo.Config):
     cost_unit: float = static(1.0, types=(float, int), description="a positive number")
 
     def __post_init__(self):
-        ppo.check_initial_log_std(self)
+        check_initial_log_std(self)
         if not self.cost_unit > 0:
             raise ValueError(f"Config.cost_unit must be > 0, found {self.cost_unit!r}")
 

@@ -66,8 +66,10 @@ def quality(env, params, module, seeds: int, episodes: int, iterations: int | No
 def print_quality(name: str, q: dict, yardstick: str = "the reference") -> None:
     """One line per seed of a :func:`quality` result."""
     for row in q["seeds"]:
+        frac = row.get("fraction_of_optimum")  # None where the yardstick's reward is <= 0
+        share = "-" if frac is None else f"{100 * frac:.1f}%"
         print(f"[quality] {name:15s} seed {row['seed']}: {row['exact_reward']:9.2f} "
-              f"({100 * row.get('fraction_of_optimum', float('nan')):.1f}% of {yardstick}), cost "
+              f"({share} of {yardstick}, gap {row.get('reward_gap', float('nan')):.2f}), cost "
               f"{np.round(row['exact_costs'], 4).tolist()} (95% up to {[round(c[1], 4) for c in row['costs_ci95']]}), "
               f"feasible {row['feasible']} [wall {q['wall_s']:.0f} s]", flush=True)
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
+import flax.linen as nn
 from fhc_jax.algos import nn_constrained as nc, tabular_rollout as common
 from fhc_jax.algos import PowerSchedule, stack
 from fhc_jax.algos.networks import MLP, Stacked
@@ -69,6 +70,30 @@ def test_stacked_equals_separate_modules():
         separate = module.init(keys[l], x[0, 0])
         jax.tree.map(np.testing.assert_array_equal, separate, jax.tree.map(lambda p: p[l], params))
         np.testing.assert_allclose(out[l], module.apply(separate, x[l]), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("module, dim", [
+    (MLP(outputs=4, width=5, depth=2), 2),
+    (MLP(outputs=3, width=7, depth=1, activation="relu", free_outputs=2), 3),  # a Gaussian's [m, s]
+    (MLP(outputs=2, depth=0), 4),  # linear
+    (MLP(outputs=5, width=6, depth=2, activation="elu"), 20),  # wider than UNROLL_MAX: the batched dot
+])
+def test_feature_major_stacked_computes_the_same_function_and_gradients(module, dim):
+    """Stacked(feature_major=True) (the sampled path's layout, with its hand-written VJP) gives
+    vmap(module.apply)'s outputs and parameter / input gradients up to float rounding, for any
+    leading batch shape."""
+    rows, cols = Stacked(module, 3), Stacked(module, 3, feature_major=True)
+    x = jax.random.normal(jax.random.key(1), (3, 4, 5, dim))
+    params = rows.init(jax.random.key(2), x[0, 0, 0])
+    params = jax.tree.map(lambda p: p + 0.1 * jax.random.normal(jax.random.key(3), p.shape), params)  # free != 0
+    out_rows = jax.jit(rows.apply)(params, x)
+    np.testing.assert_allclose(jax.jit(cols.apply)(params, x), out_rows, rtol=1e-5, atol=1e-5)
+    target = jax.random.normal(jax.random.key(4), out_rows.shape)
+    grad = lambda net: jax.jit(jax.grad(lambda p, xx: jnp.sum(jnp.tanh(net.apply(p, xx)) * target), argnums=(0, 1)))
+    g_rows, g_cols = grad(rows)(params, x), grad(cols)(params, x)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5), g_rows, g_cols)
+    with pytest.raises(ValueError, match="feature_major=True. needs an MLP module"):
+        Stacked(nn.Dense(3), 2, feature_major=True)
 
 
 def reference_losses(nets, state, batch, obs_table, thresholds, nu):

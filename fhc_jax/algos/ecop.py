@@ -300,14 +300,16 @@ class Setup:
         return (jnp.asarray(x, jnp.float32) - self.shift) / self.scale
 
 
-def _networks(horizon: int, head: ActionHead | int, num_constraints: int, spec, output_scale: Any = 0.1):
+def _networks(horizon: int, head: ActionHead | int, num_constraints: int, spec, output_scale: Any = 0.1,
+              feature_major: bool = False):
     """(actor, critic) stacked families; the actor has ``head``'s outputs (an int A:
-    ``Categorical(A)``)."""
+    ``Categorical(A)``); ``feature_major``: the layout for the sampled path's per-sample batches
+    (:class:`~fhc_jax.algos.networks.Stacked`)."""
     head = Categorical(head) if isinstance(head, int) else head
     outputs, free = head.network_outputs
     arch = {"width": spec.width, "depth": spec.depth, "activation": spec.activation}
-    return (Stacked(MLP(outputs=outputs, free_outputs=free, output_scale=output_scale, **arch), horizon),
-            Stacked(MLP(outputs=1 + num_constraints, **arch), horizon))
+    return (Stacked(MLP(outputs=outputs, free_outputs=free, output_scale=output_scale, **arch), horizon, feature_major),
+            Stacked(MLP(outputs=1 + num_constraints, **arch), horizon, feature_major))
 
 
 def _inputs(env, params, observation: str, normalize: bool) -> Array:
@@ -351,7 +353,7 @@ def _sampled_setup(env, params, spec: Any, full: bool) -> Setup:
         shift, scale = jnp.mean(flat, axis=0), jnp.where(std > 0, std, 1.0)
     else:
         shift, scale = jnp.zeros((d,), jnp.float32), jnp.ones((d,), jnp.float32)
-    actor, critic = _networks(env.horizon, head, env.num_constraints, spec)
+    actor, critic = _networks(env.horizon, head, env.num_constraints, spec, feature_major=True)
     kw = {}
     if full:
         kw = dict(thresholds=jnp.asarray(env.thresholds(params), jnp.float32),

@@ -67,14 +67,93 @@ class Stacked:
     ``init(key, x)``: x (D,) or (B, D) a sample input; returns params whose every leaf has a
     leading axis L (each stage initialised from its own key). ``apply(params, x)``: x (L, B, D)
     (stage l's inputs) -> (L, B, outputs), one vmapped call.
+
+    ``feature_major=True`` (an :class:`MLP` module only) computes the same function with the
+    batch axis minor: every layer acts on (L, features, B) activations, transposed back to
+    (L, B, outputs) at the end (:func:`mlp_feature_major`). XLA's CPU code for these narrow
+    layers (D, width ~ 10) vectorises over the minor axis, so the large per-sample batches of
+    the sampled path run about 2.5x faster (forward and gradient, 100 x 512 samples); the
+    results equal ``vmap(module.apply)``'s up to float rounding (the sums over features are
+    the same, but not necessarily in the same order), so the tabular paths, whose pinned
+    numbers are bit-exact, keep the default.
     """
 
     module: nn.Module
     num_stages: int
+    feature_major: bool = False
+
+    def __post_init__(self):
+        if self.feature_major and not isinstance(self.module, MLP):
+            raise ValueError(f"Stacked(feature_major=True) needs an MLP module, found {type(self.module).__name__}")
 
     def init(self, key: Array, x: Array) -> Any:
         keys = jax.random.split(key, self.num_stages)
         return jax.vmap(lambda k: self.module.init(k, x))(keys)
 
     def apply(self, params: Any, x: Array) -> Array:
+        if self.feature_major:
+            return mlp_feature_major(self.module, params, x)
         return jax.vmap(self.module.apply)(params, x)
+
+
+UNROLL_MAX = 16  # contractions over at most this many features are unrolled (_contract)
+
+
+def _contract(w: Array, h: Array) -> Array:
+    """sum_d w[l, d, e] h[l, d, b] -> (L, E, B) for w (L, D, E), h (L, D, B). For D <= UNROLL_MAX
+    as D fused multiply-adds of (L, E, B) planes (XLA fuses them into one loop vectorised over
+    B, about 2x a batched dot of these narrow shapes on CPU), else a batched dot."""
+    if h.shape[1] > UNROLL_MAX:
+        return jnp.einsum("lde,ldb->leb", w, h)
+    acc = w[:, 0, :, None] * h[:, 0:1, :]
+    for d in range(1, h.shape[1]):
+        acc = acc + w[:, d, :, None] * h[:, d : d + 1, :]
+    return acc
+
+
+@jax.custom_vjp
+def _dense(kernel: Array, bias: Array, h: Array) -> Array:
+    """A stacked dense layer in the feature-major layout: kernel (L, D, E), bias (L, E),
+    h (L, D, B) -> (L, E, B). Its VJP is written out (d kernel is a batched dot over B,
+    d h the transposed contraction) because autodiff of the unrolled form is slow."""
+    return _contract(kernel, h) + bias[:, :, None]
+
+
+def _dense_fwd(kernel: Array, bias: Array, h: Array):
+    return _dense(kernel, bias, h), (kernel, h)
+
+
+def _dense_bwd(residuals, g: Array):
+    kernel, h = residuals
+    return (jnp.einsum("ldb,leb->lde", h, g), jnp.sum(g, axis=2), _contract(jnp.swapaxes(kernel, 1, 2), g))
+
+
+_dense.defvjp(_dense_fwd, _dense_bwd)
+
+
+def mlp_feature_major(module: MLP, params: Any, x: Array) -> Array:
+    """``jax.vmap(module.apply)(params, x)`` for stacked :class:`MLP` parameters (leading axis
+    L), computed in the feature-major layout (:class:`Stacked`): activations (L, features, B),
+    each layer :func:`_dense`.
+
+    Args:
+        module: the MLP. params: its stacked parameters ({"params": {"Dense_i": {"kernel"
+            (L, in, out), "bias" (L, out)}, "free" (L, free_outputs)}}).
+        x: inputs (L, ..., D).
+    Returns:
+        (L, ..., outputs + free_outputs).
+    """
+    p = params["params"]
+    lead = x.shape[:-1]
+    h = jnp.swapaxes(x.reshape(lead[0], -1, x.shape[-1]), 1, 2)  # (L, D, B)
+    act = ACTIVATIONS[module.activation]
+    for i in range(module.depth + 1):
+        dense = p[f"Dense_{i}"]
+        h = _dense(dense["kernel"], dense["bias"], h)
+        if i < module.depth:
+            h = act(h)
+    out = jnp.swapaxes(h, 1, 2)  # (L, B, outputs)
+    if module.free_outputs:
+        out = jnp.concatenate([out, jnp.broadcast_to(p["free"][:, None, :], out.shape[:2] + (module.free_outputs,))],
+                              axis=-1)
+    return out.reshape(lead + (out.shape[-1],))

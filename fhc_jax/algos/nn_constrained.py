@@ -223,17 +223,19 @@ class Networks:
 
     @classmethod
     def build(cls, horizon: int, head: ActionHead | int, num_constraints: int, spec: Any,
-              output_scale: Any = 1.0) -> "Networks":
+              output_scale: Any = 1.0, feature_major: bool = False) -> "Networks":
         """From a ``spec`` with ``width``, ``depth``, ``activation`` (a Config or TrainState);
         ``head`` the action head (an int A: ``Categorical(A)``); ``output_scale`` only sets
-        the actors' initialisation."""
+        the actors' initialisation; ``feature_major`` the layout of the stacked networks
+        (:class:`~fhc_jax.algos.networks.Stacked`: the sampled path's per-sample batches)."""
         head = Categorical(head) if isinstance(head, int) else head
         outputs, free = head.network_outputs
         arch = dict(width=spec.width, depth=spec.depth, activation=spec.activation)
         return cls(
-            actor=Stacked(MLP(outputs=outputs, free_outputs=free, output_scale=output_scale, **arch), horizon),
-            critic=Stacked(MLP(outputs=1, **arch), horizon + 1),
-            cost_critic=Stacked(MLP(outputs=num_constraints, **arch), horizon + 1),
+            actor=Stacked(MLP(outputs=outputs, free_outputs=free, output_scale=output_scale, **arch), horizon,
+                          feature_major),
+            critic=Stacked(MLP(outputs=1, **arch), horizon + 1, feature_major),
+            cost_critic=Stacked(MLP(outputs=num_constraints, **arch), horizon + 1, feature_major),
         )
 
 
@@ -323,7 +325,7 @@ def _setup(env, params, spec: Any, path: str, model: TabularModel | None, thresh
     head = config_head(env, spec)
     table, shift, scale = _input_stats(env, params, spec.observation, spec.normalize_inputs)
     return Setup(
-        nets=Networks.build(env.horizon, head, env.num_constraints, spec),
+        nets=Networks.build(env.horizon, head, env.num_constraints, spec, feature_major=sampled),
         shift=shift, scale=scale, obs_table=None if table is None else (table - shift) / scale,
         env=env, params=params, model=model, thresholds=thresholds, horizon=env.horizon,
         num_states=env.num_states if env.is_tabular else 0,

@@ -92,8 +92,33 @@ def test_feature_major_stacked_computes_the_same_function_and_gradients(module, 
     grad = lambda net: jax.jit(jax.grad(lambda p, xx: jnp.sum(jnp.tanh(net.apply(p, xx)) * target), argnums=(0, 1)))
     g_rows, g_cols = grad(rows)(params, x), grad(cols)(params, x)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5), g_rows, g_cols)
+    x_t = jnp.swapaxes(x.reshape(3, 20, dim), 1, 2)  # samples as columns
+    np.testing.assert_allclose(jnp.swapaxes(jax.jit(cols.apply_columns)(params, x_t), 1, 2),
+                               out_rows.reshape(3, 20, -1), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="feature_major=True. needs an MLP module"):
         Stacked(nn.Dense(3), 2, feature_major=True)
+    with pytest.raises(ValueError, match="apply_columns needs feature_major=True"):
+        rows.apply_columns(params, x_t)
+
+
+def test_sampled_path_actor_losses_equal_the_per_sample_forms():
+    """The sampled path's regressions in the column layout (nn_losses.sample_cross_entropy,
+    gaussian_actor_loss) equal improved_actor_loss with every sample weighted 1 and the mean
+    squared error over samples."""
+    from fhc_jax.algos.nn_losses import gaussian_actor_loss, improved_actor_loss, sample_cross_entropy
+
+    h, k, d, a = 3, 7, 2, 4
+    rows = nc.Networks.build(h, a, 1, nc.Config(width=5))
+    cols = nc.Networks.build(h, a, 1, nc.Config(width=5), feature_major=True)
+    actor = rows.actor.init(jax.random.key(0), jnp.zeros((d,)))
+    obs = jax.random.normal(jax.random.key(1), (h + 1, k, d))
+    q = jax.nn.softmax(jax.random.normal(jax.random.key(2), (h, k, a)))
+    obs_t, q_t = jnp.swapaxes(obs[:-1], 1, 2), jnp.swapaxes(q, 1, 2)
+    np.testing.assert_allclose(sample_cross_entropy(cols, actor, obs_t, q_t),
+                               improved_actor_loss(rows, actor, obs, q, jnp.ones((h, k))), rtol=1e-5)
+    y = jax.random.normal(jax.random.key(3), (h, k, a))
+    expected = 0.5 * np.mean(np.sum((np.asarray(rows.actor.apply(actor, obs[:-1])) - np.asarray(y)) ** 2, axis=-1))
+    np.testing.assert_allclose(gaussian_actor_loss(cols, actor, obs_t, jnp.swapaxes(y, 1, 2)), expected, rtol=1e-5)
 
 
 def reference_losses(nets, state, batch, obs_table, thresholds, nu):

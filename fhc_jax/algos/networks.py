@@ -95,6 +95,14 @@ class Stacked:
             return mlp_feature_major(self.module, params, x)
         return jax.vmap(self.module.apply)(params, x)
 
+    def apply_columns(self, params: Any, x_t: Array) -> Array:
+        """``apply`` on samples stored as columns, x_t (L, D, B) -> (L, outputs, B), without
+        the transposes (feature-major stacks only): for losses that reduce over the outputs,
+        which then run over a non-minor axis too."""
+        if not self.feature_major:
+            raise ValueError("Stacked.apply_columns needs feature_major=True")
+        return mlp_columns(self.module, params, x_t)
+
 
 UNROLL_MAX = 16  # contractions over at most this many features are unrolled (_contract)
 
@@ -131,29 +139,32 @@ def _dense_bwd(residuals, g: Array):
 _dense.defvjp(_dense_fwd, _dense_bwd)
 
 
-def mlp_feature_major(module: MLP, params: Any, x: Array) -> Array:
-    """``jax.vmap(module.apply)(params, x)`` for stacked :class:`MLP` parameters (leading axis
-    L), computed in the feature-major layout (:class:`Stacked`): activations (L, features, B),
-    each layer :func:`_dense`.
+def mlp_columns(module: MLP, params: Any, h: Array) -> Array:
+    """Stacked :class:`MLP` parameters (leading axis L) applied to samples stored as columns:
+    h (L, D, B) -> (L, outputs + free_outputs, B), each layer :func:`_dense`.
 
     Args:
         module: the MLP. params: its stacked parameters ({"params": {"Dense_i": {"kernel"
             (L, in, out), "bias" (L, out)}, "free" (L, free_outputs)}}).
-        x: inputs (L, ..., D).
-    Returns:
-        (L, ..., outputs + free_outputs).
+        h: inputs, the samples of stage l as the columns of h[l], (L, D, B).
     """
     p = params["params"]
-    lead = x.shape[:-1]
-    h = jnp.swapaxes(x.reshape(lead[0], -1, x.shape[-1]), 1, 2)  # (L, D, B)
     act = ACTIVATIONS[module.activation]
     for i in range(module.depth + 1):
         dense = p[f"Dense_{i}"]
         h = _dense(dense["kernel"], dense["bias"], h)
         if i < module.depth:
             h = act(h)
-    out = jnp.swapaxes(h, 1, 2)  # (L, B, outputs)
     if module.free_outputs:
-        out = jnp.concatenate([out, jnp.broadcast_to(p["free"][:, None, :], out.shape[:2] + (module.free_outputs,))],
-                              axis=-1)
-    return out.reshape(lead + (out.shape[-1],))
+        h = jnp.concatenate([h, jnp.broadcast_to(p["free"][:, :, None], (h.shape[0], module.free_outputs, h.shape[2]))],
+                            axis=1)
+    return h
+
+
+def mlp_feature_major(module: MLP, params: Any, x: Array) -> Array:
+    """``jax.vmap(module.apply)(params, x)`` for stacked :class:`MLP` parameters, computed in
+    the feature-major layout (:class:`Stacked`, :func:`mlp_columns`): x (L, ..., D) ->
+    (L, ..., outputs + free_outputs)."""
+    lead = x.shape[:-1]
+    out = mlp_columns(module, params, jnp.swapaxes(x.reshape(lead[0], -1, x.shape[-1]), 1, 2))
+    return jnp.swapaxes(out, 1, 2).reshape(lead + (out.shape[1],))

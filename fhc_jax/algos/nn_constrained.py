@@ -45,7 +45,7 @@ from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_poli
 from fhc_jax.algos.networks import ACTIVATIONS, MLP, Stacked
 from fhc_jax.algos.nn_losses import (
     advantage_targets, batch_targets, cell_stats, gaussian_actor_loss, gaussian_sample_targets, improved_actor_loss,
-    sample_advantage_targets, sample_losses, table_losses,
+    sample_advantage_targets, sample_cross_entropy, sample_losses, table_losses,
 )
 from fhc_jax.rollout import rollout as rollout_episodes
 from fhc_jax.algos.tabular_rollout import (
@@ -453,11 +453,14 @@ def update(
     num_states, num_actions = setup.num_states, setup.num_actions
     paper = config.variant == "paper"
     n = train_state.step
-    if setup.sampled:
+    crit = (train_state.critic, train_state.cost_critic)
+    if setup.sampled:  # the critics' predictions at the samples, once, with their VJP for the critic step
         observations = setup.normalize(batch.observations.astype(jnp.float32))
+        values, predictions_vjp = jax.vjp(lambda c: jnp.concatenate(
+            [nets.critic.apply(c[0], observations), nets.cost_critic.apply(c[1], observations)], axis=-1), crit)
     else:
         observations = None if form == "table" else batch_observations(obs_table, batch.states)
-    values = _values_at(nets, train_state, obs_table, batch.states, form, observations)
+        values = _values_at(nets, train_state, obs_table, batch.states, form, observations)
     fixed = batch_targets(values, batch, train_state.multipliers, thresholds, config.variant, config.trace)
 
     if form == "table" or not (paper or setup.sampled):
@@ -475,8 +478,12 @@ def update(
     def actor_objective(actor):
         return loss_fn(train_state.replace(actor=actor))[1]
 
-    crit = (train_state.critic, train_state.cost_critic)
-    critic_loss, critic_grads = jax.value_and_grad(critic_objective)(crit)
+    if setup.sampled:  # the critic loss of sample_losses, sum (targets - pred)^2 / K, and its gradient
+        residuals = values - fixed.targets
+        critic_loss = jnp.sum(residuals ** 2) / k
+        (critic_grads,) = predictions_vjp(2.0 * residuals / k)
+    else:
+        critic_loss, critic_grads = jax.value_and_grad(critic_objective)(crit)
     crit_opt = _optimizer(config, config.critic_step)
     crit_updates, critic_opt = crit_opt.update(critic_grads, train_state.critic_opt, crit)
     crit = optax.apply_updates(crit, crit_updates)
@@ -486,30 +493,27 @@ def update(
         actor_updates, actor_opt = act_opt.update(actor_grads, train_state.actor_opt, train_state.actor)
         actor = optax.apply_updates(train_state.actor, actor_updates)
     else:
-        regression = improved_actor_loss
-        if setup.sampled and not isinstance(setup.head, Categorical):
-            # per sample: a natural-gradient step in the Gaussian's parameters, regressed by
-            # squared error in the network's output units (nn_losses.gaussian_sample_targets)
-            inputs = observations
-            q = gaussian_sample_targets(setup.head, nets.actor.apply(train_state.actor, inputs[:-1]), batch.actions,
-                                        fixed.advantages, config.logit_step)
-            weights = jnp.ones(q.shape[:-1], q.dtype)
-            regression = gaussian_actor_loss
-        elif setup.sampled:  # per sample: each sample's advantage moves the logit of its action
-            inputs = observations
-            onehot = jax.nn.one_hot(batch.actions, num_actions, dtype=fixed.advantages.dtype)
-            q = sample_advantage_targets(nets.actor.apply(train_state.actor, inputs[:-1]), onehot, fixed.advantages,
-                                         config.logit_step)
-            weights = jnp.ones(q.shape[:-1], q.dtype)
+        if setup.sampled:  # per-sample targets; the samples as columns (Stacked.apply_columns)
+            inputs_t = jnp.swapaxes(observations[:-1], 1, 2)  # (H, D, K)
+            out = jnp.swapaxes(nets.actor.apply_columns(train_state.actor, inputs_t), 1, 2)  # (H, K, outputs)
+            if isinstance(setup.head, Categorical):  # each sample's advantage moves the logit of its action
+                onehot = jax.nn.one_hot(batch.actions, num_actions, dtype=fixed.advantages.dtype)
+                q = sample_advantage_targets(out, onehot, fixed.advantages, config.logit_step)
+                loss = sample_cross_entropy
+            else:  # a natural-gradient step in the Gaussian's parameters, regressed by squared error
+                q = gaussian_sample_targets(setup.head, out, batch.actions, fixed.advantages, config.logit_step)
+                loss = gaussian_actor_loss
+            q_t = jnp.swapaxes(q, 1, 2)
+            regression = lambda actor: loss(nets, actor, inputs_t, q_t)
         else:
-            inputs = obs_table
-            q, weights = advantage_targets(nets.actor.apply(train_state.actor, inputs[:-1]), stats, config.logit_step)
+            q, weights = advantage_targets(nets.actor.apply(train_state.actor, obs_table[:-1]), stats, config.logit_step)
             visits = stats.advantage_counts.sum(-1)
             weights = jnp.where(visits > 0, visits ** config.visit_weight_power, 0.0).astype(q.dtype)
+            regression = lambda actor: improved_actor_loss(nets, actor, obs_table, q, weights)
 
         def epoch(carry, _):
             actor, opt_state = carry
-            grads = jax.grad(regression, argnums=1)(nets, actor, inputs, q, weights)
+            grads = jax.grad(regression)(actor)
             updates, opt_state = act_opt.update(grads, opt_state, actor)
             return (optax.apply_updates(actor, updates), opt_state), None
 

@@ -198,6 +198,14 @@ def improved_actor_loss(nets: Networks, actor: Any, obs_table: Array, q: Array, 
     return -jnp.sum(visited[..., None] * q * logp) / jnp.maximum(jnp.sum(visited), 1.0)
 
 
+def sample_cross_entropy(nets: Networks, actor: Any, inputs_t: Array, q_t: Array) -> Array:
+    """:func:`improved_actor_loss` on the sampled path (every sample weighted 1: the mean
+    cross-entropy over the H K samples), with the samples as columns
+    (``Stacked.apply_columns``, a feature-major stack): inputs_t (H, D, K), q_t (H, A, K)."""
+    logp = jax.nn.log_softmax(nets.actor.apply_columns(actor, inputs_t), axis=1)
+    return -jnp.sum(q_t * logp) / max(q_t.shape[0] * q_t.shape[2], 1)
+
+
 def gaussian_sample_targets(head: Any, outputs: Array, actions: Array, advantages: Array, logit_step: Array) -> Array:
     """Target outputs of the improved actor for a Gaussian policy (box actions, the sampled
     path): the counterpart of :func:`sample_advantage_targets`. Each sample takes a natural-
@@ -251,11 +259,10 @@ def gaussian_sample_targets(head: Any, outputs: Array, actions: Array, advantage
     return jax.lax.stop_gradient(jnp.concatenate([m_target, s_target], axis=-1))
 
 
-def gaussian_actor_loss(nets: Networks, actor: Any, observations: Array, targets: Array, weights: Array) -> Array:
+def gaussian_actor_loss(nets: Networks, actor: Any, inputs_t: Array, targets_t: Array) -> Array:
     """Squared error of the actor's outputs to the targets of :func:`gaussian_sample_targets`,
-    averaged over the weighted samples: sum_hk w_hk ||f(o_hk) - y_hk||^2 / (2 max(sum w, 1)).
-    ``observations`` (H+1, K, D) (the last stage unused), ``targets`` (H, K, 2d), ``weights``
-    (H, K)."""
-    out = nets.actor.apply(actor, observations[:-1])
-    sq = jnp.sum(jnp.square(out - targets), axis=-1)
-    return 0.5 * jnp.sum(weights * sq) / jnp.maximum(jnp.sum(weights), 1.0)
+    averaged over the H K samples: sum_hk ||f(o_hk) - y_hk||^2 / (2 H K), with the samples as
+    columns (``Stacked.apply_columns``, a feature-major stack): inputs_t (H, D, K),
+    targets_t (H, 2d, K)."""
+    sq = jnp.sum(jnp.square(nets.actor.apply_columns(actor, inputs_t) - targets_t), axis=1)
+    return 0.5 * jnp.sum(sq) / max(sq.size, 1)

@@ -50,6 +50,7 @@ def _check_learned(module, out, seeds: int = 2) -> list[tuple[float, float, floa
     return found
 
 
+@pytest.mark.slow  # end-to-end training: the slow tier (CI runs both tiers)
 def test_nn_constrained_improved_learns_reach_within_its_budget():
     """The improved variant (per-sample natural-gradient targets), two seeds vmapped: 60
     updates of 256 episodes, a faster multiplier than the defaults (tuned for thousands of
@@ -63,6 +64,7 @@ def test_nn_constrained_improved_learns_reach_within_its_budget():
     _check_learned(nc, out)
 
 
+@pytest.mark.slow  # end-to-end training: the slow tier (CI runs both tiers)
 def test_ecop_learns_reach_within_its_budget():
     """e-COP with its default optimisation settings, two seeds vmapped: 40 updates of 256
     episodes."""
@@ -76,6 +78,7 @@ def test_ecop_learns_reach_within_its_budget():
     assert np.all(np.asarray(out.metrics.approx_kl) >= -1e-6)
 
 
+@pytest.mark.slow  # end-to-end training: the slow tier (CI runs both tiers)
 def test_nn_constrained_paper_variant_learns_reach_without_a_binding_budget():
     """The paper's policy gradient (the score function of the Gaussian) on Reach with
     alpha = 10 (not binding): from -10.4 to above -2 in 40 updates (measured -1.44; the

@@ -66,6 +66,7 @@ def test_learns_reach_within_the_budget(name):
     assert float(out.metrics.entropy[-1]) < 0.0
 
 
+@pytest.mark.slow  # end-to-end training: the slow tier (CI runs both tiers)
 @pytest.mark.parametrize("name", ["ppo", "cpo"])
 def test_vmap_over_seeds(name):
     """``jax.vmap(make_train)`` over 2 seeds in one compiled program: each seed's run depends on

@@ -239,6 +239,7 @@ def test_learning_regression_small_grid():
     assert np.all(np.asarray(out.metrics.multipliers) >= 0)
 
 
+@pytest.mark.slow  # end-to-end training: the slow tier (CI runs both tiers)
 def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
     """Short runs (training amplifies float rounding, which differs between batched and single
     matrix products, so long runs drift apart chaotically)."""
@@ -328,18 +329,19 @@ def test_reported_actor_is_the_polyak_average():
 def test_improved_actor_weights_visited_cells_by_visits_to_the_power(power, monkeypatch):
     """``visit_weight_power`` p: the improved actor's regression weighs each (h, s) by n_h(s)^p,
     n_h(s) the batch's visits (counted here independently), and unvisited cells by 0."""
-    cfg = nc.Config(width=6, visit_weight_power=power, loss_form="table")
+    cfg = nc.Config(width=6, visit_weight_power=power, loss_form="table", actor_epochs=1)
     state, batch, _, _ = _small_batch(cfg, k=12)
     seen = []
     original = nc.improved_actor_loss
 
     def recording(nets, actor, inputs, q, weights):
-        seen.append(np.asarray(weights))
+        jax.debug.callback(lambda w: seen.append(np.asarray(w)), weights)  # the values, under jit
         return original(nets, actor, inputs, q, weights)
 
     monkeypatch.setattr(nc, "improved_actor_loss", recording)
     setup = nc.setup(SMALL, SMALL.default_params, cfg)
-    nc.update(state, batch, None, setup, cfg)  # eager: the weights reach the loss as arrays
+    jax.block_until_ready(jax.jit(lambda st, b: nc.update(st, b, None, setup, cfg))(state, batch))
+    jax.effects_barrier()
     states = np.asarray(batch.states[:-1])
     visits = np.zeros((states.shape[0], SMALL.num_states))
     np.add.at(visits, (np.arange(states.shape[0])[:, None], states), 1.0)

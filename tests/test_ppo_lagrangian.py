@@ -276,6 +276,7 @@ def _grid_train(vmapped: bool):
     return jax.jit(jax.vmap(train) if vmapped else train)
 
 
+@pytest.mark.slow  # end-to-end training: the slow tier (CI runs both tiers)
 def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
     keys = jax.random.split(jax.random.key(3), 3)
     batched = _grid_train(True)(keys)

@@ -81,6 +81,7 @@ def _mc(env, policy, n=5000, key=1):
     return r.mean(), half(r), c.mean(), half(c)
 
 
+@pytest.mark.slow  # end-to-end training: the slow tier (CI runs both tiers)
 def test_nn_constrained_learns_a_continuous_task_judged_by_monte_carlo():
     # a short run: a faster multiplier than the defaults (tuned for thousands of updates)
     cfg = nc.Config(num_iterations=60, episodes_per_iteration=128, eval_every=30, eval_episodes=512, actor_epochs=4,
@@ -183,6 +184,7 @@ def test_judge_uses_the_upper_end_of_the_monte_carlo_cost_interval():
     assert rows[0]["judged_by"] == "monte-carlo (1000 episodes)" and j.summary()["judged_by"] == j.method
 
 
+@pytest.mark.slow  # end-to-end training: the slow tier (CI runs both tiers)
 def test_cli_trains_and_judges_an_environment_without_an_exact_model(tmp_path, monkeypatch):
     """``fhc-jax train --env module:Class`` on an environment with no exact model: trained on
     the sampled path, judged by Monte-Carlo with 95% intervals and a stated number of episodes."""
@@ -211,6 +213,7 @@ class DriftInCents(Drift):
         return obs, nxt, 100.0 * reward, costs, done, info
 
 
+@pytest.mark.slow  # end-to-end training: the slow tier (CI runs both tiers)
 def test_learners_train_in_the_signals_units_and_report_in_the_environments():
     """Without a tabular exact model the learners train on ScaledSignals (rewards and costs
     divided by their typical magnitudes): the same problem in other units gives the same first

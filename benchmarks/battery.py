@@ -48,8 +48,12 @@ def throughput(env, params, module, k: int, iterations: int, repeats: int) -> di
             "env_steps_per_s": iterations * k * env.horizon / t}
 
 
-def quality(env, params, module, seeds: int, episodes: int, iterations: int | None, reference) -> dict:
-    cfg = module.Config() if iterations is None else module.Config(num_iterations=iterations)
+def quality(env, params, module, seeds: int, episodes: int, iterations: int | None, reference, config=None) -> dict:
+    """``seeds`` vmapped runs of ``config`` (default: the learner's ``Config()``, with
+    ``iterations`` updates if given), each final policy judged by Monte-Carlo (``episodes``)
+    against ``reference`` (a ``judge.Optimum`` or None)."""
+    cfg = config if config is not None else module.Config() if iterations is None else \
+        module.Config(num_iterations=iterations)
     t0 = time.perf_counter()
     out = jax.block_until_ready(jax.jit(jax.vmap(module.make_train(env, params, cfg)))(
         jax.random.split(jax.random.key(0), seeds)))

@@ -21,11 +21,11 @@ import argparse
 import json
 from pathlib import Path
 
-import fhc_jax as fhc
-from fhc_jax.algos import cpo, ecop, nn_constrained, ppo_lagrangian
-
 from judge import machine_info
 from timing import compile_and_time
+
+import fhc_jax as fhc
+from fhc_jax.algos import cpo, ecop, nn_constrained, ppo_lagrangian
 
 LEARNERS = {"nn-constrained": nn_constrained, "e-cop": ecop, "ppo-lag": ppo_lagrangian, "cpo": cpo}
 

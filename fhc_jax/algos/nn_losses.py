@@ -192,8 +192,8 @@ def sample_advantage_targets(logits: Array, onehot_actions: Array, advantages: A
 def improved_actor_loss(nets: Networks, actor: Any, obs_table: Array, q: Array, visited: Array) -> Array:
     """Cross-entropy of the actor to the targets q over the visited (h, s), each (h, s) weighted
     equally (the "visits" combination of FH-Constrained): sum_{h,s} 1[visited] CE(q, mu) /
-    max(#visited, 1). On the sampled path ``obs_table`` holds the recorded observations
-    (H+1, K, D) and ``visited`` is all ones: the mean cross-entropy over the samples."""
+    max(#visited, 1). The sampled path's form (every sample weighted 1, samples as columns) is
+    :func:`sample_cross_entropy`."""
     logp = jax.nn.log_softmax(nets.actor.apply(actor, obs_table[:-1]), axis=-1)
     return -jnp.sum(visited[..., None] * q * logp) / jnp.maximum(jnp.sum(visited), 1.0)
 

@@ -22,7 +22,6 @@ Results go to ``benchmarks/results/continuous_<task>.json`` (``--out``).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import fhc_jax as fhc
@@ -30,6 +29,7 @@ import numpy as np
 from fhc_jax.algos import cpo, ecop, nn_constrained, ppo_lagrangian
 from fhc_jax.envs import gymnax_interop
 from fhc_jax.experiment import judge
+from fhc_jax.experiment.rundir import write_json_atomic
 
 from battery import print_quality, quality, throughput
 from judge import machine_info
@@ -44,14 +44,6 @@ def make_task(name: str, alpha: float | None = None):
     else:
         env = gymnax_interop.pendulum() if alpha is None else gymnax_interop.pendulum(alpha=alpha)
     return env, env.default_params
-
-
-def save(out: Path, result: dict) -> None:
-    """Write ``result`` to ``out`` atomically (a temporary file renamed over it)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(out)
 
 
 def main() -> None:
@@ -104,8 +96,8 @@ def main() -> None:
             q = quality(env, params, module, args.seeds, args.episodes, args.iterations, reference)
             result["quality"][name] = q
             print_quality(name, q, "the yardstick")
-            save(out, result)  # after every learner: a run cut short keeps what it measured
-    save(out, result)
+            write_json_atomic(out, result)  # after every learner: a run cut short keeps what it measured
+    write_json_atomic(out, result)
     print(f"wrote {out}")
 
 

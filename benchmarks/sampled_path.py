@@ -18,7 +18,6 @@ Results: ``benchmarks/results/sampled_path.json`` (``--out``).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from judge import machine_info
@@ -26,6 +25,7 @@ from timing import compile_and_time
 
 import fhc_jax as fhc
 from fhc_jax.algos import cpo, ecop, nn_constrained, ppo_lagrangian
+from fhc_jax.experiment.rundir import write_json_atomic
 
 LEARNERS = {"nn-constrained": nn_constrained, "e-cop": ecop, "ppo-lag": ppo_lagrangian, "cpo": cpo}
 
@@ -62,11 +62,7 @@ def main() -> None:
         print(f"{name:15s} {row['episodes_per_iteration']:5d} {row['tabular']['run_s']:11.3f}s "
               f"{row['sampled']['run_s']:11.3f}s {row['ratio']:5.2f}x "
               f"{row['tabular']['compile_s']:9.1f}s / {row['sampled']['compile_s']:.1f}s", flush=True)
-        out = Path(args.out)  # after every learner: a run cut short keeps what it measured
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(result, indent=2))
-        tmp.replace(out)
+        write_json_atomic(args.out, result)  # after every learner: a run cut short keeps what it measured
     print(f"wrote {args.out}")
 
 

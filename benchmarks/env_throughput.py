@@ -29,7 +29,11 @@ runs, compilation excluded):
 * ``randint lambda``: ``lambda k, o, h: jax.random.randint(k, (), 0, A)`` (a key per step);
 * ``softmax via categorical``: a per-stage linear softmax of the observation,
   logits = o @ W[h] + b[h], sampled with ``jax.random.categorical``;
-* ``softmax via fhc.softmax_policy``: the same logits through ``fhc.softmax_policy``;
+* ``softmax via fhc.softmax_policy``: the same logits through ``fhc.softmax_policy``; on this
+  tabular gridworld with K >= 2 S the rollout plays it from its table over (stage, state)
+  (``fhc_jax.rollout.tabulates``);
+* ``softmax_policy, per step``: the same policy called at every step (wrapped so that it
+  offers no table), which is what every environment without tabular states gets;
 
 plus the uniform policy through ``rollout(..., record=...)`` with compact records, and the
 ratio of the softmax helper to the uniform fast path.
@@ -228,6 +232,20 @@ def linear_softmax_logits(env, seed: int = 0):
     return lambda o, h: jnp.reshape(o, (-1,)) @ weights[h] + biases[h]
 
 
+class PerStep:
+    """A fast-protocol policy without ``on_states``: the rollout calls it at every step, as on
+    an environment without tabular states."""
+
+    def __init__(self, policy):
+        self.policy = policy
+
+    def action_from_uniform(self, u, observation, h):
+        return self.policy.action_from_uniform(u, observation, h)
+
+    def __call__(self, key, observation, h):
+        return self.policy(key, observation, h)
+
+
 def policy_rows(env, params, k: int, repeats: int) -> list[dict]:
     """The policies table: each policy through ``rollout`` and ``rollout_returns`` as users call
     them, plus compact records of the uniform policy."""
@@ -238,6 +256,7 @@ def policy_rows(env, params, k: int, repeats: int) -> list[dict]:
         "randint lambda": lambda key, o, h: jax.random.randint(key, (), 0, a),
         "softmax via categorical": lambda key, o, h: jax.random.categorical(key, logits_fn(o, h)),
         "softmax via fhc.softmax_policy": fhc.softmax_policy(logits_fn),
+        "softmax_policy, per step": PerStep(fhc.softmax_policy(logits_fn)),
     }
     rows = []
     for name, policy in policies.items():
@@ -266,6 +285,7 @@ def policy_ratios(rows: list[dict]) -> dict:
         base = rate[("uniform (fast path)", call)]
         out[call] = {
             "softmax_helper_vs_uniform": rate[("softmax via fhc.softmax_policy", call)] / base,
+            "softmax_helper_per_step_vs_uniform": rate[("softmax_policy, per step", call)] / base,
             "softmax_categorical_vs_uniform": rate[("softmax via categorical", call)] / base,
             "softmax_helper_vs_categorical": rate[("softmax via fhc.softmax_policy", call)]
             / rate[("softmax via categorical", call)],
@@ -359,7 +379,8 @@ def main(args: argparse.Namespace) -> dict:
         print(f"{r['policy']:<32} {r['call']:<16} {record:<32} {r['compile_s']:>9.2f} {r['median_s'] * 1e3:>9.2f} "
               f"{r['steps_per_s']:>12.3g}")
     for call, rr in ratios.items():
-        print(f"{call}: softmax_policy / uniform = {rr['softmax_helper_vs_uniform']:.2f}, categorical / uniform = "
+        print(f"{call}: softmax_policy / uniform = {rr['softmax_helper_vs_uniform']:.2f} (per step: "
+              f"{rr['softmax_helper_per_step_vs_uniform']:.2f}), categorical / uniform = "
               f"{rr['softmax_categorical_vs_uniform']:.3f}, softmax_policy / categorical = {rr['softmax_helper_vs_categorical']:.1f}x")
 
     result = dict(

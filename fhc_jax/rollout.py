@@ -315,6 +315,24 @@ def uses_uniforms(env: Environment, policy: Any) -> bool:
             and callable(getattr(policy, "action_from_uniform", None)))
 
 
+#: :func:`tabulates` only while the policy's table has at most this many entries (H S A; 64 MiB
+#: of float32)
+MAX_TABLE_ENTRIES = 1 << 24
+
+
+def tabulates(env: Environment, policy: Any, num_episodes: int) -> bool:
+    """Whether a rollout of K = ``num_episodes`` episodes plays ``policy`` from its table over
+    (stage, state) (``policy.on_states(env, params)``, e.g. :meth:`fhc_jax.softmax_policy`'s)
+    instead of calling it at every step: on the fast path (:func:`uses_uniforms`) of a tabular
+    environment, when tabulating costs at most half of what it saves (2 S <= K: H S policy
+    evaluations instead of H K) and the table has at most :data:`MAX_TABLE_ENTRIES` entries.
+    The actions are the same as the per-step calls' (same uniforms, same arithmetic)."""
+    return (uses_uniforms(env, policy) and env.is_tabular
+            and callable(getattr(policy, "on_states", None))
+            and 2 * env.num_states <= num_episodes
+            and env.horizon * env.num_states * env.num_actions <= MAX_TABLE_ENTRIES)
+
+
 def _stage_inputs(steps_keys: Array, impl: Any, env: Environment, params: Any, policy: Policy) -> Any:
     """Per-stage randomness of episodes with keys ``steps_keys`` (K,), leading axes (H, K);
     ``impl`` is the caller's key implementation (``steps_keys`` may be ``fast_key`` keys).
@@ -347,12 +365,17 @@ def _episode_inputs(key: Array, env: Environment, params: Any, policy: Policy, n
     return _restore_keys(reset_keys, impl), _stage_inputs(steps_keys, impl, env, params, policy)
 
 
-def _stage_step(x: Any, obs: Any, state: Any, h: Array, env: Environment, params: Any, policy: Policy):
+def _stage_step(x: Any, obs: Any, state: Any, h: Array, env: Environment, params: Any, policy: Policy,
+                on_states: Any = None):
     """One stage of one episode from its randomness ``x`` (an element of ``_stage_inputs``):
-    the policy's action, then ``env.transition``. Returns (action, next_obs, next_state,
-    reward, costs)."""
+    the policy's action, then ``env.transition``. ``on_states``: the policy tabulated over
+    states (:func:`tabulates`), or None. Returns (action, next_obs, next_state, reward,
+    costs)."""
     if uses_uniforms(env, policy):
-        action = jnp.asarray(policy.action_from_uniform(jnp.real(x), obs, h), jnp.int32)
+        if on_states is not None:
+            action = on_states.action_from_state(jnp.real(x), env.state_index(state), h)
+        else:
+            action = jnp.asarray(policy.action_from_uniform(jnp.real(x), obs, h), jnp.int32)
         step_noise = env.noise_from_uniform(jnp.imag(x), params)
     else:
         key, step_noise = x
@@ -380,7 +403,7 @@ def check_record(record: Iterable[str]) -> frozenset[str]:
 
 
 def _scan(reset_key: Array, stage_xs: Any, env: Environment, params: Any, policy: Policy,
-          record: frozenset[str] = frozenset(RECORDABLE)):
+          record: frozenset[str] = frozenset(RECORDABLE), on_states: Any = None):
     """One episode's loop given its reset key and per-stage randomness (``_stage_inputs``,
     leading H): (the recorded per-stage outputs, a dict of leading-H arrays, final state).
 
@@ -397,7 +420,8 @@ def _scan(reset_key: Array, stage_xs: Any, env: Environment, params: Any, policy
     def body(carry, xs):
         obs, state = carry
         h, x = xs
-        action, next_obs, next_state, reward, costs = _stage_step(x, obs, state, h, env, params, policy)
+        action, next_obs, next_state, reward, costs = _stage_step(x, obs, state, h, env, params, policy,
+                                                                  on_states)
         out = {}
         if keep_states:
             out["states"] = env.state_index(state).astype(state_dtype) if tabular else state
@@ -457,9 +481,11 @@ def rollout(key: Array, env: Environment, params: Any, policy: Policy, num_episo
     give your own policy an ``action_from_uniform`` (below). A policy that draws its action
     with ``jax.random.categorical`` samples the same distribution but costs about ten times
     more: on the default gridworld at K = 4096 (2-core CPU, ``benchmarks/env_throughput.py``)
-    a per-stage linear softmax of the observation runs at 2-3M env-steps/s through
-    ``jax.random.categorical`` and 27-39M through ``softmax_policy`` (``rollout_returns``; the
-    uniform policy: about 120M), see the README.
+    a per-stage linear softmax of the observation runs at 6M env-steps/s through
+    ``jax.random.categorical`` and 41M through ``softmax_policy`` called at every step
+    (``rollout_returns``; the uniform policy: 178M), see the README. On a tabular environment
+    with 2 S <= K a ``softmax_policy`` is played from its table over (stage, state)
+    (:func:`tabulates`): the same actions, at 91M there.
 
     **What is recorded.** ``record`` names the per-stage fields to keep (:data:`RECORDABLE`,
     all by default): e.g. ``record=("states", "actions", "rewards", "costs")`` skips the
@@ -505,7 +531,8 @@ def rollout(key: Array, env: Environment, params: Any, policy: Policy, num_episo
         ValueError: ``record`` names an unknown field.
     """
     record = check_record(record)
-    loops = jax.vmap(lambda k, xs: _scan(k, xs, env, params, policy, record), in_axes=(0, 1))
+    on_states = policy.on_states(env, params) if tabulates(env, policy, num_episodes) else None
+    loops = jax.vmap(lambda k, xs: _scan(k, xs, env, params, policy, record, on_states), in_axes=(0, 1))
     outs, final_state = loops(*_episode_inputs(key, env, params, policy, num_episodes))
     return jax.vmap(lambda o, f: _trajectory(o, f, env, params, record))(outs, final_state)
 
@@ -559,13 +586,16 @@ def rollout_returns(key: Array, env: Environment, params: Any, policy: Policy, n
         :class:`Returns` with ``rewards`` (K,) and ``costs`` (K, M).
     """
 
+    on_states = policy.on_states(env, params) if tabulates(env, policy, num_episodes) else None
+
     def one(reset_key, stage_xs):
         obs, state = env.reset(reset_key, params)
 
         def body(carry, xs):
             obs, state, total_r, total_c = carry
             h, x = xs
-            _, next_obs, next_state, reward, costs = _stage_step(x, obs, state, h, env, params, policy)
+            _, next_obs, next_state, reward, costs = _stage_step(x, obs, state, h, env, params, policy,
+                                                                 on_states)
             return (next_obs, next_state, total_r + reward, total_c + costs), None
 
         init = (obs, state, jnp.zeros_like(env.terminal_reward(state, params)),

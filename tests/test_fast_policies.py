@@ -8,11 +8,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import random_cmdp
 from scipy import stats
 
 import fhc_jax as fhc
 from fhc_jax.algos.policies import SoftmaxPolicy, TablePolicy, softmax_inverse_cdf
-from fhc_jax.rollout import rollout, uses_uniforms
+from fhc_jax.rollout import rollout, rollout_returns, tabulates, uses_uniforms
 
 DRAWS = 200_000
 ALPHA = 1e-4  # chi-square tests: a false alarm once in 10,000 seeds (the seeds are fixed)
@@ -136,6 +137,51 @@ def test_softmax_policy_in_rollout_matches_the_categorical_policy():
     assert len(pvalues) >= 15
     # Fisher's combination of the per-cell tests
     assert stats.combine_pvalues(pvalues).pvalue > ALPHA
+
+
+@pytest.mark.parametrize("num_actions", [9, 40])
+def test_softmax_table_on_states_draws_what_the_policy_draws(num_actions):
+    """SoftmaxPolicy.on_states: every (stage, state) row of the table gives, for every uniform,
+    the action softmax_inverse_cdf draws from that state's logits (unrolled and array paths)."""
+    env = fhc.TabularEnv(random_cmdp(2, num_states=5, num_actions=num_actions, horizon=3)) \
+        if num_actions != 9 else fhc.GridWorld(size=3, horizon=3, observation="xyt")
+    params = env.default_params
+    d = int(np.prod(env.observation_shape))
+    weights = 3.0 * jax.random.normal(jax.random.key(1), (3, d, num_actions))
+    logits_fn = lambda obs, h: jnp.reshape(jnp.asarray(obs, jnp.float32), (-1,)) @ weights[h]
+    policy = fhc.softmax_policy(logits_fn)
+    table = policy.on_states(env, params)
+    assert table.cumulative.shape == (3, env.num_states, num_actions)
+    u = jax.random.uniform(jax.random.key(3), (64,))
+    direct = jax.vmap(lambda uu, o, h: softmax_inverse_cdf(logits_fn(o, h), uu), in_axes=(0, None, None))
+    tabulated = jax.vmap(table.action_from_state, in_axes=(0, None, None))
+    for h in range(3):
+        for s in range(env.num_states):
+            obs = env.observation(env.state_at(jnp.int32(s), jnp.int32(h)), params)
+            np.testing.assert_array_equal(np.asarray(direct(u, obs, h)), np.asarray(tabulated(u, s, h)))
+
+
+def test_rollout_of_a_tabulated_softmax_policy_is_the_per_step_rollout():
+    """rollout and rollout_returns tabulate a softmax policy over (stage, state) when 2 S <= K:
+    the episodes are those of the per-step draws (episode i depends on split(key, K)[i] only,
+    so the first K' episodes of a large batch are a small batch's)."""
+    env = fhc.GridWorld(size=4, horizon=6)
+    params = env.default_params
+    weights = jax.random.normal(jax.random.key(5), (6, 2, 9))
+    policy = fhc.softmax_policy(lambda obs, h: 2.0 * obs @ weights[h] + jnp.arange(9.0) * 0.1)
+    small, large = 16, 256  # S = 16: a batch of 16 calls the policy per step, one of 256 tabulates
+    assert not tabulates(env, policy, small) and tabulates(env, policy, large)
+    assert not tabulates(env, lambda k, o, h: jnp.int32(0), large)  # no table for other policies
+    key = jax.random.key(11)
+    run = jax.jit(lambda k, n: rollout(k, env, params, policy, n), static_argnums=1)
+    per_step, tabulated = run(key, small), run(key, large)
+    for name in ("states", "actions", "rewards", "costs", "final_states"):
+        np.testing.assert_array_equal(np.asarray(getattr(tabulated, name))[:small],
+                                      np.asarray(getattr(per_step, name)), err_msg=name)
+    assert len(np.unique(np.asarray(per_step.actions))) > 5  # a real sample
+    totals = jax.jit(lambda k, n: rollout_returns(k, env, params, policy, n), static_argnums=1)
+    np.testing.assert_array_equal(np.asarray(totals(key, large).rewards)[:small],
+                                  np.asarray(totals(key, small).rewards))
 
 
 @pytest.mark.parametrize("observation", ["xy", "one_hot", "index"])

@@ -6,9 +6,11 @@ uniform per step, turned into an action by inverse CDF, instead of the A Gumbel 
 threefry blocks, A logarithms) of ``jax.random.categorical``. They sample the same
 distribution (tests/test_fast_policies.py checks it with chi-square tests) and cost about ten
 times less in a rollout: on the default gridworld at K = 4096 episodes (2-core CPU,
-``benchmarks/env_throughput.py``) a per-stage linear softmax of the observation runs at 2-3M
-env-steps/s through ``jax.random.categorical`` and 27-39M through :func:`softmax_policy`
-(``rollout_returns``; the uniform policy: about 120M).
+``benchmarks/env_throughput.py``) a per-stage linear softmax of the observation runs at 6M
+env-steps/s through ``jax.random.categorical`` and 41M through :func:`softmax_policy` called
+at every step (``rollout_returns``; the uniform policy: 178M). On tabular environments the
+rollout plays a :func:`softmax_policy` from its table over (stage, state)
+(:meth:`SoftmaxPolicy.on_states`, :func:`fhc_jax.rollout.tabulates`): the same actions, 91M.
 
 The contract of the protocol: ``policy(key, obs, h) == policy.action_from_uniform(
 jax.random.uniform(key), obs, h)``, so the key path and the fast path of ``rollout`` sample
@@ -25,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fhc_jax.algos.tabular_rollout import cumulative_sum, inverse_cdf
+from fhc_jax.rollout import _observe_index
 
 Array = jax.Array
 
@@ -56,13 +59,24 @@ def softmax_inverse_cdf(logits: Array, u: Array) -> Array:
         target = u * cumulative[..., -1]
         count = jnp.sum(cumulative <= target[..., None], axis=-1)
         return jnp.minimum(count, num_actions - 1).astype(jnp.int32)
-    columns = [logits[..., i] for i in range(num_actions)]
+    return _count_below(_unrolled_cumulative(logits), u)
+
+
+def _unrolled_cumulative(logits: Array) -> list[Array]:
+    """C_i = sum_{j <= i} exp(logits_j - max(logits)) as A arrays of the leading shape,
+    unrolled into elementwise operations (A <= ``_UNROLL_ACTIONS``)."""
+    columns = [logits[..., i] for i in range(logits.shape[-1])]
     top = columns[0]
     for c in columns[1:]:
         top = jnp.maximum(top, c)
     cumulative = [jnp.exp(columns[0] - top)]
     for c in columns[1:]:
         cumulative.append(cumulative[-1] + jnp.exp(c - top))
+    return cumulative
+
+
+def _count_below(cumulative: list[Array], u: Array) -> Array:
+    """#{i < A-1 : C_i <= u * C_{A-1}}, int32: the inverse-CDF draw for uniform u."""
     target = u * cumulative[-1]  # < cumulative[-1] for u < 1: the count stays below A
     count = jnp.zeros(jnp.shape(target), jnp.int32)
     for c in cumulative[:-1]:
@@ -98,6 +112,63 @@ class SoftmaxPolicy:
 
     def __call__(self, key: Array, observation: Any, h: Array) -> Array:
         return self.action_from_uniform(jax.random.uniform(key, (), jnp.float32), observation, h)
+
+    def on_states(self, env, params: Any) -> StateSoftmaxTable:
+        """This policy tabulated over every (stage, state) of a tabular environment: the
+        logits of each state's observation at each stage, evaluated once (H S evaluations of
+        ``logits_fn``), turned into the cumulative weights that :meth:`action_from_uniform`
+        computes at each step. :func:`fhc_jax.rollout` uses it when S is small against K
+        (:func:`fhc_jax.rollout.tabulates`): the same actions from the same uniforms, with a
+        row lookup per step instead of A exponentials.
+
+        Args:
+            env: a tabular environment (``env.is_tabular``).
+            params: its params.
+        Returns:
+            :class:`StateSoftmaxTable` with cumulative weights (H, S, A).
+        """
+        horizon, num_states = env.horizon, env.num_states
+        stages = jnp.arange(horizon, dtype=jnp.int32)
+        states = jnp.arange(num_states, dtype=jnp.int32)
+
+        def logits_at(h):
+            observations = jax.vmap(lambda s: _observe_index(env, params, s, h))(states)
+            return jax.vmap(lambda o: jnp.asarray(self.logits_fn(o, h)))(observations)
+
+        logits = jax.vmap(logits_at)(stages)  # (H, S, A)
+        dtype = jnp.promote_types(jnp.result_type(logits), jnp.float32)
+        return StateSoftmaxTable(softmax_cumulative(jnp.asarray(logits, dtype)))
+
+
+def softmax_cumulative(logits: Array) -> Array:
+    """The cumulative weights C (..., A) that :func:`softmax_inverse_cdf` draws from:
+    C_i = sum_{j <= i} exp(logits_j - max(logits)), computed with the same operations."""
+    if logits.shape[-1] > _UNROLL_ACTIONS:
+        return jnp.cumsum(jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True)), axis=-1)
+    return jnp.stack(_unrolled_cumulative(logits), axis=-1)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StateSoftmaxTable:
+    """A :class:`SoftmaxPolicy` tabulated on a tabular environment's states
+    (:meth:`SoftmaxPolicy.on_states`); hashed by identity (it holds an array).
+
+    Attributes:
+        cumulative: (H, S, A) cumulative weights C of each (stage, state) row.
+    """
+
+    cumulative: Array
+
+    def action_from_state(self, u: Array, index: Array, h: Array) -> Array:
+        """The action for uniform ``u`` at state index ``index`` of stage ``h``: the
+        inverse-CDF draw of :func:`softmax_inverse_cdf` from the tabulated row, int32."""
+        row = self.cumulative[h, index]
+        u = jnp.asarray(u, row.dtype)
+        num_actions = row.shape[-1]
+        if num_actions > _UNROLL_ACTIONS:
+            count = jnp.sum(row <= (u * row[..., -1])[..., None], axis=-1)
+            return jnp.minimum(count, num_actions - 1).astype(jnp.int32)
+        return _count_below([row[..., i] for i in range(num_actions)], u)
 
 
 def softmax_policy(logits_fn: Callable[[Array, Array], Array]) -> SoftmaxPolicy:

@@ -6,7 +6,10 @@
    (``fhc_jax.evaluate``) and compared with ``fhc_jax.solve``'s optimum (reward, cost,
    multiplier).
 2. **Speed.** Training env-steps/s (rollout + update, whole loop in one jit, compile excluded
-   via ``jit(...).lower().compile()``) at K = 1, 256, 4096, versus a per-episode plain-numpy
+   via ``jit(...).lower().compile()``) at K = 1, 256, 4096: of a whole ``make_train`` call of
+   a few updates (init and the final exact evaluation included) and, at K > 1, the steady
+   state of the loop (from a second call with 5x the updates: the cost of each further
+   update), versus a per-episode plain-numpy
    implementation of the paper's algorithm written below (one episode per update, tabular
    features, one uniform per sampled quantity, the per-episode update vectorised over h with
    numpy fancy indexing: about as fast as that style allows).
@@ -128,15 +131,29 @@ class NumpyPaper:
 # ----------------------------------------------------------------------------- speed
 
 
-def jax_steps_per_second(env, params, k: int, iterations: int, form: str = "auto", repeats: int = 3) -> dict:
-    cfg = fc.Config(num_iterations=iterations, episodes_per_iteration=k, eval_every=0, update_form=form)
-    compile_s, t = compile_and_time(fc.make_train(env, params, cfg), repeats)
-    return {
+def jax_steps_per_second(env, params, k: int, iterations: int, form: str = "auto", repeats: int = 3,
+                         longer: int | None = None) -> dict:
+    """Env-steps/s of a whole ``make_train`` call of ``iterations`` updates (init and the final
+    exact evaluation included, compilation excluded). With ``longer`` (> ``iterations``), also
+    the steady-state rate of the training loop, (longer - iterations) K H / (t_longer - t): what
+    each further update costs, without the call's fixed costs."""
+    def timed(n):
+        cfg = fc.Config(num_iterations=n, episodes_per_iteration=k, eval_every=0, update_form=form)
+        return cfg, compile_and_time(fc.make_train(env, params, cfg), repeats)
+
+    cfg, (compile_s, t) = timed(iterations)
+    row = {
         "K": k, "iterations": iterations, "update_form": fc.resolve_update_form(cfg, env.num_states),
         "compile_s": compile_s, "run_s": t,
         "env_steps_per_s": iterations * k * env.horizon / t,
         "episodes_per_s": iterations * k / t,
     }
+    if longer is not None:
+        _, (_, t_longer) = timed(longer)
+        row.update(longer_iterations=longer, longer_run_s=t_longer,
+                   fixed_s=t - iterations * (t_longer - t) / (longer - iterations),
+                   steady_env_steps_per_s=(longer - iterations) * k * env.horizon / (t_longer - t))
+    return row
 
 
 def seeds_table(env, params, config: fc.Config, seeds: int = 5) -> dict:
@@ -187,11 +204,18 @@ def main() -> None:
         rows = []
         for k in args.batch_sizes:
             iters = {1: 2000, 256: 50}.get(k, 10)
-            row = jax_steps_per_second(env, params, k, iters if not args.quick else max(iters // 2, 5))
+            iters = iters if not args.quick else max(iters // 2, 5)
+            row = jax_steps_per_second(env, params, k, iters, longer=5 * iters if k > 1 else None)
             row["speedup_vs_numpy"] = row["env_steps_per_s"] / np_sps
+            steady = ""
+            if "steady_env_steps_per_s" in row:
+                row["steady_speedup_vs_numpy"] = row["steady_env_steps_per_s"] / np_sps
+                steady = (f"; steady state {row['steady_env_steps_per_s'] / 1e6:.2f}M steps/s "
+                          f"({row['steady_speedup_vs_numpy']:.0f}x numpy), fixed cost {row['fixed_s'] * 1e3:.1f} ms per call")
             rows.append(row)
             print(f"[speed] K={k:5d} ({row['update_form']}): {row['env_steps_per_s'] / 1e6:.2f}M steps/s, "
-                  f"{row['episodes_per_s']:.0f} episodes/s, {row['speedup_vs_numpy']:.0f}x numpy; compile {row['compile_s']:.1f}s")
+                  f"{row['episodes_per_s']:.0f} episodes/s, {row['speedup_vs_numpy']:.0f}x numpy; compile {row['compile_s']:.1f}s"
+                  + steady)
         forms = [jax_steps_per_second(env, params, k, it, form=f, repeats=2)
                  for k, it in ((1, 1000), (4096, 5)) for f in ("table", "samples")]
         result["speed"] = {"numpy_per_episode_steps_per_s": np_sps, "jax": rows,

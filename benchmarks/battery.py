@@ -48,14 +48,17 @@ def throughput(env, params, module, k: int, iterations: int, repeats: int) -> di
             "env_steps_per_s": iterations * k * env.horizon / t}
 
 
-def quality(env, params, module, seeds: int, episodes: int, iterations: int | None, reference, config=None) -> dict:
+def quality(env, params, module, seeds: int, episodes: int, iterations: int | None, reference, config=None,
+            train_params=None) -> dict:
     """``seeds`` vmapped runs of ``config`` (default: the learner's ``Config()``, with
     ``iterations`` updates if given), each final policy judged by Monte-Carlo (``episodes``)
-    against ``reference`` (a ``judge.Optimum`` or None)."""
+    against ``reference`` (a ``judge.Optimum`` or None) on ``params``; the runs train on
+    ``train_params`` when given (e.g. a tighter budget than the one judged), else on ``params``."""
     cfg = config if config is not None else module.Config() if iterations is None else \
         module.Config(num_iterations=iterations)
     t0 = time.perf_counter()
-    out = jax.block_until_ready(jax.jit(jax.vmap(module.make_train(env, params, cfg)))(
+    out = jax.block_until_ready(jax.jit(jax.vmap(module.make_train(env, params if train_params is None else train_params,
+                                                                   cfg)))(
         jax.random.split(jax.random.key(0), seeds)))
     wall = time.perf_counter() - t0
     states = [jax.tree.map(lambda x, r=r: x[r], out.state) for r in range(seeds)]

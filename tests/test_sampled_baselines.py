@@ -72,12 +72,13 @@ def test_sampled_update_equals_the_tabular_update_on_the_same_batch(name):
     state = module.init(jax.random.key(1), tab, cfg)
     keys = jax.random.split(jax.random.key(2), 2)
     key = keys[0] if name == "ppo" else keys
+    tabular_update = jax.jit(lambda st, b, k: module.update(st, b, k, tab, cfg))  # compiled once for both updates
+    sampled_update = jax.jit(lambda st, b, k: module.update(st, b, k, smp, cfg))
     for i in range(2):  # a second update from a non-uniform policy
         batch = module.rollout(jax.random.key(10 + i), state, tab, cfg)
         obs = batch_observations(observation_table(GRID, params), batch.states)  # (H+1, K, D)
-        new_t, m_t = jax.jit(lambda st, b, k: module.update(st, b, k, tab, cfg))(state, batch, key)
-        new_s, m_s = jax.jit(lambda st, b, k: module.update(st, b, k, smp, cfg))(
-            state, batch.replace(observations=obs, behaviour=None, states=None), key)
+        new_t, m_t = tabular_update(state, batch, key)
+        new_s, m_s = sampled_update(state, batch.replace(observations=obs, behaviour=None, states=None), key)
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-5), new_t, new_s)
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-5), m_t, m_s)
         state = new_t

@@ -52,13 +52,8 @@ def softmax_inverse_cdf(logits: Array, u: Array) -> Array:
     dtype = jnp.promote_types(jnp.result_type(logits), jnp.float32)
     logits = jnp.asarray(logits, dtype)
     u = jnp.asarray(u, dtype)
-    num_actions = logits.shape[-1]
-    if num_actions > _UNROLL_ACTIONS:
-        weights = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
-        cumulative = jnp.cumsum(weights, axis=-1)
-        target = u * cumulative[..., -1]
-        count = jnp.sum(cumulative <= target[..., None], axis=-1)
-        return jnp.minimum(count, num_actions - 1).astype(jnp.int32)
+    if logits.shape[-1] > _UNROLL_ACTIONS:
+        return _draw(softmax_cumulative(logits), u)
     return _count_below(_unrolled_cumulative(logits), u)
 
 
@@ -73,6 +68,17 @@ def _unrolled_cumulative(logits: Array) -> list[Array]:
     for c in columns[1:]:
         cumulative.append(cumulative[-1] + jnp.exp(c - top))
     return cumulative
+
+
+def _draw(cumulative: Array, u: Array) -> Array:
+    """The inverse-CDF draw for uniform u from cumulative weights (..., A), int32 in [0, A):
+    :func:`_count_below` of its columns, or for A > ``_UNROLL_ACTIONS`` one comparison
+    against the whole row."""
+    num_actions = cumulative.shape[-1]
+    if num_actions > _UNROLL_ACTIONS:
+        count = jnp.sum(cumulative <= (u * cumulative[..., -1])[..., None], axis=-1)
+        return jnp.minimum(count, num_actions - 1).astype(jnp.int32)
+    return _count_below([cumulative[..., i] for i in range(num_actions)], u)
 
 
 def _count_below(cumulative: list[Array], u: Array) -> Array:
@@ -163,12 +169,7 @@ class StateSoftmaxTable:
         """The action for uniform ``u`` at state index ``index`` of stage ``h``: the
         inverse-CDF draw of :func:`softmax_inverse_cdf` from the tabulated row, int32."""
         row = self.cumulative[h, index]
-        u = jnp.asarray(u, row.dtype)
-        num_actions = row.shape[-1]
-        if num_actions > _UNROLL_ACTIONS:
-            count = jnp.sum(row <= (u * row[..., -1])[..., None], axis=-1)
-            return jnp.minimum(count, num_actions - 1).astype(jnp.int32)
-        return _count_below([row[..., i] for i in range(num_actions)], u)
+        return _draw(row, jnp.asarray(u, row.dtype))
 
 
 def softmax_policy(logits_fn: Callable[[Array, Array], Array]) -> SoftmaxPolicy:

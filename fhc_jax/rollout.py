@@ -482,10 +482,10 @@ def rollout(key: Array, env: Environment, params: Any, policy: Policy, num_episo
     with ``jax.random.categorical`` samples the same distribution but costs about ten times
     more: on the default gridworld at K = 4096 (2-core CPU, ``benchmarks/env_throughput.py``)
     a per-stage linear softmax of the observation runs at 6M env-steps/s through
-    ``jax.random.categorical`` and 41M through ``softmax_policy`` called at every step
-    (``rollout_returns``; the uniform policy: 178M), see the README. On a tabular environment
+    ``jax.random.categorical`` and 36M through ``softmax_policy`` called at every step
+    (``rollout_returns``; the uniform policy: 177M), see the README. On a tabular environment
     with 2 S <= K a ``softmax_policy`` is played from its table over (stage, state)
-    (:func:`tabulates`): the same actions, at 91M there.
+    (:func:`tabulates`): the same actions, at 121M there.
 
     **What is recorded.** ``record`` names the per-stage fields to keep (:data:`RECORDABLE`,
     all by default): e.g. ``record=("states", "actions", "rewards", "costs")`` skips the

@@ -151,7 +151,7 @@ def test_softmax_table_on_states_draws_what_the_policy_draws(num_actions):
     logits_fn = lambda obs, h: jnp.reshape(jnp.asarray(obs, jnp.float32), (-1,)) @ weights[h]
     policy = fhc.softmax_policy(logits_fn)
     table = policy.on_states(env, params)
-    assert table.cumulative.shape == (3, env.num_states, num_actions)
+    assert table.cumulative.shape == (3, num_actions, env.num_states)
     u = jax.random.uniform(jax.random.key(3), (64,))
     direct = jax.vmap(lambda uu, o, h: softmax_inverse_cdf(logits_fn(o, h), uu), in_axes=(0, None, None))
     tabulated = jax.vmap(table.action_from_state, in_axes=(0, None, None))

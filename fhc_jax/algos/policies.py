@@ -162,8 +162,9 @@ class StateSoftmaxTable:
     Attributes:
         cumulative: (H, A, S) cumulative weights: ``cumulative[h, :, s]`` is the row C of
             (stage h, state s). Action-major, so that a step gathers each C_i of the K
-            episodes' states from one contiguous (S,) row: in a rollout of 4096 episodes on
-            the default gridworld this is 3.2-3.5 ms against 4.5 ms (rollout_returns, K = 4096) for gathering (K, A) rows.
+            episodes' states from one contiguous (S,) row: ``rollout_returns`` of 4096
+            episodes on the default gridworld takes 3.2-3.5 ms this way, against 4.5 ms when
+            each step gathered a (K, A) block of an (H, S, A) table.
     """
 
     cumulative: Array

@@ -200,10 +200,11 @@ def test_update_matches_a_per_sample_computation(seed):
     state = cpo.init(jax.random.key(seed), setup, config)
     # a non-uniform policy and informative critics: take a few updates first
     step = jax.jit(lambda st, b, k: cpo.update(st, b, k, setup, config))
+    roll = jax.jit(lambda k, st: cpo.rollout(k, st, setup, config))  # compiled once for the 4 batches
     for i in range(3):
-        batch = cpo.rollout(jax.random.key(100 + i), state, setup, config)
+        batch = roll(jax.random.key(100 + i), state)
         state, _ = step(state, batch, jax.random.split(jax.random.key(200 + i)))
-    batch = cpo.rollout(jax.random.key(seed + 7), state, setup, config)
+    batch = roll(jax.random.key(seed + 7), state)
     new, metrics = step(state, batch, jax.random.split(jax.random.key(3)))
 
     theta0, unravel, surrogates, mean_kl, c = _per_sample_objectives(setup, state, batch, config)

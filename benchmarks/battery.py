@@ -49,17 +49,18 @@ def throughput(env, params, module, k: int, iterations: int, repeats: int) -> di
 
 
 def quality(env, params, module, seeds: int, episodes: int, iterations: int | None, reference, config=None,
-            train_params=None) -> dict:
+            train_params=None, key=None) -> dict:
     """``seeds`` vmapped runs of ``config`` (default: the learner's ``Config()``, with
     ``iterations`` updates if given), each final policy judged by Monte-Carlo (``episodes``)
     against ``reference`` (a ``judge.Optimum`` or None) on ``params``; the runs train on
-    ``train_params`` when given (e.g. a tighter budget than the one judged), else on ``params``."""
+    ``train_params`` when given (e.g. a tighter budget than the one judged), else on ``params``,
+    with the seeds ``split(key, seeds)`` (default ``key(0)``)."""
     cfg = config if config is not None else module.Config() if iterations is None else \
         module.Config(num_iterations=iterations)
     t0 = time.perf_counter()
     out = jax.block_until_ready(jax.jit(jax.vmap(module.make_train(env, params if train_params is None else train_params,
                                                                    cfg)))(
-        jax.random.split(jax.random.key(0), seeds)))
+        jax.random.split(jax.random.key(0) if key is None else key, seeds)))
     wall = time.perf_counter() - t0
     states = [jax.tree.map(lambda x, r=r: x[r], out.state) for r in range(seeds)]
     mc = judge.monte_carlo(env, params, [module.policy(st, env, params) for st in states], episodes)

@@ -12,9 +12,12 @@ must hold, trades a little reward for feasibility on every seed.
 
 Usage::
 
-    python benchmarks/tuning/pendulum_margin.py LEARNER MARGIN '{"num_iterations": 1000}' OUT.json
+    python benchmarks/tuning/pendulum_margin.py LEARNER MARGIN '{"num_iterations": 1000}' OUT.json [HELD_OUT]
 
 LEARNER is one of nn_constrained, ecop, ppo_lagrangian, cpo; MARGIN a fraction in [0, 1).
+Without HELD_OUT the seeds are ``split(key(0), 5)``, the seeds the margins were chosen on;
+with an integer HELD_OUT they are ``split(fold_in(key(0), HELD_OUT), 5)``, seeds not used to
+choose anything.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 import sys
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: battery.quality
@@ -40,6 +44,8 @@ LEARNERS = ("nn_constrained", "ecop", "ppo_lagrangian", "cpo")
 
 def main() -> None:
     name, margin, overrides, out = sys.argv[1], float(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+    held_out = int(sys.argv[5]) if len(sys.argv) > 5 else None
+    key = jax.random.key(0) if held_out is None else jax.random.fold_in(jax.random.key(0), held_out)
     if name not in LEARNERS:
         raise SystemExit(f"pendulum_margin: LEARNER must be one of {LEARNERS}, found {name!r}")
     if not 0.0 <= margin < 1.0:
@@ -49,12 +55,12 @@ def main() -> None:
     params = env.default_params
     train_params = dataclasses.replace(params, thresholds=jnp.asarray(params.thresholds) * (1.0 - margin))
     config = module.Config(**overrides)  # validated before compiling
-    q = quality(env, params, module, SEEDS, EPISODES, None, None, config, train_params=train_params)
-    print(name, f"margin {margin}", json.dumps(overrides), f"wall {q['wall_s']:.0f} s (compile included)")
+    q = quality(env, params, module, SEEDS, EPISODES, None, None, config, train_params=train_params, key=key)
+    print(name, f"margin {margin}", f"held-out seeds {held_out}" if held_out is not None else "tuning seeds", json.dumps(overrides), f"wall {q['wall_s']:.0f} s (compile included)")
     for r in q["seeds"]:
         print(f"  seed {r['seed']}: reward {r['exact_reward']:.1f}, cost {r['exact_costs'][0]:.2f} "
               f"(upper {r['costs_ci95'][0][1]:.2f}), feasible {r['feasible']}, nu {r['multipliers']}")
-    write_json_atomic(out, {"learner": name, "margin": margin, "trained_thresholds":
+    write_json_atomic(out, {"learner": name, "margin": margin, "held_out": held_out, "trained_thresholds":
                             [float(x) for x in jnp.atleast_1d(train_params.thresholds)],
                             "config": overrides, "episodes": EPISODES, **q})
 

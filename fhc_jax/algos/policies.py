@@ -71,14 +71,11 @@ def _unrolled_cumulative(logits: Array) -> list[Array]:
 
 
 def _draw(cumulative: Array, u: Array) -> Array:
-    """The inverse-CDF draw for uniform u from cumulative weights (..., A), int32 in [0, A):
-    :func:`_count_below` of its columns, or for A > ``_UNROLL_ACTIONS`` one comparison
-    against the whole row."""
-    num_actions = cumulative.shape[-1]
-    if num_actions > _UNROLL_ACTIONS:
-        count = jnp.sum(cumulative <= (u * cumulative[..., -1])[..., None], axis=-1)
-        return jnp.minimum(count, num_actions - 1).astype(jnp.int32)
-    return _count_below([cumulative[..., i] for i in range(num_actions)], u)
+    """The inverse-CDF draw for uniform u from cumulative weights (..., A) as one comparison
+    against the whole row (the form for A > ``_UNROLL_ACTIONS``; shorter rows go through
+    :func:`_count_below` of their columns), int32 in [0, A)."""
+    count = jnp.sum(cumulative <= (u * cumulative[..., -1])[..., None], axis=-1)
+    return jnp.minimum(count, cumulative.shape[-1] - 1).astype(jnp.int32)
 
 
 def _count_below(cumulative: list[Array], u: Array) -> Array:

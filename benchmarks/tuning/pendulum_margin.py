@@ -62,7 +62,8 @@ def main() -> None:
               f"(upper {r['costs_ci95'][0][1]:.2f}), feasible {r['feasible']}, nu {r['multipliers']}")
     write_json_atomic(out, {"learner": name, "margin": margin, "held_out": held_out, "trained_thresholds":
                             [float(x) for x in jnp.atleast_1d(train_params.thresholds)],
-                            "config": overrides, "episodes": EPISODES, **q})
+                            # the overrides given (quality's "config" names only the run length)
+                            "episodes": EPISODES, **q, "config": overrides})
 
 
 if __name__ == "__main__":

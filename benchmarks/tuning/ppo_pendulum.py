@@ -34,7 +34,7 @@ def main() -> None:
     for r in q["seeds"]:
         print(f"  seed {r['seed']}: reward {r['exact_reward']:.1f}, cost {r['exact_costs'][0]:.2f} "
               f"(upper {r['costs_ci95'][0][1]:.2f}), feasible {r['feasible']}, nu {r['multipliers']}")
-    write_json_atomic(out, {"config": overrides, "episodes": EPISODES, **q})
+    write_json_atomic(out, {"episodes": EPISODES, **q, "config": overrides})  # the overrides given
 
 
 if __name__ == "__main__":

@@ -22,7 +22,12 @@ Default gridworld, default ``Config``, 5 seeds in one vmapped program, judged ex
 
 Usage::
 
-    python benchmarks/tuning/nn_exploration.py OUT.json KE:EPS [KE:EPS ...]   (e.g. 0:0 128:0.2 256:0.5)
+    python benchmarks/tuning/nn_exploration.py OUT.json KE:EPS[:FORM] ...   (e.g. 0:0 128:0.2 128:0.5:untried)
+
+FORM "uniform" (default) explores with eps / A at every cell; "untried" is the count-based
+form, :func:`untried_behaviour`: it spends eps only on the actions that the update's on-policy
+batch did not try at the cell, so the exploratory episodes follow pi wherever every action was
+already sampled.
 """
 
 from __future__ import annotations
@@ -93,8 +98,23 @@ def _with_exploratory_advantages(states, actions, advantages):
         nc.cell_stats = original
 
 
-def algorithm(extra: int, eps: float) -> learner.Algorithm:
-    """NN-Constrained with ``extra`` exploratory episodes of b = (1 - eps) pi + eps / A per update."""
+def untried_behaviour(table: jax.Array, states: jax.Array, actions: jax.Array, eps: float) -> jax.Array:
+    """The count-based behaviour policy, (H, S, A): at each (h, s) where some action was not
+    tried in the on-policy batch (``states`` (H+1, K), ``actions`` (H, K)), b = (1 - eps) pi +
+    eps u with u uniform over those untried actions; b = pi where every action was tried."""
+    num_stages, num_states, num_actions = table.shape
+    hh = jnp.arange(num_stages, dtype=jnp.int32)[:, None]
+    counts = jnp.zeros((num_stages, num_states * num_actions)).at[hh, states[:-1] * num_actions + actions].add(1.0)
+    untried = (counts.reshape(table.shape) == 0).astype(table.dtype)
+    n_untried = jnp.sum(untried, axis=-1, keepdims=True)
+    e = eps * (n_untried > 0)
+    return (1.0 - e) * table + e * untried / jnp.maximum(n_untried, 1.0)
+
+
+def algorithm(extra: int, eps: float, form: str = "uniform") -> learner.Algorithm:
+    """NN-Constrained with ``extra`` exploratory episodes per update: of b = (1 - eps) pi +
+    eps / A (``form="uniform"``), or of :func:`untried_behaviour` (``form="untried"``: the
+    exploration goes only to the actions the on-policy batch did not try at each cell)."""
 
     def rollout(key, ts, setup, config):
         k_on, k_ex = jax.random.split(key)
@@ -102,7 +122,10 @@ def algorithm(extra: int, eps: float) -> learner.Algorithm:
         if extra == 0:
             return on
         table = nc._table(setup.nets, ts.actor, setup.obs_table)  # pi, (H, S, A)
-        behaviour = (1.0 - eps) * table + eps / table.shape[-1]
+        if form == "untried":
+            behaviour = untried_behaviour(table, on.states, on.actions, eps)
+        else:
+            behaviour = (1.0 - eps) * table + eps / table.shape[-1]
         return _concat(on, rollout_policy_table(k_ex, setup.model, behaviour, extra))
 
     def update(ts, batch, key, setup, config):
@@ -125,17 +148,20 @@ def main() -> None:
     result = {"benchmark": "nn_exploration", "seeds": SEEDS, "config": "nn_constrained.Config()", "runs": [],
               "machine": machine_info()}
     for spec in specs:
-        extra, eps = int(spec.split(":")[0]), float(spec.split(":")[1])
-        _, make_train, policy_table, _ = learner.interface(algorithm(extra, eps))
+        parts = spec.split(":")
+        extra, eps, form = int(parts[0]), float(parts[1]), parts[2] if len(parts) > 2 else "uniform"
+        if form not in ("uniform", "untried"):
+            raise SystemExit(f"nn_exploration: the form in KE:EPS:FORM must be 'uniform' or 'untried', found {form!r}")
+        _, make_train, policy_table, _ = learner.interface(algorithm(extra, eps, form))
         j = train_and_judge(env, params, make_train(env, params, config),
                             lambda st, pt=policy_table: pt(st, env, params), SEEDS)
         fractions = [r["reward_fraction_of_optimum"] for r in j.rows]
-        row = {"exploratory_episodes": extra, "eps": eps, "rows": j.rows, "worst_fraction": min(fractions),
+        row = {"exploratory_episodes": extra, "eps": eps, "form": form, "rows": j.rows, "worst_fraction": min(fractions),
                "mean_fraction": float(np.mean(fractions)), "cost_ok_seeds": sum(r["cost_ok"] for r in j.rows),
                "learned_multipliers": np.asarray(j.out.metrics.multipliers[:, -1, 0]).round(4).tolist(),
                "wall_s": j.wall_s}
         result["runs"].append(row)
-        print(f"KE={extra} eps={eps}: worst {100 * row['worst_fraction']:.1f}% mean {100 * row['mean_fraction']:.1f}% "
+        print(f"KE={extra} eps={eps} {form}: worst {100 * row['worst_fraction']:.1f}% mean {100 * row['mean_fraction']:.1f}% "
               f"cost ok {row['cost_ok_seeds']}/{SEEDS} costs {[round(r['exact_cost'], 2) for r in j.rows]} "
               f"nu {row['learned_multipliers']} wall {j.wall_s:.0f} s", flush=True)
         write_json_atomic(out, result)

@@ -116,10 +116,12 @@ def main() -> None:
     parser.add_argument("--save-states", default="", help="pickle the final train states to this path")
     parser.add_argument("--profile-episodes", type=int, default=0,
                         help="also record per-stage profiles (stage_profile) of every policy and the reference")
+    parser.add_argument("--discrete", action="store_true",
+                        help="the discrete-action BatteryStorage() instead (use another --out: the reference is cached there)")
     args = parser.parse_args()
 
     static, base, grid = json.loads(args.static), json.loads(args.base), json.loads(args.grid)
-    env = fhc.BatteryStorage(continuous_actions=True)
+    env = fhc.BatteryStorage(continuous_actions=not args.discrete)
     params = env.default_params
     cfg0 = with_overrides(nn_constrained.Config(eval_every=0, eval_episodes=2, **static), base)
     cfgs = [with_overrides(cfg0, g) for g in grid]
@@ -153,7 +155,8 @@ def main() -> None:
         states = [jax.tree.map(lambda x, c=c, s=s: x[c, s], out.state) for s in range(keys.shape[0])]
         mc = judge.monte_carlo(env, params, [nn_constrained.policy(st, env, params) for st in states], args.episodes)
         m = out.metrics
-        det = judge.monte_carlo(env, params, [mean_policy(st, env, params) for st in states], args.episodes)
+        det = None if args.discrete else judge.monte_carlo(env, params, [mean_policy(st, env, params) for st in states],
+                                                            args.episodes)  # the Gaussian's mean action
         upper = mc["costs"][:, 0] + mc["cost_half_width"][:, 0]
         seeds = []
         for s in range(keys.shape[0]):
@@ -162,9 +165,10 @@ def main() -> None:
                 "cost": float(mc["costs"][s, 0]), "cost_upper": float(upper[s]),
                 "percent_of_reference": float(100 * mc["reward"][s] / ref_reward),
                 "multiplier": float(m.multipliers[c, s, -1, 0]),
-                "mean_action_policy": {"reward": float(det["reward"][s]), "cost": float(det["costs"][s, 0]),
-                                       "cost_upper": float(det["costs"][s, 0] + det["cost_half_width"][s, 0])},
-                "log_std": [round(float(v), 3) for v in log_stds(states[s], env, params)],
+                **({} if det is None else {
+                    "mean_action_policy": {"reward": float(det["reward"][s]), "cost": float(det["costs"][s, 0]),
+                                           "cost_upper": float(det["costs"][s, 0] + det["cost_half_width"][s, 0])},
+                    "log_std": [round(float(v), 3) for v in log_stds(states[s], env, params)]}),
                 "curve": {"iteration": list(range(99, cfg0.num_iterations, 100)),
                           "batch_reward": [round(float(v), 2) for v in m.reward[c, s, 99::100]],
                           "batch_cost": [round(float(v), 3) for v in m.costs[c, s, 99::100, 0]],
@@ -180,9 +184,9 @@ def main() -> None:
         rows.append(row)
         print(f"  {json.dumps({**base, **g})}: worst {worst:.2f} ({100 * worst / ref_reward:.1f}%), "
               f"rewards {[round(r['reward'], 2) for r in seeds]}, cost_upper {[round(r['cost_upper'], 3) for r in seeds]}, "
-              f"nu {[round(r['multiplier'], 1) for r in seeds]}, feasible {feasible}; mean-action policy: rewards "
-              f"{[round(r['mean_action_policy']['reward'], 2) for r in seeds]}, costs "
-              f"{[round(r['mean_action_policy']['cost'], 3) for r in seeds]}", flush=True)
+              f"nu {[round(r['multiplier'], 1) for r in seeds]}, feasible {feasible}" + ("" if det is None else
+              f"; mean-action policy: rewards {[round(r['mean_action_policy']['reward'], 2) for r in seeds]}, costs "
+              f"{[round(r['mean_action_policy']['cost'], 3) for r in seeds]}"), flush=True)
 
     results = json.loads(out_path.read_text()) if out_path.exists() else results  # re-read: merge, lose nothing
     results.setdefault("reference", {"reward": ref_reward})

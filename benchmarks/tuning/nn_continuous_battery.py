@@ -11,7 +11,8 @@ common random numbers) against ``judge.reference_optimum``; configurations are r
 worst seed (feasible = cost's upper 95% bound <= 1.02, then reward).
 
 Seeds: ``--seeds tune`` = ``jax.random.split(jax.random.key(0), 2)``; ``--seeds heldout`` =
-``jax.random.split(jax.random.fold_in(jax.random.key(0), 17), 5)``.
+``jax.random.split(jax.random.fold_in(jax.random.key(0), 17), 5)``; ``--seeds heldout:N`` =
+``jax.random.split(jax.random.fold_in(jax.random.key(0), N), 5)``, a further held-out set.
 
 Per run it also records the final multiplier (EUR/cycle; the reference's nu* for comparison),
 the final per-stage log-std of the reported policy, and the training curve (batch reward/cost,
@@ -63,7 +64,9 @@ def seed_keys(which: str) -> jax.Array:
         return jax.random.split(jax.random.key(0), 2)
     if which == "heldout":
         return jax.random.split(jax.random.fold_in(jax.random.key(0), 17), 5)
-    raise ValueError(f"--seeds must be 'tune' or 'heldout', found {which!r}")
+    if which.startswith("heldout:") and which[8:].isdigit():  # a further held-out set
+        return jax.random.split(jax.random.fold_in(jax.random.key(0), int(which[8:])), 5)
+    raise ValueError(f"--seeds must be 'tune', 'heldout' or 'heldout:N' (N a non-negative integer), found {which!r}")
 
 
 def mean_policy(state, env, params):

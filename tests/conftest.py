@@ -1,12 +1,63 @@
-"""Shared fixtures: float64 on demand and seeded random CMDPs."""
+"""Shared fixtures: float64 on demand and seeded random CMDPs; one compilation cache per run.
+
+**Compilation cache.** The suite's time is mostly XLA compilation, and different test files
+compile some of the same programs (the same learner on the same small task). Each run
+therefore gives JAX's persistent compilation cache a fresh temporary directory, shared by the
+pytest-xdist workers and removed when the run ends. A program compiled by one worker is
+loaded, not recompiled, by the other. The cached executable is the compiled one, so numbers
+are unchanged (the pinned-learner tests pass bit for bit). Measured on this 2-core machine,
+default tier with ``-n 2``: 10:08 without the cache, 9:22 with it. A run starts empty, so its
+timing stays honest. ``FHC_JAX_TEST_JIT_CACHE=0`` turns the cache off; a ``JAX_COMPILATION_CACHE_DIR``
+already set is left alone.
+"""
 
 from __future__ import annotations
+
+import os
+import shutil
+import tempfile
 
 import jax
 import numpy as np
 import pytest
 
 import fhc_jax as fhc
+
+_CACHE_KEY = "fhc_jax_jit_cache"
+
+
+def _cache_wanted() -> bool:
+    return os.environ.get("FHC_JAX_TEST_JIT_CACHE", "1") != "0" and not os.environ.get("JAX_COMPILATION_CACHE_DIR")
+
+
+def pytest_configure(config):
+    """The controller (or a run without xdist) makes the run's cache directory; each xdist
+    worker receives it through ``workerinput`` (:func:`pytest_configure_node`)."""
+    if not _cache_wanted():
+        return
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        config._fhc_jit_cache = tempfile.mkdtemp(prefix="fhc_jax_test_jit_cache_")
+        directory = config._fhc_jit_cache
+    else:
+        directory = workerinput.get(_CACHE_KEY)
+    if directory:
+        jax.config.update("jax_compilation_cache_dir", directory)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without xdist (then no workers)
+def pytest_configure_node(node):
+    """Called on the controller for each xdist worker: hand it the run's cache directory."""
+    directory = getattr(node.config, "_fhc_jit_cache", None)
+    if directory:
+        node.workerinput[_CACHE_KEY] = directory
+
+
+def pytest_unconfigure(config):
+    directory = getattr(config, "_fhc_jit_cache", None)
+    if directory:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

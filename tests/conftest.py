@@ -6,7 +6,7 @@ therefore gives JAX's persistent compilation cache a fresh temporary directory, 
 pytest-xdist workers and removed when the run ends. A program compiled by one worker is
 loaded, not recompiled, by the other. The cached executable is the compiled one, so numbers
 are unchanged (the pinned-learner tests pass bit for bit). Measured on this 2-core machine,
-default tier with ``-n 2``: 10:08 without the cache, 9:22 with it. A run starts empty, so its
+default tier with ``-n 2`` on one day: 10:08 without the cache, 9:13 with it. A run starts empty, so its
 timing stays honest. ``FHC_JAX_TEST_JIT_CACHE=0`` turns the cache off; a ``JAX_COMPILATION_CACHE_DIR``
 already set is left alone.
 """

@@ -209,3 +209,67 @@ def test_stack_rejects_static_differences():
         stack([fc.Config(), fc.Config(variant="paper")])
     stacked = stack([fc.Config(), fc.Config(theta_bound=1.0)])
     assert stacked.theta_bound.shape == (2,)
+
+
+def test_env_defaults_resolve_per_environment_and_explicit_values_hold():
+    """FH-Constrained's features default is an EnvDefault: make_learner (and the experiment
+    layer, which knows the environment) resolve it to one-hot on GridWorld and to
+    RadialBasis(5) of the observations on BatteryStorage; a value set explicitly holds (one-hot
+    on an environment without tabular states is an error, not silently replaced)."""
+    from fhc_jax.algos import fh_constrained as fc
+    from fhc_jax.experiment.config_io import ConfigError, learner_settings, load_spec
+
+    cfg = fc.Config()
+    assert isinstance(cfg.features, hp.EnvDefault) and hp.has_env_defaults(cfg)
+    grid, battery = GridWorld(size=3, horizon=4), fhc.BatteryStorage()
+    on_grid = fc.make_learner(grid, grid.default_params, cfg).config
+    on_battery = fc.make_learner(battery, battery.default_params, cfg).config
+    assert on_grid.features == features.OneHot() and on_battery.features == features.RadialBasis(5)
+    assert not hp.has_env_defaults(on_grid) and on_grid.critic_step == cfg.critic_step
+    # the answer follows the environment, not the path: GridWorld forced onto the sampled path
+    assert fc.make_learner(grid, grid.default_params, cfg.replace(path="sampled")).config.features == features.OneHot()
+    tiles = cfg.replace(features=features.TileCoding(2, 3))
+    assert fc.make_learner(battery, battery.default_params, tiles).config.features == features.TileCoding(2, 3)
+    with pytest.raises(ValueError, match="OneHot needs tabular states"):
+        fc.make_learner(battery, battery.default_params, cfg.replace(features=features.OneHot()))
+    # the train state records the features used, so the policy can be rebuilt from it alone
+    setup = fc.setup(battery, battery.default_params, cfg)
+    assert fc.init(jax.random.key(0), setup, cfg).features == features.RadialBasis(5)
+    # both values are validated; an error names the field and which default is wrong
+    with pytest.raises(ValueError, match=r"Config.features must be a feature spec .*\(its default on environments "
+                                         r"without a tabular exact model\)"):
+        fc.Config(features=hp.EnvDefault(features.OneHot(), "rbf"))
+    with pytest.raises(ValueError, match=r"Config.trace must lie in \[0, 1\], found 2$"):
+        fc.Config(trace=2.0)  # an explicit value's error does not mention the defaults
+    # the experiment layer resolves for the environment it builds; config.json gets plain values
+    assert load_spec("fh-constrained").learner.features == features.OneHot()
+    spec = load_spec("fh-constrained", env="battery")
+    assert spec.learner.features == features.RadialBasis(5)
+    assert learner_settings(spec.learner)["features.kind"] == "radial_basis"
+    assert load_spec("fh-constrained", env="battery", overrides=["features.num_centers=3"]).learner.features == \
+        features.RadialBasis(3)
+    with pytest.raises(ConfigError, match="features still holds its environment-dependent default"):
+        learner_settings(cfg)
+    # stacking configs that set a field beside configs that keep its default needs the environment
+    from fhc_jax.algos import nn_constrained as nc
+
+    mixed = [nc.Config(), nc.Config(trace=0.1)]
+    assert stack(mixed).trace.shape == (2,)  # (NN-Constrained has no EnvDefault: nothing to resolve)
+    with pytest.raises(ValueError, match="stack.*env=env"):
+        stack([cfg, cfg.replace(features=features.OneHot())])
+    assert stack([cfg, cfg.replace(features=features.OneHot())], env=grid).theta_bound.shape == (2,)
+
+
+def test_hparams_that_keep_an_env_default_take_the_trained_configs_value():
+    """train(key, hparams): a field hparams leaves at its EnvDefault takes the value of the
+    config make_train resolved (the environment's default, or the value set there)."""
+    from fhc_jax.algos import fh_constrained as fc
+
+    cfg = hp.resolve_env_defaults(fc.Config(), False).replace(features=features.TileCoding(2, 3))
+    resolved = hp.resolve_hyperparameters(cfg, fc.Config(trace=0.9))
+    assert resolved.features == features.TileCoding(2, 3) and resolved.trace == 0.9
+    grid = GridWorld(size=3, horizon=3)
+    short = fc.Config(num_iterations=2, episodes_per_iteration=4)
+    train = fc.make_train(grid, grid.default_params, short)
+    out = jax.jit(jax.vmap(train, in_axes=(None, 0)))(jax.random.key(0), stack([short, short.replace(trace=0.1)]))
+    assert out.metrics.multipliers.shape[:2] == (2, 2)

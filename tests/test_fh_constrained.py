@@ -330,7 +330,7 @@ def test_improved_multiplier_is_pi_controlled():
     params = env.default_params
     cfg = fc.Config(num_iterations=1, episodes_per_iteration=8, multiplier_gain=0.3)
     state = fc.init(jax.random.key(0), fc.setup(env, params, cfg), cfg)
-    table = features.build(cfg.features, env)
+    table = features.build(state.features, env)  # the spec the learner resolved for env
     batch = common.rollout_tabular(
         jax.random.key(1), common.tabular_model(env, params),
         jnp.cumsum(fc.policy_table(state, env, params), -1), lambda cdf_h, s: cdf_h[s], 8)
@@ -354,7 +354,7 @@ def test_reported_policy_is_the_polyak_average():
         expected = 0.6 * expected + 0.4 * np.asarray(carry.state.theta)
     np.testing.assert_allclose(carry.state.theta_average, expected, rtol=1e-5, atol=1e-6)
     table = fc.policy_table(carry.state, TINY, TINY.default_params)
-    feats = features.build(cfg.features, TINY)
+    feats = features.build(learner.config.features, TINY)  # the resolved spec
     np.testing.assert_allclose(table, jax.nn.softmax(fc._logits_table(jnp.asarray(expected), feats), -1), atol=1e-6)
     last = fc.policy_table(carry.state.replace(theta_average=carry.state.theta), TINY, TINY.default_params)
     np.testing.assert_allclose(last, jax.nn.softmax(fc._logits_table(carry.state.theta, feats), -1), atol=1e-6)

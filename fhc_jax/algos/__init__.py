@@ -35,7 +35,7 @@ from fhc_jax.algos import (
     saute,
     tabular_rollout,
 )
-from fhc_jax.algos.hyperparameters import PowerSchedule, stack
+from fhc_jax.algos.hyperparameters import EnvDefault, PowerSchedule, resolve_env_defaults, stack
 from fhc_jax.algos.tabular_rollout import Batch
 
 __all__ = [
@@ -55,5 +55,7 @@ __all__ = [
     "returns",
     "saute",
     "stack",
+    "EnvDefault",
+    "resolve_env_defaults",
     "tabular_rollout",
 ]

@@ -28,7 +28,8 @@ import jax.numpy as jnp
 from flax import struct
 
 from fhc_jax.algos import features as feat, learner, multipliers
-from fhc_jax.algos.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
+from fhc_jax.algos.hyperparameters import (EnvDefault, PowerSchedule, hyperparameters, numeric, resolve_env_defaults,
+                                           schedule, static)
 from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy, observation_sample
 from fhc_jax.algos.policies import observation_to_index
 from fhc_jax.rollout import rollout as rollout_episodes
@@ -60,9 +61,10 @@ class Config:
     Static fields (set shapes or code paths; part of the compilation cache key):
         num_iterations: updates per training run (N >= 1).
         episodes_per_iteration: K >= 1 episodes rolled out per update (K = 1: the paper).
-        features: feature spec phi_h(s) (:mod:`fhc_jax.algos.features`), default one-hot on
-            tabular environments; without tabular states the default is ``RadialBasis(5)``
-            of the observations.
+        features: feature spec phi_h(s) (:mod:`fhc_jax.algos.features`); by default
+            (``EnvDefault``, resolved by ``make_train``) one-hot on environments with a tabular
+            exact model and ``RadialBasis(5)`` of the observations on all others. ``OneHot``
+            and ``Custom`` need tabular states.
         variant: "paper" (eqs. (algo1)-(algo7) verbatim) or "improved" (module docstring).
         combine: how K per-episode increments are combined: "visits" or "mean".
         update_form: "auto", "table" or "samples" (speed only, module docstring).
@@ -98,8 +100,9 @@ class Config:
 
     num_iterations: int = static(2500, low=1)
     episodes_per_iteration: int = static(512, low=1)
-    features: FeatureSpec = static(OneHot(), types=_FEATURE_SPECS, description=(
-        "a feature spec (features.OneHot(), RadialBasis(...), TileCoding(...), Custom(...))"))
+    features: FeatureSpec = static(EnvDefault(tabular=OneHot(), non_tabular=feat.RadialBasis(5)), types=_FEATURE_SPECS,
+                                   description="a feature spec (features.OneHot(), RadialBasis(...), TileCoding(...), "
+                                               "Custom(...))")
     variant: str = static("improved", choices=VARIANTS)
     combine: str = static("visits", choices=COMBINE_RULES)
     update_form: str = static("auto", choices=UPDATE_FORMS)
@@ -213,7 +216,6 @@ def _features(spec: FeatureSpec, env, params) -> Any:
     if env.is_tabular:
         return feat.build(spec, env)
     sample = observation_sample(env, params)
-    spec = feat.RadialBasis(5) if isinstance(spec, feat.OneHot) else spec
     return feat.observation_features(spec, sample.min(axis=0), sample.max(axis=0))
 
 
@@ -236,6 +238,7 @@ def setup(env, params, config: Config) -> Setup:
     """
     if config.path == "tabular" and not judged_exactly(env):
         raise ValueError(f"Config.path = 'tabular' needs a tabular exact model, which {env.name} does not declare")
+    config = resolve_env_defaults(config, judged_exactly(env))  # make_learner did; direct calls
     sampled = config.path == "sampled" or not judged_exactly(env)
     return _setup(env, params, config.features, sampled, None if sampled else tabular_model(env, params),
                   jnp.asarray(env.thresholds(params), jnp.float32),
@@ -267,7 +270,7 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         multipliers=nu,
         multiplier_state=_multiplier_update(config, 0).init(m, nu),
         step=jnp.zeros((), jnp.int32),
-        features=config.features,
+        features=resolve_env_defaults(config, judged_exactly(setup.env)).features,
     )
 
 

@@ -8,6 +8,11 @@ field declares its kind and valid range once, next to its default:
 * :func:`numeric` fields and :func:`schedule` fields are pytree leaves, so ``jax.vmap`` runs
   over them (seeds x hyperparameters in one program) without recompiling.
 
+A field's default may depend on the environment (:class:`EnvDefault`: one value for
+environments with a tabular exact model, another for all others); ``make_learner`` resolves
+such defaults for its environment (:func:`resolve_env_defaults`), while a value set explicitly
+is always used as given.
+
 Construction validates every field (values may be arrays of vmapped settings: every element
 is checked) and raises ``ValueError`` naming the field, the valid range and the value found;
 pytree reconstruction inside JAX transformations bypasses validation (leaves may be tracers).
@@ -17,6 +22,7 @@ Schedules are validated together, fastest first, against the paper's Assumption 
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Sequence
 
 import jax
@@ -69,6 +75,58 @@ def schedule(default: "PowerSchedule") -> Any:
     """A :class:`PowerSchedule` leaf. A config's schedules, in declaration order, run from the
     fastest timescale to the slowest (Assumption 3 is checked in that order)."""
     return dataclasses.field(default=default, metadata={_SPEC: _Spec(False, "schedule")})
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvDefault:
+    """A default that depends on the environment the learner trains on.
+
+    Attributes:
+        tabular: the value on environments with a tabular exact model (finite states, judged
+            exactly; the learners' tabular fast paths).
+        non_tabular: the value on every other environment (continuous or unenumerated states:
+            the sampled path, judged by Monte-Carlo).
+
+    A ``Config`` field holding an ``EnvDefault`` is resolved by ``make_learner`` /
+    ``make_train`` (:func:`resolve_env_defaults`) and by the experiment layer once the
+    environment is known; setting the field explicitly replaces it on every environment. Both
+    values are validated like the field. As a pytree it has no leaves (its values are auxiliary
+    data), so stacking configs that keep the default keeps it.
+    """
+
+    tabular: Any
+    non_tabular: Any
+
+    def resolve(self, tabular: bool) -> Any:
+        """The value for an environment with (``tabular=True``) or without a tabular exact model."""
+        return self.tabular if tabular else self.non_tabular
+
+
+jax.tree_util.register_pytree_node(EnvDefault, lambda d: ((), (d.tabular, d.non_tabular)),
+                                   lambda aux, _: EnvDefault(*aux))
+
+
+def _with_fields(config: Any, changes: dict[str, Any]) -> Any:
+    """A copy of the dataclass ``config`` with some fields replaced, without validation (its
+    leaves may be tracers, as in pytree reconstruction)."""
+    obj = object.__new__(type(config))
+    for f in dataclasses.fields(config):
+        object.__setattr__(obj, f.name, changes.get(f.name, getattr(config, f.name)))
+    return obj
+
+
+def has_env_defaults(config: Any) -> bool:
+    """Whether some field of ``config`` still holds an unresolved :class:`EnvDefault`."""
+    return any(isinstance(getattr(config, f.name), EnvDefault) for f in dataclasses.fields(config))
+
+
+def resolve_env_defaults(config: Any, tabular: bool) -> Any:
+    """``config`` with every :class:`EnvDefault` field replaced by its value for an environment
+    with (``tabular=True``) or without a tabular exact model (``fhc_jax.algos.learner.
+    judged_exactly``); other fields unchanged (numeric leaves may be arrays or tracers)."""
+    changes = {f.name: v.resolve(tabular) for f in dataclasses.fields(config)
+               if isinstance(v := getattr(config, f.name), EnvDefault)}
+    return _with_fields(config, changes) if changes else config
 
 
 # ----------------------------------------------------------------------------- checks of values
@@ -212,12 +270,30 @@ def check_schedules(owner: str, schedules: dict[str, PowerSchedule], assumption3
 
 
 def _validate(config: Any) -> None:
+    if not has_env_defaults(config):
+        _validate_values(config)
+        return
+    defaults = {f.name for f in dataclasses.fields(config) if isinstance(getattr(config, f.name), EnvDefault)}
+    for tabular in (True, False):  # the values every environment would get
+        try:
+            _validate_values(resolve_env_defaults(config, tabular))
+        except ValueError as err:
+            named = re.search(r"Config\.(\w+)", str(err))
+            if named is None or named.group(1) not in defaults:
+                raise
+            kind = "with" if tabular else "without"
+            raise ValueError(f"{err} (its default on environments {kind} a tabular exact model)") from None
+
+
+def _validate_values(config: Any) -> None:
     own = "Config"
     specs = {f.name: f.metadata.get(_SPEC) for f in dataclasses.fields(config)}
     schedules = {}
     for name, spec in specs.items():
         if spec is None:
             continue
+        if isinstance(getattr(config, name), EnvDefault):
+            raise ValueError(f"{own}.{name}: an EnvDefault must hold plain values, not another EnvDefault")
         v = getattr(config, name)
         if spec.kind == "int":
             check_integer(own, name, v, spec.low if spec.low is not None else 0)
@@ -265,19 +341,38 @@ def hyperparameters(cls: type) -> type:
     return _pytree_dataclass(cls, statics)
 
 
-def stack(configs: Sequence[Any]) -> Any:
+def stack(configs: Sequence[Any], env: Any = None) -> Any:
     """Stack hyperparameter pytrees (same static fields) along a new leading axis, for
     ``jax.vmap(train, in_axes=(None, 0))(key, stacked)``.
 
+    Args:
+        configs: learner ``Config`` s (or other hyperparameter pytrees).
+        env: the environment ``train`` was built for; when given, environment-dependent
+            defaults (:class:`EnvDefault`) are resolved for it first, so configs that set a
+            field may be stacked with configs that leave it at its default.
+
     Raises:
-        ValueError: empty sequence, or static fields that differ (they set shapes).
+        ValueError: empty sequence, static fields that differ (they set shapes), or (without
+            ``env``) a field that some configs set and others leave at its :class:`EnvDefault`.
     """
     configs = list(configs)
     if not configs:
         raise ValueError("stack: expected at least one config, found none")
+    if env is not None:
+        from fhc_jax.algos.learner import judged_exactly  # (learner imports this module)
+
+        configs = [resolve_env_defaults(c, judged_exactly(env)) if dataclasses.is_dataclass(c) else c
+                   for c in configs]
     treedef = jax.tree.structure(configs[0])
     for i, c in enumerate(configs[1:], 1):
         if jax.tree.structure(c) != treedef:
+            mixed = [f.name for f in dataclasses.fields(c) if dataclasses.is_dataclass(configs[0])
+                     and isinstance(getattr(c, f.name), EnvDefault) != isinstance(getattr(configs[0], f.name), EnvDefault)]
+            if mixed:
+                raise ValueError(
+                    f"stack: config {i} and config 0 differ in whether {mixed[0]} is set: one keeps its "
+                    "environment-dependent default (EnvDefault), the other sets a value; pass the environment, "
+                    "stack(configs, env=env), to resolve the defaults for it, or set the field in every config")
             raise ValueError(
                 f"stack: config {i} differs from config 0 in a static field (static fields set "
                 "shapes and cannot be vmapped); only numeric hyperparameters may differ"
@@ -288,12 +383,19 @@ def stack(configs: Sequence[Any]) -> Any:
 def resolve_hyperparameters(config: Any, hparams: Any | None) -> Any:
     """``hparams`` if given (numeric leaves possibly traced or vmapped), else ``config``.
 
+    ``config`` is the one ``make_train`` resolved for its environment; a field that ``hparams``
+    leaves at an environment-dependent default (:class:`EnvDefault`) takes ``config``'s value.
+
     Raises:
         ValueError: ``hparams`` whose static fields differ from ``config``'s (they set shapes
             and code paths, so they cannot change without recompiling).
     """
     if hparams is None:
         return config
+    if dataclasses.is_dataclass(hparams) and has_env_defaults(hparams):
+        # a default left unset in hparams takes the value config has for this environment
+        hparams = _with_fields(hparams, {f.name: getattr(config, f.name) for f in dataclasses.fields(hparams)
+                                         if isinstance(getattr(hparams, f.name), EnvDefault)})
     if jax.tree.structure(hparams) != jax.tree.structure(config):
         statics = ", ".join(type(config)._static_fields)
         raise ValueError(

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from fhc_jax.algos.hyperparameters import resolve_hyperparameters
+from fhc_jax.algos.hyperparameters import resolve_env_defaults, resolve_hyperparameters
 from fhc_jax.algos.policies import softmax_policy, table_policy
 from fhc_jax.algos.tabular_rollout import Batch
 from fhc_jax.cmdp.evaluate import evaluate
@@ -295,10 +295,16 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
     defaults serves environments in any units; the metrics (reward, costs, multipliers, critic
     costs) and evaluations are reported in the environment's own units.
 
+    Fields of ``config`` left at an environment-dependent default
+    (:class:`~fhc_jax.algos.hyperparameters.EnvDefault`) take their value for ``env`` (with or
+    without a tabular exact model, :func:`judged_exactly`); ``Learner.config`` holds the result.
+
     Raises:
         ValueError: a config of another learner, an environment without a tabular exact
             model, or one that does not fit the config (from ``algo.setup``).
     """
+    if isinstance(config, algo.config_type):
+        config = resolve_env_defaults(config, judged_exactly(env))
     _check(algo, env, params, config)
     scale_r, scale_c = 1.0, np.ones(env.num_constraints, np.float32)
     train_env = env
@@ -310,10 +316,12 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
                "multipliers": jnp.asarray(scale_r / np.asarray(scale_c), jnp.float32)}
 
     def init_fn(key: Array, cfg: Any) -> Carry:
+        cfg = resolve_hyperparameters(config, cfg)  # EnvDefault fields of hparams -> config's values
         k_init, k_loop = jax.random.split(key)
         return Carry(state=algo.init(k_init, setup, cfg), key=k_loop)
 
     def step_fn(carry: Carry, cfg: Any) -> tuple[Carry, dict[str, Array]]:
+        cfg = resolve_hyperparameters(config, cfg)
         keys = jax.random.split(carry.key, 2 + algo.update_keys)
         batch = algo.rollout(keys[1], carry.state, setup, cfg)
         k_update = None if algo.update_keys == 0 else keys[2] if algo.update_keys == 1 else keys[2:]

@@ -48,6 +48,7 @@ from typing import IO, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from fhc_jax.algos.hyperparameters import resolve_env_defaults
 from fhc_jax.experiment import config_io, environments, judge, registry, statistics, tracking
 from fhc_jax.experiment.machine import load_average, machine_info, source_revision
 from fhc_jax.experiment.plots import plot_comparison
@@ -203,7 +204,8 @@ def build_specs(runs: Sequence[RunSpec], seeds: int, overrides: Iterable[str] = 
 
 def _changed_settings(spec: config_io.ExperimentSpec) -> dict[str, Any]:
     """Learner settings of ``spec`` that differ from the learner's defaults (observation aside)."""
-    base = config_io.learner_settings(registry.load_algorithm(spec.algo).Config())
+    # compare runs on environments with a tabular exact model (it judges every run exactly)
+    base = config_io.learner_settings(resolve_env_defaults(registry.load_algorithm(spec.algo).Config(), True))
     now = config_io.learner_settings(spec.learner)
     return {k: v for k, v in now.items() if base.get(k) != v and k != "observation"}
 

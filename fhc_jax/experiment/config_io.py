@@ -41,6 +41,8 @@ from typing import Any, Iterable, Mapping
 
 
 from fhc_jax.algos import features as feat
+from fhc_jax.algos.hyperparameters import EnvDefault, resolve_env_defaults
+from fhc_jax.algos.learner import judged_exactly
 from fhc_jax.experiment import environments, registry
 from fhc_jax.experiment.judge import DEFAULT_EPISODES, DEFAULT_TOLERANCE
 from fhc_jax.experiment.settings import ConfigError, Setting, coerce, kind_of_value, plain, unknown_key
@@ -86,6 +88,8 @@ def learner_schema(config: Any) -> dict[str, str]:
     schema: dict[str, str] = {}
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
+        if isinstance(value, EnvDefault):  # both values have the field's type
+            value = value.tabular
         if _is_schedule(value):
             for sub in dataclasses.fields(value):
                 schema[f"{f.name}.{sub.name}"] = kind_of_value(getattr(value, sub.name))
@@ -108,6 +112,9 @@ def learner_settings(config: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
+        if isinstance(value, EnvDefault):
+            raise ConfigError(f"{f.name} still holds its environment-dependent default ({value}); resolve it for "
+                              "the environment first (fhc_jax.algos.resolve_env_defaults)")
         if _is_schedule(value):
             for sub in dataclasses.fields(value):
                 out[f"{f.name}.{sub.name}"] = plain(getattr(value, sub.name))
@@ -242,9 +249,11 @@ class ExperimentSpec:
         return environments.load_environment(self.env_name).describe(self.env)
 
 
-def _build_learner_config(module, changes: dict[str, Any]) -> Any:
-    """``module.Config()`` with dotted ``changes`` applied (types already checked)."""
-    default = module.Config()
+def _build_learner_config(module, changes: dict[str, Any], tabular: bool) -> Any:
+    """``module.Config()``, its environment-dependent defaults resolved for an environment with
+    (``tabular``) or without a tabular exact model, with dotted ``changes`` applied (types
+    already checked)."""
+    default = resolve_env_defaults(module.Config(), tabular)
     top: dict[str, Any] = {}
     nested: dict[str, dict[str, Any]] = {}
     for key, value in changes.items():
@@ -350,9 +359,9 @@ def load_spec(
                      + [f"run.{k}" for k in run_kinds] + list(schema))
             raise unknown_key(key, valid, f"algorithm {name!r} on environment {entry.name!r}")
     env_settings = entry.validate(env_values)
-    entry.make(env_settings)  # the constructor's own range checks, before anything compiles
+    env_obj, _ = entry.make(env_settings)  # the constructor's own range checks, before anything compiles
     try:
-        config = _build_learner_config(module, learner)
+        config = _build_learner_config(module, learner, judged_exactly(env_obj))
     except TypeError as err:
         raise ConfigError(f"{name}: {err}") from None
     chunk = run["chunk_size"]

@@ -14,7 +14,8 @@ Usage::
 
     python benchmarks/tuning/pendulum_margin.py LEARNER MARGIN '{"num_iterations": 1000}' OUT.json [HELD_OUT]
 
-LEARNER is one of nn_constrained, ecop, ppo_lagrangian, cpo; MARGIN a fraction in [0, 1).
+LEARNER is one of nn_constrained, ecop, ppo_lagrangian, cpo; MARGIN a fraction in [0, 1);
+the JSON dict sets Config fields ("multiplier_step.init"-style keys reach into schedules).
 Without HELD_OUT the seeds are ``split(key(0), 5)``, the seeds the margins were chosen on;
 with an integer HELD_OUT they are ``split(fold_in(key(0), HELD_OUT), 5)``, seeds not used to
 choose anything.
@@ -54,7 +55,11 @@ def main() -> None:
     env = gymnax_interop.pendulum()
     params = env.default_params
     train_params = dataclasses.replace(params, thresholds=jnp.asarray(params.thresholds) * (1.0 - margin))
-    config = module.Config(**overrides)  # validated before compiling
+    config = module.Config()
+    for name, value in overrides.items():  # "schedule.init"-style keys reach into schedules
+        outer, _, inner = name.partition(".")
+        value = dataclasses.replace(getattr(config, outer), **{inner: value}) if inner else value
+        config = config.replace(**{outer: value})  # validated before compiling
     q = quality(env, params, module, SEEDS, EPISODES, None, None, config, train_params=train_params, key=key)
     print(name, f"margin {margin}", f"held-out seeds {held_out}" if held_out is not None else "tuning seeds", json.dumps(overrides), f"wall {q['wall_s']:.0f} s (compile included)")
     for r in q["seeds"]:

@@ -114,3 +114,39 @@ def test_sweep_grid_validation():
     with pytest.raises(ValueError, match="--grid expects"):
         sweep.parse_grid(["trace"])
     assert len(sweep.grid_specs(spec, {"trace": [0.2, 0.5], "critic_step.init": [0.5, 1.0]})) == 4
+
+
+def test_fh_runs_written_before_the_features_env_default_load_and_resume(tmp_path):
+    """Run directories of FH-Constrained on an environment without a tabular model written
+    before ``features`` became an EnvDefault record features.kind = "one_hot" (hashed into
+    their checkpoints' manifests) although they trained on RadialBasis(5). Such a directory is
+    rebuilt here from a current one (the settings and manifests rewritten as that version
+    wrote them); it loads as RadialBasis(5) and resumes from its checkpoint."""
+    import json
+
+    from fhc_jax.algos import features
+    from fhc_jax.experiment import loading, rundir, training
+
+    out = tmp_path / "legacy"
+    spec = config_io.load_spec("fh-constrained", env="battery", seeds=1, overrides=[
+        "num_iterations=4", "episodes_per_iteration=8", "run.chunk_size=2", "run.checkpoint_every=1",
+        "run.eval_episodes=16"])
+    assert spec.learner.features == features.RadialBasis(5)
+    training.train_run(spec, out, max_chunks=1, quiet=True)
+    config = json.loads((out / rundir.CONFIG).read_text())
+    settings = {k: v for k, v in config["settings"].items() if not k.startswith("features.")}
+    settings["features.kind"] = "one_hot"  # what the earlier version wrote
+    config["settings"] = settings
+    rundir.write_json_atomic(out / rundir.CONFIG, config)
+    for man_path in (out / rundir.CHECKPOINTS).glob(f"*/{checkpoint.MANIFEST}"):
+        man = json.loads(man_path.read_text())
+        man["config_hash"] = rundir.settings_hash(settings)
+        rundir.write_json_atomic(man_path, man)
+
+    stored = training.load_run_spec(out)
+    assert stored.learner.features == features.RadialBasis(5)
+    result = training.train_run(None, out, resume=True, quiet=True)
+    assert result["complete"] and result["timing"]["resumed_from_iteration"] == 2  # checkpoint verified, restored
+    loaded = loading.load_run(out)
+    assert loaded.spec.learner.features == features.RadialBasis(5) and loaded.iteration == 4
+    assert loaded.train_states.features == features.RadialBasis(5)

@@ -32,7 +32,7 @@ import numpy as np
 from fhc_jax.algos.learner import judged_exactly
 from fhc_jax.envs.base import Environment
 from fhc_jax.experiment import checkpoint, rundir
-from fhc_jax.experiment.config_io import ExperimentSpec, load_spec
+from fhc_jax.experiment.config_io import ExperimentSpec, load_spec, upgrade_stored_spec
 from fhc_jax.experiment.registry import load_algorithm
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, seed_keys
 
@@ -115,6 +115,7 @@ def read_run(path: str | Path) -> RunFiles:
         spec = load_spec(settings=settings)
         module = load_algorithm(spec.algo)
         env, params = spec.make_env()
+        spec = upgrade_stored_spec(spec, env)
     except ValueError as err:
         raise rundir.RunDirectoryError(f"{config_path}: its settings are not valid for this version of fhc_jax "
                                        f"({err}); retrain the run with this version") from None

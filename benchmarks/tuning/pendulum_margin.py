@@ -56,8 +56,8 @@ def main() -> None:
     params = env.default_params
     train_params = dataclasses.replace(params, thresholds=jnp.asarray(params.thresholds) * (1.0 - margin))
     config = module.Config()
-    for name, value in overrides.items():  # "schedule.init"-style keys reach into schedules
-        outer, _, inner = name.partition(".")
+    for field, value in overrides.items():  # "schedule.init"-style keys reach into schedules
+        outer, _, inner = field.partition(".")
         value = dataclasses.replace(getattr(config, outer), **{inner: value}) if inner else value
         config = config.replace(**{outer: value})  # validated before compiling
     q = quality(env, params, module, SEEDS, EPISODES, None, None, config, train_params=train_params, key=key)

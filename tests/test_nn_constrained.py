@@ -348,3 +348,46 @@ def test_improved_actor_weights_visited_cells_by_visits_to_the_power(power, monk
     expected = np.where(visits > 0, visits ** power, 0.0)
     assert seen and visits.max() > 1  # some cell visited more than once: the powers differ
     np.testing.assert_allclose(seen[0], expected, rtol=1e-6)
+
+
+def _coin_env(alpha: float = 0.5) -> TabularEnv:
+    """One state, two actions, H = 2: the reward is the action (0 or 1) and the cost three
+    times it, so under the uniform policy the episode reward is Binomial(2, 1/2) (standard
+    deviation sqrt(1/2)) and the episode cost is exactly three times the episode reward."""
+    rewards = jnp.broadcast_to(jnp.asarray([0.0, 1.0]), (2, 1, 2))
+    return TabularEnv(fhc.TabularCMDP(transitions=jnp.ones((1, 2, 1)), rewards=rewards, costs=3.0 * rewards[None],
+                                      terminal_rewards=jnp.zeros(1), terminal_costs=jnp.zeros((1, 1)),
+                                      thresholds=jnp.asarray([alpha]), initial_distribution=jnp.ones(1)))
+
+
+def test_episode_spread_hand_computed():
+    from fhc_jax.envs.wrappers import episode_spread
+
+    env = _coin_env()
+    sigma_r, sigma_c = episode_spread(env, env.default_params)
+    assert sigma_r == pytest.approx(np.sqrt(0.5), rel=0.15)  # 256 episodes
+    np.testing.assert_allclose(sigma_c, [3.0 * sigma_r], rtol=1e-6)  # C = 3 R in every episode
+    free = TabularEnv(fhc.TabularCMDP(transitions=jnp.ones((1, 2, 1)), rewards=jnp.zeros((2, 1, 2)),
+                                      costs=jnp.zeros((1, 2, 1, 2)), thresholds=jnp.asarray([1.0]),
+                                      initial_distribution=jnp.ones(1)))
+    assert episode_spread(free, free.default_params) == (1.0, np.ones(1))  # no spread: 1, not 0
+
+
+def test_standardized_multiplier_units():
+    """``multiplier_units="standardized"``: nu = (sigma_R / sigma_C) nu~ with nu~ the PI update
+    on the violation in units of sigma_C; "raw" is the same update on the raw violation."""
+    from fhc_jax.envs.wrappers import episode_spread
+
+    env = _coin_env(alpha=0.5)
+    sigma_r, sigma_c = episode_spread(env, env.default_params)
+    base = nc.Config(num_iterations=1, episodes_per_iteration=16, observation="one_hot", eval_every=0, width=4,
+                     multiplier_step=PowerSchedule(0.02, 0.8, 1000.0), multiplier_gain=0.3)
+    assert nc.make_learner(env, env.default_params, base).config.multiplier_units == "raw"  # tabular: raw
+    for units, ref, scale in (("raw", 1.0, 1.0), ("standardized", sigma_r / sigma_c[0], sigma_c[0])):
+        cfg = base.replace(multiplier_units=units)
+        setup = nc.setup(env, env.default_params, cfg)
+        np.testing.assert_allclose(setup.multiplier_ref, [ref], rtol=1e-6)
+        out = jax.jit(nc.make_train(env, env.default_params, cfg))(jax.random.key(3))
+        violation = (float(out.metrics.costs[0, 0]) - 0.5) / scale  # > 0: the batch cost is about 3
+        expected = ref * (0.02 * violation + 0.3 * violation)  # integral c(0) e plus gain e, from nu~ = 0
+        np.testing.assert_allclose(out.metrics.multipliers[0], [expected], rtol=1e-5)

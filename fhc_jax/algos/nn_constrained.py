@@ -47,6 +47,7 @@ from fhc_jax.algos.nn_losses import (
     advantage_targets, batch_targets, cell_stats, gaussian_actor_loss, gaussian_sample_targets, improved_actor_loss,
     sample_advantage_targets, sample_cross_entropy, sample_losses, table_losses,
 )
+from fhc_jax.envs.wrappers import episode_spread
 from fhc_jax.rollout import rollout as rollout_episodes
 from fhc_jax.algos.tabular_rollout import (
     Batch, TabularModel, batch_from_trajectory, batch_observations, observation_table, rollout_policy_table,
@@ -60,6 +61,7 @@ OPTIMIZERS = ("adam", "sgd")
 LOSS_FORMS = ("auto", "table", "samples")
 OBSERVATIONS = ("env", "xy", "xyt", "one_hot")
 PATHS = ("auto", "tabular", "sampled")
+MULTIPLIER_UNITS = ("raw", "standardized")
 
 
 @hyperparameters
@@ -94,6 +96,14 @@ class Config:
             actor network ("state_dependent").
         initial_log_std: box action spaces only: log(sigma / half range) of the initial policy,
             a float in [-5, 1] (default log 0.5: sigma is half the box's half range).
+        multiplier_units: the units of the multiplier's dynamics. "raw": nu and the
+            violation in the units the learner trains in. "standardized": nu = nu_ref nu~,
+            where nu_ref = sigma_R / sigma_C (spreads of the uniform policy's episode reward and
+            cost, :func:`~fhc_jax.envs.wrappers.episode_spread`) and nu~ follows the same PI
+            update on the violation in units of sigma_C; ``initial_multiplier``,
+            ``multiplier_max``, ``multiplier_step`` and ``multiplier_gain`` then count nu~, so
+            one setting of them fits tasks whose multipliers differ by orders of magnitude in
+            raw units (docs/algorithms/nn_constrained.md, "Standardized multiplier units").
 
     Numeric fields (pytree leaves; ``vmap`` over them without recompiling):
         critic_step: a(n), learning rate of V and W (fastest).
@@ -136,6 +146,7 @@ class Config:
     check_step_sizes: bool = static(True)
     log_std: str = static("state_independent", choices=LOG_STD_FORMS)
     initial_log_std: float = static(math.log(0.5), types=(float,), description="a float in [-5, 1]")
+    multiplier_units: str = static("raw", choices=MULTIPLIER_UNITS)
     critic_step: PowerSchedule = schedule(PowerSchedule(init=0.05, power=0.55, decay=500.0))
     actor_step: PowerSchedule = schedule(PowerSchedule(init=0.03, power=0.7, decay=500.0))
     multiplier_step: PowerSchedule = schedule(PowerSchedule(init=1e-3, power=0.8, decay=1000.0))
@@ -255,6 +266,9 @@ class Setup:
         sampled: the path (:attr:`Config.path`). form: the loss form, "table" or "samples".
         head: the actor's action head (``Categorical(A)`` or a ``DiagonalGaussian`` on box
             action spaces).
+        multiplier_ref, violation_ref: nu = multiplier_ref nu~ and the violation is divided by
+            violation_ref in nu~'s update, (M,) each (ones with ``multiplier_units="raw"``;
+            :attr:`Config.multiplier_units`).
     """
 
     nets: Networks
@@ -272,6 +286,8 @@ class Setup:
     sampled: bool
     form: str
     head: ActionHead
+    multiplier_ref: Array | None = None
+    violation_ref: Array | None = None
 
     def normalize(self, x: Array) -> Array:
         """Standardised network input of raw observations x (..., D)."""
@@ -345,8 +361,14 @@ def setup(env, params, config: Config) -> Setup:
         raise ValueError(f"Config.path = 'tabular' needs a tabular exact model, which {env.name} does not declare")
     tabular = config.path != "sampled" and judged_exactly(env)
     thresholds = jnp.asarray(env.thresholds(params), jnp.float32)
-    return _setup(env, params, config, config.path, tabular_model(env, params) if tabular else None, thresholds,
-                  resolve_loss_form(config, env.num_states) if tabular else "samples")
+    out = _setup(env, params, config, config.path, tabular_model(env, params) if tabular else None, thresholds,
+                 resolve_loss_form(config, env.num_states) if tabular else "samples")
+    ones = jnp.ones((env.num_constraints,), jnp.float32)
+    if config.multiplier_units == "raw":
+        return dataclasses.replace(out, multiplier_ref=ones, violation_ref=ones)
+    sigma_r, sigma_c = episode_spread(env, params)
+    return dataclasses.replace(out, multiplier_ref=jnp.asarray(sigma_r / sigma_c, jnp.float32),
+                               violation_ref=jnp.asarray(sigma_c, jnp.float32))
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
@@ -369,7 +391,8 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
     actor = nets.actor.init(ka, obs)
     critic = nets.critic.init(kv, obs)
     cost_critic = nets.cost_critic.init(kw, obs)
-    nu = jnp.broadcast_to(jnp.asarray(config.initial_multiplier, jnp.float32), (setup.num_constraints,))
+    nu_std = jnp.broadcast_to(jnp.asarray(config.initial_multiplier, jnp.float32), (setup.num_constraints,))
+    nu = nu_std * setup.multiplier_ref
     return TrainState(
         actor=actor,
         actor_average=actor,
@@ -378,7 +401,7 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         actor_opt=_optimizer(config, config.actor_step).init(actor),
         critic_opt=_optimizer(config, config.critic_step).init((critic, cost_critic)),
         multipliers=nu,
-        multiplier_state=_multiplier_update(config, 0).init(setup.num_constraints, nu),
+        multiplier_state=_multiplier_update(config, 0).init(setup.num_constraints, nu_std),
         step=jnp.zeros((), jnp.int32),
         observation=config.observation, width=config.width, depth=config.depth,
         activation=config.activation, normalize_inputs=config.normalize_inputs,
@@ -525,7 +548,9 @@ def update(
         violation, critic_costs = critic_estimate, critic_estimate + thresholds
     else:
         violation, critic_costs = jnp.mean(episode_costs, axis=0) - thresholds, critic_estimate
-    nu, multiplier_state = _multiplier_update(config, n).update(train_state.multiplier_state, violation)
+    nu_std, multiplier_state = _multiplier_update(config, n).update(train_state.multiplier_state,
+                                                                    violation / setup.violation_ref)
+    nu = setup.multiplier_ref * nu_std
     new_state = train_state.replace(
         actor=actor,
         critic=crit[0],

@@ -106,3 +106,30 @@ def signal_scales(env: Environment, params: Any, num_episodes: int = 64, seed: i
         return q if q > 0 and np.isfinite(q) else 1.0
 
     return scale(rewards), np.asarray([scale(costs[:, k]) for k in range(env.num_constraints)])
+
+
+def episode_spread(env: Environment, params: Any, num_episodes: int = 256, seed: int = 20_240_602) -> tuple[float, np.ndarray]:
+    """Standard deviations of the uniform policy's total episode reward and of each
+    constraint's total episode cost (stage and terminal signals summed) over ``num_episodes``
+    episodes (fixed key), in ``env``'s units; 1 where a total does not vary. Host-side.
+
+    The ratio sigma_R / sigma_C^(k) is the exchange rate at which a unit of cost weighs as much
+    as a unit of reward in the spread of the returns: NN-Constrained's standardized multiplier
+    (``Config.multiplier_units``) counts penalties in it.
+
+    Returns:
+        (sigma_R, sigma_C (M,)).
+    """
+    from fhc_jax.rollout import random_policy, rollout
+
+    traj = jax.jit(rollout, static_argnums=(1, 3, 4))(jax.random.key(seed), env, params,
+                                                      random_policy(env), num_episodes)
+    rewards = np.asarray(traj.rewards, np.float64).sum(axis=1) + np.asarray(traj.terminal_rewards, np.float64)
+    costs = (np.asarray(traj.costs, np.float64).sum(axis=1) + np.asarray(traj.terminal_costs, np.float64)).reshape(
+        num_episodes, env.num_constraints)
+
+    def spread(x: np.ndarray) -> float:
+        s = float(np.std(x))
+        return s if s > 0 and np.isfinite(s) else 1.0
+
+    return spread(rewards), np.asarray([spread(costs[:, k]) for k in range(env.num_constraints)])

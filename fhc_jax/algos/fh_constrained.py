@@ -309,7 +309,7 @@ def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -
         act = observation_policy(lambda obs, h: _observation_logits(train_state.theta, setup, obs, h))
         return batch_from_trajectory(rollout_episodes(key, setup.env, setup.params, act, k))
     if setup.form == "table":
-        mu = jax.nn.softmax(_logits_table(train_state.theta, feats), axis=-1)
+        mu = _softmax_actions(_logits_table(train_state.theta, feats))
         return rollout_policy_table(key, setup.model, mu, k).replace(behaviour=mu)
     if feats.one_hot:
         cdf = lambda theta_h, s: jnp.cumsum(jax.nn.softmax(theta_h[s], axis=-1), axis=-1)
@@ -326,7 +326,8 @@ def _feature_rows(feats: FeatureTable, states: Array) -> Array:
     return feats.table[states]
 
 
-def _advantage_increment_from_sums(count_sa: Array, total_sa: Array, features: FeatureTable, k: int, visits: bool) -> Array:
+def _advantage_increment_from_sums(count_sa: Array, total_sa: Array, features: FeatureTable, k: int, visits: bool,
+                                   count_s: Array | None = None, total_s: Array | None = None) -> Array:
     """Actor increment of the improved variant, (H, X, A), from per-cell visit counts
     n_h(s, a) and sums of the actor's errors delta, both (H, S, A).
 
@@ -337,9 +338,10 @@ def _advantage_increment_from_sums(count_sa: Array, total_sa: Array, features: F
     rarely chosen actions are no longer learned at a rate shrunk by mu_h(s, a). Per-state
     tables map to features as the critic's do: Phi^T (n_h(s) A_hat) divided by the feature's
     visit count ("visits") or by K ("mean"); with one-hot features and "visits" the increment
-    is A_hat itself."""
-    count_s = count_sa.sum(-1)  # (H, S)
-    adv = visit_averaged_advantages(count_sa, total_sa)
+    is A_hat itself. ``count_s``, ``total_s``: the sums of both over the actions, (H, S),
+    when the caller has them (else summed here)."""
+    count_s = count_sa.sum(-1) if count_s is None else count_s  # (H, S)
+    adv = visit_averaged_advantages(count_sa, total_sa, count_s, total_s)
     return _combine(features.project(adv * count_s[..., None]), features.project_active(count_s), k, visits)
 
 
@@ -389,6 +391,30 @@ def _combine(increment: Array, active: Array, k: int, visits: bool) -> Array:
     if not visits:
         return increment / k
     return increment / jnp.maximum(active, 1.0)[..., None]
+
+
+def _softmax_actions(logits: Array) -> Array:
+    """``jax.nn.softmax(logits, axis=-1)`` of a (H, S, A) table with the maximum and the sum
+    over the A actions taken action by action: the same values, without XLA:CPU's slow
+    reduction kernels for a short last axis (the rollout's policy table, every update)."""
+    cols = [logits[..., a] for a in range(logits.shape[-1])]
+    top = cols[0]
+    for c in cols[1:]:
+        top = jnp.maximum(top, c)
+    top = jax.lax.stop_gradient(top)[..., None]
+    unnormalized = jnp.exp(logits - top)
+    total = unnormalized[..., 0]
+    for a in range(1, logits.shape[-1]):
+        total = total + unnormalized[..., a]
+    return unnormalized / total[..., None]
+
+
+def _sum_actions(stats: Array) -> Array:
+    """``stats.sum(axis=2)`` of (H, S, A, C) per-cell sums, added action by action."""
+    total = stats[:, :, 0]
+    for a in range(1, stats.shape[2]):
+        total = total + stats[:, :, a]
+    return total
 
 
 def _table_statistics(batch: Batch, critics: Array, vals: Array | None, nu: Array, thresholds: Array, paper: bool,
@@ -511,7 +537,7 @@ def update(
     if setup.form == "table":
         # [count, errors...] summed into (H, S, A) cells (_table_statistics); terminal stage into (S,)
         stats = stats.reshape(num_stages, num_states, num_actions, 2 + m)
-        per_state = jnp.concatenate([stats.sum(axis=2), term_stats[None]], axis=0)  # (H+1, S, 2+M)
+        per_state = jnp.concatenate([_sum_actions(stats), term_stats[None]], axis=0)  # (H+1, S, 2+M)
         counts, crit_sums = per_state[..., 0], per_state[..., 1:]
         # episodes whose features are active: n_hj = sum_s counts_h(s) 1[phi_hj(s) != 0]
         active = features.project_active(counts)
@@ -521,7 +547,8 @@ def update(
             actor_tab = stats[..., 1] - mu * per_state[:-1, :, 1][..., None]  # sum_k delta (e_a - mu), (H, S, A)
             inc = _combine(features.project(actor_tab), active[:-1], k, visits)
         else:  # stats already hold n_h(s, a) and sum delta per cell
-            inc = _advantage_increment_from_sums(stats[..., 0], stats[..., 1], features, k, visits)
+            inc = _advantage_increment_from_sums(stats[..., 0], stats[..., 1], features, k, visits,
+                                                 per_state[:-1, :, 0], per_state[:-1, :, 1])
         theta = jnp.clip(theta + b_n * inc, -config.theta_bound, config.theta_bound)
     elif features.one_hot:  # "samples": scatter straight into the visited rows
         if visits:

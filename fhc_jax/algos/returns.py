@@ -70,18 +70,22 @@ def advantages_and_targets(batch: "Batch", values: Array, gamma: Array, lam: Arr
     return finite_horizon_gae(signals, jnp.concatenate([values, terminal[None]], axis=0), gamma, lam)
 
 
-def visit_averaged_advantages(count_sa: Array, total_sa: Array) -> Array:
+def visit_averaged_advantages(count_sa: Array, total_sa: Array, count_s: Array | None = None,
+                              total_s: Array | None = None) -> Array:
     """Per-cell advantage estimates from a batch scattered into (stage, state, action) cells:
     A_hat_h(s, a) = (mean of the samples' advantage signals that took a in s at stage h) -
     (mean over all samples in (h, s)); 0 for actions not taken and unvisited states.
 
     Args:
         count_sa: visits n_h(s, a), (H, S, A). total_sa: sum of the signals per cell, (H, S, A).
+        count_s, total_s: their sums over the actions, (H, S), when the caller has them
+            (else summed here).
     Returns:
         A_hat, (H, S, A).
     """
-    count_s = count_sa.sum(-1, keepdims=True)
-    mean_s = total_sa.sum(-1, keepdims=True) / jnp.maximum(count_s, 1.0)
+    count_s = count_sa.sum(-1, keepdims=True) if count_s is None else count_s[..., None]
+    total_s = total_sa.sum(-1, keepdims=True) if total_s is None else total_s[..., None]
+    mean_s = total_s / jnp.maximum(count_s, 1.0)
     return jnp.where(count_sa > 0, total_sa / jnp.maximum(count_sa, 1.0) - mean_s, 0.0)
 
 

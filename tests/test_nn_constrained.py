@@ -375,19 +375,24 @@ def test_episode_spread_hand_computed():
 
 def test_standardized_multiplier_units():
     """``multiplier_units="standardized"``: nu = (sigma_R / sigma_C) nu~ with nu~ the PI update
-    on the violation in units of sigma_C; "raw" is the same update on the raw violation."""
+    on the violation in units of sigma_C; "raw" (the default) leaves both scales at 1 (its
+    updates are the pinned numbers of tests/test_pinned_learners.py)."""
     from fhc_jax.envs.wrappers import episode_spread
 
     env = _coin_env(alpha=0.5)
     sigma_r, sigma_c = episode_spread(env, env.default_params)
     base = nc.Config(num_iterations=1, episodes_per_iteration=16, observation="one_hot", eval_every=0, width=4,
                      multiplier_step=PowerSchedule(0.02, 0.8, 1000.0), multiplier_gain=0.3)
-    assert nc.make_learner(env, env.default_params, base).config.multiplier_units == "raw"  # tabular: raw
-    for units, ref, scale in (("raw", 1.0, 1.0), ("standardized", sigma_r / sigma_c[0], sigma_c[0])):
-        cfg = base.replace(multiplier_units=units)
-        setup = nc.setup(env, env.default_params, cfg)
-        np.testing.assert_allclose(setup.multiplier_ref, [ref], rtol=1e-6)
-        out = jax.jit(nc.make_train(env, env.default_params, cfg))(jax.random.key(3))
-        violation = (float(out.metrics.costs[0, 0]) - 0.5) / scale  # > 0: the batch cost is about 3
-        expected = ref * (0.02 * violation + 0.3 * violation)  # integral c(0) e plus gain e, from nu~ = 0
-        np.testing.assert_allclose(out.metrics.multipliers[0], [expected], rtol=1e-5)
+    assert base.multiplier_units == "raw"  # the default: nu and the violation as they are
+    raw = nc.setup(env, env.default_params, base)
+    np.testing.assert_array_equal(raw.multiplier_ref, [1.0])
+    np.testing.assert_array_equal(raw.violation_ref, [1.0])
+    cfg = base.replace(multiplier_units="standardized")
+    ref = sigma_r / sigma_c[0]
+    setup = nc.setup(env, env.default_params, cfg)
+    np.testing.assert_allclose(setup.multiplier_ref, [ref], rtol=1e-6)
+    np.testing.assert_allclose(setup.violation_ref, sigma_c, rtol=1e-6)
+    out = jax.jit(nc.make_train(env, env.default_params, cfg))(jax.random.key(3))
+    violation = (float(out.metrics.costs[0, 0]) - 0.5) / sigma_c[0]  # > 0: the batch cost is about 3
+    expected = ref * (0.02 * violation + 0.3 * violation)  # integral c(0) e plus gain e, from nu~ = 0
+    np.testing.assert_allclose(out.metrics.multipliers[0], [expected], rtol=1e-5)

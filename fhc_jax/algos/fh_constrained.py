@@ -21,7 +21,7 @@ docs/algorithms/fh_constrained.md.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -393,28 +393,23 @@ def _combine(increment: Array, active: Array, k: int, visits: bool) -> Array:
     return increment / jnp.maximum(active, 1.0)[..., None]
 
 
-def _softmax_actions(logits: Array) -> Array:
-    """``jax.nn.softmax(logits, axis=-1)`` of a (H, S, A) table with the maximum and the sum
-    over the A actions taken action by action: the same values, without XLA:CPU's slow
-    reduction kernels for a short last axis (the rollout's policy table, every update)."""
-    cols = [logits[..., a] for a in range(logits.shape[-1])]
-    top = cols[0]
-    for c in cols[1:]:
-        top = jnp.maximum(top, c)
-    top = jax.lax.stop_gradient(top)[..., None]
-    unnormalized = jnp.exp(logits - top)
-    total = unnormalized[..., 0]
-    for a in range(1, logits.shape[-1]):
-        total = total + unnormalized[..., a]
-    return unnormalized / total[..., None]
-
-
-def _sum_actions(stats: Array) -> Array:
-    """``stats.sum(axis=2)`` of (H, S, A, C) per-cell sums, added action by action."""
-    total = stats[:, :, 0]
-    for a in range(1, stats.shape[2]):
-        total = total + stats[:, :, a]
+def _along_actions(op: Callable[[Array, Array], Array], x: Array, axis: int) -> Array:
+    """``op`` folded over the short action axis of ``x``, entry by entry in order (a sum with
+    ``jnp.add``, a maximum with ``jnp.maximum``): the values of ``x.sum(axis)`` /
+    ``x.max(axis)`` (bit for bit on this jax, tests/test_pinned_learners.py), without XLA:CPU's
+    slow reduction kernels for an axis of a few entries (the (H, S, A) tables, every update)."""
+    total = jnp.take(x, 0, axis=axis)
+    for a in range(1, x.shape[axis]):
+        total = op(total, jnp.take(x, a, axis=axis))
     return total
+
+
+def _softmax_actions(logits: Array) -> Array:
+    """``jax.nn.softmax(logits, axis=-1)`` of a (H, S, A) table, maximum and sum over the
+    actions by :func:`_along_actions` (the rollout's policy table)."""
+    top = jax.lax.stop_gradient(_along_actions(jnp.maximum, logits, -1))[..., None]
+    unnormalized = jnp.exp(logits - top)
+    return unnormalized / _along_actions(jnp.add, unnormalized, -1)[..., None]
 
 
 def _table_statistics(batch: Batch, critics: Array, vals: Array | None, nu: Array, thresholds: Array, paper: bool,
@@ -537,7 +532,7 @@ def update(
     if setup.form == "table":
         # [count, errors...] summed into (H, S, A) cells (_table_statistics); terminal stage into (S,)
         stats = stats.reshape(num_stages, num_states, num_actions, 2 + m)
-        per_state = jnp.concatenate([_sum_actions(stats), term_stats[None]], axis=0)  # (H+1, S, 2+M)
+        per_state = jnp.concatenate([_along_actions(jnp.add, stats, 2), term_stats[None]], axis=0)  # (H+1, S, 2+M)
         counts, crit_sums = per_state[..., 0], per_state[..., 1:]
         # episodes whose features are active: n_hj = sum_s counts_h(s) 1[phi_hj(s) != 0]
         active = features.project_active(counts)

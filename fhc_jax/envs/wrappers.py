@@ -84,6 +84,14 @@ class ScaledSignals(Environment):
         return self._costs(self.env.terminal_costs(state, params))
 
 
+def _uniform_episodes(env: Environment, params: Any, num_episodes: int, seed: int) -> Any:
+    """``num_episodes`` episodes of the uniform policy with the key ``seed`` (a Trajectory)."""
+    from fhc_jax.rollout import random_policy, rollout
+
+    return jax.jit(rollout, static_argnums=(1, 3, 4))(jax.random.key(seed), env, params, random_policy(env),
+                                                      num_episodes)
+
+
 def signal_scales(env: Environment, params: Any, num_episodes: int = 64, seed: int = 20_240_601) -> tuple[float, np.ndarray]:
     """Robust magnitudes of a step's reward and of each constraint's cost: the 99th percentile
     of |r_h| and |g_h^(k)| (stage and terminal signals) over ``num_episodes`` episodes of the
@@ -92,10 +100,7 @@ def signal_scales(env: Environment, params: Any, num_episodes: int = 64, seed: i
     Returns:
         (reward scale, cost scales (M,)).
     """
-    from fhc_jax.rollout import random_policy, rollout
-
-    traj = jax.jit(rollout, static_argnums=(1, 3, 4))(jax.random.key(seed), env, params,
-                                                      random_policy(env), num_episodes)
+    traj = _uniform_episodes(env, params, num_episodes, seed)
     rewards = np.concatenate([np.abs(np.asarray(traj.rewards)).ravel(), np.abs(np.asarray(traj.terminal_rewards))])
     costs = np.concatenate([np.abs(np.asarray(traj.costs)).reshape(-1, env.num_constraints),
                             np.abs(np.asarray(traj.terminal_costs))])
@@ -120,10 +125,7 @@ def episode_spread(env: Environment, params: Any, num_episodes: int = 256, seed:
     Returns:
         (sigma_R, sigma_C (M,)).
     """
-    from fhc_jax.rollout import random_policy, rollout
-
-    traj = jax.jit(rollout, static_argnums=(1, 3, 4))(jax.random.key(seed), env, params,
-                                                      random_policy(env), num_episodes)
+    traj = _uniform_episodes(env, params, num_episodes, seed)
     rewards = np.asarray(traj.rewards, np.float64).sum(axis=1) + np.asarray(traj.terminal_rewards, np.float64)
     costs = (np.asarray(traj.costs, np.float64).sum(axis=1) + np.asarray(traj.terminal_costs, np.float64)).reshape(
         num_episodes, env.num_constraints)

@@ -225,6 +225,8 @@ def test_env_defaults_resolve_per_environment_and_explicit_values_hold():
     on_grid = fc.make_learner(grid, grid.default_params, cfg).config
     on_battery = fc.make_learner(battery, battery.default_params, cfg).config
     assert on_grid.features == features.OneHot() and on_battery.features == features.RadialBasis(5)
+    # the feature map's combination rule and the critics' trace follow it (docs/algorithms/fh_constrained.md)
+    assert (on_grid.combine, on_grid.trace) == ("visits", 0.5) and (on_battery.combine, on_battery.trace) == ("mass", 1.0)
     assert not hp.has_env_defaults(on_grid) and on_grid.critic_step == cfg.critic_step
     # the answer follows the environment, not the path: GridWorld forced onto the sampled path
     assert fc.make_learner(grid, grid.default_params, cfg.replace(path="sampled")).config.features == features.OneHot()
@@ -271,5 +273,5 @@ def test_hparams_that_keep_an_env_default_take_the_trained_configs_value():
     grid = GridWorld(size=3, horizon=3)
     short = fc.Config(num_iterations=2, episodes_per_iteration=4)
     train = fc.make_train(grid, grid.default_params, short)
-    out = jax.jit(jax.vmap(train, in_axes=(None, 0)))(jax.random.key(0), stack([short, short.replace(trace=0.1)]))
+    out = jax.jit(jax.vmap(train, in_axes=(None, 0)))(jax.random.key(0), stack([short, short.replace(trace=0.1)], env=grid))
     assert out.metrics.multipliers.shape[:2] == (2, 2)

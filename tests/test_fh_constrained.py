@@ -82,6 +82,7 @@ def _random_state(rng, env, x, nu):
         (features.OneHot(), "table", "mean"),
         (features.RadialBasis(2, bias=True), "samples", "mean"),
         (features.RadialBasis(2, bias=True), "table", "visits"),
+        (features.RadialBasis(2, bias=True), "samples", "mass"),
         (features.Custom(lambda h, s: jnp.stack([1.0, s / 8.0, h / 5.0, (s % 3) * (h + 1) / 10.0]), 4), "table", "visits"),
     ],
 )
@@ -128,7 +129,7 @@ def test_k1_equals_paper_equations(spec, form, combine):
 
 
 @pytest.mark.parametrize("spec", [features.OneHot(), features.TileCoding(2, 2)])
-@pytest.mark.parametrize("combine", ["visits", "mean"])
+@pytest.mark.parametrize("combine", ["visits", "mean", "mass"])
 @pytest.mark.parametrize("variant", ["paper", "improved"])
 def test_update_forms_agree(spec, combine, variant):
     """The "table" and "samples" forms compute the same update (K > 1, repeated visits)."""
@@ -146,6 +147,44 @@ def test_update_forms_agree(spec, combine, variant):
         new, metrics = fc.update(state, batch, None, fc.setup(env, params, cfg), cfg)
         out.append((new, metrics))
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), out[0], out[1])
+
+
+def test_mass_combine_divides_by_the_summed_activations():
+    """``combine="mass"`` divides each feature's summed increment by the batch's summed
+    activation of that feature, sum_k phi_j(s_hk) (floored at 1), where "visits" divides by the
+    number of samples that activate it at all; with one-hot features the two are one rule."""
+    env, params = SMALL, SMALL.default_params
+    spec = features.RadialBasis(2, bias=True)
+    table = features.build(spec, env)
+    state = _random_state(np.random.default_rng(3), env, table.num_features, [0.4, 1.3]).replace(features=spec)
+    model = common.tabular_model(env, params)
+    mu = jax.nn.softmax(fc._logits_table(state.theta, table), axis=-1)
+    k = 64
+    batch = common.rollout_tabular(jax.random.key(4), model, jnp.cumsum(mu, -1), lambda c, s: c[s], k)
+    new = {}
+    for combine in ("visits", "mass"):
+        cfg = fc.Config(num_iterations=1, episodes_per_iteration=k, features=spec, combine=combine,
+                        update_form="table", theta_bound=100.0)
+        new[combine] = fc.update(state, batch, None, fc.setup(env, params, cfg), cfg)[0]
+    phi = np.asarray(table.table, np.float64)  # (S, X), time-invariant
+    counts = np.zeros((env.horizon + 1, env.num_states))
+    for h in range(env.horizon + 1):
+        np.add.at(counts[h], np.asarray(batch.states[h]), 1.0)
+    mass = np.maximum(counts @ phi, 1.0)[..., None]  # (H+1, X, 1)
+    active = np.maximum(counts @ (phi != 0), 1.0)[..., None]
+    assert not np.allclose(mass, active)  # a real difference to test
+    old = np.asarray(state.critics, np.float64)
+    np.testing.assert_allclose((np.asarray(new["mass"].critics) - old) * mass,
+                               (np.asarray(new["visits"].critics) - old) * active, rtol=2e-4, atol=2e-5)
+    old_theta = np.asarray(state.theta, np.float64)
+    np.testing.assert_allclose((np.asarray(new["mass"].theta) - old_theta) * mass[:-1],
+                               (np.asarray(new["visits"].theta) - old_theta) * active[:-1], rtol=2e-4, atol=2e-5)
+    one_hot = {}
+    for combine in ("visits", "mass"):
+        cfg = fc.Config(num_iterations=1, episodes_per_iteration=k, combine=combine, update_form="table")
+        st = _random_state(np.random.default_rng(3), env, env.num_states, [0.4, 1.3])
+        one_hot[combine] = fc.update(st, batch, None, fc.setup(env, params, cfg), cfg)[0]
+    jax.tree.map(np.testing.assert_array_equal, one_hot["visits"], one_hot["mass"])
 
 
 # ----------------------------------------------------------------------------- learning

@@ -5,8 +5,12 @@ discretized reference executed in the continuous environment, through ``benchmar
 
 Usage::
 
-    python benchmarks/tuning/battery_learner.py LEARNER '{"trace": 1.0}' OUT.json [--seeds tune|heldout:N]
+    python benchmarks/tuning/battery_learner.py LEARNER '{"trace": 1.0, "actor_step": {"init": 1.0}}' OUT.json
+        [--seeds tune|heldout:N]
         [--episodes 20000] [--continuous]
+
+A dict value changes fields of a schedule default (``PowerSchedule`` init, power, decay);
+``"features": "TileCoding(6, 3)"`` (or ``"RadialBasis(7)"``) sets FH-Constrained's feature map.
 
 LEARNER is one of fh_constrained, nn_constrained, ppo_lagrangian, cpo, ecop. ``--seeds tune``
 (default) = ``split(key(0), 5)``; ``heldout:N`` = ``split(fold_in(key(0), N), 5)``.
@@ -15,8 +19,10 @@ LEARNER is one of fh_constrained, nn_constrained, ppo_lagrangian, cpo, ecop. ``-
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -27,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: bat
 from battery import print_quality, quality
 
 import fhc_jax as fhc
+from fhc_jax.algos import features
 from fhc_jax.experiment import judge
 from fhc_jax.experiment.rundir import write_json_atomic
 
@@ -53,7 +60,16 @@ def main() -> None:
     key = seed_key(args.seeds)
     module = importlib.import_module(f"fhc_jax.algos.{args.learner}")
     overrides = json.loads(args.overrides)
-    config = module.Config(**overrides)  # validated before compiling
+    # a dict value changes some fields of a schedule default, e.g. {"actor_step": {"init": 1.0}}
+    base = module.Config()
+    fields = {k: dataclasses.replace(getattr(base, k), **v) if isinstance(v, dict) else v for k, v in overrides.items()}
+    if isinstance(fields.get("features"), str):  # e.g. "TileCoding(6, 3)" or "RadialBasis(7)"
+        match = re.fullmatch(r"(RadialBasis|TileCoding)\(([\d, ]*)\)", fields["features"].strip())
+        if match is None:
+            raise SystemExit(f"battery_learner: features must look like 'RadialBasis(7)' or 'TileCoding(6, 3)', "
+                             f"found {fields['features']!r}")
+        fields["features"] = getattr(features, match[1])(*[int(x) for x in match[2].split(",") if x.strip()])
+    config = module.Config(**fields)  # validated before compiling
     env = fhc.BatteryStorage(continuous_actions=args.continuous)
     params = env.default_params
     reference = judge.reference_optimum(env, params, args.episodes)

@@ -42,7 +42,7 @@ from fhc_jax.algos.features import FeatureSpec, FeatureTable, OneHot
 Array = jax.Array
 
 VARIANTS = ("paper", "improved")
-COMBINE_RULES = ("visits", "mean")
+COMBINE_RULES = ("visits", "mean", "mass")
 UPDATE_FORMS = ("auto", "table", "samples")
 
 #: floor of the behaviour probability in the sampled path's importance-weighted actor increment
@@ -66,7 +66,13 @@ class Config:
             exact model and ``RadialBasis(5)`` of the observations on all others. ``OneHot``
             and ``Custom`` need tabular states.
         variant: "paper" (eqs. (algo1)-(algo7) verbatim) or "improved" (module docstring).
-        combine: how K per-episode increments are combined: "visits" or "mean".
+        combine: how K per-episode increments are combined into one per feature: "visits"
+            divides the summed increment of feature j by the number of samples that activate it
+            (phi_j != 0), "mass" by their summed activation sum_k phi_j(s_k) (the same rule for
+            one-hot features; for coarse maps whose activations are never exactly 0, such as
+            ``RadialBasis``, "visits" divides by K and shrinks each feature's step by its mean
+            activation, about 1/X), "mean" by K. Default (``EnvDefault``): "visits" on
+            environments with a tabular exact model, "mass" on all others.
         update_form: "auto", "table" or "samples" (speed only, module docstring).
         eval_every: exact evaluation of the policy every this many updates (0: only the
             initial and final policies).
@@ -89,6 +95,9 @@ class Config:
         multiplier_max: -P, the penalties nu live in [0, multiplier_max] (> 0).
         initial_multiplier: nu at n = 0, in [0, multiplier_max].
         trace: lambda-return trace of the improved variant, in [0, 1] (ignored by "paper").
+            Default (``EnvDefault``): 0.5 on environments with a tabular exact model, 1.0
+            (Monte-Carlo targets) on all others, where the linear critics on a coarse map of
+            the observation are biased and bootstrapping passes that bias on.
         multiplier_gain: proportional gain K_p >= 0 of the improved variant's multiplier
             (ignored by "paper"): the penalty used is nu = clip(nu_I + K_p (C_hat - alpha)), where
             nu_I is the paper's integral update (algo7) and C_hat the batch's mean episode cost.
@@ -104,7 +113,7 @@ class Config:
                                    description="a feature spec (features.OneHot(), RadialBasis(...), TileCoding(...), "
                                                "Custom(...))")
     variant: str = static("improved", choices=VARIANTS)
-    combine: str = static("visits", choices=COMBINE_RULES)
+    combine: str = static(EnvDefault(tabular="visits", non_tabular="mass"), choices=COMBINE_RULES)
     update_form: str = static("auto", choices=UPDATE_FORMS)
     eval_every: int = static(100, low=0)
     eval_episodes: int = static(4096, low=1)
@@ -116,7 +125,7 @@ class Config:
     theta_bound: float = numeric(4.0, low=0.0, low_open=True)
     multiplier_max: float = numeric(20.0, low=0.0, low_open=True)
     initial_multiplier: float = numeric(0.0, low=0.0, high="multiplier_max")
-    trace: float = numeric(0.5, low=0.0, high=1.0)
+    trace: float = numeric(EnvDefault(tabular=0.5, non_tabular=1.0), low=0.0, high=1.0)
     multiplier_gain: float = numeric(0.01, low=0.0)
     policy_averaging: float = numeric(0.99, low=0.0, high=1.0, high_open=True)
 
@@ -327,7 +336,8 @@ def _feature_rows(feats: FeatureTable, states: Array) -> Array:
 
 
 def _advantage_increment_from_sums(count_sa: Array, total_sa: Array, features: FeatureTable, k: int, visits: bool,
-                                   count_s: Array | None = None, total_s: Array | None = None) -> Array:
+                                   count_s: Array | None = None, total_s: Array | None = None,
+                                   mass: bool = False) -> Array:
     """Actor increment of the improved variant, (H, X, A), from per-cell visit counts
     n_h(s, a) and sums of the actor's errors delta, both (H, S, A).
 
@@ -342,7 +352,8 @@ def _advantage_increment_from_sums(count_sa: Array, total_sa: Array, features: F
     when the caller has them (else summed here)."""
     count_s = count_sa.sum(-1) if count_s is None else count_s  # (H, S)
     adv = visit_averaged_advantages(count_sa, total_sa, count_s, total_s)
-    return _combine(features.project(adv * count_s[..., None]), features.project_active(count_s), k, visits)
+    active = features.project(count_s) if mass else features.project_active(count_s)
+    return _combine(features.project(adv * count_s[..., None]), active, k, visits)
 
 
 def _group_sums(keys: Array, values: Array) -> tuple[Array, Array]:
@@ -498,11 +509,13 @@ def update(
         multipliers (M,), critic_costs (M,)).
     """
     del key
+    config = resolve_env_defaults(config, judged_exactly(setup.env))  # make_learner did; direct calls
     features, thresholds = setup.features, setup.thresholds
     num_stages, k = batch.actions.shape
     num_actions, num_states, m = setup.num_actions, setup.num_states, setup.num_constraints
     paper = config.variant == "paper"
-    visits = config.combine == "visits"
+    visits = config.combine in ("visits", "mass")
+    mass = config.combine == "mass" and not features.one_hot  # one-hot: the same as "visits"
     n = train_state.step
     a_n, b_n = config.critic_step(n), config.actor_step(n)
     nu = train_state.multipliers
@@ -535,7 +548,7 @@ def update(
         per_state = jnp.concatenate([_along_actions(jnp.add, stats, 2), term_stats[None]], axis=0)  # (H+1, S, 2+M)
         counts, crit_sums = per_state[..., 0], per_state[..., 1:]
         # episodes whose features are active: n_hj = sum_s counts_h(s) 1[phi_hj(s) != 0]
-        active = features.project_active(counts)
+        active = features.project(counts) if mass else features.project_active(counts)
         critics = critics + a_n * _combine(features.project(crit_sums), active, k, visits)
         if paper:
             mu = batch.behaviour if batch.behaviour is not None else jax.nn.softmax(_logits_table(theta, features), axis=-1)
@@ -543,7 +556,7 @@ def update(
             inc = _combine(features.project(actor_tab), active[:-1], k, visits)
         else:  # stats already hold n_h(s, a) and sum delta per cell
             inc = _advantage_increment_from_sums(stats[..., 0], stats[..., 1], features, k, visits,
-                                                 per_state[:-1, :, 0], per_state[:-1, :, 1])
+                                                 per_state[:-1, :, 0], per_state[:-1, :, 1], mass)
         theta = jnp.clip(theta + b_n * inc, -config.theta_bound, config.theta_bound)
     elif features.one_hot:  # "samples": scatter straight into the visited rows
         if visits:
@@ -562,7 +575,10 @@ def update(
             theta = theta.at[hh[:-1], s_h, a_h].add(b_n * adv_weight / (count_s if visits else k))
         theta = theta.at[hh[:-1], s_h].set(jnp.clip(theta[hh[:-1], s_h], -config.theta_bound, config.theta_bound))
     else:  # "samples" with general features
-        active = jnp.sum((phi_all != 0).astype(errors.dtype), axis=1)  # (H+1, X)
+        if config.combine == "mass":  # summed activations sum_k phi_j(o_hk)
+            active = jnp.sum(phi_all, axis=1).astype(errors.dtype)  # (H+1, X)
+        else:
+            active = jnp.sum((phi_all != 0).astype(errors.dtype), axis=1)  # (H+1, X)
         critics = critics + a_n * _combine(jnp.einsum("hkx,hkc->hxc", phi_all, errors), active, k, visits)
         onehot_a = jax.nn.one_hot(a_h, num_actions, dtype=errors.dtype)
         if paper:

@@ -575,10 +575,8 @@ def update(
             theta = theta.at[hh[:-1], s_h, a_h].add(b_n * adv_weight / (count_s if visits else k))
         theta = theta.at[hh[:-1], s_h].set(jnp.clip(theta[hh[:-1], s_h], -config.theta_bound, config.theta_bound))
     else:  # "samples" with general features
-        if config.combine == "mass":  # summed activations sum_k phi_j(o_hk)
-            active = jnp.sum(phi_all, axis=1).astype(errors.dtype)  # (H+1, X)
-        else:
-            active = jnp.sum((phi_all != 0).astype(errors.dtype), axis=1)  # (H+1, X)
+        # samples activating each feature, or ("mass") their summed activation, (H+1, X)
+        active = jnp.sum(phi_all if mass else (phi_all != 0), axis=1).astype(errors.dtype)
         critics = critics + a_n * _combine(jnp.einsum("hkx,hkc->hxc", phi_all, errors), active, k, visits)
         onehot_a = jax.nn.one_hot(a_h, num_actions, dtype=errors.dtype)
         if paper:

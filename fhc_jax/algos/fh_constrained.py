@@ -547,7 +547,8 @@ def update(
         stats = stats.reshape(num_stages, num_states, num_actions, 2 + m)
         per_state = jnp.concatenate([_along_actions(jnp.add, stats, 2), term_stats[None]], axis=0)  # (H+1, S, 2+M)
         counts, crit_sums = per_state[..., 0], per_state[..., 1:]
-        # episodes whose features are active: n_hj = sum_s counts_h(s) 1[phi_hj(s) != 0]
+        # episodes whose features are active, n_hj = sum_s counts_h(s) 1[phi_hj(s) != 0], or
+        # ("mass") their summed activation sum_s counts_h(s) phi_hj(s)
         active = features.project(counts) if mass else features.project_active(counts)
         critics = critics + a_n * _combine(features.project(crit_sums), active, k, visits)
         if paper:

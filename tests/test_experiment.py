@@ -150,3 +150,23 @@ def test_fh_runs_written_before_the_features_env_default_load_and_resume(tmp_pat
     loaded = loading.load_run(out)
     assert loaded.spec.learner.features == features.RadialBasis(5) and loaded.iteration == 4
     assert loaded.train_states.features == features.RadialBasis(5)
+
+
+def test_stored_coarse_maps_without_stage_inputs_read_every_component():
+    """Settings written before coarse maps had ``stage_inputs`` load with True (those versions
+    mapped every observation component) whatever the current default; a switch of
+    ``features.kind`` keeps the option both kinds have."""
+    from fhc_jax.algos import features
+
+    spec = config_io.load_spec("fh-constrained", env="battery", overrides=["features.stage_inputs=false"])
+    assert spec.learner.features.stage_inputs is False
+    settings = spec.settings()
+    assert settings["features.stage_inputs"] is False
+    assert config_io.load_spec(settings=settings) == spec  # config.json round trip
+    old = {k: v for k, v in settings.items() if k != "features.stage_inputs"}
+    assert config_io.load_spec(settings=old).learner.features == features.RadialBasis(5, stage_inputs=True)
+    switched = config_io.load_spec("fh-constrained", env="battery", overrides=[
+        "features.stage_inputs=false", "features.kind=tile_coding", "features.tiles=6"]).learner.features
+    assert switched == features.TileCoding(tiles=6, stage_inputs=False)
+    with pytest.raises(config_io.ConfigError, match="features.stage_inputs"):
+        config_io.load_spec("fh-constrained", env="battery", overrides=["features.stage_inputs=maybe"])

@@ -154,6 +154,43 @@ def test_fh_constrained_with_features_of_continuous_observations(spec):
         assert c + c_half <= 2.0 * 1.1, c
 
 
+def test_stage_inputs_false_drops_the_components_that_only_tell_the_stage():
+    """``stage_inputs=False`` maps only the observation components that vary within a stage:
+    on BatteryStorage, (soc, d / sd) of (soc, d / sd, h / H), which is exactly the map of the
+    same environment observed without h / H; the learner trains on it and acts through it."""
+    feat, fc = fhc.algos.features, fhc.algos.fh_constrained
+    obs = np.zeros((3, 4, 4))
+    obs[..., 0] = np.arange(12).reshape(3, 4)  # varies within stages
+    obs[..., 1] = np.arange(4) / 4.0  # the stage
+    obs[..., 2] = 7.0  # constant
+    obs[1:, 3, 3] = 1.0  # varies within the last stage only
+    assert feat.stage_determined(obs).tolist() == [False, True, True, False]
+
+    env, flat = fhc.BatteryStorage(), fhc.BatteryStorage(observation="sd")
+    params = env.default_params
+    full = fc._features(feat.RadialBasis(5), env, params)
+    for spec, x in ((feat.RadialBasis(5, stage_inputs=False), 25), (feat.TileCoding(6, 3, stage_inputs=False), 108)):
+        dropped = fc._features(spec, env, params)
+        assert dropped.num_features == x and dropped.components == (0, 1)
+        o = learner.observation_sample(env, params)
+        reference = fc._features(dataclasses.replace(spec, stage_inputs=True), flat, params)
+        np.testing.assert_array_equal(np.asarray(dropped(o)), np.asarray(reference(o[:, :2])))
+    assert full.num_features == 125 and full.components is None
+    # nothing to drop on an observation without a stage component
+    assert fc._features(feat.RadialBasis(5, stage_inputs=False), DRIFT, DRIFT.default_params).components is None
+
+    cfg = fc.Config(num_iterations=2, episodes_per_iteration=8, eval_every=0, eval_episodes=16,
+                    features=feat.RadialBasis(3, stage_inputs=False))
+    out = jax.jit(fc.make_train(env, params, cfg))(jax.random.key(0))
+    assert out.state.theta.shape == (env.horizon, 9, env.num_actions)
+    ret = fhc.rollout_returns(jax.random.key(1), env, params, fc.policy(out.state, env, params), 16)
+    assert np.all(np.isfinite(np.asarray(ret.rewards)))
+    with pytest.raises(ValueError, match="RadialBasis.stage_inputs must be True or False, found 1"):
+        feat.RadialBasis(5, stage_inputs=1)
+    with pytest.raises(ValueError, match="TileCoding.stage_inputs must be True or False, found 'no'"):
+        feat.TileCoding(6, 3, stage_inputs="no")
+
+
 @pytest.mark.slow
 def test_fh_constrained_paths_agree_on_a_gridworld():
     """FH-Constrained forced onto the sampled path (fhc_jax.rollout with the policy acting on

@@ -10,7 +10,8 @@ Usage::
         [--episodes 20000] [--continuous]
 
 A dict value changes fields of a schedule default (``PowerSchedule`` init, power, decay);
-``"features": "TileCoding(6, 3)"`` (or ``"RadialBasis(7)"``) sets FH-Constrained's feature map.
+``"features": "TileCoding(6, 3)"`` (or ``"RadialBasis(7)"``, either optionally with
+``, stage_inputs=False``) sets FH-Constrained's feature map.
 
 LEARNER is one of fh_constrained, nn_constrained, ppo_lagrangian, cpo, ecop. ``--seeds tune``
 (default) = ``split(key(0), 5)``; ``heldout:N`` = ``split(fold_in(key(0), N), 5)``.
@@ -63,12 +64,14 @@ def main() -> None:
     # a dict value changes some fields of a schedule default, e.g. {"actor_step": {"init": 1.0}}
     base = module.Config()
     fields = {k: dataclasses.replace(getattr(base, k), **v) if isinstance(v, dict) else v for k, v in overrides.items()}
-    if isinstance(fields.get("features"), str):  # e.g. "TileCoding(6, 3)" or "RadialBasis(7)"
-        match = re.fullmatch(r"(RadialBasis|TileCoding)\(([\d, ]*)\)", fields["features"].strip())
+    if isinstance(fields.get("features"), str):  # e.g. "TileCoding(6, 3)" or "RadialBasis(7, stage_inputs=False)"
+        match = re.fullmatch(r"(RadialBasis|TileCoding)\(([\d, ]*?)(?:,\s*stage_inputs=(True|False))?\)",
+                             fields["features"].strip())
         if match is None:
-            raise SystemExit(f"battery_learner: features must look like 'RadialBasis(7)' or 'TileCoding(6, 3)', "
-                             f"found {fields['features']!r}")
-        fields["features"] = getattr(features, match[1])(*[int(x) for x in match[2].split(",") if x.strip()])
+            raise SystemExit(f"battery_learner: features must look like 'RadialBasis(7)' or 'TileCoding(6, 3)' "
+                             f"(optionally ', stage_inputs=False'), found {fields['features']!r}")
+        fields["features"] = getattr(features, match[1])(*[int(x) for x in match[2].split(",") if x.strip()],
+                                                         stage_inputs=match[3] != "False")
     config = module.Config(**fields)  # validated before compiling
     env = fhc.BatteryStorage(continuous_actions=args.continuous)
     params = env.default_params

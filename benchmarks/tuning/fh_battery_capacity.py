@@ -44,6 +44,9 @@ SPECS = {
     "rbf9": feat.RadialBasis(9),
     "tile4x2": feat.TileCoding(4, 2),
     "tile6x3": feat.TileCoding(6, 3),
+    "tile8x4": feat.TileCoding(8, 4),
+    "tile10x4": feat.TileCoding(10, 4),
+    "tile12x6": feat.TileCoding(12, 6),
 }
 
 
@@ -90,15 +93,17 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--judge-episodes", type=int, default=20_000)
+    parser.add_argument("--observation", default="sdt", choices=("sdt", "sd"),
+                        help="the battery's observation: with the stage (default) or without")
     args = parser.parse_args()
-    env = fhc.BatteryStorage()
+    env = fhc.BatteryStorage(observation=args.observation)
     params = env.default_params
     policy, _ = env.reference(params)
     ref = judge.monte_carlo(env, params, [policy], args.judge_episodes)
     print(f"reference: {ref['reward'][0]:.2f} EUR at {ref['costs'][0][0]:.3f} cycles", flush=True)
     obs, probs = reference_samples(env, params, policy, args.episodes, jax.random.key(7))
     result = {"reference_reward": float(ref["reward"][0]), "reference_cost": float(ref["costs"][0][0]),
-              "episodes": args.episodes, "steps": args.steps, "judge_episodes": args.judge_episodes, "rows": []}
+              "observation": args.observation, "episodes": args.episodes, "steps": args.steps, "judge_episodes": args.judge_episodes, "rows": []}
     for name in args.features.split(","):
         spec = SPECS[name]
         features = fc._features(spec, env, params)

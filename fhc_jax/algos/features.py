@@ -22,9 +22,20 @@ spec                  X (features)                   notes
 ``Custom(fn, X) ``     X                              ``fn(h, s) -> (X,)``, may depend on h
 ===================== ============================== ======================================
 
-Coarse maps (radial basis, tile coding) need grid coordinates: they support environments that
-spatial environments (``env.is_spatial``: row-major cells of ``env.grid_shape``, like
-:class:`fhc_jax.envs.GridWorld`); use ``Custom`` otherwise.
+On tabular environments coarse maps (radial basis, tile coding) need grid coordinates: they
+support spatial environments (``env.is_spatial``: row-major cells of ``env.grid_shape``, like
+:class:`fhc_jax.envs.GridWorld`); use ``Custom`` otherwise. On environments without tabular
+states they are maps of the raw observation (:class:`ObservationFeatures`), rescaled to [0, 1]
+by the box that a sample of uniform-policy episodes spans.
+
+Stage inputs: an observation may carry components that are functions of the stage alone, such
+as ``BatteryStorage``'s h / H. The learners' weights are per stage, so such a component tells
+them nothing that the stage index does not, while a coarse map over it multiplies the features
+by its resolution (t x for tile coding) and leaves each stage only the slice near its own value:
+``RadialBasis(5)`` of (soc, d, h / H) has 125 features of which a stage uses an effective 25.
+``stage_inputs=False`` drops the components that are constant within every stage of that sample
+(:func:`stage_determined`), so the map spans only the components that vary within a stage. The
+default ``True`` keeps them (the behaviour of earlier versions, which run directories record).
 """
 
 from __future__ import annotations
@@ -38,6 +49,11 @@ import numpy as np
 from flax import struct
 
 Array = jax.Array
+
+
+def _check_bool(owner: str, name: str, value: Any) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{owner}.{name} must be True or False, found {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,13 +74,19 @@ class RadialBasis:
     which keeps critic step sizes <= 1 stable). ``bias`` appends a constant feature 1.
 
     X = num_centers**2 (+1). Choose X < S for real function approximation (Assumption 2).
+
+    On raw observations (:func:`observation_features`) the lattice spans the D observation
+    components the map reads: all of them, or with ``stage_inputs=False`` only those that vary
+    within a stage (module docstring, "Stage inputs"); X = num_centers**D (+1).
     """
 
     num_centers: int = 4
     width: float | None = None
     bias: bool = False
+    stage_inputs: bool = True
 
     def __post_init__(self):
+        _check_bool("RadialBasis", "stage_inputs", self.stage_inputs)
         if isinstance(self.num_centers, bool) or not isinstance(self.num_centers, (int, np.integer)) or self.num_centers < 1:
             raise ValueError(f"RadialBasis.num_centers must be an integer >= 1, found {self.num_centers!r}")
         if self.width is not None and not (np.isfinite(self.width) and self.width > 0):
@@ -79,12 +101,15 @@ class TileCoding:
     """Binary tile coding over grid coordinates: ``num_tilings`` tilings of
     ``tiles x tiles`` tiles, each offset by a fraction of a tile along both axes.
     Every state activates exactly one tile per tiling; values are 1/num_tilings, so
-    sum_j phi_j(s) = 1. X = num_tilings * tiles**2."""
+    sum_j phi_j(s) = 1. X = num_tilings * tiles**2; on raw observations X = num_tilings *
+    tiles**D over the D components the map reads (``stage_inputs`` as in :class:`RadialBasis`)."""
 
     tiles: int = 3
     num_tilings: int = 2
+    stage_inputs: bool = True
 
     def __post_init__(self):
+        _check_bool("TileCoding", "stage_inputs", self.stage_inputs)
         for name in ("tiles", "num_tilings"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -232,38 +257,70 @@ class ObservationFeatures:
     make the policy non-stationary).
 
     Attributes:
-        low, high: the box, (D,). spec: the coarse map (static). num_features: X (static).
+        low, high: the box of the components read, (D',). spec: the coarse map (static).
+        num_features: X (static). components: the indices of the D' observation components the
+            map reads (static; all D unless the spec drops stage inputs).
     """
 
     low: Array
     high: Array
     spec: Any = struct.field(pytree_node=False, default=None)
     num_features: int = struct.field(pytree_node=False, default=0)
+    components: tuple[int, ...] | None = struct.field(pytree_node=False, default=None)
     one_hot = False
     per_stage = False
 
     def __call__(self, observation: Array) -> Array:
         """phi(o), (..., D) -> (..., X)."""
         shape = observation.shape[:-1]
+        if self.components is not None:
+            observation = observation[..., jnp.asarray(self.components)]
         u = jnp.clip((observation.reshape(-1, observation.shape[-1]) - self.low) / (self.high - self.low), 0.0, 1.0)
         fn = _radial_basis if isinstance(self.spec, RadialBasis) else _tile_coding
         return fn(self.spec, u.astype(jnp.float32), jnp).reshape(shape + (self.num_features,))
 
 
-def observation_features(spec: FeatureSpec, low: Array, high: Array) -> ObservationFeatures:
+def stage_determined(observations: Any, tolerance: float = 1e-6) -> np.ndarray:
+    """Which observation components are functions of the stage alone, (D,) bool.
+
+    Args:
+        observations: (N, H', D) observations of N episodes at the stages 0..H'-1 (any policy).
+        tolerance: a component is stage-determined when its range within every stage is at most
+            ``tolerance`` times max(1, its range over the whole sample).
+    """
+    obs = np.asarray(observations, np.float64)
+    within = np.max(obs.max(axis=0) - obs.min(axis=0), axis=0)  # (D,) largest within-stage range
+    overall = np.ptp(obs.reshape(-1, obs.shape[-1]), axis=0)
+    return within <= tolerance * np.maximum(overall, 1.0)
+
+
+def observation_features(spec: FeatureSpec, low: Array, high: Array,
+                         stage_determined_components: Any = None) -> ObservationFeatures:
     """:class:`ObservationFeatures` of a coarse ``spec`` on the box [low, high] (D,).
 
+    Args:
+        spec: :class:`RadialBasis` or :class:`TileCoding`.
+        low, high: (D,) the box of the observations.
+        stage_determined_components: (D,) bool, the components that are functions of the stage
+            alone (:func:`stage_determined`); read only when ``spec.stage_inputs`` is False, which
+            drops them (all D are kept if every component is stage-determined).
     Raises:
         ValueError: a spec that needs tabular states (``OneHot``, ``Custom``).
     """
     if not isinstance(spec, (RadialBasis, TileCoding)):
         raise ValueError(f"features: {type(spec).__name__} needs tabular states; on observations use "
                          "RadialBasis(...) or TileCoding(...)")
+    components = None
+    if not spec.stage_inputs and stage_determined_components is not None:
+        keep = np.flatnonzero(~np.asarray(stage_determined_components, bool))
+        if 0 < keep.size < np.size(low):
+            components = tuple(int(i) for i in keep)
+            low, high = np.asarray(low)[keep], np.asarray(high)[keep]
     low, high = jnp.asarray(low, jnp.float32), jnp.asarray(high, jnp.float32)
     high = jnp.where(high > low, high, low + 1.0)
     x = _radial_basis(spec, jnp.zeros((1, low.shape[0]), jnp.float32), jnp).shape[1] if isinstance(spec, RadialBasis) \
         else spec.num_tilings * spec.tiles ** low.shape[0]
-    return ObservationFeatures(low=low, high=high, spec=spec, num_features=int(x))
+    return ObservationFeatures(low=low, high=high, spec=spec, num_features=int(x), components=components)
 
 
 def build(spec: FeatureSpec, env, dtype=jnp.float32) -> FeatureTable:

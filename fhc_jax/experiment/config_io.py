@@ -267,7 +267,11 @@ def _build_learner_config(module, changes: dict[str, Any], tabular: bool) -> Any
         if isinstance(current, tuple(FEATURE_KINDS.values())):
             kind = subs.pop("kind", None)
             cls = FEATURE_KINDS[kind] if kind else type(current)
-            base = {} if kind and cls is not type(current) else {f.name: getattr(current, f.name) for f in dataclasses.fields(current)}
+            # another kind starts from its own defaults, but keeps the options both kinds have
+            # (``stage_inputs``: the environment's default choice holds for either coarse map)
+            own = {f.name for f in dataclasses.fields(cls)}
+            base = {f.name: getattr(current, f.name) for f in dataclasses.fields(current)
+                    if not (kind and cls is not type(current)) or f.name in own}
             valid = {f.name for f in dataclasses.fields(cls)}
             wrong = sorted(set(subs) - valid)
             if wrong:
@@ -306,9 +310,12 @@ def load_spec(
             environment's constructor and the learner's ``Config``), an unknown algorithm or
             environment.
     """
-    values: dict[str, Any] = {}
-    for source in (defaults or {}, settings or {}):
-        values.update(flatten(source))
+    values: dict[str, Any] = dict(flatten(defaults or {}))
+    stored = flatten(settings or {})
+    if "features.kind" in stored and stored["features.kind"] != "one_hot" and "features.stage_inputs" not in stored:
+        # written before coarse maps had the option: those versions read every observation component
+        stored["features.stage_inputs"] = True
+    values.update(stored)
     if config_file is not None:
         values.update(read_toml(config_file))
     for text in overrides:

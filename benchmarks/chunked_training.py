@@ -50,7 +50,7 @@ def main() -> None:
     env = fhc.GridWorld()
     params = env.default_params
     if args.iterations is None:
-        args.iterations = fc.Config().num_iterations
+        args.iterations = fhc.algos.resolve_env_defaults(fc.Config(), True).num_iterations  # GridWorld: tabular
     cfg = fc.Config(num_iterations=args.iterations)
     keys = seed_keys(0, args.seeds)
     steps = args.iterations * cfg.episodes_per_iteration * env.horizon * args.seeds

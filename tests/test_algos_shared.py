@@ -214,8 +214,9 @@ def test_stack_rejects_static_differences():
 def test_env_defaults_resolve_per_environment_and_explicit_values_hold():
     """FH-Constrained's features default is an EnvDefault: make_learner (and the experiment
     layer, which knows the environment) resolve it to one-hot on GridWorld and to
-    RadialBasis(5) of the observations on BatteryStorage; a value set explicitly holds (one-hot
-    on an environment without tabular states is an error, not silently replaced)."""
+    Auto() of the observations on BatteryStorage (which chooses TileCoding(6, 3) of the two
+    components that vary within a stage); a value set explicitly holds (one-hot on an
+    environment without tabular states is an error, not silently replaced)."""
     from fhc_jax.algos import fh_constrained as fc
     from fhc_jax.experiment.config_io import ConfigError, learner_settings, load_spec
 
@@ -224,9 +225,10 @@ def test_env_defaults_resolve_per_environment_and_explicit_values_hold():
     grid, battery = GridWorld(size=3, horizon=4), fhc.BatteryStorage()
     on_grid = fc.make_learner(grid, grid.default_params, cfg).config
     on_battery = fc.make_learner(battery, battery.default_params, cfg).config
-    assert on_grid.features == features.OneHot() and on_battery.features == features.RadialBasis(5)
+    assert on_grid.features == features.OneHot() and on_battery.features == features.Auto()
     # the feature map's combination rule and the critics' trace follow it (docs/algorithms/fh_constrained.md)
     assert (on_grid.combine, on_grid.trace) == ("visits", 0.5) and (on_battery.combine, on_battery.trace) == ("mass", 1.0)
+    assert (on_grid.num_iterations, on_battery.num_iterations) == (2500, 5000)
     assert not hp.has_env_defaults(on_grid) and on_grid.critic_step == cfg.critic_step
     # the answer follows the environment, not the path: GridWorld forced onto the sampled path
     assert fc.make_learner(grid, grid.default_params, cfg.replace(path="sampled")).config.features == features.OneHot()
@@ -234,9 +236,13 @@ def test_env_defaults_resolve_per_environment_and_explicit_values_hold():
     assert fc.make_learner(battery, battery.default_params, tiles).config.features == features.TileCoding(2, 3)
     with pytest.raises(ValueError, match="OneHot needs tabular states"):
         fc.make_learner(battery, battery.default_params, cfg.replace(features=features.OneHot()))
-    # the train state records the features used, so the policy can be rebuilt from it alone
+    # the train state records the features used (the map Auto chose), so the policy can be
+    # rebuilt from it alone
     setup = fc.setup(battery, battery.default_params, cfg)
-    assert fc.init(jax.random.key(0), setup, cfg).features == features.RadialBasis(5)
+    assert fc.init(jax.random.key(0), setup, cfg).features == features.TileCoding(6, 3, stage_inputs=False)
+    assert setup.features.num_features == 108
+    with pytest.raises(ValueError, match="Auto\\(\\) chooses a map of raw observations; GridWorld has tabular states"):
+        fc.make_train(grid, grid.default_params, cfg.replace(features=features.Auto()))
     # both values are validated; an error names the field and which default is wrong
     with pytest.raises(ValueError, match=r"Config.features must be a feature spec .*\(its default on environments "
                                          r"without a tabular exact model\)"):
@@ -246,11 +252,14 @@ def test_env_defaults_resolve_per_environment_and_explicit_values_hold():
     # the experiment layer resolves for the environment it builds; config.json gets plain values
     assert load_spec("fh-constrained").learner.features == features.OneHot()
     spec = load_spec("fh-constrained", env="battery")
-    assert spec.learner.features == features.RadialBasis(5)
-    assert learner_settings(spec.learner)["features.kind"] == "radial_basis"
-    assert load_spec("fh-constrained", env="battery", overrides=["features.num_centers=3"]).learner.features == \
-        features.RadialBasis(3)
-    with pytest.raises(ConfigError, match="features still holds its environment-dependent default"):
+    assert spec.learner.features == features.Auto()
+    assert learner_settings(spec.learner)["features.kind"] == "auto"
+    assert load_spec("fh-constrained", env="battery", overrides=["features.max_features=100"]).learner.features == \
+        features.Auto(max_features=100)
+    assert load_spec("fh-constrained", env="battery", overrides=[
+        "features.kind=radial_basis", "features.num_centers=3"]).learner.features == \
+        features.RadialBasis(3, stage_inputs=False)  # a switch of kind keeps stage_inputs
+    with pytest.raises(ConfigError, match="num_iterations still holds its environment-dependent default"):
         learner_settings(cfg)
     # stacking configs that set a field beside configs that keep its default needs the environment
     from fhc_jax.algos import nn_constrained as nc

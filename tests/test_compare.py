@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fhc_jax.algos import fh_constrained
+from fhc_jax.algos import fh_constrained, resolve_env_defaults
 from fhc_jax.cli import main
 from fhc_jax.experiment import compare, config_io, judge
 
@@ -166,7 +166,8 @@ def test_selection_and_settings_validation():
     assert [s.algo for s in specs] == ["fh-constrained", "cpo"]
     assert all(s.env["size"] == 4 and s.seeds == 3 for s in specs)
     assert specs[1].learner.num_iterations == 7 and specs[1].learner.observation == "xyt"
-    assert specs[0].learner.num_iterations == fh_constrained.Config().num_iterations and specs[0].learner.theta_bound == 2.0
+    default = resolve_env_defaults(fh_constrained.Config(), True)  # GridWorld has a tabular exact model
+    assert specs[0].learner.num_iterations == default.num_iterations and specs[0].learner.theta_bound == 2.0
     for bad in (["nope=1"], ["cpo.nope=1"], ["env.nope=1"], ["observation=xyt"]):
         with pytest.raises(config_io.ConfigError):
             compare.build_specs(compare.select_runs(["fh-constrained", "cpo"]), 2, bad)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.algos import fh_constrained as fc
+from fhc_jax.algos import fh_constrained as fc, resolve_env_defaults
 from fhc_jax.experiment import checkpoint, config_io, registry, runner, sweep
 
 TINY = ["env.size=3", "env.horizon=4", "num_iterations=20", "episodes_per_iteration=8", "run.chunk_size=5"]
@@ -20,7 +20,9 @@ def test_registry_names_and_errors():
                                                "saute-lag"]
     assert registry.ALGORITHMS["ppo-lag"] == "ppo_lagrangian"
     for module in registry.LEARNERS.values():
-        assert callable(module.make_learner) and callable(module.make_train) and module.Config().num_iterations >= 1
+        for tabular in (True, False):
+            assert resolve_env_defaults(module.Config(), tabular).num_iterations >= 1
+        assert callable(module.make_learner) and callable(module.make_train)
     with pytest.raises(ValueError, match="unknown algorithm 'sac'.*fh-constrained"):
         registry.load_algorithm("sac")
 
@@ -130,7 +132,7 @@ def test_fh_runs_written_before_the_features_env_default_load_and_resume(tmp_pat
     out = tmp_path / "legacy"
     spec = config_io.load_spec("fh-constrained", env="battery", seeds=1, overrides=[
         "num_iterations=4", "episodes_per_iteration=8", "run.chunk_size=2", "run.checkpoint_every=1",
-        "run.eval_episodes=16"])
+        "run.eval_episodes=16", "features.kind=radial_basis", "features.num_centers=5", "features.stage_inputs=true"])
     assert spec.learner.features == features.RadialBasis(5)
     training.train_run(spec, out, max_chunks=1, quiet=True)
     config = json.loads((out / rundir.CONFIG).read_text())
@@ -158,15 +160,18 @@ def test_stored_coarse_maps_without_stage_inputs_read_every_component():
     ``features.kind`` keeps the option both kinds have."""
     from fhc_jax.algos import features
 
-    spec = config_io.load_spec("fh-constrained", env="battery", overrides=["features.stage_inputs=false"])
-    assert spec.learner.features.stage_inputs is False
+    spec = config_io.load_spec("fh-constrained", env="battery", overrides=[
+        "features.kind=radial_basis", "features.num_centers=5", "features.stage_inputs=false"])
+    assert spec.learner.features == features.RadialBasis(5, stage_inputs=False)
     settings = spec.settings()
     assert settings["features.stage_inputs"] is False
     assert config_io.load_spec(settings=settings) == spec  # config.json round trip
     old = {k: v for k, v in settings.items() if k != "features.stage_inputs"}
     assert config_io.load_spec(settings=old).learner.features == features.RadialBasis(5, stage_inputs=True)
     switched = config_io.load_spec("fh-constrained", env="battery", overrides=[
-        "features.stage_inputs=false", "features.kind=tile_coding", "features.tiles=6"]).learner.features
-    assert switched == features.TileCoding(tiles=6, stage_inputs=False)
+        "features.kind=tile_coding", "features.tiles=6"]).learner.features
+    assert switched == features.TileCoding(tiles=6, stage_inputs=False)  # from Auto()'s stage_inputs
+    assert config_io.load_spec("fh-constrained", env="battery", overrides=[
+        "features.stage_inputs=true", "features.kind=tile_coding"]).learner.features == features.TileCoding()
     with pytest.raises(config_io.ConfigError, match="features.stage_inputs"):
         config_io.load_spec("fh-constrained", env="battery", overrides=["features.stage_inputs=maybe"])

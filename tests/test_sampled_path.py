@@ -154,7 +154,7 @@ def test_fh_constrained_with_features_of_continuous_observations(spec):
         assert c + c_half <= 2.0 * 1.1, c
 
 
-def test_stage_inputs_false_drops_the_components_that_only_tell_the_stage():
+def test_stage_inputs_false_drops_the_components_that_only_tell_the_stage_and_auto_sizes_the_map():
     """``stage_inputs=False`` maps only the observation components that vary within a stage:
     on BatteryStorage, (soc, d / sd) of (soc, d / sd, h / H), which is exactly the map of the
     same environment observed without h / H; the learner trains on it and acts through it."""
@@ -185,6 +185,14 @@ def test_stage_inputs_false_drops_the_components_that_only_tell_the_stage():
     assert out.state.theta.shape == (env.horizon, 9, env.num_actions)
     ret = fhc.rollout_returns(jax.random.key(1), env, params, fc.policy(out.state, env, params), 16)
     assert np.all(np.isfinite(np.asarray(ret.rewards)))
+    # Auto(): the finest map of its ladder within max_features, for the components it reads
+    tile, rbf = feat.TileCoding(6, 3, stage_inputs=False), lambda n: feat.RadialBasis(n, stage_inputs=False)
+    assert [feat.Auto().choose(d) for d in range(1, 8)] == [tile, tile, tile, rbf(5), rbf(3), rbf(3), rbf(2)]
+    assert feat.Auto(max_features=50, stage_inputs=True).choose(2) == feat.RadialBasis(5)
+    chosen = fc._features(feat.Auto(), env, params)
+    assert chosen.spec == tile and chosen.components == (0, 1) and chosen.num_features == 108
+    with pytest.raises(ValueError, match="Auto.max_features must be an integer >= 1, found 0"):
+        feat.Auto(max_features=0)
     with pytest.raises(ValueError, match="RadialBasis.stage_inputs must be True or False, found 1"):
         feat.RadialBasis(5, stage_inputs=1)
     with pytest.raises(ValueError, match="TileCoding.stage_inputs must be True or False, found 'no'"):

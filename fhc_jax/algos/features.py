@@ -20,6 +20,9 @@ spec                  X (features)                   notes
 ``TileCoding(t, k)``  k*t*t                          k offset tilings of t x t tiles over
                                                      the coordinates, binary, scaled 1/k
 ``Custom(fn, X) ``     X                              ``fn(h, s) -> (X,)``, may depend on h
+``Auto(max_features)`` that of the map it chooses     raw observations only: a tile coding
+                                                     or radial basis sized by the number of
+                                                     components (:class:`Auto`)
 ===================== ============================== ======================================
 
 On tabular environments coarse maps (radial basis, tile coding) need grid coordinates: they
@@ -120,6 +123,52 @@ class TileCoding:
 
 
 @dataclasses.dataclass(frozen=True)
+class Auto:
+    """A coarse map of raw observations chosen by their size: FH-Constrained's default on
+    environments without tabular states.
+
+    Of the D' observation components the map reads (those that vary within a stage, or all D
+    with ``stage_inputs=True``; module docstring, "Stage inputs"), the first of
+    :data:`AUTO_LADDER` = TileCoding(6, 3), RadialBasis(5), RadialBasis(4), RadialBasis(3),
+    RadialBasis(2) with at most ``max_features`` features (the last if none has):
+    D' <= 3 gives TileCoding(6, 3) (3 x 6^D' <= 648 features), D' = 4 RadialBasis(5) (625),
+    D' = 5, 6 RadialBasis(3) (243, 729). Tile coding is the sharper map at a given size (a
+    per-stage softmax policy linear in it, theta within +-4, imitates BatteryStorage's reference
+    to 96.6% where RadialBasis(5) reaches 90.8%), but its 3 x 6^D' features outgrow any budget
+    beyond D' = 3. The choice is made where the features are built (from the same fixed-key
+    sample each time) and the learner's train state records the map chosen. Needs raw
+    observations: on tabular environments choose a map explicitly.
+    """
+
+    max_features: int = 1000
+    stage_inputs: bool = False
+
+    def __post_init__(self):
+        _check_bool("Auto", "stage_inputs", self.stage_inputs)
+        v = self.max_features
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"Auto.max_features must be an integer >= 1, found {v!r}")
+
+    def choose(self, num_components: int) -> "RadialBasis | TileCoding":
+        """The map for ``num_components`` = D' components (its ``stage_inputs`` this one's)."""
+        for spec in AUTO_LADDER:
+            if _size(spec, num_components) <= self.max_features:
+                break
+        return dataclasses.replace(spec, stage_inputs=self.stage_inputs)
+
+
+def _size(spec: "RadialBasis | TileCoding", dim: int) -> int:
+    """X of a coarse map over ``dim`` components."""
+    if isinstance(spec, TileCoding):
+        return spec.num_tilings * spec.tiles**dim
+    return spec.num_centers**dim + int(spec.bias)
+
+
+#: the maps :class:`Auto` chooses from, finest first
+AUTO_LADDER: tuple = (TileCoding(6, 3), RadialBasis(5), RadialBasis(4), RadialBasis(3), RadialBasis(2))
+
+
+@dataclasses.dataclass(frozen=True)
 class Custom:
     """A user-supplied feature function ``fn(h, s) -> (num_features,)``.
 
@@ -144,7 +193,7 @@ class Custom:
         return int(self.dim)
 
 
-FeatureSpec = Union[OneHot, RadialBasis, TileCoding, Custom]
+FeatureSpec = Union[OneHot, RadialBasis, TileCoding, Custom, Auto]
 
 
 @struct.dataclass
@@ -307,15 +356,17 @@ def observation_features(spec: FeatureSpec, low: Array, high: Array,
     Raises:
         ValueError: a spec that needs tabular states (``OneHot``, ``Custom``).
     """
-    if not isinstance(spec, (RadialBasis, TileCoding)):
+    if not isinstance(spec, (RadialBasis, TileCoding, Auto)):
         raise ValueError(f"features: {type(spec).__name__} needs tabular states; on observations use "
-                         "RadialBasis(...) or TileCoding(...)")
+                         "Auto(), RadialBasis(...) or TileCoding(...)")
     components = None
     if not spec.stage_inputs and stage_determined_components is not None:
         keep = np.flatnonzero(~np.asarray(stage_determined_components, bool))
         if 0 < keep.size < np.size(low):
             components = tuple(int(i) for i in keep)
             low, high = np.asarray(low)[keep], np.asarray(high)[keep]
+    if isinstance(spec, Auto):
+        spec = spec.choose(int(np.size(low)))
     low, high = jnp.asarray(low, jnp.float32), jnp.asarray(high, jnp.float32)
     high = jnp.where(high > low, high, low + 1.0)
     x = _radial_basis(spec, jnp.zeros((1, low.shape[0]), jnp.float32), jnp).shape[1] if isinstance(spec, RadialBasis) \
@@ -338,6 +389,9 @@ def build(spec: FeatureSpec, env, dtype=jnp.float32) -> FeatureTable:
             returning the wrong shape or non-finite values.
     """
     s = int(env.num_states)
+    if isinstance(spec, Auto):
+        raise ValueError(f"features: Auto() chooses a map of raw observations; {env.name} has tabular states, so "
+                         "choose OneHot(), RadialBasis(...), TileCoding(...) or Custom(...)")
     if isinstance(spec, OneHot):
         return FeatureTable(table=None, one_hot=True, per_stage=False, num_features=s)
     if isinstance(spec, RadialBasis):

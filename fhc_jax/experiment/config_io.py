@@ -68,7 +68,7 @@ _RUN_MINIMA: dict[str, float] = {"seeds": 1, "seed": 0, "chunk_size": 0, "checkp
 
 #: feature-spec kinds settable through ``features.kind``
 FEATURE_KINDS: dict[str, type] = {"one_hot": feat.OneHot, "radial_basis": feat.RadialBasis,
-                                  "tile_coding": feat.TileCoding}
+                                  "tile_coding": feat.TileCoding, "auto": feat.Auto}
 
 
 # ----------------------------------------------------------------------------- the learner's schema

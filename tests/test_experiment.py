@@ -175,3 +175,4 @@ def test_stored_coarse_maps_without_stage_inputs_read_every_component():
         "features.stage_inputs=true", "features.kind=tile_coding"]).learner.features == features.TileCoding()
     with pytest.raises(config_io.ConfigError, match="features.stage_inputs"):
         config_io.load_spec("fh-constrained", env="battery", overrides=["features.stage_inputs=maybe"])
+

@@ -278,3 +278,40 @@ def test_learners_train_in_the_signals_units_and_report_in_the_environments():
     outs = [jax.jit(nc.make_train(e, e.default_params, cfg))(jax.random.key(0)) for e in (DRIFT, cents)]
     np.testing.assert_allclose(outs[1].metrics.reward, 100.0 * outs[0].metrics.reward, rtol=1e-4)
     np.testing.assert_allclose(outs[1].metrics.exact.reward, 100.0 * outs[0].metrics.exact.reward, rtol=1e-4)
+
+
+@pytest.mark.parametrize("floor", [1e-4, 0.3])
+def test_fh_importance_floor_in_the_sampled_actor_increment(floor):
+    """Without tabular states the improved actor's increment is b(n) sum_k phi_hk (delta_hk
+    (e_a / max(mu_a, floor) - 1)) / max(sum_k phi_hk, 1) (``combine="mass"``), against a numpy
+    reference: critics at 0 and Monte-Carlo targets (trace 1), so delta_h is the Lagrangian
+    return of stage h."""
+    fc, feat = fhc.algos.fh_constrained, fhc.algos.features
+    env, params = DRIFT, DRIFT.default_params
+    cfg = fc.Config(features=feat.RadialBasis(3), importance_floor=floor, theta_bound=100.0, initial_multiplier=0.5)
+    setup = fc.setup(env, params, cfg)
+    state = fc.init(jax.random.key(0), setup, cfg)
+    theta = jnp.asarray(np.random.default_rng(0).normal(0.0, 3.0, state.theta.shape), jnp.float32)
+    state = state.replace(theta=theta, theta_average=theta)
+    traj = fhc.rollout(jax.random.key(1), env, params, fc.policy(state, env, params), 64)
+    batch = fhc.algos.tabular_rollout.batch_from_trajectory(traj)
+    new = fc.update(state, batch, None, setup, cfg)[0]
+
+    phi = np.asarray(setup.features(batch.observations), np.float64)  # (H+1, K, X)
+    nu = 0.5
+    lag = np.asarray(batch.rewards, np.float64) - nu * np.asarray(batch.costs, np.float64)[..., 0]  # (H, K)
+    final = np.asarray(batch.terminal_rewards, np.float64) - nu * np.asarray(batch.terminal_costs, np.float64)[:, 0]
+    delta = np.cumsum(lag[::-1], axis=0)[::-1] + final  # (H, K)
+    logits = np.einsum("hkx,hxa->hka", phi[:-1], np.asarray(theta, np.float64))
+    mu = np.exp(logits - logits.max(-1, keepdims=True))
+    mu /= mu.sum(-1, keepdims=True)
+    onehot = np.eye(env.num_actions)[np.asarray(batch.actions)]  # (H, K, A)
+    mu_a = np.sum(mu * onehot, -1, keepdims=True)
+    assert (mu_a < 0.3).mean() > 0.1  # the floors 1e-4 and 0.3 give different increments here
+    per_sample = delta[..., None] * (onehot / np.maximum(mu_a, floor) - 1.0)
+    inc = np.einsum("hkx,hka->hxa", phi[:-1], per_sample) / np.maximum(phi[:-1].sum(1), 1.0)[..., None]
+    expected = np.asarray(theta, np.float64) + 3.0 * inc  # b(0) = actor_step.init
+    np.testing.assert_allclose(np.asarray(new.theta), expected, rtol=1e-4, atol=1e-3)
+    assert fc.Config().importance_floor == 0.05  # the fixed floor of earlier versions
+    with pytest.raises(ValueError, match=r"importance_floor must lie in \(0, 1\], found 0"):
+        fc.Config(importance_floor=0.0)

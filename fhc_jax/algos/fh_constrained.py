@@ -46,8 +46,6 @@ VARIANTS = ("paper", "improved")
 COMBINE_RULES = ("visits", "mean", "mass")
 UPDATE_FORMS = ("auto", "table", "samples")
 
-#: floor of the behaviour probability in the sampled path's importance-weighted actor increment
-MU_FLOOR = 0.05
 PATHS = ("auto", "tabular", "sampled")
 _FEATURE_SPECS = (feat.OneHot, feat.RadialBasis, feat.TileCoding, feat.Custom, feat.Auto)
 
@@ -111,6 +109,12 @@ class Config:
             evaluations in the metrics, :func:`policy`) is softmax of the exponential Polyak
             average theta_bar <- beta theta_bar + (1 - beta) theta(n+1) (Polyak & Juditsky 1992);
             0 reports the last iterate. Rollouts during training always use theta(n).
+        importance_floor: the floor of the behaviour probability mu_a in the improved actor's
+            importance-weighted increment delta (e_a / max(mu_a, floor) - 1) on environments
+            without tabular states, in (0, 1] (unused elsewhere; the fixed value of earlier
+            versions, so their run directories load unchanged). Below the floor an action's
+            expected increment shrinks by mu_a / floor. On BatteryStorage 0.01 did no better
+            than 0.05 on fresh seeds (docs/algorithms/fh_constrained.md).
     """
 
     num_iterations: int = static(EnvDefault(tabular=2500, non_tabular=5000), low=1)
@@ -134,6 +138,7 @@ class Config:
     trace: float = numeric(EnvDefault(tabular=0.5, non_tabular=1.0), low=0.0, high=1.0)
     multiplier_gain: float = numeric(0.01, low=0.0)
     policy_averaging: float = numeric(0.99, low=0.0, high=1.0, high_open=True)
+    importance_floor: float = numeric(0.05, low=0.0, high=1.0, low_open=True)
 
 
 @struct.dataclass
@@ -597,10 +602,10 @@ def update(
             per_sample = delta[..., None] * (onehot_a - mu_rows)
         elif s_all is None:  # no tabular states: the sample's own advantage G - v^T phi(o),
             # importance-weighted, delta (e_a / mu_a - 1): unbiased for the advantage vector
-            # whatever the critic's error (docs/algorithms/fh_constrained.md); mu_a >= MU_FLOOR
+            # whatever the critic's error (docs/algorithms/fh_constrained.md); mu_a >= the floor
             mu_rows = jax.nn.softmax(jnp.einsum("hkx,hxa->hka", phi_all[:-1], theta), axis=-1)
             mu_a = jnp.sum(mu_rows * onehot_a, axis=-1, keepdims=True)
-            per_sample = delta[..., None] * (onehot_a / jnp.maximum(mu_a, MU_FLOOR) - 1.0)
+            per_sample = delta[..., None] * (onehot_a / jnp.maximum(mu_a, config.importance_floor) - 1.0)
         else:
             per_sample = _advantage_weights(s_h, a_h, delta, num_actions)[0][..., None] * onehot_a
         inc = _combine(jnp.einsum("hkx,hka->hxa", phi_all[:-1], per_sample), active[:-1], k, visits)

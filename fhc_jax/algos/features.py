@@ -369,9 +369,8 @@ def observation_features(spec: FeatureSpec, low: Array, high: Array,
         spec = spec.choose(int(np.size(low)))
     low, high = jnp.asarray(low, jnp.float32), jnp.asarray(high, jnp.float32)
     high = jnp.where(high > low, high, low + 1.0)
-    x = _radial_basis(spec, jnp.zeros((1, low.shape[0]), jnp.float32), jnp).shape[1] if isinstance(spec, RadialBasis) \
-        else spec.num_tilings * spec.tiles ** low.shape[0]
-    return ObservationFeatures(low=low, high=high, spec=spec, num_features=int(x), components=components)
+    return ObservationFeatures(low=low, high=high, spec=spec, num_features=_size(spec, int(low.shape[0])),
+                               components=components)
 
 
 def build(spec: FeatureSpec, env, dtype=jnp.float32) -> FeatureTable:

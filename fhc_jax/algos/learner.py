@@ -273,11 +273,11 @@ def observation_sample_by_stage(env, params, num_episodes: int = 64) -> Array:
 def observation_sample(env, params, num_episodes: int = 64) -> Array:
     """Raw observations of s_0..s_H in ``num_episodes`` episodes of the uniform policy (fixed
     key), (N, D): the sample that input standardisation and feature boxes are fitted to on
-    environments without tabular states (host-side)."""
-    traj = jax.jit(rollout, static_argnums=(1, 3, 4))(
-        jax.random.key(EVALUATION_KEY), env, params, random_policy(env), num_episodes)
-    d = traj.observations.shape[-1]
-    return jnp.concatenate([traj.observations.reshape(-1, d), traj.final_observations.reshape(-1, d)]).astype(jnp.float32)
+    environments without tabular states (host-side). Rows: s_0..s_{H-1} of every episode, then
+    every episode's s_H."""
+    by_stage = observation_sample_by_stage(env, params, num_episodes)  # (N, H+1, D)
+    d = by_stage.shape[-1]
+    return jnp.concatenate([by_stage[:, :-1].reshape(-1, d), by_stage[:, -1]])
 
 
 def monte_carlo_evaluator(env, params, num_episodes: int, head: Any = None) -> Callable[[Callable], tuple[Array, Array]]:

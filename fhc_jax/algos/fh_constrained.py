@@ -30,8 +30,7 @@ from flax import struct
 from fhc_jax.algos import features as feat, learner, multipliers
 from fhc_jax.algos.hyperparameters import (EnvDefault, PowerSchedule, hyperparameters, numeric, resolve_env_defaults,
                                            schedule, static)
-from fhc_jax.algos.learner import (ExactMetrics, judged_exactly, observation_policy, observation_sample,
-                                   observation_sample_by_stage)
+from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy, observation_sample_by_stage
 from fhc_jax.algos.policies import observation_to_index
 from fhc_jax.rollout import rollout as rollout_episodes
 from fhc_jax.algos.returns import lagrangian_targets, visit_averaged_advantages
@@ -235,13 +234,9 @@ def resolve_update_form(config: Config, num_states: int) -> str:
 def _features(spec: FeatureSpec, env, params) -> Any:
     if env.is_tabular:
         return feat.build(spec, env)
-    if getattr(spec, "stage_inputs", True):
-        sample = observation_sample(env, params)
-        return feat.observation_features(spec, sample.min(axis=0), sample.max(axis=0))
-    by_stage = observation_sample_by_stage(env, params)  # (N, H+1, D)
+    by_stage = observation_sample_by_stage(env, params)  # (N, H+1, D); its box is observation_sample's
     sample = by_stage.reshape(-1, by_stage.shape[-1])
-    return feat.observation_features(spec, sample.min(axis=0), sample.max(axis=0),
-                                     feat.stage_determined(by_stage))
+    return feat.observation_features(spec, sample.min(axis=0), sample.max(axis=0), feat.stage_determined(by_stage))
 
 
 def _setup(env, params, spec: FeatureSpec, sampled: bool, model, thresholds, form: str) -> Setup:

@@ -269,10 +269,9 @@ def _build_learner_config(module, changes: dict[str, Any], tabular: bool) -> Any
             cls = FEATURE_KINDS[kind] if kind else type(current)
             # another kind starts from its own defaults, but keeps the options both kinds have
             # (``stage_inputs``: the environment's default choice holds for either coarse map)
-            own = {f.name for f in dataclasses.fields(cls)}
-            base = {f.name: getattr(current, f.name) for f in dataclasses.fields(current)
-                    if not (kind and cls is not type(current)) or f.name in own}
             valid = {f.name for f in dataclasses.fields(cls)}
+            base = {f.name: getattr(current, f.name) for f in dataclasses.fields(current)
+                    if not (kind and cls is not type(current)) or f.name in valid}
             wrong = sorted(set(subs) - valid)
             if wrong:
                 kind_name = next(k for k, c in FEATURE_KINDS.items() if c is cls)

@@ -16,11 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: battery.quality
 
-from battery import quality  # noqa: E402
+from battery import quality
 
-from fhc_jax.algos import ppo_lagrangian  # noqa: E402
-from fhc_jax.envs import gymnax_interop  # noqa: E402
-from fhc_jax.experiment.rundir import write_json_atomic  # noqa: E402
+from fhc_jax.algos import ppo_lagrangian
+from fhc_jax.envs import gymnax_interop
+from fhc_jax.experiment.rundir import write_json_atomic
 
 SEEDS, EPISODES = 5, 100_000
 

@@ -11,7 +11,13 @@ TASK is pendulum (gymnax Pendulum-v1 with its torque budget), battery_c
 (``BatteryStorage(continuous_actions=True)``) or battery_d (``BatteryStorage()``); the JSON
 dict sets Config fields ("schedule.init"-style keys reach into schedules); the 5 seeds are
 ``split(fold_in(key(0), HELD_OUT), 5)``. Batteries report the share of the reference policy's
-reward (``judge.reference_optimum``, 100,000 episodes).
+reward (``judge.reference_optimum``, 100,000 episodes). Box-action tasks also report each seed's
+final per-stage sigma of the current actor (min / median / max over the stages, at the standardised input 0).
+
+A diagnostic key that is not a ``Config`` field: ``"log_std_min": -2.3`` raises the Gaussian
+head's lower log-std bound (``fhc_jax.algos.distributions.LOG_STD_MIN``, -5 by default:
+sigma >= e^-5 half ranges) for the whole run, training and judgement alike (a sigma floor;
+docs/algorithms/nn_constrained.md, "Standardized multiplier units").
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import jax
 import numpy as np
 
 import fhc_jax as fhc
+from fhc_jax.algos import distributions, nn_losses
 from fhc_jax.algos import nn_constrained as nc
 from fhc_jax.envs import gymnax_interop
 from fhc_jax.experiment import judge
@@ -35,12 +42,31 @@ TASKS = {"pendulum": gymnax_interop.pendulum, "battery_c": lambda: fhc.BatterySt
 SEEDS, EPISODES = 5, 20_000
 
 
+def stage_sigmas(env, params, state) -> list[float] | None:
+    """(min, median, max) over the stages of the current actor's sigma (the one that rolls out
+    and would have to respond to the multiplier; first action dimension, environment units) at
+    the standardised input 0; None for discrete actions."""
+    setup = nc.policy_setup(env, params, state)
+    if not isinstance(setup.head, distributions.DiagonalGaussian):
+        return None
+    current = state.replace(actor_average=state.actor)  # observation_logits reads the reported actor
+    outs = jax.vmap(lambda h: nc.observation_logits(current, setup, setup.shift, h))(np.arange(env.horizon))
+    sigma = np.exp(np.asarray(setup.head.mean_log_std(outs)[1][:, 0]))
+    return [float(sigma.min()), float(np.median(sigma)), float(sigma.max())]
+
+
 def main() -> None:
     if len(sys.argv) < 4 or sys.argv[1] not in TASKS:
         raise SystemExit(f"usage: nn_curves.py {{{','.join(TASKS)}}} CONFIG_JSON HELD_OUT [OUT.json]")
     task, overrides, held_out = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
     env = TASKS[task]()
     params = env.default_params
+    floor = overrides.pop("log_std_min", None)
+    if floor is not None:  # a diagnostic sigma floor: both modules read the bound at trace time
+        distributions.LOG_STD_MIN = nn_losses.LOG_STD_MIN = float(floor)
+        overrides_out = {**overrides, "log_std_min": float(floor)}
+    else:
+        overrides_out = overrides
     cfg = nc.Config(eval_every=0, eval_episodes=2)
     for field, value in overrides.items():
         outer, _, inner = field.partition(".")
@@ -49,7 +75,7 @@ def main() -> None:
     t0 = time.perf_counter()
     out = jax.block_until_ready(jax.jit(jax.vmap(nc.make_train(env, params, cfg)))(keys))
     wall = time.perf_counter() - t0
-    print(task, json.dumps(overrides), "held-out", held_out, f"wall {wall:.0f} s (compile included)", flush=True)
+    print(task, json.dumps(overrides_out), "held-out", held_out, f"wall {wall:.0f} s (compile included)", flush=True)
     stride = max(cfg.num_iterations // 10, 1)
     m, curves = out.metrics, []
     for s in range(SEEDS):
@@ -69,12 +95,13 @@ def main() -> None:
         rows.append({"reward": float(mc["reward"][s]), "cost": float(mc["costs"][s, 0]), "cost_upper": upper,
                      "feasible": upper <= 1.02 * alpha, "multiplier": float(m.multipliers[s, -1, 0]),
                      "percent_of_reference": None if ref is None else 100 * float(mc["reward"][s]) / ref,
-                     "curve": curves[s]})
+                     "sigma": stage_sigmas(env, params, states[s]), "curve": curves[s]})
         pct = "" if ref is None else f" ({rows[-1]['percent_of_reference']:.1f}%)"
+        sig = "" if rows[-1]["sigma"] is None else " sigma min/median/max " + "/".join(f"{x:.3f}" for x in rows[-1]["sigma"])
         print(f"  seed {s}: reward {rows[-1]['reward']:.2f}{pct} cost {rows[-1]['cost']:.3f} upper {upper:.3f} "
-              f"feasible {rows[-1]['feasible']}")
+              f"feasible {rows[-1]['feasible']}{sig}")
     if len(sys.argv) > 4:
-        write_json_atomic(sys.argv[4], {"task": task, "config": overrides, "held_out": held_out, "episodes": EPISODES,
+        write_json_atomic(sys.argv[4], {"task": task, "config": overrides_out, "held_out": held_out, "episodes": EPISODES,
                                         "reference_reward": ref, "wall_s": wall, "seeds": rows})
 
 

@@ -1,7 +1,7 @@
 """NN-Constrained's training curves on a non-tabular task: batch cost, multiplier and batch
 reward at every tenth of the run, then each final policy judged by Monte-Carlo (20,000
 episodes; feasible = the cost's upper 95% bound within 1.02 alpha). A diagnostic of the
-multiplier's dynamics (docs/algorithms/nn_constrained.md, "Standardized multiplier units").
+multiplier's dynamics (docs/algorithms/nn_constrained.md, "Is it the Gaussian's collapsing sigma?").
 
 Usage::
 
@@ -17,7 +17,7 @@ final per-stage sigma of the current actor (min / median / max over the stages, 
 A diagnostic key that is not a ``Config`` field: ``"log_std_min": -2.3`` raises the Gaussian
 head's lower log-std bound (``fhc_jax.algos.distributions.LOG_STD_MIN``, -5 by default:
 sigma >= e^-5 half ranges) for the whole run, training and judgement alike (a sigma floor;
-docs/algorithms/nn_constrained.md, "Standardized multiplier units").
+docs/algorithms/nn_constrained.md, "Is it the Gaussian's collapsing sigma?").
 """
 
 from __future__ import annotations

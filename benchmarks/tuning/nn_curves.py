@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 import time
 
@@ -62,6 +63,9 @@ def main() -> None:
     env = TASKS[task]()
     params = env.default_params
     floor = overrides.pop("log_std_min", None)
+    if floor is not None and not (math.isfinite(float(floor)) and float(floor) < distributions.LOG_STD_MAX):
+        raise SystemExit(f"nn_curves: log_std_min must be a finite number below LOG_STD_MAX = "
+                         f"{distributions.LOG_STD_MAX}, found {floor!r}")
     if floor is not None:  # a diagnostic sigma floor: both modules read the bound at trace time
         distributions.LOG_STD_MIN = nn_losses.LOG_STD_MIN = float(floor)
         overrides_out = {**overrides, "log_std_min": float(floor)}

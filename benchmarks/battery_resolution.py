@@ -29,6 +29,7 @@ import numpy as np
 import fhc_jax as fhc
 from fhc_jax.envs.battery import BatteryStorage
 from fhc_jax.experiment.machine import machine_info
+from timing import command_line
 
 RESOLUTIONS = ((11, 5), (21, 9), (41, 15), (81, 25), (161, 41))
 
@@ -101,7 +102,7 @@ def main() -> None:
           f"{still['reward']:.2f} EUR, costs {np.round(still['costs'], 3).tolist()}")
     out = {"benchmark": "battery_resolution", "num_constraints": env.num_constraints, "episodes": args.episodes,
            "thresholds": np.asarray(params.thresholds).tolist(), "rows": rows, "unconstrained": free,
-           "stationary": still, "machine": machine_info()}
+           "stationary": still, "machine": machine_info(), "command": command_line()}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {args.out}")

@@ -32,6 +32,7 @@ from fhc_jax.algos import fh_constrained as fc
 from fhc_jax.experiment import checkpoint, rundir
 from fhc_jax.experiment.config_io import RUN_DEFAULTS
 from fhc_jax.experiment.machine import machine_info
+from timing import command_line
 from fhc_jax.experiment.progress import Progress
 from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
 
@@ -119,7 +120,7 @@ def main() -> None:
     payload = {"benchmark": "chunked_training", "iterations": args.iterations, "seeds": args.seeds,
                "chunk_size": args.chunk_size, "episodes_per_iteration": cfg.episodes_per_iteration,
                "repeats": args.repeats, "results": results, "bit_identical_to_monolithic": same,
-               "machine": machine_info()}
+               "machine": machine_info(), "command": command_line()}
     rundir.write_json_atomic(Path(args.out), payload)
     print(f"wrote {args.out}")
 

@@ -33,6 +33,7 @@ from fhc_jax.experiment.rundir import write_json_atomic
 
 from battery import print_quality, quality, throughput
 from judge import machine_info
+from timing import command_line
 
 LEARNERS = {"nn-constrained": nn_constrained, "ecop": ecop, "ppo-lag": ppo_lagrangian, "cpo": cpo}
 
@@ -64,7 +65,7 @@ def main() -> None:
 
     env, params = make_task(args.task)
     learners = {n: LEARNERS[n] for n in args.learners.split(",")}
-    result: dict = {"machine": machine_info(), "env": repr(env), "horizon": env.horizon,
+    result: dict = {"command": command_line(), "machine": machine_info(), "env": repr(env), "horizon": env.horizon,
                     "action_space": str(env.action_space), "speed": {}, "quality": {}}
     if not args.no_speed:
         for name, module in learners.items():

@@ -27,7 +27,7 @@ import numpy as np
 from fhc_jax.algos import cpo
 from fhc_jax.envs import GridWorld
 from judge import machine_info, train_and_judge
-from timing import compile_and_time
+from timing import command_line, compile_and_time
 
 
 def quality(env, params, config: cpo.Config, seeds: int = 5) -> dict:
@@ -70,6 +70,7 @@ def main() -> None:
     env = GridWorld()
     params = env.default_params
     result: dict = {
+        "command": command_line(),
         "machine": machine_info(),
         "default_config": {k: v for k, v in vars(cpo.Config()).items()},
     }

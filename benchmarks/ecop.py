@@ -29,6 +29,7 @@ from pathlib import Path
 import jax
 import numpy as np
 from judge import Judged, machine_info, train_and_judge
+from timing import command_line
 
 from fhc_jax.algos import ecop, saute
 from fhc_jax.envs import GridWorld
@@ -89,6 +90,7 @@ def main() -> None:
     name = f"{config.observation}/{q['seed_set']}"
     out = Path(args.out or Path(__file__).parent / "results" / f"{args.algo}.json")
     result = json.loads(out.read_text()) if out.exists() else {}
+    result["command"] = command_line()
     result["machine"] = machine_info()
     result["default_config"] = {k: (v if isinstance(v, (int, float, str, bool)) else repr(v))
                                 for k, v in vars(module.Config()).items()}

@@ -38,7 +38,7 @@ from fhc_jax.algos import fh_constrained as fc, tabular_rollout
 from fhc_jax.envs import GridWorld
 from fhc_jax.experiment.rundir import write_json_atomic
 from judge import machine_info, train_and_judge
-from timing import compile_and_time
+from timing import command_line, compile_and_time
 
 
 def _block(x):
@@ -185,6 +185,7 @@ def main() -> None:
     env = GridWorld()
     params = env.default_params
     result: dict = {
+        "command": command_line(),
         "machine": machine_info(),
         "default_config": {k: (repr(v) if not isinstance(v, (int, float, str, bool)) else v)
                            for k, v in vars(fc.Config()).items()},

@@ -33,7 +33,7 @@ import fhc_jax as fhc
 from fhc_jax.algos import nn_constrained as nc
 from fhc_jax.envs import GridWorld
 from judge import machine_info, train_and_judge
-from timing import compile_and_time
+from timing import command_line, compile_and_time
 
 
 def quality(env, params, config: nc.Config, seeds: int = 5) -> dict:
@@ -100,6 +100,7 @@ def main() -> None:
     env = GridWorld()
     params = env.default_params
     result: dict = {
+        "command": command_line(),
         "machine": machine_info(),
         "default_config": {k: (repr(v) if not isinstance(v, (int, float, str, bool)) else v)
                            for k, v in vars(nc.Config()).items()},

@@ -31,7 +31,7 @@ from fhc_jax.algos import ppo_lagrangian as pl
 from fhc_jax.envs import GridWorld
 from judge import machine_info, train_and_judge
 from fhc_jax.experiment.machine import load_average
-from timing import compile_and_time
+from timing import command_line, compile_and_time
 from fhc_jax.envs.gridworld import MOVES
 
 
@@ -96,6 +96,7 @@ def main() -> None:
     env = GridWorld()
     params = env.default_params
     result: dict = {
+        "command": command_line(),
         "machine": machine_info(),
         "default_config": {k: (repr(v) if not isinstance(v, (int, float, str, bool)) else v)
                            for k, v in vars(pl.Config()).items()},

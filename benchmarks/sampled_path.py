@@ -21,7 +21,7 @@ import argparse
 from pathlib import Path
 
 from judge import machine_info
-from timing import compile_and_time
+from timing import command_line, compile_and_time
 
 import fhc_jax as fhc
 from fhc_jax.algos import cpo, ecop, nn_constrained, ppo_lagrangian
@@ -45,7 +45,7 @@ def main() -> None:
     env = fhc.GridWorld()
     params = env.default_params
     result: dict = {"benchmark": "sampled_path", "env": repr(env), "iterations": args.iterations,
-                    "repeats": args.repeats, "machine": machine_info(), "rows": {}}
+                    "repeats": args.repeats, "machine": machine_info(), "command": command_line(), "rows": {}}
     print(f"{'learner':15s} {'K':>5s} {'tabular run':>12s} {'sampled run':>12s} {'ratio':>6s} "
           f"{'compile (tab / samp)':>21s}")
     for name in names:

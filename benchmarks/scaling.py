@@ -58,6 +58,7 @@ import numpy as np
 import fhc_jax as fhc
 from fhc_jax.experiment import registry
 from fhc_jax.experiment.machine import machine_info
+from timing import command_line
 from fhc_jax.experiment.rundir import write_bytes_atomic, write_json_atomic
 
 RESULTS = Path(__file__).resolve().parent / "results" / "scaling.json"
@@ -465,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     solver_axes = [a for a in args.axes if a in SOLVER_AXES]
     result["solver"] = {} if args.no_solver else solver_curves(solver_axes, grid, args.repeats, budget)
     result["analysis"] = analyse(result)
+    result["command"] = command_line()
     result["machine"] = machine_info()
     result["uptime_before"], result["uptime_after"] = load_before, uptime()
     result["wall_s"] = budget.used

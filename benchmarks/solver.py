@@ -21,6 +21,7 @@ import numpy as np
 
 import fhc_jax as fhc
 from fhc_jax.experiment.machine import machine_info
+from timing import command_line
 from fhc_jax.experiment.rundir import write_json_atomic
 
 RESULTS = Path(__file__).resolve().parent / "results" / "solver.json"
@@ -104,7 +105,7 @@ def main() -> None:
         f, m, _ = timed(lambda: fhc.evaluate(c64, u64), max(repeats, 5))
     report("evaluate 10x10 H=100 float64", cmdp, f, m)
 
-    write_json_atomic(RESULTS, {"machine": machine_info(), "quick": args.quick, "rows": rows})
+    write_json_atomic(RESULTS, {"command": command_line(), "machine": machine_info(), "quick": args.quick, "rows": rows})
     print(f"wrote {RESULTS}")
 
 

@@ -52,6 +52,7 @@ import jax  # noqa: E402
 from fhc_jax.experiment import rundir, tracking, training  # noqa: E402
 from fhc_jax.experiment.config_io import load_spec  # noqa: E402
 from fhc_jax.experiment.machine import load_average, machine_info  # noqa: E402
+from timing import command_line  # noqa: E402
 
 MODES = ("none", "tensorboard", "wandb")
 
@@ -153,7 +154,7 @@ def main() -> None:
                "repeats": args.repeats, "warmup": warm, "results": results,
                "metrics_csv_identical_across_loggers": True,
                "load_average_start": load_start, "load_average_end": load_average(),
-               "machine": mc, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+               "machine": mc, "command": command_line(), "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     rundir.write_json_atomic(Path(args.out), payload)
     print(f"load average {load_start} -> {payload['load_average_end']}")
     print(f"wrote {args.out}")

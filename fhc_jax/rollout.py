@@ -479,13 +479,10 @@ def rollout(key: Array, env: Environment, params: Any, policy: Policy, num_episo
     **Policies.** Build them with :func:`fhc_jax.softmax_policy` (``logits_fn(observation, h)
     -> (A,)`` logits) or :func:`fhc_jax.table_policy` (an (H, S, A) probability table), or
     give your own policy an ``action_from_uniform`` (below). A policy that draws its action
-    with ``jax.random.categorical`` samples the same distribution but costs about ten times
-    more: on the default gridworld at K = 4096 (2-core CPU, ``benchmarks/env_throughput.py``)
-    a per-stage linear softmax of the observation runs at 6M env-steps/s through
-    ``jax.random.categorical`` and 36M through ``softmax_policy`` called at every step
-    (``rollout_returns``; the uniform policy: 177M), see the README. On a tabular environment
+    with ``jax.random.categorical`` samples the same distribution but costs several times
+    more (``benchmarks/env_throughput.py``; docs/benchmarks.md). On a tabular environment
     with 2 S <= K a ``softmax_policy`` is played from its table over (stage, state)
-    (:func:`tabulates`): the same actions, at 121M there.
+    (:func:`tabulates`): the same actions, faster still.
 
     **What is recorded.** ``record`` names the per-stage fields to keep (:data:`RECORDABLE`,
     all by default): e.g. ``record=("states", "actions", "rewards", "costs")`` skips the

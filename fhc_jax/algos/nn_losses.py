@@ -175,9 +175,8 @@ def sample_advantage_targets(logits: Array, onehot_actions: Array, advantages: A
     by eta (mu_b A_b - sum_a mu_a^2 A_a) instead of eta A_hat_b, so rare actions learn in
     proportion to mu, and a constant offset c of the advantages (a critic bias) moves logit b
     by eta c (mu_b - sum_a mu_a^2), towards the likely actions when c > 0. Dividing the
-    sample's step by mu(a_hk) restores the tabular step to first order
-    (benchmarks/battery_diagnosis.py checks both claims; on BatteryStorage the two targets
-    trained to similar results).
+    sample's step by mu(a_hk) restores the tabular step to first order (both claims were
+    checked numerically; on BatteryStorage the two targets trained to similar results).
 
     Args:
         logits: z at the visited observations, (H, K, A). onehot_actions: e_{a_hk}, (H, K, A).

@@ -4,13 +4,11 @@
 Both implement the rollout's fast protocol ``action_from_uniform(u, observation, h)``: ONE
 uniform per step, turned into an action by inverse CDF, instead of the A Gumbel draws (A
 threefry blocks, A logarithms) of ``jax.random.categorical``. They sample the same
-distribution (tests/test_fast_policies.py checks it with chi-square tests) and cost about ten
-times less in a rollout: on the default gridworld at K = 4096 episodes (2-core CPU,
-``benchmarks/env_throughput.py``) a per-stage linear softmax of the observation runs at 6M
-env-steps/s through ``jax.random.categorical`` and 36M through :func:`softmax_policy` called
-at every step (``rollout_returns``; the uniform policy: 177M). On tabular environments the
-rollout plays a :func:`softmax_policy` from its table over (stage, state)
-(:meth:`SoftmaxPolicy.on_states`, :func:`fhc_jax.rollout.tabulates`): the same actions, 121M.
+distribution (tests/test_fast_policies.py checks it with chi-square tests) and cost several
+times less in a rollout (``benchmarks/env_throughput.py``; docs/benchmarks.md). On tabular
+environments the rollout plays a :func:`softmax_policy` from its table over (stage, state)
+(:meth:`SoftmaxPolicy.on_states`, :func:`fhc_jax.rollout.tabulates`): the same actions, faster
+still.
 
 The contract of the protocol: ``policy(key, obs, h) == policy.action_from_uniform(
 jax.random.uniform(key), obs, h)``, so the key path and the fast path of ``rollout`` sample
@@ -159,9 +157,8 @@ class StateSoftmaxTable:
     Attributes:
         cumulative: (H, A, S) cumulative weights: ``cumulative[h, :, s]`` is the row C of
             (stage h, state s). Action-major, so that a step gathers each C_i of the K
-            episodes' states from one contiguous (S,) row: ``rollout_returns`` of 4096
-            episodes on the default gridworld takes 3.2-3.5 ms this way, against 4.5 ms when
-            each step gathered a (K, A) block of an (H, S, A) table.
+            episodes' states from one contiguous (S,) row, which is faster than gathering a
+            (K, A) block of an (H, S, A) table at each step.
     """
 
     cumulative: Array

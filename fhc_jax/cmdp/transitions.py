@@ -15,7 +15,7 @@ deterministic-policy forms ``expect_next_action`` / ``push_forward_action``, and
 
 ``expect_next(..., fused=True)`` (and the deterministic-policy forms, always) sum a short
 successor list (N <= ``UNROLL_SUCCESSORS``) term by term, sum_j p[..., j] * v[next[..., j]]:
-XLA fuses the N gathers, products and sums into one loop, 3-4x faster on CPU than a gather
+XLA fuses the N gathers, products and sums into one loop, several times faster on CPU than a gather
 followed by an (S*A)-batched dot product of length N. The exact solvers use it; the default
 keeps the batched dot product, whose last-bit rounding the models built with ``expect_next``
 (``GridWorld.to_cmdp``) and the pinned learner numbers were recorded with.
@@ -114,7 +114,7 @@ def expect_next(kernel: Transitions, values: Array, fused: bool = False) -> Arra
     if isinstance(kernel, SparseTransitions):
         if fused and kernel.next_states.shape[-1] <= UNROLL_SUCCESSORS:
             return _sum_successors(kernel.probabilities, kernel.next_states, values)
-        # Gather along the LEADING axis: XLA's CPU gather is ~7x faster than along the last.
+        # Gather along the LEADING axis: XLA's CPU gather is several times faster than along the last.
         successors = jnp.moveaxis(values, -1, 0)[kernel.next_states]  # (S, A, N, ...)
         return jnp.einsum("san,san...->...sa", kernel.probabilities, successors)
     return jnp.einsum("sat,...t->...sa", kernel, values)

@@ -1,7 +1,8 @@
 """Functional (gymnax-style) finite-horizon constrained environments.
 
 ``Environment`` (typed generic base), ``GridWorld`` (the paper's Section 5 gridworld),
-``TabularEnv`` (any ``TabularCMDP``) and the observation encoders.
+``TabularEnv`` (any ``TabularCMDP``), ``InventoryEnv`` (a tabular environment with its own
+observation), the observation encoders, and ``fhc_jax.envs.suite`` (the robustness suite's tasks).
 """
 
 from fhc_jax.envs.base import Environment, TabularState, sample_index
@@ -17,6 +18,7 @@ from fhc_jax.envs.encoders import (
 )
 from fhc_jax.envs.gridworld import MOVES, GridParams, GridState, GridWorld, make_layout, next_state_table
 from fhc_jax.envs.gymnax_interop import GymnaxEnv, from_gymnax, to_gymnax
+from fhc_jax.envs.inventory import InventoryEnv, InventoryParams
 from fhc_jax.envs.spaces import ActionSpace, Box, Discrete
 from fhc_jax.envs.tabular import TabularEnv
 
@@ -37,6 +39,8 @@ __all__ = [
     "GridState",
     "GridWorld",
     "IndexEncoder",
+    "InventoryEnv",
+    "InventoryParams",
     "MOVES",
     "OneHotEncoder",
     "TabularEnv",

@@ -1,0 +1,288 @@
+"""fhc_jax.envs.suite (the robustness suite) and fhc_jax.envs.inventory: every exactly judged
+threshold binds, rescaled copies keep the optimal policy and scale nu*, the inventory problem's
+own environment agrees with its exact model (step by step and by Monte-Carlo), the documented
+own-environment example runs, and the robustness benchmark records a failing learner instead
+of crashing."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fhc_jax as fhc
+from fhc_jax.envs import suite
+from fhc_jax.envs.inventory import InventoryEnv, unconstrained_lost_sales
+
+ROOT = Path(__file__).resolve().parents[1]
+Z = 4.0  # standard errors allowed between a Monte-Carlo mean and the exact value
+
+
+@pytest.fixture(scope="module")
+def solved() -> dict:
+    """name -> (cmdp, solve, (C_min, C_free)) of every exactly judged task."""
+    out = {}
+    for name in suite.task_names("exact"):
+        cmdp = suite.task(name).cmdp()
+        out[name] = (cmdp, fhc.solve(cmdp), suite.cost_range(cmdp))
+    return out
+
+
+def test_registry_names_judgements_and_errors():
+    assert len(suite.task_names("exact")) >= 8
+    assert suite.task_names("reference") == ["battery", "battery_continuous"]
+    assert suite.task_names("budget") == ["pendulum"]
+    assert set(suite.task_names()) == set(suite.TASKS)
+    for t in suite.TASKS.values():
+        assert t.description and "\n" not in t.description
+    with pytest.raises(ValueError, match="unknown task 'nope'; valid tasks: gridworld"):
+        suite.task("nope")
+    with pytest.raises(ValueError, match="judgement must be one of"):
+        suite.task_names("approximate")
+    with pytest.raises(ValueError, match="judged by Monte-Carlo"):
+        suite.task("pendulum").cmdp()
+    env, params = suite.task("inventory").make()
+    assert suite.task("inventory").make()[0] is env  # built once: jit caches are shared
+
+
+def test_every_exact_threshold_binds(solved):
+    for name, (cmdp, best, (least, free)) in solved.items():
+        alpha = np.asarray(cmdp.thresholds, np.float64)
+        assert np.all(best.costs <= alpha * (1 + 1e-6) + 1e-9), (name, best.costs, alpha)
+        assert np.all(best.multipliers > 0), (name, best.multipliers)
+        assert np.all(least < alpha) and np.all(alpha < free), (name, least, alpha, free)
+        assert best.reward < fhc.solve_unconstrained(cmdp).reward, name
+    assert float(solved["gridworld"][0].thresholds[0]) == 25.0
+    assert solved["garnet_m2"][0].num_constraints == 2
+    nus = np.concatenate([best.multipliers for _, best, _ in solved.values()])
+    assert nus.max() / nus.min() >= 1e4
+
+
+def test_small_sizes_and_time_varying_garnets(solved):
+    for name, (cmdp, _, _) in solved.items():
+        if name != "gridworld":
+            assert 10 <= cmdp.horizon <= 30, name
+    sizes = {name: solved[name][0].num_states for name in ("garnet_s20", "garnet_s50", "garnet_s100")}
+    assert sizes == {"garnet_s20": 20, "garnet_s50": 50, "garnet_s100": 100}
+    for name in ("garnet_s20", "garnet_s50", "garnet_s100", "garnet_m2"):
+        cmdp = solved[name][0]
+        assert cmdp.time_varying and 4 <= cmdp.num_actions <= 6 and 3 <= cmdp.transitions.next_states.shape[-1] <= 5
+
+
+def test_rescaled_copies_keep_the_policy_and_scale_nu(solved):
+    """Other units, the same problem: each copy's optimal policy is optimal in the original
+    units and the reverse (the optimum mixes two deterministic policies, and rounding may pick
+    another optimal mixture), the optimum scales by c_r, its costs by c_c, nu* by c_r / c_c."""
+    base_cmdp, base, _ = solved["inventory"]
+    for name, (c_r, c_c) in (("inventory_r100_c0.01", (100.0, 0.01)), ("inventory_r0.01_c100", (0.01, 100.0))):
+        cmdp, best, _ = solved[name]
+        assert best.reward == pytest.approx(base.reward * c_r, rel=1e-5)
+        np.testing.assert_allclose(best.costs, base.costs * c_c, rtol=1e-5)
+        np.testing.assert_allclose(best.multipliers, base.multipliers * c_r / c_c, rtol=1e-4)
+        theirs, ours = fhc.evaluate(base_cmdp, best.policy), fhc.evaluate(cmdp, base.policy)
+        assert float(theirs.reward) == pytest.approx(base.reward, rel=1e-5)
+        np.testing.assert_allclose(theirs.costs, base.costs, rtol=1e-5)
+        assert float(ours.reward) == pytest.approx(best.reward, rel=1e-5)
+        np.testing.assert_allclose(ours.costs, best.costs, rtol=1e-5)
+        assert np.mean(np.abs(best.policy - base.policy).sum(-1) > 1e-6) < 0.01  # the same up to a few mixed rows
+
+
+def test_rescale_and_thresholds_validate():
+    cmdp = suite.task("garnet_s20").cmdp()
+    for bad in (0.0, -1.0, np.inf, "2", True):
+        with pytest.raises(ValueError, match="rescale: reward_scale must be a finite number > 0"):
+            suite.rescale(cmdp, bad, 1.0)
+    with pytest.raises(ValueError, match="rescale: cost_scale"):
+        suite.rescale(cmdp, 1.0, 0.0)
+    for bad in (0.0, 1.0, (0.5, 0.5)):
+        with pytest.raises(ValueError, match=r"fraction must be a number in \(0, 1\) or M = 1"):
+            suite.binding_thresholds(cmdp, bad)
+    free = cmdp.replace(costs=jnp.zeros_like(cmdp.costs))  # no cost anywhere: nothing to bind
+    with pytest.raises(ValueError, match="constraint 0 cannot bind"):
+        suite.binding_thresholds(free, 0.5)
+
+
+def test_garnet_is_seeded_correlated_and_checked():
+    a = suite.garnet(20, 4, 10, 3, seed=7, fraction=0.4)  # garnet_s20's shapes: solver programs compiled once
+    b = suite.garnet(20, 4, 10, 3, seed=7, fraction=0.4)
+    c = suite.garnet(20, 4, 10, 3, seed=8, fraction=0.4)
+    np.testing.assert_array_equal(a.transitions.next_states, b.transitions.next_states)
+    assert not np.array_equal(np.asarray(a.rewards), np.asarray(c.rewards))
+    nxt = np.asarray(a.transitions.next_states)
+    assert nxt.shape == (10, 20, 4, 3) and all(len(set(row)) == 3 for row in nxt.reshape(-1, 3))
+    least, free = suite.cost_range(a)
+    np.testing.assert_allclose(a.thresholds, least + 0.4 * (free - least), rtol=1e-6)
+    r, g = np.asarray(a.rewards).ravel(), np.asarray(a.costs)[0].ravel()
+    assert np.corrcoef(r, g)[0, 1] > 0.5  # the rewarding actions cost more
+    with pytest.raises(ValueError, match=r"garnet: branching must be an integer in \[1, 20\], found 21"):
+        suite.garnet(20, 4, 10, 21, seed=0)
+    with pytest.raises(ValueError, match="garnet: correlation must be a number in"):
+        suite.garnet(20, 4, 10, 3, seed=0, correlation=2.0)
+
+
+# ----------------------------------------------------------------------------- inventory
+
+
+def test_inventory_task_is_the_model_of_the_own_environment():
+    own, own_params = suite.task("inventory_own").make()
+    tab, tab_params = suite.task("inventory").make()
+    assert isinstance(own, InventoryEnv) and isinstance(tab, fhc.TabularEnv)
+    mine = own.to_cmdp(own_params)
+    for field in fhc.TabularCMDP._fields:
+        np.testing.assert_array_equal(np.asarray(getattr(mine, field)), np.asarray(getattr(tab_params, field)), field)
+    assert (mine.horizon, mine.num_states, mine.num_actions) == (24, 21, 6)
+    # the threshold: 60% of the unconstrained optimum's lost sales (numpy DP = fhc.solve_unconstrained)
+    free = fhc.solve_unconstrained(mine).costs[0]
+    assert unconstrained_lost_sales(mine) == pytest.approx(free, rel=1e-9)
+    assert float(mine.thresholds[0]) == pytest.approx(0.6 * free, rel=1e-6)
+
+
+def test_inventory_steps_match_the_exact_model():
+    """Every (stage, stock, order, demand): the environment's step lands on a successor the
+    model gives that probability, pays the model's reward for it, and its lost sales average to
+    the model's expected cost."""
+    env = InventoryEnv()
+    params = env.default_params
+    cmdp = env.to_cmdp(params)
+    h, s, a, d = (x.ravel() for x in np.meshgrid(np.arange(24), np.arange(21), np.arange(6), np.arange(16), indexing="ij"))
+    cdf = np.cumsum(np.asarray(params.demand, np.float64), axis=1)
+    lower = np.where(d > 0, cdf[h, np.maximum(d - 1, 0)], 0.0)
+    u = (lower + cdf[h, d]) / 2  # a uniform inside demand d's interval
+
+    def step(u, s, a, h):
+        _, nxt, reward, costs, done, _ = env.transition(jnp.float32(u), env.state_at(s, h), a, params)
+        return nxt.index, nxt.time, reward, costs[0], done
+
+    nxt, time, reward, lost, done = map(np.asarray, jax.jit(jax.vmap(step))(u, s, a, h))
+    np.testing.assert_array_equal(time, h + 1)
+    np.testing.assert_array_equal(done, h + 1 == 24)
+    p = np.asarray(cmdp.transitions)
+    assert np.all(p[h, s, a, nxt] > 0)
+    np.testing.assert_allclose(reward, np.asarray(cmdp.rewards)[h, s, a, nxt], rtol=1e-6, atol=1e-5)
+    pmf = np.asarray(params.demand, np.float64)[h, d]
+    expected = np.zeros((24, 21, 6))
+    np.add.at(expected, (h, s, a), pmf * lost)
+    np.testing.assert_allclose(expected, np.asarray(cmdp.costs)[0], rtol=1e-5, atol=1e-6)
+    # the successor law: the model's p_h(s, a, s') is the demand mass that ends at s'
+    law = np.zeros_like(p)
+    np.add.at(law, (h, s, a, nxt), pmf)
+    np.testing.assert_allclose(law, p, atol=1e-6)
+
+
+def test_inventory_observation_terminal_reward_and_checks():
+    env = InventoryEnv()
+    params = env.default_params
+    state = env.state_at(7, 12)
+    np.testing.assert_allclose(env.observation(state, params), [7 / 20, 12 / 24])
+    assert env.observation_shape == (2,) and env.observation_dtype == jnp.float32
+    assert not hasattr(env, "_encoder")  # its own observation, no encoder
+    assert float(env.terminal_reward(state, params)) == pytest.approx(7.0)
+    np.testing.assert_allclose(env.to_cmdp(params).terminal_rewards, np.arange(21.0))
+    obs, first = env.reset(jax.random.key(0), params)
+    assert int(first.index) == 5 and int(first.time) == 0 and obs.shape == (2,)
+    assert env == InventoryEnv() and env != InventoryEnv(holding_cost=0.4)
+    assert float(InventoryEnv(alpha=3.0).default_params.thresholds[0]) == 3.0
+    with pytest.raises(ValueError, match=r"InventoryEnv: max_stock must be an integer >= 1, found 0"):
+        InventoryEnv(max_stock=0)
+    with pytest.raises(ValueError, match=r"InventoryEnv: seasonal_amplitude must be a finite number in \[0.0, "):
+        InventoryEnv(seasonal_amplitude=5.0)
+    with pytest.raises(ValueError, match=r"InventoryEnv: initial_stock must be an integer in \[0, 20\], found 21"):
+        InventoryEnv(initial_stock=21)
+
+
+def _play_table(table: np.ndarray, max_stock: int):
+    """A policy of InventoryEnv playing a (H, S, A) table at the stock its observation shows."""
+    logits = jnp.log(jnp.asarray(table, jnp.float32))
+
+    def policy(key, obs, h):
+        return jax.random.categorical(key, logits[h, jnp.round(obs[0] * max_stock).astype(jnp.int32)])
+
+    return policy
+
+
+def test_inventory_monte_carlo_matches_exact_evaluation(solved):
+    """The constrained optimum played in the own environment: Monte-Carlo means agree with
+    fhc.evaluate of its exact model within Z standard errors."""
+    cmdp, best, _ = solved["inventory"]
+    exact = fhc.evaluate(cmdp, best.policy)
+    env, params = suite.task("inventory_own").make()
+    ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(
+        jax.random.key(3), env, params, _play_table(best.policy, env.max_stock), 20_000)
+    r, c = np.asarray(ret.rewards, np.float64), np.asarray(ret.costs, np.float64)[:, 0]
+    assert abs(r.mean() - float(exact.reward)) <= Z * r.std() / np.sqrt(r.size), (r.mean(), exact.reward)
+    assert abs(c.mean() - float(exact.costs[0])) <= Z * c.std() / np.sqrt(c.size), (c.mean(), exact.costs)
+
+
+def test_inventory_docstring_numbers(solved):
+    """The numbers the inventory module's docstring quotes."""
+    cmdp, best, (least, free) = solved["inventory"]
+    assert least[0] == pytest.approx(2.4, abs=0.05) and free[0] == pytest.approx(11.0, abs=0.05)
+    assert float(cmdp.thresholds[0]) == pytest.approx(6.6, abs=0.05)
+    assert fhc.solve_unconstrained(cmdp).reward == pytest.approx(107, abs=0.5)
+    assert best.reward == pytest.approx(102, abs=0.5) and best.multipliers[0] == pytest.approx(2.8, abs=0.05)
+
+
+# ----------------------------------------------------------------------------- the documented example
+
+
+def test_documented_own_environment_example_runs():
+    """docs/environments.md's own-environment example, run as written: its model is the
+    packaged InventoryEnv's, the optimum binds and the Monte-Carlo values match the exact ones."""
+    page = (ROOT / "docs" / "environments.md").read_text()
+    block = re.search(r"<!-- own-env-example -->(.*?)<!-- /own-env-example -->", page, re.DOTALL)
+    assert block, "docs/environments.md lacks the <!-- own-env-example --> block"
+    code = "\n".join(re.findall(r"```python\n(.*?)```", block.group(1), re.DOTALL))
+    ns: dict = {"__name__": "docs_example"}
+    exec(compile(code, "docs/environments.md", "exec"), ns)
+    env, cmdp, best, returns = ns["env"], ns["cmdp"], ns["best"], ns["returns"]
+    packaged = InventoryEnv(alpha=env.alpha)
+    reference = packaged.to_cmdp(packaged.default_params)
+    for field in fhc.TabularCMDP._fields:
+        np.testing.assert_allclose(np.asarray(getattr(cmdp, field)), np.asarray(getattr(reference, field)),
+                                   rtol=1e-6, atol=1e-7, err_msg=field)
+    assert float(packaged.default_params.thresholds[0]) == pytest.approx(env.alpha, rel=1e-6)  # the same 60% rule
+    assert best.multipliers[0] > 0
+    r, c = np.asarray(returns.rewards, np.float64), np.asarray(returns.costs, np.float64)[:, 0]
+    assert abs(r.mean() - best.reward) <= Z * r.std() / np.sqrt(r.size)
+    assert abs(c.mean() - best.costs[0]) <= Z * c.std() / np.sqrt(c.size)
+
+
+# ----------------------------------------------------------------------------- the benchmark script
+
+
+def _benchmark():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import robustness  # benchmarks/ is not a package
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return robustness
+
+
+def test_benchmark_records_a_failing_learner_and_merges_cells(tmp_path):
+    rb = _benchmark()
+    task = suite.task("battery_continuous")
+    env, params = task.make()
+    cell = rb.run_cell("fh_constrained", task, env, params, {"thresholds": [1.0], "nu_star": None}, 2, 20_000)
+    assert cell["error"].startswith("make_train: ValueError: ") and "\n" not in cell["error"]
+    assert rb.cell_text(cell) == "error"
+    keys = rb.seed_keys(3)
+    np.testing.assert_array_equal(jax.random.key_data(keys[2]),
+                                  jax.random.key_data(jax.random.fold_in(jax.random.key(424242), 2)))
+    path = tmp_path / "robustness.json"
+    ok = {"num_seeds": 5, "feasible_seeds": 4, "worst_percent": 91.26, "run": "a"}
+    path.write_text(json.dumps(rb.to_json(rb.merge(path, "a", {"command": "first"}, {"inventory": {"x": 1}},
+                                                   {"cpo": {"inventory": ok, "garnet_s20": ok}}))))
+    merged = rb.merge(path, "b", {"command": "second"}, {}, {"cpo": {"inventory": {**cell, "run": "b"}}})
+    assert merged["results"]["cpo"]["garnet_s20"] == ok  # cells not run again are kept
+    assert "error" in merged["results"]["cpo"]["inventory"]
+    assert set(merged["runs"]) == {"a", "b"} and merged["tasks"] == {"inventory": {"x": 1}}
+    assert rb.cell_text(ok) == "91% 4/5" and rb.cell_text({"num_seeds": 5, "feasible_seeds": 5}) == "5/5"
+    text = rb.table(merged["results"], ["cpo", "ecop"], ["garnet_s20", "inventory"], rb.cell_text)
+    assert "| garnet_s20 | 91% 4/5 | . |" in text and "| inventory | error | . |" in text

@@ -296,8 +296,8 @@ def setup(env, params, config: Config) -> Setup:
     actor, critic = _modules(config, head, 1 + m)
     return Setup(
         actor=actor, critic=critic, inputs=jnp.asarray(inputs), cell=jnp.asarray(cell), model=model,
-        threshold=jnp.asarray(env.to_cmdp(params).thresholds, jnp.float32)[0],
-        value_scale=jnp.asarray(value_scale(model)), head=head,
+        threshold=jnp.asarray(env.thresholds(params), jnp.float32)[0],
+        value_scale=jnp.asarray(critic_value_scale(env, params)), head=head,
     )
 
 

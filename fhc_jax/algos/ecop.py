@@ -99,8 +99,9 @@ class Config:
         clip_eps: the clip range epsilon of both surrogates. gae_lambda: GAE lambda.
         entropy_coef: entropy bonus per stage. target_kl: KL early stopping threshold per
             epoch (0 disables it).
-        damping: the initial damping factor beta (> 0); it is also the step of the
-            multiplier update (7). damping_growth: p >= 1, beta <- min(beta_max, p beta) when
+        damping: the initial damping factor beta (> 0) in relative units: the step of the
+            multiplier update (7) on the relative violation Psi / u (u the violation unit,
+            :mod:`fhc_jax.algos.multipliers`, "Units"), beta / u in the loss (8). damping_growth: p >= 1, beta <- min(beta_max, p beta) when
             C(pi_k) >= c_k. damping_max: beta_max.
         initial_multiplier: lambda_t at n = 0. multiplier_max: lambda_t in [0, multiplier_max].
         output_scale: initial scale of the actors' output layer (small: near-uniform policy).
@@ -128,9 +129,9 @@ class Config:
     gae_lambda: float = numeric(0.97, low=0.0, high=1.0)
     entropy_coef: float = numeric(0.0, low=0.0)
     target_kl: float = numeric(0.0, low=0.0)
-    damping: float = numeric(0.01, low=0.0, low_open=True, high="damping_max")
+    damping: float = numeric(0.25, low=0.0, low_open=True, high="damping_max")
     damping_growth: float = numeric(1.0, low=1.0)
-    damping_max: float = numeric(0.01, low=0.0, low_open=True)
+    damping_max: float = numeric(0.25, low=0.0, low_open=True)
     initial_multiplier: float = numeric(0.0, low=0.0, high="multiplier_max")
     multiplier_max: float = numeric(20.0, low=0.0, low_open=True)
     output_scale: float = numeric(0.1, low=0.0, low_open=True)
@@ -380,8 +381,8 @@ def setup(env, params, config: Config) -> Setup:
     model = tabular_model(env, params)
     return Setup(actor=actor, critic=critic, obs_table=obs, horizon=env.horizon, num_states=env.num_states,
                  num_actions=env.num_actions, model=model,
-                 thresholds=jnp.asarray(env.to_cmdp(params).thresholds, jnp.float32),
-                 value_scale=jnp.asarray(value_scale(model)), head=head, observation=config.observation)
+                 thresholds=jnp.asarray(env.thresholds(params), jnp.float32),
+                 value_scale=jnp.asarray(critic_value_scale(env, params)), head=head, observation=config.observation)
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
@@ -502,12 +503,15 @@ def update(train_state: TrainState, batch: Batch, key: Array | None, setup: Setu
     adv_r, adv_c = adv[..., 0], adv[..., 1:]
     targets = targets / setup.value_scale
 
-    # eq. (7): Psi_t(pi_old, pi_old) = sum_{h>=t} mean_k A_C,h + J_C(pi_old) - d  (= J_C - d, centred)
-    excess = jnp.mean(batch.episode_costs, axis=0) - setup.thresholds  # (M,)
+    # eq. (7): Psi_t(pi_old, pi_old) = sum_{h>=t} mean_k A_C,h + J_C(pi_old) - d  (= J_C - d, centred),
+    # J_C with the safety margin; the step beta counts relative violations (multipliers, "Units"):
+    # lambda <- lambda + beta Psi / u with u the violation unit, i.e. beta / u in the loss (8)
+    units = multipliers.violation_units(setup.thresholds, num_stages)  # (M,)
+    excess = units * multipliers.relative_violation(batch.episode_costs, setup.thresholds, units, cfg.eval_episodes)
     psi_old = tail_sums(jnp.mean(adv_c, axis=1)) + excess
     m = excess.shape[0]
-    nu, mult_state = _multiplier_update(cfg, st.damping).update(st.multiplier_state, psi_old.reshape(-1))
-    lam, beta = nu.reshape(num_stages, m), st.damping
+    nu, mult_state = _multiplier_update(cfg, st.damping).update(st.multiplier_state, (psi_old / units).reshape(-1))
+    lam, beta = nu.reshape(num_stages, m), st.damping / units
 
     def loss_fn(net):
         logp, ent = policy_terms(net["actor"])  # (H, K) each
@@ -540,7 +544,7 @@ def update(train_state: TrainState, batch: Batch, key: Array | None, setup: Setu
     per_epoch = lambda x: jnp.sum(x * ep["done"]) / jnp.maximum(epochs, 1.0)
 
     approx_kl = new_kl(net["actor"])
-    new_beta = update_damping(beta, lam, excess, cfg.damping_growth, cfg.damping_max)
+    new_beta = update_damping(st.damping, lam * units, excess / units, cfg.damping_growth, cfg.damping_max)
     avg = jax.tree.map(lambda a, b: cfg.policy_averaging * a + (1.0 - cfg.policy_averaging) * b,
                        st.actor_average, net["actor"])
     new_state = st.replace(actor=net["actor"], critic=net["critic"], opt_state=opt, actor_average=avg,

@@ -93,17 +93,20 @@ class Config:
     Numeric fields (pytree leaves: ``jax.vmap`` over them without recompiling):
         critic_step: a(n), fastest schedule (critics v, w; eqs. (algo1), (algo2), (algo4), (algo5)).
         actor_step: b(n), middle schedule (actor theta; eq. (algo3)).
-        multiplier_step: c(n), slowest schedule (multipliers; eq. (algo7)).
+        multiplier_step: c(n), slowest schedule (multipliers; eq. (algo7)), applied to the
+            relative violation (C - alpha) / d (:mod:`fhc_jax.algos.multipliers`, "Units").
         theta_bound: Gamma projects every theta entry onto [-theta_bound, theta_bound] (> 0).
-        multiplier_max: -P, the penalties nu live in [0, multiplier_max] (> 0).
-        initial_multiplier: nu at n = 0, in [0, multiplier_max].
+        multiplier_max: -P, the penalties nu live in [0, multiplier_max] (> 0), in training
+            units (normalised reward per normalised cost, ``fhc_jax.algos.learner``).
+        initial_multiplier: nu at n = 0, in [0, multiplier_max], in training units.
         trace: lambda-return trace of the improved variant, in [0, 1] (ignored by "paper").
             Default (``EnvDefault``): 0.5 on environments with a tabular exact model, 1.0
             (Monte-Carlo targets) on all others, where the linear critics on a coarse map of
             the observation are biased and bootstrapping passes that bias on.
         multiplier_gain: proportional gain K_p >= 0 of the improved variant's multiplier
-            (ignored by "paper"): the penalty used is nu = clip(nu_I + K_p (C_hat - alpha)), where
-            nu_I is the paper's integral update (algo7) and C_hat the batch's mean episode cost.
+            (ignored by "paper"): the penalty used is nu = clip(nu_I + K_p (C_hat - alpha) / d),
+            where nu_I is the paper's integral update (algo7) on the relative violation and
+            C_hat the batch's mean episode cost.
         policy_averaging: beta in [0, 1): the reported policy (:func:`policy_table`, the exact
             evaluations in the metrics, :func:`policy`) is softmax of the exponential Polyak
             average theta_bar <- beta theta_bar + (1 - beta) theta(n+1) (Polyak & Juditsky 1992);
@@ -130,12 +133,12 @@ class Config:
     check_step_sizes: bool = static(True)
     critic_step: PowerSchedule = schedule(PowerSchedule(init=1.0, power=0.55, decay=100.0))
     actor_step: PowerSchedule = schedule(PowerSchedule(init=3.0, power=0.6, decay=100.0))
-    multiplier_step: PowerSchedule = schedule(PowerSchedule(init=2e-4, power=0.8, decay=1000.0))
+    multiplier_step: PowerSchedule = schedule(PowerSchedule(init=5e-3, power=0.8, decay=1000.0))
     theta_bound: float = numeric(4.0, low=0.0, low_open=True)
     multiplier_max: float = numeric(20.0, low=0.0, low_open=True)
     initial_multiplier: float = numeric(0.0, low=0.0, high="multiplier_max")
     trace: float = numeric(EnvDefault(tabular=0.5, non_tabular=1.0), low=0.0, high=1.0)
-    multiplier_gain: float = numeric(0.01, low=0.0)
+    multiplier_gain: float = numeric(0.25, low=0.0)
     policy_averaging: float = numeric(0.99, low=0.0, high=1.0, high_open=True)
     importance_floor: float = numeric(0.05, low=0.0, high=1.0, low_open=True)
 
@@ -206,7 +209,9 @@ class Setup:
             observations (:class:`~fhc_jax.algos.features.ObservationFeatures`) on
             environments without tabular states.
         env, params: the environment (the sampled path rolls out through ``fhc_jax.rollout``).
-        model: the tabular rollout model (tabular path). thresholds: alpha^(k), (M,).
+        model: the tabular rollout model (tabular path). thresholds: alpha^(k), (M,), in
+        training units. violation_units: d^(k) of the relative violation (C - alpha) / d the
+        multiplier moves with (:func:`~fhc_jax.algos.multipliers.violation_units`), (M,).
         num_states, num_actions, num_constraints, horizon: S (0 without tabular states), A, M, H.
         sampled: the path (:attr:`Config.path`). form: the update form, "table" or "samples".
     """
@@ -216,6 +221,7 @@ class Setup:
     params: Any
     model: TabularModel | None
     thresholds: Array | None
+    violation_units: Array | None
     num_states: int
     num_actions: int
     num_constraints: int
@@ -243,8 +249,9 @@ def _setup(env, params, spec: FeatureSpec, sampled: bool, model, thresholds, for
     if sampled and len(env.observation_shape) != 1:
         raise ValueError(f"fh_constrained: features of observations need flat observations, but "
                          f"{env.name}'s have shape {env.observation_shape}")
+    units = None if thresholds is None else multipliers.violation_units(thresholds, env.horizon)
     return Setup(features=_features(spec, env, params), env=env, params=params, model=model,
-                 thresholds=thresholds, num_states=env.num_states if env.is_tabular else 0,
+                 thresholds=thresholds, violation_units=units, num_states=env.num_states if env.is_tabular else 0,
                  num_actions=env.num_actions, num_constraints=env.num_constraints, horizon=env.horizon,
                  sampled=sampled, form=form)
 
@@ -609,10 +616,11 @@ def update(
     # --- multipliers (algo7), penalties nu = -lambda
     episode_costs = batch.episode_costs  # (K, M)
     if paper:
-        violation = critic_estimate
+        violation = critic_estimate / setup.violation_units
         critic_costs = critic_estimate + thresholds
     else:
-        violation = jnp.mean(episode_costs, axis=0) - thresholds
+        violation = multipliers.relative_violation(episode_costs, thresholds, setup.violation_units,
+                                                   config.eval_episodes)
         critic_costs = critic_estimate
     new_nu, multiplier_state = _multiplier_update(config, n).update(train_state.multiplier_state, violation)
 

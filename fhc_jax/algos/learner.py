@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from fhc_jax.algos import multipliers as multiplier_laws
 from fhc_jax.algos.hyperparameters import resolve_env_defaults, resolve_hyperparameters
 from fhc_jax.algos.policies import softmax_policy, table_policy
 from fhc_jax.algos.tabular_rollout import Batch
@@ -70,6 +71,7 @@ def scan_with_evaluation(
     num_iterations: int,
     eval_every: int,
     evaluate_fn: Callable[[Any], tuple[Array, Array]],
+    mark_fn: Callable[[Any], Any] | None = None,
 ) -> tuple[Any, Any, ExactMetrics]:
     """Run ``step_fn`` ``num_iterations`` times with ``lax.scan``, evaluating exactly every
     ``eval_every`` iterations, without ``lax.cond`` (which ``vmap`` turns into evaluating
@@ -83,6 +85,8 @@ def scan_with_evaluation(
         num_iterations: static N >= 1.
         eval_every: static E; 0 evaluates only the initial and final carries.
         evaluate_fn: ``carry -> (reward (), costs (M,))``, e.g. exact evaluation of the policy.
+        mark_fn: ``carry -> carry`` applied at every mark after the start, before
+            ``evaluate_fn`` (e.g. :attr:`Learner.mark`, the selection of the returned policy).
     Returns:
         (final carry, stacked per-iteration metrics with leading axis N, :class:`ExactMetrics`).
     """
@@ -92,9 +96,11 @@ def scan_with_evaluation(
     rem = num_iterations - num_blocks * block
 
     r0, c0 = evaluate_fn(carry)
+    mark_fn = (lambda c: c) if mark_fn is None else mark_fn
 
     def run_block(c, _):
         c, m = jax.lax.scan(step_fn, c, None, length=block)
+        c = mark_fn(c)
         return c, (m, evaluate_fn(c))
 
     carry, (metrics, (rs, cs)) = jax.lax.scan(run_block, carry, None, length=num_blocks)
@@ -102,6 +108,7 @@ def scan_with_evaluation(
     rewards, costs = [r0[None], rs], [c0[None], cs]
     if rem:
         carry, m_rem = jax.lax.scan(step_fn, carry, None, length=rem)
+        carry = mark_fn(carry)
         metrics = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), metrics, m_rem)
         r_f, c_f = evaluate_fn(carry)
         rewards.append(r_f[None])
@@ -115,12 +122,42 @@ def scan_with_evaluation(
 
 
 @struct.dataclass
+class Selection:
+    """The policy a run returns: of the candidates seen so far (the reported policy at every
+    evaluation mark after the start, :func:`evaluation_iterations`), the one with the highest
+    estimated reward among those whose estimated costs have an upper 95% confidence bound
+    within every threshold; while none has, the one whose bound exceeds its threshold least
+    (relative to the violation unit). Estimates are the learner's own Monte-Carlo means over
+    ``eval_episodes`` episodes with a fixed key of their own (:data:`SELECTION_KEY`, common
+    random numbers across candidates, independent of training and of every judgement),
+    never the exact model. Shapes for M constraints.
+
+    Attributes:
+        state: the selected candidate's train state.
+        iteration: updates done when it was taken, int32 () (-1 before the first mark).
+        reward: its estimated J, ().
+        costs: its estimated costs S^(k), (M,).
+        upper: upper 95% confidence bounds of ``costs``, (M,).
+        feasible: every ``upper`` within its threshold, bool ().
+    """
+
+    state: Any
+    iteration: Array
+    reward: Array
+    costs: Array
+    upper: Array
+    feasible: Array
+
+
+@struct.dataclass
 class Carry:
-    """The training loop's carry: the learner's train state and the PRNG key of the next
-    iteration (everything a checkpoint must hold to resume bit-identically)."""
+    """The training loop's carry: the learner's train state, the PRNG key of the next
+    iteration and the :class:`Selection` of the policy to return (everything a checkpoint
+    must hold to resume bit-identically)."""
 
     state: Any
     key: Array
+    selection: Selection
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,20 +172,31 @@ class Learner:
         init: ``(key, hparams) -> Carry``: initial train state and loop key.
         step: ``(carry, hparams) -> (carry, metrics)``: one rollout + update; ``metrics`` is a
             dict of small per-iteration arrays (independent of K and H).
+        mark: ``carry -> carry`` at every evaluation mark after the start: the reported policy
+            becomes a candidate of the :class:`Selection` (the policy the run returns).
         evaluate: ``carry -> (reward (), costs (M,))`` of the reported policy: exact on
             tabular exact models, else a Monte-Carlo estimate (``eval_episodes`` episodes).
         policy_table: ``train_state -> (H, S, A)``, the reported policy for exact evaluation;
             None on environments judged by Monte-Carlo (no tabular exact model).
+        thresholds: alpha^(k) in the environment's units, (M,) numpy.
+        violation_units: d^(k) in the environment's units (:func:`fhc_jax.algos.multipliers.
+            violation_units` of the scaled thresholds, scaled back), (M,) numpy.
+        multiplier_units: one training-unit multiplier in the environment's units,
+            reward scale / cost scale^(k), (M,) numpy.
     """
 
     config: Any
     init: Callable[[Array, Any], Carry]
     step: Callable[[Carry, Any], tuple[Carry, dict[str, Array]]]
+    mark: Callable[[Carry], Carry]
     evaluate: Callable[[Carry], tuple[Array, Array]]
     policy_table: Callable[[Any], Array] | None
+    thresholds: np.ndarray
+    violation_units: np.ndarray
+    multiplier_units: np.ndarray
 
 
-def run(learner: Learner, key: Array, hparams: Any | None = None) -> tuple[Any, dict[str, Array], ExactMetrics]:
+def run(learner: Learner, key: Array, hparams: Any | None = None) -> tuple[Carry, dict[str, Array], ExactMetrics]:
     """A whole training run in one ``lax.scan`` (jit it, vmap it over keys/hyperparameters).
 
     Args:
@@ -156,24 +204,121 @@ def run(learner: Learner, key: Array, hparams: Any | None = None) -> tuple[Any, 
         key: PRNG key of the run.
         hparams: optional hyperparameters (same static fields as ``learner.config``).
     Returns:
-        (final train state, per-iteration metrics dict with leading axis ``num_iterations``,
-        :class:`ExactMetrics` every ``config.eval_every`` updates).
+        (final :class:`Carry`, per-iteration metrics dict with leading axis
+        ``num_iterations``, :class:`ExactMetrics` every ``config.eval_every`` updates).
     """
     cfg = resolve_hyperparameters(learner.config, hparams)
     carry = learner.init(key, cfg)
-    carry, metrics, exact = scan_with_evaluation(
-        lambda c, _: learner.step(c, cfg), carry, cfg.num_iterations, cfg.eval_every, learner.evaluate
-    )
-    return carry.state, metrics, exact
+    return scan_with_evaluation(lambda c, _: learner.step(c, cfg), carry, cfg.num_iterations, cfg.eval_every,
+                                learner.evaluate, learner.mark)
+
+
+@struct.dataclass
+class Status:
+    """Whether a run met its constraints and its multipliers settled (M constraints).
+
+    Attributes:
+        met: the returned policy's estimated costs have upper 95% bounds within every
+            threshold (:attr:`Selection.feasible`), bool ().
+        trending: over the last tenth of the run, the multiplier still moved by more than
+            :data:`TREND_TOLERANCE` of its level (least-squares change over the window),
+            bool (M,).
+        above: over the last tenth of the run, the batch's mean episode cost still exceeded
+            alpha + d / 50 (d the violation unit), bool (M,).
+        change: the fitted change of each multiplier over the last tenth, (M,).
+        window_costs: the mean episode cost over the last tenth, (M,).
+    """
+
+    met: Array
+    trending: Array
+    above: Array
+    change: Array
+    window_costs: Array
+
+    @property
+    def settled(self) -> Array:
+        """No multiplier trending and no cost above its threshold, bool ()."""
+        return ~jnp.any(self.trending | self.above, axis=-1)
+
+    @property
+    def ok(self) -> Array:
+        """``met`` and ``settled``: nothing to report, bool ()."""
+        return self.met & self.settled
+
+
+#: a multiplier counts as trending when its fitted change over the last tenth of a run exceeds
+#: this fraction of its level (a level below a tenth of a training unit counts as that tenth)
+TREND_TOLERANCE = 0.1
+
+
+def constraint_status(multipliers: Array, costs: Array, thresholds: Any, violation_units: Any,
+                      multiplier_units: Any, met: Array) -> Status:
+    """:class:`Status` from a run's per-iteration metrics (one function for ``make_train`` and
+    the chunked runs of :mod:`fhc_jax.experiment`; traceable).
+
+    Args:
+        multipliers: nu after each update, (N, M), environment's units.
+        costs: the batch's mean episode costs, (N, M).
+        thresholds, violation_units, multiplier_units: (M,) each (:class:`Learner`).
+        met: :attr:`Selection.feasible` of the run, bool ().
+    """
+    n = multipliers.shape[0]
+    w = max(1, n // 10)
+    nu = jnp.asarray(multipliers[n - w:], jnp.float32)
+    t = jnp.arange(w, dtype=jnp.float32) - (w - 1) / 2.0
+    slope = jnp.sum(t[:, None] * (nu - nu.mean(0)), axis=0) / jnp.maximum(jnp.sum(t * t), 1.0)
+    change = slope * w
+    level = jnp.maximum(jnp.abs(nu).mean(0), 0.1 * jnp.asarray(multiplier_units, jnp.float32))
+    window_costs = jnp.asarray(costs[n - w:], jnp.float32).mean(0)
+    above = window_costs > jnp.asarray(thresholds, jnp.float32) + jnp.asarray(violation_units, jnp.float32) / 50.0
+    return Status(met=jnp.asarray(met), trending=jnp.abs(change) > TREND_TOLERANCE * level, above=above,
+                  change=change, window_costs=window_costs)
+
+
+def describe_status(status: Status, thresholds: Any, multipliers: Any = None, label: str = "") -> str | None:
+    """One line for a run whose :class:`Status` is not ok ("constraint not yet met: ..."), or
+    None (host-side; one run, not a batch). ``multipliers``: its final multipliers (M,)."""
+    if bool(status.ok):
+        return None
+    alpha = np.asarray(thresholds, np.float64).reshape(-1)
+    change, costs = np.asarray(status.change).reshape(-1), np.asarray(status.window_costs).reshape(-1)
+    parts = []
+    for k in range(alpha.shape[0]):
+        name = "" if alpha.shape[0] == 1 else f"constraint {k}: "
+        if bool(np.asarray(status.above).reshape(-1)[k]):
+            parts.append(f"{name}mean episode cost {costs[k]:.4g} > alpha {alpha[k]:.4g} over the last tenth of the run")
+        if bool(np.asarray(status.trending).reshape(-1)[k]):
+            now = "" if multipliers is None else f" (now {float(np.asarray(multipliers).reshape(-1)[k]):.4g})"
+            parts.append(f"{name}multiplier still {'rising' if change[k] > 0 else 'falling'} "
+                         f"(by {abs(change[k]):.3g} over the last tenth{now})")
+    if not bool(status.met):
+        parts.append("no evaluated policy's upper 95% cost bound is within alpha (the least violating is returned)")
+    where = f"{label}: " if label else ""
+    return f"constraint not yet met: {where}{'; '.join(parts)}; train longer (num_iterations) or check alpha"
 
 
 @struct.dataclass
 class TrainResult:
-    """What ``train(key)`` returns: the final train state and the learner's per-iteration
-    ``Metrics`` (leading axis N = ``num_iterations``; ``metrics.exact`` every ``eval_every``)."""
+    """What ``train(key)`` returns.
+
+    Attributes:
+        state: the train state of the returned policy, the :class:`Selection` (the best
+            candidate by the learner's own Monte-Carlo estimates; with ``eval_every = 0`` the
+            final iterate). ``policy_table`` / ``policy`` of it give the returned policy.
+        final_state: the train state after the last update (to continue training from).
+        metrics: the learner's per-iteration ``Metrics`` (leading axis N = ``num_iterations``;
+            ``metrics.exact`` every ``eval_every`` updates: the reported policy of the
+            iterate, for learning curves).
+        selection: the :class:`Selection` (its ``state`` is ``state``).
+        status: the :class:`Status` (``status.ok`` False: the constraint is not yet met;
+            :func:`describe_status` says why in one line).
+    """
 
     state: Any
+    final_state: Any
     metrics: Any
+    selection: Selection
+    status: Status
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,6 +372,16 @@ class Algorithm:
 #: the key of every Monte-Carlo evaluation (common random numbers across iterations and seeds;
 #: independent of the training stream)
 EVALUATION_KEY = 20_240_601
+
+#: z of the one-sided upper 95% confidence bound of a candidate's estimated costs
+UPPER_BOUND_Z = 1.645
+
+
+def selection_key() -> Array:
+    """The key of the learner's own estimates of its candidates (:class:`Selection`): common
+    random numbers across candidates and seeds, independent of training and of
+    :data:`EVALUATION_KEY`."""
+    return jax.random.fold_in(jax.random.key(EVALUATION_KEY), 1)
 
 
 def judged_exactly(env) -> bool:
@@ -297,11 +452,14 @@ def monte_carlo_evaluator(env, params, num_episodes: int, head: Any = None) -> C
 def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
     """``algo`` bound to ``env`` as iteration-level functions (:class:`Learner`).
 
-    On environments without a tabular exact model the learner trains on
-    :class:`~fhc_jax.envs.wrappers.ScaledSignals` of ``env`` (rewards and costs divided by
-    their typical magnitudes, :func:`~fhc_jax.envs.wrappers.signal_scales`), so that one set of
-    defaults serves environments in any units; the metrics (reward, costs, multipliers, critic
-    costs) and evaluations are reported in the environment's own units.
+    The learner trains on :class:`~fhc_jax.envs.wrappers.ScaledSignals` of ``env``: rewards
+    and costs divided by their typical magnitudes in episodes of the uniform policy
+    (:func:`~fhc_jax.envs.wrappers.signal_scales`, statistics the learner observes itself,
+    never the exact model), so that one set of defaults serves environments in any units and
+    rescaling the rewards, or the costs with their thresholds, leaves training unchanged up to
+    rounding. The multipliers in the train state count penalties in these training units; the
+    metrics (reward, costs, multipliers, critic costs) and evaluations are reported in the
+    environment's own units.
 
     Fields of ``config`` left at an environment-dependent default
     (:class:`~fhc_jax.algos.hyperparameters.EnvDefault`) take their value for ``env`` (with or
@@ -314,19 +472,36 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
     if isinstance(config, algo.config_type):
         config = resolve_env_defaults(config, judged_exactly(env))
     _check(algo, env, params, config)
-    scale_r, scale_c = 1.0, np.ones(env.num_constraints, np.float32)
-    train_env = env
-    if not judged_exactly(env):  # train in units of the signals' magnitudes (fhc_jax.envs.wrappers)
-        scale_r, scale_c = signal_scales(env, params)
-        train_env = ScaledSignals(env, scale_r, scale_c)
+    scale_r, scale_c = signal_scales(env, params)  # train in units of the signals' magnitudes
+    train_env = ScaledSignals(env, scale_r, scale_c)
     setup = algo.setup(train_env, params, config)
-    unscale = {"reward": scale_r, "costs": jnp.asarray(scale_c, jnp.float32), "critic_costs": jnp.asarray(scale_c, jnp.float32),
-               "multipliers": jnp.asarray(scale_r / np.asarray(scale_c), jnp.float32)}
+    scale_c = np.asarray(scale_c, np.float32)
+    unscale = {"reward": scale_r, "costs": jnp.asarray(scale_c), "critic_costs": jnp.asarray(scale_c),
+               "multipliers": jnp.asarray(scale_r / scale_c, jnp.float32)}
+    thresholds = np.asarray(env.thresholds(params), np.float32).reshape(-1)
+    units = np.asarray(multiplier_laws.violation_units(thresholds / scale_c, env.horizon)) * scale_c
+    exact = judged_exactly(env)
+
+    def table_fn(state: Any) -> Array:
+        return jax.nn.softmax(algo.logits(state, setup), axis=-1)
+
+    head = None if algo.action_head is None else algo.action_head(setup)
+
+    def act_fn(state: Any) -> Callable:
+        """The reported policy of ``state`` as ``act(key, observation, h)`` on ``env``."""
+        if exact:
+            return table_policy(table_fn(state), env)
+        return observation_policy(partial(algo.observation_logits, state, setup), head)
 
     def init_fn(key: Array, cfg: Any) -> Carry:
         cfg = resolve_hyperparameters(config, cfg)  # EnvDefault fields of hparams -> config's values
         k_init, k_loop = jax.random.split(key)
-        return Carry(state=algo.init(k_init, setup, cfg), key=k_loop)
+        state = algo.init(k_init, setup, cfg)
+        m = thresholds.shape[0]
+        selection = Selection(state=state, iteration=jnp.asarray(-1, jnp.int32), reward=jnp.asarray(-jnp.inf),
+                              costs=jnp.full((m,), jnp.inf), upper=jnp.full((m,), jnp.inf),
+                              feasible=jnp.asarray(False))
+        return Carry(state=state, key=k_loop, selection=selection)
 
     def step_fn(carry: Carry, cfg: Any) -> tuple[Carry, dict[str, Array]]:
         cfg = resolve_hyperparameters(config, cfg)
@@ -336,31 +511,52 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
         state, metrics = algo.update(carry.state, batch, k_update, setup, cfg)
         totals = {"reward": jnp.mean(batch.episode_rewards), "costs": jnp.mean(batch.episode_costs, axis=0)}
         metrics = {**totals, **metrics}
-        if train_env is not env:  # report in the environment's units
-            metrics = {k: v * unscale[k] if k in unscale else v for k, v in metrics.items()}
-        return Carry(state=state, key=keys[0]), metrics
+        metrics = {k: v * unscale[k] if k in unscale else v for k, v in metrics.items()}  # environment's units
+        return carry.replace(state=state, key=keys[0]), metrics
 
-    def table_fn(state: Any) -> Array:
-        return jax.nn.softmax(algo.logits(state, setup), axis=-1)
+    def mark_fn(carry: Carry) -> Carry:
+        returns = rollout_returns(selection_key(), env, params, act_fn(carry.state), config.eval_episodes)
+        n = returns.rewards.shape[0]
+        reward, costs = jnp.mean(returns.rewards), jnp.mean(returns.costs, axis=0)
+        upper = costs + UPPER_BOUND_Z * jnp.std(returns.costs, axis=0) / np.sqrt(n)
+        sel = carry.selection
+        feasible = jnp.all(upper <= thresholds)
+        excess = lambda u: jnp.max((u - thresholds) / units)
+        better = jnp.where(feasible, ~sel.feasible | (reward > sel.reward), ~sel.feasible & (excess(upper) < excess(sel.upper)))
+        candidate = Selection(state=carry.state, iteration=_updates_done(carry.state), reward=reward, costs=costs,
+                              upper=upper, feasible=feasible)
+        return carry.replace(selection=jax.tree.map(lambda a, b: jnp.where(better, a, b), candidate, sel))
 
-    if judged_exactly(env):
+    if exact:
         cmdp = env.to_cmdp(params)
 
         def evaluate_fn(carry: Carry) -> tuple[Array, Array]:
             ev = evaluate(cmdp, table_fn(carry.state))
             return ev.reward, ev.costs
     else:
-        head = None if algo.action_head is None else algo.action_head(setup)
         monte_carlo = monte_carlo_evaluator(env, params, config.eval_episodes, head)
         evaluate_fn = lambda carry: monte_carlo(partial(algo.observation_logits, carry.state, setup))
-        table_fn = None
 
-    return Learner(config=config, init=init_fn, step=step_fn, evaluate=evaluate_fn, policy_table=table_fn)
+    return Learner(config=config, init=init_fn, step=step_fn, mark=mark_fn, evaluate=evaluate_fn,
+                   policy_table=table_fn if exact else None, thresholds=thresholds, violation_units=units,
+                   multiplier_units=np.asarray(scale_r / scale_c, np.float32))
+
+
+def _updates_done(train_state: Any) -> Array:
+    """The number of updates a train state has had (its ``step`` field), int32 ()."""
+    return jnp.asarray(train_state.step, jnp.int32)
+
+
+def run_status(learner: Learner, carry: Carry, metrics: dict[str, Array]) -> Status:
+    """:func:`constraint_status` of a run from its final carry and per-iteration metrics."""
+    return constraint_status(metrics["multipliers"], metrics["costs"], learner.thresholds, learner.violation_units,
+                             learner.multiplier_units, carry.selection.feasible)
 
 
 def make_train(algo: Algorithm, env, params, config: Any) -> Callable[..., TrainResult]:
     """Build ``train(key, hparams=None) -> TrainResult``: ``config.num_iterations`` rollouts and
-    updates in one ``lax.scan`` (one jit).
+    updates in one ``lax.scan`` (one jit), the :class:`Selection` of the returned policy at
+    every evaluation mark, and the run's :class:`Status`.
 
     ``jax.jit(jax.vmap(train))(keys)`` trains several seeds in one compiled call;
     ``jax.vmap(train, in_axes=(None, 0))(key, fhc_jax.algos.stack([cfg1, cfg2]))`` sweeps
@@ -372,8 +568,10 @@ def make_train(algo: Algorithm, env, params, config: Any) -> Callable[..., Train
     learner = make_learner(algo, env, params, config)
 
     def train(key: Array, hparams: Any | None = None) -> TrainResult:
-        state, metrics, exact = run(learner, key, hparams)
-        return TrainResult(state=state, metrics=algo.metrics_type(exact=exact, **metrics))
+        carry, metrics, exact = run(learner, key, hparams)
+        return TrainResult(state=carry.selection.state, final_state=carry.state,
+                           metrics=algo.metrics_type(exact=exact, **metrics), selection=carry.selection,
+                           status=run_status(learner, carry, metrics))
 
     return train
 

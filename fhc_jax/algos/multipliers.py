@@ -22,6 +22,15 @@ Members:
 * :func:`optimizer_ascent`: nu <- clip(nu + optimizer_step(-violation), 0, bound) with any optax
   optimizer on the loss -nu . violation (the "learned multiplier" of PPO-Lagrangian).
 
+**Units.** Every learner trains on signals in units of their typical magnitudes
+(:class:`~fhc_jax.envs.wrappers.ScaledSignals`), so the multipliers count penalties in
+normalised reward per normalised cost, and the violation each learner passes is *relative*:
+(C_hat - alpha) / d with the violation unit d^(k) = max(|alpha^(k)|, H / 100)
+(:func:`violation_units`; alpha in training units, H / 100 = 1% of the largest episode cost
+of a typical step magnitude, for thresholds at or near 0). "10% over the budget" then moves a
+multiplier as fast on every task, whatever the units of its costs and however long its
+episodes, and a learner's multiplier law is invariant to the units of rewards and costs.
+
 **Anti-windup** (one rule for all): the integral state is projected onto the same [0, bound]
 as the multipliers after every step, so a long violation cannot wind it up past the largest
 penalty it could ever produce, and it unwinds at once when the violation changes sign.
@@ -39,6 +48,35 @@ import optax
 from flax import struct
 
 Array = jax.Array
+
+
+def violation_units(thresholds: Array, horizon: int) -> Array:
+    """The violation unit d^(k) = max(|alpha^(k)|, H / 100) of each constraint (module
+    docstring), (M,), from the thresholds in training units (the learner's own, scaled)."""
+    return jnp.maximum(jnp.abs(jnp.asarray(thresholds, jnp.float32)), jnp.float32(horizon / 100.0))
+
+
+#: the learner's multiplier targets alpha minus this many standard errors of its own estimate of
+#: a candidate's cost (fhc_jax.algos.learner.Selection), so that at equilibrium the candidates
+#: pass the selection's upper-bound check (one standard error of z = 1.645 each)
+SAFETY_MARGIN = 2 * 1.645
+
+
+def relative_violation(episode_costs: Array, thresholds: Array, units: Array, estimate_episodes: int) -> Array:
+    """The relative violation every learner's multiplier moves with (module docstring, "Units"),
+    (M,): (C_hat - alpha + m) / d, with C_hat the batch's mean episode cost and the safety
+    margin m = :data:`SAFETY_MARGIN` sigma_C / sqrt(``estimate_episodes``) (sigma_C the batch's
+    standard deviation of episode costs, ``estimate_episodes`` the episodes of the learner's
+    estimate of each candidate): the multiplier settles where the cost sits that margin below
+    alpha, so that the returned policy's upper 95% cost bound is within alpha.
+
+    Args:
+        episode_costs: (K, M) episode totals of the batch (training units).
+        thresholds: alpha (M,). units: d (M,) (:func:`violation_units`).
+        estimate_episodes: episodes of the learner's candidate estimates (``eval_episodes``).
+    """
+    margin = SAFETY_MARGIN * jnp.std(episode_costs, axis=0) / jnp.sqrt(jnp.float32(estimate_episodes))
+    return (jnp.mean(episode_costs, axis=0) - thresholds + margin) / units
 
 
 def project(multipliers: Array, bound: Array) -> Array:

@@ -47,7 +47,6 @@ from fhc_jax.algos.nn_losses import (
     advantage_targets, batch_targets, cell_stats, gaussian_actor_loss, gaussian_sample_targets, improved_actor_loss,
     sample_advantage_targets, sample_cross_entropy, sample_losses, table_losses,
 )
-from fhc_jax.envs.wrappers import episode_spread
 from fhc_jax.rollout import rollout as rollout_episodes
 from fhc_jax.algos.tabular_rollout import (
     Batch, TabularModel, batch_from_trajectory, batch_observations, observation_table, rollout_policy_table,
@@ -61,7 +60,6 @@ OPTIMIZERS = ("adam", "sgd")
 LOSS_FORMS = ("auto", "table", "samples")
 OBSERVATIONS = ("env", "xy", "xyt", "one_hot")
 PATHS = ("auto", "tabular", "sampled")
-MULTIPLIER_UNITS = ("raw", "standardized")
 
 
 @hyperparameters
@@ -96,21 +94,14 @@ class Config:
             actor network ("state_dependent").
         initial_log_std: box action spaces only: log(sigma / half range) of the initial policy,
             a float in [-5, 1] (default log 0.5: sigma is half the box's half range).
-        multiplier_units: the units of the multiplier's dynamics. "raw": nu and the
-            violation in the units the learner trains in. "standardized": nu = nu_ref nu~,
-            where nu_ref = sigma_R / sigma_C (spreads of the uniform policy's episode reward and
-            cost, :func:`~fhc_jax.envs.wrappers.episode_spread`) and nu~ follows the same PI
-            update on the violation in units of sigma_C; ``initial_multiplier``,
-            ``multiplier_max``, ``multiplier_step`` and ``multiplier_gain`` then count nu~, so
-            one setting of them fits tasks whose multipliers differ by orders of magnitude in
-            raw units (docs/algorithms/nn_constrained.md, "Standardized multiplier units").
 
     Numeric fields (pytree leaves; ``vmap`` over them without recompiling):
         critic_step: a(n), learning rate of V and W (fastest).
         actor_step: b(n), learning rate of the actors (middle).
-        multiplier_step: c(n), multiplier step (slowest).
-        multiplier_max: -P, penalties nu in [0, multiplier_max] (> 0).
-        initial_multiplier: nu at n = 0.
+        multiplier_step: c(n), multiplier step (slowest), on the relative violation
+            (C - alpha) / d (:mod:`fhc_jax.algos.multipliers`, "Units").
+        multiplier_max: -P, penalties nu in [0, multiplier_max] (> 0), in training units.
+        initial_multiplier: nu at n = 0, in training units.
         trace: lambda-return trace of the improved variant, in [0, 1].
         multiplier_gain: proportional gain K_p >= 0 of the improved variant's multiplier.
         output_scale: initial scale of the actors' output layer (> 0; small = near-uniform
@@ -146,14 +137,13 @@ class Config:
     check_step_sizes: bool = static(True)
     log_std: str = static("state_independent", choices=LOG_STD_FORMS)
     initial_log_std: float = static(math.log(0.5), types=(float,), description="a float in [-5, 1]")
-    multiplier_units: str = static("raw", choices=MULTIPLIER_UNITS)
     critic_step: PowerSchedule = schedule(PowerSchedule(init=0.05, power=0.55, decay=500.0))
     actor_step: PowerSchedule = schedule(PowerSchedule(init=0.03, power=0.7, decay=500.0))
-    multiplier_step: PowerSchedule = schedule(PowerSchedule(init=1e-3, power=0.8, decay=1000.0))
+    multiplier_step: PowerSchedule = schedule(PowerSchedule(init=0.025, power=0.8, decay=1000.0))
     multiplier_max: float = numeric(20.0, low=0.0, low_open=True)
     initial_multiplier: float = numeric(0.0, low=0.0, high="multiplier_max")
     trace: float = numeric(0.4, low=0.0, high=1.0)
-    multiplier_gain: float = numeric(0.05, low=0.0)
+    multiplier_gain: float = numeric(1.25, low=0.0)
     output_scale: float = numeric(0.1, low=0.0, low_open=True)
     logit_step: float = numeric(1.0, low=0.0, low_open=True)
     policy_averaging: float = numeric(0.99, low=0.0, high=1.0, high_open=True)
@@ -266,9 +256,8 @@ class Setup:
         sampled: the path (:attr:`Config.path`). form: the loss form, "table" or "samples".
         head: the actor's action head (``Categorical(A)`` or a ``DiagonalGaussian`` on box
             action spaces).
-        multiplier_ref, violation_ref: nu = multiplier_ref nu~ and the violation is divided by
-            violation_ref in nu~'s update, (M,) each (ones with ``multiplier_units="raw"``;
-            :attr:`Config.multiplier_units`).
+        violation_units: d^(k) of the relative violation (C - alpha) / d the multiplier moves
+            with (:func:`~fhc_jax.algos.multipliers.violation_units`), (M,).
     """
 
     nets: Networks
@@ -286,8 +275,7 @@ class Setup:
     sampled: bool
     form: str
     head: ActionHead
-    multiplier_ref: Array | None = None
-    violation_ref: Array | None = None
+    violation_units: Array | None = None
 
     def normalize(self, x: Array) -> Array:
         """Standardised network input of raw observations x (..., D)."""
@@ -363,12 +351,7 @@ def setup(env, params, config: Config) -> Setup:
     thresholds = jnp.asarray(env.thresholds(params), jnp.float32)
     out = _setup(env, params, config, config.path, tabular_model(env, params) if tabular else None, thresholds,
                  resolve_loss_form(config, env.num_states) if tabular else "samples")
-    ones = jnp.ones((env.num_constraints,), jnp.float32)
-    if config.multiplier_units == "raw":
-        return dataclasses.replace(out, multiplier_ref=ones, violation_ref=ones)
-    sigma_r, sigma_c = episode_spread(env, params)
-    return dataclasses.replace(out, multiplier_ref=jnp.asarray(sigma_r / sigma_c, jnp.float32),
-                               violation_ref=jnp.asarray(sigma_c, jnp.float32))
+    return dataclasses.replace(out, violation_units=multipliers.violation_units(thresholds, env.horizon))
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
@@ -391,8 +374,7 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
     actor = nets.actor.init(ka, obs)
     critic = nets.critic.init(kv, obs)
     cost_critic = nets.cost_critic.init(kw, obs)
-    nu_std = jnp.broadcast_to(jnp.asarray(config.initial_multiplier, jnp.float32), (setup.num_constraints,))
-    nu = nu_std * setup.multiplier_ref
+    nu = jnp.broadcast_to(jnp.asarray(config.initial_multiplier, jnp.float32), (setup.num_constraints,))
     return TrainState(
         actor=actor,
         actor_average=actor,
@@ -401,7 +383,7 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         actor_opt=_optimizer(config, config.actor_step).init(actor),
         critic_opt=_optimizer(config, config.critic_step).init((critic, cost_critic)),
         multipliers=nu,
-        multiplier_state=_multiplier_update(config, 0).init(setup.num_constraints, nu_std),
+        multiplier_state=_multiplier_update(config, 0).init(setup.num_constraints, nu),
         step=jnp.zeros((), jnp.int32),
         observation=config.observation, width=config.width, depth=config.depth,
         activation=config.activation, normalize_inputs=config.normalize_inputs,
@@ -545,12 +527,12 @@ def update(
     critic_estimate = jnp.mean(values[0, :, 1:], axis=0)  # mean_i W_0(s_0^i), (M,)
     episode_costs = batch.episode_costs
     if paper:
-        violation, critic_costs = critic_estimate, critic_estimate + thresholds
+        violation, critic_costs = critic_estimate / setup.violation_units, critic_estimate + thresholds
     else:
-        violation, critic_costs = jnp.mean(episode_costs, axis=0) - thresholds, critic_estimate
-    nu_std, multiplier_state = _multiplier_update(config, n).update(train_state.multiplier_state,
-                                                                    violation / setup.violation_ref)
-    nu = setup.multiplier_ref * nu_std
+        violation = multipliers.relative_violation(episode_costs, thresholds, setup.violation_units,
+                                                   config.eval_episodes)
+        critic_costs = critic_estimate
+    nu, multiplier_state = _multiplier_update(config, n).update(train_state.multiplier_state, violation)
     new_state = train_state.replace(
         actor=actor,
         critic=crit[0],

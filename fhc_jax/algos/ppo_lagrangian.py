@@ -103,9 +103,11 @@ class Config:
             per epoch (0 disables it).
         gamma: discount (1: the finite-horizon criterion). gae_lambda: GAE lambda.
         multiplier_lr: step size of the "lagrangian" multiplier optimizer.
-        initial_multiplier: nu at n = 0 ("pid": the initial integral).
+        initial_multiplier: nu at n = 0 ("pid": the initial integral), in training units.
         multiplier_max: nu_max, penalties (and the PID integral) lie in [0, nu_max].
-        pid_kp, pid_ki, pid_kd: PID gains. pid_p_ema, pid_d_ema: EMA factors a_p, a_d.
+        pid_kp, pid_ki, pid_kd: PID gains on the relative violation (C - alpha) / d and the
+            relative cost C / d (:mod:`fhc_jax.algos.multipliers`, "Units").
+        pid_p_ema, pid_d_ema: EMA factors a_p, a_d.
     """
 
     num_iterations: int = static(250, low=1)
@@ -139,8 +141,8 @@ class Config:
     multiplier_lr: float = numeric(0.01, low=0.0, low_open=True)
     initial_multiplier: float = numeric(0.0, low=0.0, high="multiplier_max")
     multiplier_max: float = numeric(100.0, low=0.0, low_open=True)
-    pid_kp: float = numeric(0.01, low=0.0)
-    pid_ki: float = numeric(0.001, low=0.0)
+    pid_kp: float = numeric(0.25, low=0.0)
+    pid_ki: float = numeric(0.025, low=0.0)
     pid_kd: float = numeric(0.0, low=0.0)
     pid_p_ema: float = numeric(0.9, low=0.0, high=1.0)
     pid_d_ema: float = numeric(0.95, low=0.0, high=1.0)
@@ -301,8 +303,8 @@ def setup(env, params, config: Config) -> Setup:
         horizon=h, num_states=s, num_actions=env.num_actions,
         form=pick(rows.shape[0]), critic_form=pick(critic_rows.shape[0]),
         model=model,
-        thresholds=jnp.asarray(env.to_cmdp(params).thresholds, jnp.float32),
-        value_scale=jnp.asarray(value_scale(model)),
+        thresholds=jnp.asarray(env.thresholds(params), jnp.float32),
+        value_scale=jnp.asarray(critic_value_scale(env, params)),
         observation=config.observation,
         head=head,
     )
@@ -417,8 +419,10 @@ def update(
     adv, targets = advantages_and_targets(batch, values, cfg.gamma, cfg.gae_lambda)
 
     # --- multipliers from the batch's mean episode costs (before the policy update)
-    mean_costs = jnp.mean(batch.episode_costs, axis=0)  # (M,)
-    nu, multiplier_state = multiplier_update(cfg).update(st.multiplier_state, mean_costs - thresholds, mean_costs)
+    units = multipliers.violation_units(thresholds, setup.horizon)  # relative violation (multipliers, "Units")
+    violation = multipliers.relative_violation(batch.episode_costs, thresholds, units, cfg.eval_episodes)
+    nu, multiplier_state = multiplier_update(cfg).update(st.multiplier_state, violation,
+                                                         jnp.mean(batch.episode_costs, axis=0) / units)
 
     adv_r, adv_c = adv[..., 0], adv[..., 1:]
     if cfg.normalize_advantages:

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fhc_jax.algos.learner import EVALUATION_KEY, judged_exactly
-from fhc_jax.algos.tabular_rollout import observation_table, tabular_model, value_scale
+from fhc_jax.algos.tabular_rollout import observation_table
 from fhc_jax.rollout import random_policy, rollout
 
 Array = jax.Array
@@ -79,12 +79,9 @@ def input_table(env, params, observation: str) -> Array:
 
 def critic_value_scale(env, params, num_episodes: int = 64) -> np.ndarray:
     """The critics' output scale per signal [r, g^(1..M)], (1 + M,) float32 (host-side): the
-    return bound B = H max|u_h| + max|u_H| of :func:`~fhc_jax.algos.tabular_rollout.value_scale`,
-    from the exact model where there is a tabular one, else from the signals that
-    ``num_episodes`` episodes of the uniform policy meet (fixed key; 1 for a signal never seen
-    nonzero)."""
-    if judged_exactly(env):
-        return value_scale(tabular_model(env, params))
+    return bound B = H max|u_h| + max|u_H| of the signals that ``num_episodes`` episodes of the
+    uniform policy meet (fixed key; 1 for a signal never seen nonzero), on any environment (the
+    learner's own observations, never the exact model)."""
     traj = jax.jit(rollout, static_argnums=(1, 3, 4))(
         jax.random.key(EVALUATION_KEY), env, params, random_policy(env), num_episodes)
     stage = np.concatenate([np.asarray(traj.rewards)[..., None], np.asarray(traj.costs)], axis=-1)  # (N, H, 1+M)

@@ -1,11 +1,13 @@
 """Environment wrappers.
 
 :class:`ScaledSignals` divides an environment's rewards by one scale and each constraint's
-costs (and thresholds) by its own: the same decision problem in other units. The learners
-train on it where an environment has no tabular exact model (:func:`signal_scales`), so one set
-of default step sizes and multiplier bounds serves tasks whose rewards are in euros per
-half-hour as well as the gridworld's fares of order one; everything they report is converted
-back to the environment's units.
+costs (and thresholds) by its own: the same decision problem in other units. Every learner
+trains on it (:func:`fhc_jax.algos.learner.make_learner`, scales from :func:`signal_scales`,
+statistics of episodes the learner observes itself), so that one set of default step sizes
+and multiplier laws serves tasks whose rewards are euros per half-hour as well as the
+gridworld's fares of order one, and rescaling an environment's rewards, or its costs together
+with their thresholds, leaves the learned policy unchanged; everything the learners report is
+converted back to the environment's units.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fhc_jax.cmdp.model import TabularCMDP
 from fhc_jax.envs.base import Environment
 
 Array = jax.Array
@@ -23,9 +26,11 @@ Array = jax.Array
 
 class ScaledSignals(Environment):
     """``env`` with rewards r / ``reward_scale`` and costs g^(k) / ``cost_scales[k]`` (stage and
-    terminal), thresholds alpha^(k) / ``cost_scales[k]``. Dynamics, observations and the
-    declared one-uniform noise are the wrapped environment's; it declares no exact model, no
-    tabular states and no reference (those live on the unscaled environment).
+    terminal), thresholds alpha^(k) / ``cost_scales[k]``. Dynamics, observations and every
+    declared capability are the wrapped environment's: tabular states, one-uniform noise,
+    the spatial grid, signals paid on arrival (scaled) and the exact model (``to_cmdp`` gives
+    the wrapped model with scaled rewards, costs and thresholds, so tabular learners roll out
+    the scaled problem); the reference policy stays on the unscaled environment.
 
     Args:
         env: the environment. reward_scale: > 0. cost_scales: (M,) > 0.
@@ -46,8 +51,17 @@ class ScaledSignals(Environment):
     default_params = property(lambda self: self.env.default_params)
     observation_shape = property(lambda self: self.env.observation_shape)
     observation_dtype = property(lambda self: self.env.observation_dtype)
-    has_uniform_noise = property(lambda self: self.env.has_uniform_noise)
+    supported_observations = property(lambda self: self.env.supported_observations)
+    encoder = property(lambda self: self.env.encoder)
     name = property(lambda self: self.env.name)
+    # capabilities of the wrapped environment (fhc_jax.envs.base)
+    has_uniform_noise = property(lambda self: self.env.has_uniform_noise)
+    has_exact_model = property(lambda self: self.env.has_exact_model)
+    is_tabular = property(lambda self: self.env.is_tabular)
+    pays_on_arrival = property(lambda self: self.env.pays_on_arrival)
+    is_spatial = property(lambda self: self.env.is_spatial)
+    num_states = property(lambda self: self.env.num_states)
+    grid_shape = property(lambda self: self.env.grid_shape)
 
     def _static_config(self) -> tuple:
         return (self.env, self.reward_scale, self.cost_scales)
@@ -55,8 +69,9 @@ class ScaledSignals(Environment):
     def __repr__(self) -> str:
         return f"ScaledSignals({self.env!r}, reward_scale={self.reward_scale:g}, cost_scales={self.cost_scales})"
 
-    def _costs(self, costs: Array) -> Array:
-        return costs / jnp.asarray(self.cost_scales, costs.dtype)
+    def _costs(self, costs: Array, axis: int = -1) -> Array:
+        scales = jnp.asarray(self.cost_scales, costs.dtype)
+        return costs / scales.reshape((-1,) + (1,) * (costs.ndim - 1 - (axis % costs.ndim)))
 
     def observation(self, state: Any, params: Any) -> Array:
         return self.env.observation(state, params)
@@ -82,6 +97,28 @@ class ScaledSignals(Environment):
 
     def terminal_costs(self, state: Any, params: Any) -> Array:
         return self._costs(self.env.terminal_costs(state, params))
+
+    def state_index(self, state: Any) -> Array:
+        return self.env.state_index(state)
+
+    def state_at(self, index: Array, time: Array) -> Any:
+        return self.env.state_at(index, time)
+
+    def coordinates(self, state: Any) -> Array:
+        return self.env.coordinates(state)
+
+    def arrival_signals(self, params: Any) -> tuple[Array, Array]:
+        rewards, costs = self.env.arrival_signals(params)
+        return rewards / self.reward_scale, self._costs(jnp.asarray(costs), axis=0)
+
+    def to_cmdp(self, params: Any) -> TabularCMDP:
+        """The wrapped environment's exact model in the scaled units (rewards / reward_scale,
+        costs and thresholds / cost_scales)."""
+        cmdp = self.env.to_cmdp(params)
+        return TabularCMDP(
+            cmdp.transitions, cmdp.rewards / self.reward_scale, self._costs(cmdp.costs, axis=0),
+            cmdp.terminal_rewards / self.reward_scale, self._costs(cmdp.terminal_costs, axis=0),
+            self._costs(cmdp.thresholds), cmdp.initial_distribution)
 
 
 def _uniform_episodes(env: Environment, params: Any, num_episodes: int, seed: int) -> Any:

@@ -118,45 +118,8 @@ def test_sweep_grid_validation():
     assert len(sweep.grid_specs(spec, {"trace": [0.2, 0.5], "critic_step.init": [0.5, 1.0]})) == 4
 
 
-def test_fh_runs_written_before_the_features_env_default_load_and_resume(tmp_path):
-    """Run directories of FH-Constrained on an environment without a tabular model written
-    before ``features`` became an EnvDefault record features.kind = "one_hot" (hashed into
-    their checkpoints' manifests) although they trained on RadialBasis(5). Such a directory is
-    rebuilt here from a current one (the settings and manifests rewritten as that version
-    wrote them); it loads as RadialBasis(5) and resumes from its checkpoint."""
-    import json
-
-    from fhc_jax.algos import features
-    from fhc_jax.experiment import loading, rundir, training
-
-    out = tmp_path / "legacy"
-    spec = config_io.load_spec("fh-constrained", env="battery", seeds=1, overrides=[
-        "num_iterations=4", "episodes_per_iteration=8", "run.chunk_size=2", "run.checkpoint_every=1",
-        "run.eval_episodes=16", "features.kind=radial_basis", "features.num_centers=5", "features.stage_inputs=true"])
-    assert spec.learner.features == features.RadialBasis(5)
-    training.train_run(spec, out, max_chunks=1, quiet=True)
-    config = json.loads((out / rundir.CONFIG).read_text())
-    settings = {k: v for k, v in config["settings"].items() if not k.startswith("features.")}
-    settings["features.kind"] = "one_hot"  # what the earlier version wrote
-    config["settings"] = settings
-    rundir.write_json_atomic(out / rundir.CONFIG, config)
-    for man_path in (out / rundir.CHECKPOINTS).glob(f"*/{checkpoint.MANIFEST}"):
-        man = json.loads(man_path.read_text())
-        man["config_hash"] = rundir.settings_hash(settings)
-        rundir.write_json_atomic(man_path, man)
-
-    stored = training.load_run_spec(out)
-    assert stored.learner.features == features.RadialBasis(5)
-    result = training.train_run(None, out, resume=True, quiet=True)
-    assert result["complete"] and result["timing"]["resumed_from_iteration"] == 2  # checkpoint verified, restored
-    loaded = loading.load_run(out)
-    assert loaded.spec.learner.features == features.RadialBasis(5) and loaded.iteration == 4
-    assert loaded.train_states.features == features.RadialBasis(5)
-
-
-def test_stored_coarse_maps_without_stage_inputs_read_every_component():
-    """Settings written before coarse maps had ``stage_inputs`` load with True (those versions
-    mapped every observation component) whatever the current default; a switch of
+def test_coarse_map_settings_round_trip_and_switch_kinds():
+    """A coarse map's ``stage_inputs`` is written to config.json and read back; a switch of
     ``features.kind`` keeps the option both kinds have."""
     from fhc_jax.algos import features
 
@@ -166,8 +129,6 @@ def test_stored_coarse_maps_without_stage_inputs_read_every_component():
     settings = spec.settings()
     assert settings["features.stage_inputs"] is False
     assert config_io.load_spec(settings=settings) == spec  # config.json round trip
-    old = {k: v for k, v in settings.items() if k != "features.stage_inputs"}
-    assert config_io.load_spec(settings=old).learner.features == features.RadialBasis(5, stage_inputs=True)
     switched = config_io.load_spec("fh-constrained", env="battery", overrides=[
         "features.kind=tile_coding", "features.tiles=6"]).learner.features
     assert switched == features.TileCoding(tiles=6, stage_inputs=False)  # from Auto()'s stage_inputs

@@ -15,7 +15,7 @@ checkpoint against its manifest before using it: the manifest exists and parses,
 matches the directory and does not exceed the configuration's ``num_iterations``, the
 configuration hash equals the run's, orbax reads every array, and every array's dtype, shape and
 checksum match. The manifest is the commit marker: a checkpoint without one was interrupted while
-saving (or written by an older fhc_jax) and is never restored. CRC-32 detects every burst error
+saving and is never restored. CRC-32 detects every burst error
 up to 32 bits and any other damage with probability 1 - 2^-32; it runs at memory speed, so
 verification costs a small fraction of a checkpoint (README, "Reliability").
 
@@ -337,34 +337,6 @@ def restore_verified(directory: str | Path, trainer: ChunkedTrainer, template: C
         shutil.move(str(directory / str(step)), str(dest))
         say(f"moved the rejected checkpoint {step} to {dest}")
     return restored
-
-
-def restore_unverified(step_dir: Path, step: int, trainer: ChunkedTrainer, template: ChunkState, *, algo: str,
-                       rerun: str) -> ChunkState:
-    """Read checkpoint ``step`` (directory ``step_dir``) written without a manifest (an older
-    fhc_jax, or interrupted while saving): nothing is verified, so the caller must check the
-    state another way (e.g. against policy.npz). Never moves or deletes anything.
-
-    Raises:
-        CheckpointError: unreadable, or a train state this version of ``algo`` cannot rebuild;
-            the message ends with ``rerun`` (the command that retrains the run).
-    """
-    import orbax.checkpoint as ocp
-
-    _quiet_orbax_shutdown()
-    try:
-        mngr = _manager(Path(step_dir).parent)
-        try:
-            data = mngr.restore(step, args=ocp.args.StandardRestore())
-        finally:
-            mngr.close()
-        return _state_from(jax.tree.map(np.asarray, data), trainer, template, str(step_dir))
-    except Exception as err:  # noqa: BLE001 (orbax raises many kinds on damaged files)
-        mine = type(err) is ValueError and "\n" not in str(err)  # _state_from: another train state
-        reason = f"this version of {algo} cannot rebuild its train state ({err})" if mine else \
-            f"it cannot be read ({_short(err)})"
-        raise CheckpointError(f"checkpoint {step_dir} has no manifest (interrupted while saving, or written by an "
-                              f"older fhc_jax) and {reason}; retrain the run with this version: {rerun}") from None
 
 
 def restore(directory: str | Path, trainer: ChunkedTrainer, template: ChunkState, iteration: int | None = None,

@@ -310,11 +310,7 @@ def load_spec(
             environment.
     """
     values: dict[str, Any] = dict(flatten(defaults or {}))
-    stored = flatten(settings or {})
-    if "features.kind" in stored and stored["features.kind"] != "one_hot" and "features.stage_inputs" not in stored:
-        # written before coarse maps had the option: those versions read every observation component
-        stored["features.stage_inputs"] = True
-    values.update(stored)
+    values.update(flatten(settings or {}))
     if config_file is not None:
         values.update(read_toml(config_file))
     for text in overrides:
@@ -377,25 +373,3 @@ def load_spec(
     return ExperimentSpec(algo=name, env_name=entry.name, env=env_settings, learner=config, seeds=run["seeds"],
                           seed=run["seed"], chunk_size=chunk, checkpoint_every=run["checkpoint_every"],
                           feasibility_tolerance=run["feasibility_tolerance"], eval_episodes=run["eval_episodes"])
-
-
-def upgrade_stored_spec(spec: ExperimentSpec, env: Any = None) -> ExperimentSpec:
-    """A spec read from a run directory written by an earlier version, as that version ran it.
-
-    FH-Constrained on an environment without a tabular exact model: runs written before its
-    ``features`` default became an ``EnvDefault`` record ``features.kind = "one_hot"``, but that
-    version trained them on ``RadialBasis(5)`` of the observations (it swapped a one-hot spec
-    for it there), so they are read as ``RadialBasis(5)``. A one-hot spec on such an
-    environment is an error today, so no newer run directory records one. The checkpoints of
-    such a run keep the hash of the stored settings (``fhc_jax.experiment.training`` hashes
-    config.json's settings).
-
-    Args:
-        spec: from :func:`load_spec` of the stored settings.
-        env: the environment of ``spec`` if already built (else it is built here).
-    """
-    if spec.algo == "fh-constrained" and isinstance(spec.learner.features, feat.OneHot):
-        env = spec.make_env()[0] if env is None else env
-        if not judged_exactly(env):
-            return dataclasses.replace(spec, learner=spec.learner.replace(features=feat.RadialBasis(5)))
-    return spec

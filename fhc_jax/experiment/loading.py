@@ -10,13 +10,9 @@ run's final checkpoint (``checkpoints/<num_iterations>/``), verified against its
 ``policy(key, obs, h)`` for :func:`fhc_jax.rollout` / :func:`fhc_jax.rollout_returns` (the
 learner's own ``policy(train_state, env, params)``). Nothing is written.
 
-**Older run directories.** Runs written before checkpoints carried manifests (before fhc_jax
-recorded ``fhc_manifest.json``) still load: their final checkpoint is read unverified and then
-checked against the policy tables in ``policy.npz`` (the same numbers, computed at the end of
-training); without a ``policy.npz`` to check against it is refused. The configuration hash of a
-manifest is compared with the hash of the settings exactly as ``config.json`` stores them, so
-runs written before a setting was added (e.g. ``run.eval_episodes``) keep matching. A missing or
-damaged file is refused with one line naming it and what to do.
+A run directory of another format version (:data:`fhc_jax.experiment.rundir.FORMAT_VERSION`)
+is refused with the command that trains it again; a missing or damaged file is refused with one
+line naming it and what to do.
 """
 
 from __future__ import annotations
@@ -32,13 +28,9 @@ import numpy as np
 from fhc_jax.algos.learner import judged_exactly
 from fhc_jax.envs.base import Environment
 from fhc_jax.experiment import checkpoint, rundir
-from fhc_jax.experiment.config_io import ExperimentSpec, load_spec, upgrade_stored_spec
+from fhc_jax.experiment.config_io import ExperimentSpec, load_spec
 from fhc_jax.experiment.registry import load_algorithm
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, seed_keys
-
-#: largest difference between a policy table rebuilt from a checkpoint without a manifest and
-#: the one in policy.npz (float32 copies of the same numbers: 0 when they match)
-POLICY_CHECK_TOLERANCE = 1e-6
 
 Array = jax.Array
 
@@ -57,8 +49,6 @@ class RunFiles:
         module: the learner module.
         env, params: the trained environment (through the registry) and its params.
         final_checkpoint: ``checkpoints/<num_iterations>/``.
-        verified: whether the final checkpoint has a manifest (else it is checked against
-            policy.npz when loaded).
         summary: summary.json, or None when absent or unreadable.
     """
 
@@ -69,7 +59,6 @@ class RunFiles:
     env: Environment
     params: Any
     final_checkpoint: Path
-    verified: bool
     summary: dict | None
 
     @property
@@ -80,8 +69,7 @@ class RunFiles:
     @property
     def rerun(self) -> str:
         """The command that trains this run again (config.json's ``rerun``, ``--out`` filled in)."""
-        cmd = self.config.get("rerun") or "fhc-jax train ... --out runs/NAME"
-        return cmd.replace("--out runs/NAME", f"--overwrite --out {self.path}")
+        return rundir.rerun_command(self.config, self.path)
 
 
 def read_run(path: str | Path) -> RunFiles:
@@ -107,6 +95,7 @@ def read_run(path: str | Path) -> RunFiles:
     if config.get("kind") == "sweep":
         raise rundir.RunDirectoryError(f"{path} is a sweep directory (fhc-jax sweep); evaluate a run written by "
                                        "fhc-jax train")
+    rundir.check_format(config, path)
     settings = config.get("settings")
     if not isinstance(settings, dict):
         raise rundir.RunDirectoryError(f"{config_path} has no 'settings': it is damaged or not written by fhc-jax "
@@ -115,7 +104,6 @@ def read_run(path: str | Path) -> RunFiles:
         spec = load_spec(settings=settings)
         module = load_algorithm(spec.algo)
         env, params = spec.make_env()
-        spec = upgrade_stored_spec(spec, env)
     except ValueError as err:
         raise rundir.RunDirectoryError(f"{config_path}: its settings are not valid for this version of fhc_jax "
                                        f"({err}); retrain the run with this version") from None
@@ -127,16 +115,9 @@ def read_run(path: str | Path) -> RunFiles:
     ckpt_dir = path / rundir.CHECKPOINTS
     final = ckpt_dir / str(spec.num_iterations)
     files = RunFiles(path=path, config=config, spec=spec, module=module, env=env, params=params,
-                     final_checkpoint=final, verified=(final / checkpoint.MANIFEST).is_file(), summary=summary)
+                     final_checkpoint=final, summary=summary)
     if not final.is_dir():
         raise rundir.RunDirectoryError(_missing_final(files, ckpt_dir))
-    if not files.verified:
-        check = path / rundir.POLICY
-        if not files.exact or not check.is_file():
-            what = "policy.npz is missing" if files.exact else "its policies are not tables that policy.npz records"
-            raise rundir.RunDirectoryError(
-                f"{final / checkpoint.MANIFEST} does not exist and {what}, so the final checkpoint cannot be verified "
-                f"(it was interrupted while saving, or written by an older fhc_jax); retrain: {files.rerun}")
     return files
 
 
@@ -168,8 +149,8 @@ class LoadedRun:
         iteration: the final checkpoint's iteration (= ``spec.num_iterations``).
         train_states: the final train state of every seed, leading axis R (device arrays).
         multipliers: the learned multipliers of the last iteration, (R, M), or None.
-        verification: "manifest" (CRC-32 of every array and the configuration hash checked) or
-            "policy.npz" (an older checkpoint without a manifest, checked against the tables).
+        verification: how the final checkpoint was verified: "manifest" (CRC-32 of every array and
+            the configuration hash checked).
         summary: summary.json, or None.
     """
 
@@ -251,21 +232,16 @@ def restore_run(files: RunFiles) -> LoadedRun:
     ckpt_dir = files.path / rundir.CHECKPOINTS
     n = spec.num_iterations
     advice = f"restore the run directory from a copy or retrain: {files.rerun}"
-    if files.verified:
-        try:
-            state = checkpoint.restore(ckpt_dir, trainer, template, n,
-                                       config_hash=rundir.settings_hash(files.config["settings"]), num_iterations=n)
-        except checkpoint.CheckpointError as err:
-            raise checkpoint.CheckpointError(f"{err}; {advice}") from None
-        verification = "manifest"
-    else:
-        state = _restore_unverified(files, trainer, template, advice)
-        verification = rundir.POLICY
+    try:
+        state = checkpoint.restore(ckpt_dir, trainer, template, n,
+                                   config_hash=rundir.settings_hash(files.config["settings"]), num_iterations=n)
+    except checkpoint.CheckpointError as err:
+        raise checkpoint.CheckpointError(f"{err}; {advice}") from None
     multipliers = state.metrics.get("multipliers")
     return LoadedRun(path=files.path, config=files.config, spec=spec, module=files.module, env=env, params=params,
                      iteration=state.iteration, train_states=state.carry.state,
                      multipliers=None if multipliers is None else np.asarray(multipliers[:, -1], np.float64),
-                     verification=verification, summary=files.summary, _trainer=trainer, _state=state)
+                     verification="manifest", summary=files.summary, _trainer=trainer, _state=state)
 
 
 def _template(learner: Any, keys: Array) -> ChunkState:
@@ -290,25 +266,3 @@ def _template(learner: Any, keys: Array) -> ChunkState:
     r = int(keys.shape[0])
     return ChunkState(carry=carry, iteration=0, metrics={}, exact_iterations=np.zeros(1, np.int64),
                       exact_reward=np.zeros((r, 1)), exact_costs=np.zeros((r, 1, 1)))
-
-
-def _restore_unverified(files: RunFiles, trainer: ChunkedTrainer, template: ChunkState, advice: str) -> ChunkState:
-    """A final checkpoint without a manifest (older fhc_jax): read it, then require that its
-    policy tables equal policy.npz's."""
-    step_dir, n = files.final_checkpoint, files.spec.num_iterations
-    state = checkpoint.restore_unverified(step_dir, n, trainer, template, algo=files.spec.algo, rerun=files.rerun)
-    if state.iteration != n:
-        raise checkpoint.CheckpointError(f"checkpoint {step_dir} holds iteration {state.iteration}, not {n}; {advice}")
-    stored = rundir.read_npz(files.path / rundir.POLICY)
-    if "policy" not in stored:
-        raise rundir.RunDirectoryError(f"{files.path / rundir.POLICY} has no 'policy' array to check the checkpoint "
-                                       f"{step_dir} (no manifest) against; {advice}")
-    tables = trainer.policy_tables(state)
-    if stored["policy"].shape != tables.shape:
-        raise checkpoint.CheckpointError(f"checkpoint {step_dir} (no manifest) gives policy tables of shape "
-                                         f"{tables.shape}, policy.npz holds {stored['policy'].shape}; {advice}")
-    diff = float(np.max(np.abs(stored["policy"].astype(np.float64) - tables)))
-    if not diff <= POLICY_CHECK_TOLERANCE:
-        raise checkpoint.CheckpointError(f"checkpoint {step_dir} (no manifest) does not reproduce policy.npz (largest "
-                                         f"difference {diff:.3g}): it is damaged or from another run; {advice}")
-    return state

@@ -58,6 +58,8 @@ CHECKPOINTS = "checkpoints"
 PLOTS = "plots"
 REJECTED = "rejected_checkpoints"
 LOCK = ".fhc-jax.lock"
+#: the run directory format this version writes and reads (config.json's ``format_version``)
+FORMAT_VERSION = 1
 
 _COLUMN_NAMES = {"costs": "cost", "multipliers": "multiplier"}
 
@@ -69,6 +71,28 @@ class RunDirectoryError(ValueError):
 
 class RunInUseError(RuntimeError):
     """Another process holds the run directory's lock (``fhc-jax`` exit status 1)."""
+
+
+def rerun_command(config: dict, path: str | Path) -> str:
+    """The command that trains the run of ``config`` (config.json) again into ``path``."""
+    cmd = config.get("rerun") if isinstance(config.get("rerun"), str) else "fhc-jax train ... --out runs/NAME"
+    return cmd.replace("--out runs/NAME", f"--overwrite --out {path}")
+
+
+def check_format(config: Any, path: str | Path) -> dict:
+    """config.json of the run directory ``path`` if it records :data:`FORMAT_VERSION`.
+
+    Raises:
+        RunDirectoryError: another format version, or none (written before run directories
+            carried one): the message gives the command that trains the run again.
+    """
+    found = config.get("format_version") if isinstance(config, dict) else None
+    if found != FORMAT_VERSION:
+        written = "an older fhc_jax (no format version)" if found is None else f"format version {found!r}"
+        raise RunDirectoryError(f"{path} was written by {written}; this fhc_jax reads format version "
+                                f"{FORMAT_VERSION} only: train it again with "
+                                f"{rerun_command(config if isinstance(config, dict) else {}, path)}")
+    return config
 
 
 def settings_hash(settings: dict) -> str:

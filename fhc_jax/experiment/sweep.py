@@ -236,7 +236,8 @@ def format_sweep(result: dict[str, Any]) -> str:
 def write_sweep(out: str | Path, spec: ExperimentSpec, grid: dict[str, list], result: dict[str, Any]) -> None:
     """config.json, runs.csv (one row per configuration x seed), summary.json, summary.txt."""
     out = Path(out)
-    rundir.write_json_atomic(out / rundir.CONFIG, {"kind": "sweep", "algo": spec.algo, "env": spec.env_name,
+    rundir.write_json_atomic(out / rundir.CONFIG, {"format_version": rundir.FORMAT_VERSION, "kind": "sweep",
+                                                   "algo": spec.algo, "env": spec.env_name,
                                                    "grid": grid, "settings": spec.settings(),
                                                    "machine": result["machine"]})
     buf = io.StringIO()

@@ -21,7 +21,7 @@ import numpy as np
 
 from fhc_jax.algos.learner import judged_exactly
 from fhc_jax.experiment import checkpoint, environments, judge, rundir, summary as summ, tracking
-from fhc_jax.experiment.config_io import ExperimentSpec, load_spec, upgrade_stored_spec
+from fhc_jax.experiment.config_io import ExperimentSpec, load_spec
 from fhc_jax.experiment.machine import machine_info
 from fhc_jax.experiment.progress import Progress, env_steps_per_iteration
 from fhc_jax.experiment.registry import load_algorithm
@@ -31,6 +31,7 @@ from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, seed_keys
 def config_payload(spec: ExperimentSpec) -> dict[str, Any]:
     """The content of config.json."""
     return {
+        "format_version": rundir.FORMAT_VERSION,
         "algo": spec.algo,
         "env": {"name": spec.env_name, **spec.env},
         "env_title": spec.env_title(),
@@ -69,10 +70,10 @@ def _toml_value(v: Any) -> str:
 
 def load_run_spec(path: str | Path) -> ExperimentSpec:
     """The :class:`ExperimentSpec` stored in a run directory's config.json."""
-    cfg = rundir.read_json(Path(path) / rundir.CONFIG)
+    cfg = rundir.check_format(rundir.read_json(Path(path) / rundir.CONFIG), path)
     if "settings" not in cfg:
         raise rundir.RunDirectoryError(f"{Path(path) / rundir.CONFIG} has no 'settings'")
-    return upgrade_stored_spec(load_spec(settings=cfg["settings"]))
+    return load_spec(settings=cfg["settings"])
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -225,8 +226,7 @@ def _train_locked(spec, out, resume, module, env, params, learner, say, warn, st
                   t_start, trackers) -> dict[str, Any]:
     cmdp = env.to_cmdp(params) if judged_exactly(env) else None
     thresholds = np.asarray(env.thresholds(params), np.float64)
-    # the stored settings (equal to spec.settings() except for specs read from earlier versions,
-    # config_io.upgrade_stored_spec): what the checkpoints' manifests record
+    # the stored settings: what the checkpoints' manifests record
     config_hash = rundir.settings_hash(rundir.read_json(out / rundir.CONFIG)["settings"])
     opt, feasibility = feasibility_check(cmdp, warn) if cmdp is not None else (None, None)
     trainer = ChunkedTrainer(learner, spec.seeds, spec.chunk_size)

@@ -11,7 +11,7 @@
 * ``fhc-jax compare``: the paper's comparison (FH-Constrained, NN-Constrained, PPO-Lagrangian,
   CPO; both inputs where they apply) -> a table, JSON and a Fig. 1-style figure.
 
-``--env`` takes a registered name (:data:`fhc_jax.experiment.environments.ENVIRONMENTS`) or
+``--env`` takes a registered name (:data:`fhc_jax.experiment.config.ENVIRONMENTS`) or
 ``module:ClassOrFactory`` of your own environment.
 
 Every failure is one line on stderr, ``fhc-jax COMMAND: error: ...``, naming the bad field or
@@ -57,22 +57,22 @@ _SOLVE_FLAGS = {"size": "size", "horizon": "horizon", "alpha": "alpha", "layout_
 
 def _cmd_solve(args: argparse.Namespace) -> int:
     import fhc_jax as fhc
-    from fhc_jax.experiment import config_io, environments, rundir
+    from fhc_jax.experiment import config, rundir
     from fhc_jax.experiment.machine import machine_info
 
     try:  # validation before any compilation
-        entry = environments.load_environment(args.env)
-        values = dict(config_io.parse_assignment(t) for t in args.set or ())
+        entry = config.load_environment(args.env)
+        values = dict(config.parse_assignment(t) for t in args.set or ())
         bad = [k for k in values if not k.startswith("env.")]
         if bad:
-            raise config_io.ConfigError(f"fhc-jax solve takes only env.* settings, found {bad[0]!r}")
+            raise config.ConfigError(f"fhc-jax solve takes only env.* settings, found {bad[0]!r}")
         values = {k[4:]: v for k, v in values.items()}
         values.update({key: getattr(args, flag) for flag, key in _SOLVE_FLAGS.items()
                        if getattr(args, flag) is not None})
         settings = entry.validate(values)
         env, params = entry.make(settings)
         if not env.has_exact_model:
-            raise config_io.ConfigError(f"environment {entry.name!r} has no exact model (has_exact_model is False)")
+            raise config.ConfigError(f"environment {entry.name!r} has no exact model (has_exact_model is False)")
         if args.out:  # before solving: a file we cannot write is known now, not after the solve
             rundir.check_writable_file(args.out)
     except ValueError as err:
@@ -117,7 +117,7 @@ def _error(command: str, err: BaseException, status: int = 2) -> int:
 
 
 def _spec_from_args(args: argparse.Namespace, settings: dict | None = None):
-    from fhc_jax.experiment.config_io import load_spec
+    from fhc_jax.experiment.config import load_spec
 
     return load_spec(args.algo, config_file=args.config, overrides=args.set or (), seeds=args.seeds,
                      observation=args.obs, env=args.env, settings=settings)
@@ -262,7 +262,7 @@ def _add_logger_option(p: argparse.ArgumentParser) -> None:
 
 
 def _add_env_option(p: argparse.ArgumentParser, default: str | None = None) -> None:
-    from fhc_jax.experiment.environments import ENVIRONMENTS
+    from fhc_jax.experiment.config import ENVIRONMENTS
 
     p.add_argument("--env", default=default, metavar="NAME",
                    help=f"environment: {', '.join(ENVIRONMENTS)} (default gridworld), or module:ClassOrFactory "
@@ -270,14 +270,14 @@ def _add_env_option(p: argparse.ArgumentParser, default: str | None = None) -> N
 
 
 def _add_config_options(p: argparse.ArgumentParser) -> None:
-    from fhc_jax.experiment.registry import ALGORITHMS
+    from fhc_jax.experiment.config import ALGORITHMS
 
     p.add_argument("--algo", choices=tuple(ALGORITHMS), default=None, help="learner (default fh-constrained)")
     _add_env_option(p)
     p.add_argument("--obs", choices=("xy", "xyt"), default=None,
                    help="network input of nn-constrained, ppo-lag and cpo (paper Env 1 / Env 2)")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds R (default 5)")
-    p.add_argument("--config", default=None, help="TOML file of settings (see fhc_jax.experiment.config_io)")
+    p.add_argument("--config", default=None, help="TOML file of settings (see fhc_jax.experiment.config)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override one setting, e.g. --set env.size=4 --set critic_step.init=0.5 (repeatable)")
     p.add_argument("--out", required=True, help="run directory, e.g. runs/demo")
@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_logger_option(p)
     p.set_defaults(func=_cmd_sweep)
 
-    from fhc_jax.experiment.registry import ALGORITHMS
+    from fhc_jax.experiment.config import ALGORITHMS
 
     p = sub.add_parser("compare", help="the paper's comparison of the learners -> table, JSON, figure",
                        description="Train FH-Constrained, NN-Constrained (xy), PPO-Lagrangian and CPO (xy and "

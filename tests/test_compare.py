@@ -14,7 +14,7 @@ import pytest
 
 from fhc_jax.algos import fh_constrained, resolve_env_defaults
 from fhc_jax.cli import main
-from fhc_jax.experiment import compare, config_io, judge
+from fhc_jax.experiment import compare, config, judge
 
 TINY = ["env.size=3", "env.horizon=4", "env.alpha=3.0", "num_iterations=6", "episodes_per_iteration=8",
         "run.chunk_size=3", "cpo.episodes_per_iteration=16"]
@@ -169,9 +169,9 @@ def test_selection_and_settings_validation():
     default = resolve_env_defaults(fh_constrained.Config(), True)  # GridWorld has a tabular exact model
     assert specs[0].learner.num_iterations == default.num_iterations and specs[0].learner.theta_bound == 2.0
     for bad in (["nope=1"], ["cpo.nope=1"], ["env.nope=1"], ["observation=xyt"]):
-        with pytest.raises(config_io.ConfigError):
+        with pytest.raises(config.ConfigError):
             compare.build_specs(compare.select_runs(["fh-constrained", "cpo"]), 2, bad)
-    with pytest.raises(config_io.ConfigError, match="not among"):
+    with pytest.raises(config.ConfigError, match="not among"):
         compare.build_specs(compare.select_runs(["cpo"]), 2, ["ppo-lag.num_iterations=3"])
 
 

@@ -19,7 +19,7 @@ from flax import struct
 import fhc_jax as fhc
 from fhc_jax.cli import main
 from fhc_jax.envs.base import Environment
-from fhc_jax.experiment import environments, evaluation, judge, load_run, rundir
+from fhc_jax.experiment import config, evaluation, judge, load_run, rundir
 
 TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20",
         "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0"]
@@ -56,7 +56,7 @@ def _summary_values(run: Path) -> tuple[np.ndarray, np.ndarray]:
 def test_load_run_rebuilds_config_env_states_and_policies(trained):
     run = load_run(trained)
     assert run.config == json.loads((trained / "config.json").read_text())
-    env, _ = environments.make_env("gridworld", {"size": 3, "horizon": 4, "alpha": 3.0})
+    env, _ = config.make_env("gridworld", {"size": 3, "horizon": 4, "alpha": 3.0})
     assert run.env == env and run.num_seeds == 2 and run.iteration == 20 and run.verification == "manifest"
     assert run.exact and run.spec.algo == "fh-constrained"
     assert np.shape(run.train_states.step) == (2,) and int(run.train_state(1).step) == 20
@@ -104,7 +104,7 @@ def test_eval_on_a_changed_slip_equals_evaluate_on_the_changed_cmdp(trained, cap
     assert record["trained_env"]["slip"] == 0.1
 
     run = load_run(trained)
-    env, params = environments.make_env("gridworld", {"size": 3, "horizon": 4, "alpha": 3.0, "slip": 0.3})
+    env, params = config.make_env("gridworld", {"size": 3, "horizon": 4, "alpha": 3.0, "slip": 0.3})
     cmdp = env.to_cmdp(params)
     reward, _ = _summary_values(trained)
     optimum = fhc.solve(cmdp)
@@ -359,7 +359,7 @@ def test_an_environment_without_an_exact_model_is_judged_by_monte_carlo(lanes_ru
     changed = json.loads((lanes_run / "eval" / "slip=0.6_episodes=300.json").read_text())
     assert changed["judged_by"] == "monte-carlo (300 episodes)" and changed["changes"] == {"slip": 0.6}
     run = load_run(lanes_run)
-    env, params = environments.make_env("test_evaluation:Lanes", {"slip": 0.6})
+    env, params = config.make_env("test_evaluation:Lanes", {"slip": 0.6})
     mc = judge.monte_carlo(env, params, [run.policy(r) for r in range(2)], 300)
     for r, row in enumerate(changed["seeds"]):
         assert row["exact_reward"] == pytest.approx(float(mc["reward"][r]), abs=1e-9)

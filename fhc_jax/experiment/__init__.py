@@ -4,12 +4,9 @@ command's machinery).
 
 Modules (none keeps global state apart from caches):
 
-* :mod:`~fhc_jax.experiment.registry`: command-line names -> learner modules.
-* :mod:`~fhc_jax.experiment.environments`: environment names (or ``module:attribute`` paths)
-  -> constructors with typed settings declared by their keyword arguments.
-* :mod:`~fhc_jax.experiment.settings`: the kinds of settable values and their checks.
-* :mod:`~fhc_jax.experiment.config_io`: TOML files and ``--set key=value`` -> a validated
-  :class:`~fhc_jax.experiment.config_io.ExperimentSpec`.
+* :mod:`~fhc_jax.experiment.config`: the learner and environment registries, typed settings,
+  TOML files and ``--set key=value`` -> a validated
+  :class:`~fhc_jax.experiment.config.ExperimentSpec`.
 * :mod:`~fhc_jax.experiment.runner`: :class:`~fhc_jax.experiment.runner.ChunkedTrainer`
   (``jax.jit(jax.vmap(chunk))`` over a sharded runs axis) and
   :func:`~fhc_jax.experiment.runner.train_seeds` (one algo, N seeds -> metrics, final
@@ -32,11 +29,10 @@ Modules (none keeps global state apart from caches):
   also on a changed environment).
 """
 
-from fhc_jax.experiment.config_io import ConfigError, ExperimentSpec, load_spec
-from fhc_jax.experiment.environments import ENVIRONMENTS, load_environment, make_env
+from fhc_jax.experiment.config import (ALGORITHMS, ENVIRONMENTS, ConfigError, ExperimentSpec, available_algorithms,
+                                       load_algorithm, load_environment, load_spec, make_env)
 from fhc_jax.experiment.judge import DEFAULT_TOLERANCE, Judgement
 from fhc_jax.experiment.machine import machine_info
-from fhc_jax.experiment.registry import ALGORITHMS, available_algorithms, load_algorithm
 from fhc_jax.experiment.checkpoint import CheckpointError
 from fhc_jax.experiment.rundir import RunDirectoryError, RunInUseError
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, Divergence, RunResult, seed_keys, train_seeds

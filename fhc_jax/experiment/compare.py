@@ -49,7 +49,7 @@ from typing import IO, Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from fhc_jax.algos.hyperparameters import resolve_env_defaults
-from fhc_jax.experiment import config_io, environments, judge, registry, statistics, tracking
+from fhc_jax.experiment import config, judge, statistics, tracking
 from fhc_jax.experiment.machine import load_average, machine_info, source_revision
 from fhc_jax.experiment.plots import plot_comparison
 
@@ -110,7 +110,7 @@ def select_runs(algos: Iterable[str] | None = None, inputs: Iterable[str] | None
     Raises:
         ValueError: an unknown algorithm or input, or a selection that leaves no run.
     """
-    wanted = None if algos is None else {registry.canonical_name(a) for a in algos}
+    wanted = None if algos is None else {config.canonical_name(a) for a in algos}
     ins = None if inputs is None else set(inputs)
     if ins is not None:
         bad = sorted(ins - {"xy", "xyt"})
@@ -139,10 +139,10 @@ def split_overrides(assignments: Iterable[str]) -> tuple[list[str], dict[str, li
     common: list[str] = []
     per_algo: dict[str, list[str]] = {}
     for text in assignments:
-        key, _ = config_io.parse_assignment(text)
+        key, _ = config.parse_assignment(text)
         head, dot, rest = key.partition(".")
         try:
-            algo = registry.canonical_name(head) if dot else None
+            algo = config.canonical_name(head) if dot else None
         except ValueError:
             algo = None
         if algo is None:
@@ -153,8 +153,8 @@ def split_overrides(assignments: Iterable[str]) -> tuple[list[str], dict[str, li
 
 
 def build_specs(runs: Sequence[RunSpec], seeds: int, overrides: Iterable[str] = (), *, seed: int = 0,
-                env: str | None = None) -> list[config_io.ExperimentSpec]:
-    """One validated :class:`~fhc_jax.experiment.config_io.ExperimentSpec` per run (nothing
+                env: str | None = None) -> list[config.ExperimentSpec]:
+    """One validated :class:`~fhc_jax.experiment.config.ExperimentSpec` per run (nothing
     compiled). ``overrides``: ``--set`` strings (:func:`split_overrides`); ``env``: the
     environment's name (default ``env.name`` of the overrides, else gridworld).
 
@@ -167,46 +167,45 @@ def build_specs(runs: Sequence[RunSpec], seeds: int, overrides: Iterable[str] = 
     selected = {r.algo for r in runs}
     extra = sorted(set(per_algo) - selected)
     if extra:
-        raise config_io.ConfigError(f"--set {extra[0]}.*: {extra[0]!r} is not among the selected algorithms")
-    common_values = dict(config_io.parse_assignment(t) for t in common)
+        raise config.ConfigError(f"--set {extra[0]}.*: {extra[0]!r} is not among the selected algorithms")
+    common_values = dict(config.parse_assignment(t) for t in common)
     learner_keys = {k for k in common_values if not k.startswith(("env.", "run."))}
     known = set()
     for algo in selected:
-        known |= set(config_io.learner_schema(registry.load_algorithm(algo).Config()))
+        known |= set(config.learner_schema(config.load_algorithm(algo).Config()))
     unknown = sorted(learner_keys - known)
     if unknown:
-        raise config_io.ConfigError(f"unknown key {unknown[0]!r}: no selected learner has it (use env.*, run.*, "
+        raise config.ConfigError(f"unknown key {unknown[0]!r}: no selected learner has it (use env.*, run.*, "
                                     "a learner's Config field, or ALGO.key for one learner)")
     if "observation" in learner_keys:
-        raise config_io.ConfigError("observation is chosen per run; select inputs with --inputs instead")
-    env_run = [t for t in common if config_io.parse_assignment(t)[0] not in learner_keys]
+        raise config.ConfigError("observation is chosen per run; select inputs with --inputs instead")
+    env_run = [t for t in common if config.parse_assignment(t)[0] not in learner_keys]
     specs = []
     for r in runs:
         # learner keys common to all runs are "defaults": a learner that lacks one skips it
-        specs.append(config_io.load_spec(r.algo, overrides=env_run + per_algo.get(r.algo, []),
-                                         defaults={k: v for k, v in common_values.items() if k in learner_keys},
-                                         settings={"run.seed": seed}, seeds=seeds, observation=r.observation,
-                                         env=env))
+        specs.append(config.load_spec(r.algo, overrides=env_run + per_algo.get(r.algo, []), lenient=learner_keys,
+                                      settings={**{k: v for k, v in common_values.items() if k in learner_keys},
+                                                "run.seed": seed}, seeds=seeds, observation=r.observation, env=env))
     envs = {(s.env_name, tuple(sorted((k, str(v)) for k, v in s.env.items()))) for s in specs}
     if len(envs) != 1:  # pragma: no cover (env keys are common by construction)
-        raise config_io.ConfigError("the runs must share one environment")
+        raise config.ConfigError("the runs must share one environment")
     environment, _ = specs[0].make_env()
     if not environment.has_exact_model:
-        raise config_io.ConfigError(f"compare: environment {specs[0].env_name!r} has no exact model "
+        raise config.ConfigError(f"compare: environment {specs[0].env_name!r} has no exact model "
                                     "(has_exact_model is False); the comparison judges every run exactly")
     for r in runs:
         if r.observation is not None and r.observation not in environment.supported_observations:
-            raise config_io.ConfigError(
+            raise config.ConfigError(
                 f"input {r.observation!r} of {r.name} is not supported by environment {specs[0].env_name!r} "
                 f"(its observations: {', '.join(environment.supported_observations)}); choose --inputs or --algos")
     return specs
 
 
-def _changed_settings(spec: config_io.ExperimentSpec) -> dict[str, Any]:
+def _changed_settings(spec: config.ExperimentSpec) -> dict[str, Any]:
     """Learner settings of ``spec`` that differ from the learner's defaults (observation aside)."""
     # compare runs on environments with a tabular exact model (it judges every run exactly)
-    base = config_io.learner_settings(resolve_env_defaults(registry.load_algorithm(spec.algo).Config(), True))
-    now = config_io.learner_settings(spec.learner)
+    base = config.learner_settings(resolve_env_defaults(config.load_algorithm(spec.algo).Config(), True))
+    now = config.learner_settings(spec.learner)
     return {k: v for k, v in now.items() if base.get(k) != v and k != "observation"}
 
 
@@ -292,7 +291,7 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
             ``fold_in(key(seed), i)``.
         overrides: ``--set`` strings (:func:`split_overrides`): ``env.size=4``,
             ``num_iterations=20`` (every learner), ``cpo.num_iterations=50`` (one learner).
-        env: the environment's name (:mod:`fhc_jax.experiment.environments`; default gridworld).
+        env: the environment's name (:mod:`fhc_jax.experiment.config`; default gridworld).
         stream: progress lines (default stderr); quiet: none.
         keep_policies: also return the final policy tables, ``result["_policies"][i]`` (R, H, S, A)
             (not JSON; for tests).
@@ -319,7 +318,7 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
         print(f"fhc-jax compare: warning: {missing}; the bootstrap intervals will be missing", file=stream, flush=True)
     loggers = tracking.resolve_loggers(loggers)
     if loggers and log_dir is None:
-        raise config_io.ConfigError("run_comparison: loggers need log_dir, the folder their logs go to")
+        raise config.ConfigError("run_comparison: loggers need log_dir, the folder their logs go to")
     if "tensorboard" in loggers:  # this comparison's logs replace those of an earlier one of the same name
         for old in (Path(log_dir) / "tensorboard" / log_name).glob("*/events.out.tfevents.*"):
             old.unlink()
@@ -339,7 +338,7 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
     results, policies = [], []
     overall = None if quiet else RunsProgress(len(runs), stream)
     for i, (run, spec) in enumerate(zip(runs, specs)):
-        module = registry.load_algorithm(spec.algo)
+        module = config.load_algorithm(spec.algo)
         cfg = spec.learner
         say(f"[{i + 1}/{len(runs)}] {run.name}: {seeds} seeds x {cfg.num_iterations} iterations x "
             f"{cfg.episodes_per_iteration} episodes ...")
@@ -379,7 +378,7 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
             "episodes_per_iteration": int(cfg.episodes_per_iteration),
             "training_episodes": int(cfg.num_iterations * cfg.episodes_per_iteration),
             "changed_settings": _changed_settings(spec),
-            "settings": config_io.learner_settings(cfg),
+            "settings": config.learner_settings(cfg),
             **judge_run(res.state.metrics, judged, cfg.episodes_per_iteration),
             "exact_curve": {
                 "iterations": res.state.exact_iterations.tolist(),
@@ -475,7 +474,7 @@ def format_markdown(result: Mapping[str, Any]) -> str:
     lines += format_statistics_table(result)
     mc, tm = result["machine"], result["timing"]
     env = dict(result["env"])
-    name = env.pop("name", environments.DEFAULT_ENV)
+    name = env.pop("name", config.DEFAULT_ENV)
     legend = [
         "",
         f"Environment {name} ({', '.join(f'{k} = {v}' for k, v in env.items())}), alpha = {alpha}; "

@@ -33,11 +33,11 @@ import numpy as np
 
 from fhc_jax.algos.learner import judged_exactly
 from fhc_jax.envs.base import Environment
-from fhc_jax.experiment import environments, judge, rundir, summary as summ
-from fhc_jax.experiment.config_io import parse_assignment
+from fhc_jax.experiment import config, judge, rundir, summary as summ
+from fhc_jax.experiment.config import parse_assignment
 from fhc_jax.experiment.loading import LoadedRun, RunFiles, load_run, read_run, restore_run
 from fhc_jax.experiment.machine import machine_info
-from fhc_jax.experiment.settings import ConfigError, plain
+from fhc_jax.experiment.config import ConfigError, plain
 
 __all__ = ["EvalPlan", "LoadedRun", "RunEvaluation", "Target", "evaluate_run", "format_evaluation", "load_run",
            "output_name", "parse_env_sets", "plan_eval", "run_eval", "target_environment"]
@@ -109,7 +109,7 @@ def target_environment(files: RunFiles | LoadedRun, changes: Mapping[str, Any] |
             tabular policies, another observation shape).
     """
     spec = files.spec
-    entry = environments.load_environment(spec.env_name)
+    entry = config.load_environment(spec.env_name)
     changes = dict(changes or {})
     settings = entry.validate({**spec.env, **changes})
     env, params = entry.make(settings)
@@ -255,7 +255,7 @@ def format_evaluation(evaluation: RunEvaluation) -> str:
         rows.append(f"{name:>4} {j.optimum.reward:>18.4f} {'':>11} {'-' if frac is None else '100.0%':>9} "
                     f"{joined(j.optimum.costs):>22}")
     rule = "upper end of the 95% interval of the cost" if mc else "cost"
-    changed = ", ".join(f"{k}={environments.short_value(v)}" for k, v in t.changes.items())
+    changed = ", ".join(f"{k}={config.short_value(v)}" for k, v in t.changes.items())
     where = t.title + (f" [changed: {changed}]" if changed else " [as trained]")
     rows.append(f"{where}; alpha = {'/'.join(f'{a:g}' for a in j.thresholds)}; feasible: {rule} <= alpha + "
                 f"{j.tolerance:g} |alpha| ({j.feasible_seeds}/{j.num_seeds} seeds; {j.method})")
@@ -285,7 +285,7 @@ def output_name(target: Target, run_episodes: int, name: str | None = None) -> s
         if not stem or stem in (".", "..") or stem.startswith(".") or "/" in stem or "\\" in stem or "\0" in stem:
             raise ConfigError(f"--out must be a plain file name (written to RUN/{EVAL_DIR}/NAME.json), found {name!r}")
         return stem
-    parts = [f"{k}={environments.short_value(v)}" for k, v in target.changes.items()]
+    parts = [f"{k}={config.short_value(v)}" for k, v in target.changes.items()]
     if target.episodes is not None and target.episodes != run_episodes:
         parts.append(f"episodes={target.episodes}")
     stem = "_".join(parts) or "trained"

@@ -39,12 +39,10 @@ from typing import Any
 import jax
 import numpy as np
 
-#: default relative feasibility tolerance: cost <= (1 + 0.02) alpha
-DEFAULT_TOLERANCE = 0.02
+from fhc_jax.experiment.config import DEFAULT_EPISODES, DEFAULT_TOLERANCE  # noqa: F401 (judge.DEFAULT_*)
+
 #: absolute slack of the feasibility rule (rounding of an exact zero)
 ABSOLUTE_SLACK = 1e-9
-#: episodes of a Monte-Carlo judgement (``run.eval_episodes``)
-DEFAULT_EPISODES = 100_000
 #: two-sided 95% normal quantile
 Z95 = 1.959963984540054
 

@@ -4,7 +4,7 @@
 :func:`load_run` reads a run directory written by ``fhc-jax train``
 (:mod:`fhc_jax.experiment.rundir`): the configuration exactly as ``config.json`` holds it, the
 environment and its params through the environment registry
-(:mod:`fhc_jax.experiment.environments`), and the final train state of every seed from the
+(:mod:`fhc_jax.experiment.config`), and the final train state of every seed from the
 run's final checkpoint (``checkpoints/<num_iterations>/``), verified against its manifest
 (:mod:`fhc_jax.experiment.checkpoint`). ``LoadedRun.policy(r)`` is seed r's final policy as
 ``policy(key, obs, h)`` for :func:`fhc_jax.rollout` / :func:`fhc_jax.rollout_returns` (the
@@ -28,8 +28,8 @@ import numpy as np
 from fhc_jax.algos.learner import judged_exactly
 from fhc_jax.envs.base import Environment
 from fhc_jax.experiment import checkpoint, rundir
-from fhc_jax.experiment.config_io import ExperimentSpec, load_spec
-from fhc_jax.experiment.registry import load_algorithm
+from fhc_jax.experiment.config import ExperimentSpec, load_spec
+from fhc_jax.experiment.config import load_algorithm
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, seed_keys
 
 Array = jax.Array
@@ -45,7 +45,7 @@ class RunFiles:
     Attributes:
         path: the run directory.
         config: config.json as written.
-        spec: the :class:`~fhc_jax.experiment.config_io.ExperimentSpec` rebuilt from its settings.
+        spec: the :class:`~fhc_jax.experiment.config.ExperimentSpec` rebuilt from its settings.
         module: the learner module.
         env, params: the trained environment (through the registry) and its params.
         final_checkpoint: ``checkpoints/<num_iterations>/``.
@@ -144,7 +144,7 @@ class LoadedRun:
 
     Attributes:
         path: the run directory. config: config.json as written. spec: its
-            :class:`~fhc_jax.experiment.config_io.ExperimentSpec`. module: the learner module.
+            :class:`~fhc_jax.experiment.config.ExperimentSpec`. module: the learner module.
         env, params: the environment it was trained on and its params.
         iteration: the final checkpoint's iteration (= ``spec.num_iterations``).
         train_states: the final train state of every seed, leading axis R (device arrays).

@@ -8,7 +8,7 @@
 * ``policy_maps.png``: most likely action per cell of seed 0's final policy and of the optimum,
   at a few stages, for environments that declare ``is_spatial`` (policy.npz then holds their
   ``grid_shape``, rows x cols). Where the environment's registry entry gives each action's
-  displacement (``action_moves``, :data:`fhc_jax.experiment.environments.ACTION_MOVES`) the
+  displacement (``action_moves``, :data:`fhc_jax.experiment.config.ACTION_MOVES`) the
   action is an arrow (a dot for a zero move); otherwise the cell shows the action's index as a
   colour (actions without known geometry).
 * ``multipliers.png``: learned multipliers nu against iterations vs the optimal nu*.

@@ -418,7 +418,7 @@ def train_seeds(module, env, params, config, num_seeds: int, *, seed: int = 0, c
 
     Args:
         module: the learner module (``fhc_jax.algos.fh_constrained``, or
-            ``registry.load_algorithm(name)``).
+            ``config.load_algorithm(name)``).
         env: a tabular environment (exact evaluation needs ``to_cmdp``).
         params: its params.
         config: the module's ``Config``.

@@ -20,11 +20,11 @@ import jax
 import numpy as np
 
 from fhc_jax.algos.learner import judged_exactly
-from fhc_jax.experiment import checkpoint, environments, judge, rundir, summary as summ, tracking
-from fhc_jax.experiment.config_io import ExperimentSpec, load_spec
+from fhc_jax.experiment import checkpoint, config, judge, rundir, summary as summ, tracking
+from fhc_jax.experiment.config import ExperimentSpec, load_spec
 from fhc_jax.experiment.machine import machine_info
 from fhc_jax.experiment.progress import Progress, env_steps_per_iteration
-from fhc_jax.experiment.registry import load_algorithm
+from fhc_jax.experiment.config import load_algorithm
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, seed_keys
 
 
@@ -350,7 +350,7 @@ def _finish(spec, out, state, module, env, params, cmdp, thresholds, opt, feasib
         npz = {"policy": policies.astype(np.float32)}
         if env.is_spatial:  # what policy maps need (fhc_jax.experiment.plots)
             npz["grid_shape"] = np.asarray(env.grid_shape, np.int64)
-            moves = environments.load_environment(spec.env_name).action_moves
+            moves = config.load_environment(spec.env_name).action_moves
             if moves is not None and moves.shape[0] == env.num_actions:
                 npz["action_moves"] = moves
         result["feasibility"] = feasibility

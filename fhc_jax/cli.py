@@ -58,7 +58,6 @@ _SOLVE_FLAGS = {"size": "size", "horizon": "horizon", "alpha": "alpha", "layout_
 def _cmd_solve(args: argparse.Namespace) -> int:
     import fhc_jax as fhc
     from fhc_jax.experiment import config, rundir
-    from fhc_jax.experiment.machine import machine_info
 
     try:  # validation before any compilation
         entry = config.load_environment(args.env)
@@ -100,7 +99,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
             "unconstrained": _solution_dict(unconstrained),
             "constrained": _solution_dict(constrained),
             "relative_reward_loss": gap,
-            "machine": machine_info(),
+            "machine": rundir.machine_info(),
         })
         print(f"wrote {args.out}")
     return 0
@@ -124,7 +123,7 @@ def _spec_from_args(args: argparse.Namespace, settings: dict | None = None):
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import training
+    from fhc_jax.experiment import rundir, training
 
     config_given = any(x is not None for x in (args.algo, args.env, args.config, args.seeds, args.obs)) or bool(args.set)
     try:  # everything validated before compiling
@@ -132,7 +131,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if not args.resume:
             spec = _spec_from_args(args)
         elif config_given:  # options on top of the stored run: train_run refuses any change
-            spec = _spec_from_args(args, training.load_run_spec(args.out).settings())
+            spec = _spec_from_args(args, rundir.read_run(args.out).spec.settings())
         result = training.train_run(spec, args.out, resume=args.resume, overwrite=args.overwrite,
                                     quiet=args.quiet, max_chunks=args.max_chunks, plots=not args.no_plots,
                                     loggers=args.logger)

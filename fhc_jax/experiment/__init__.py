@@ -32,13 +32,11 @@ Modules (none keeps global state apart from caches):
 from fhc_jax.experiment.config import (ALGORITHMS, ENVIRONMENTS, ConfigError, ExperimentSpec, available_algorithms,
                                        load_algorithm, load_environment, load_spec, make_env)
 from fhc_jax.experiment.judge import DEFAULT_TOLERANCE, Judgement
-from fhc_jax.experiment.machine import machine_info
 from fhc_jax.experiment.checkpoint import CheckpointError
-from fhc_jax.experiment.rundir import RunDirectoryError, RunInUseError
+from fhc_jax.experiment.rundir import RunDirectoryError, RunInUseError, machine_info
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, Divergence, RunResult, seed_keys, train_seeds
 from fhc_jax.experiment.training import DivergenceError, TrainingInterrupted
-from fhc_jax.experiment.loading import LoadedRun, load_run
-from fhc_jax.experiment.evaluation import evaluate_run
+from fhc_jax.experiment.evaluation import LoadedRun, evaluate_run, load_run
 
 __all__ = [
     "ALGORITHMS",

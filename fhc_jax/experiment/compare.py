@@ -50,7 +50,7 @@ import numpy as np
 
 from fhc_jax.algos.hyperparameters import resolve_env_defaults
 from fhc_jax.experiment import config, judge, statistics, tracking
-from fhc_jax.experiment.machine import load_average, machine_info, source_revision
+from fhc_jax.experiment.rundir import load_average, machine_info, source_revision
 from fhc_jax.experiment.plots import plot_comparison
 
 #: the paper's metric averages the last this many training episodes

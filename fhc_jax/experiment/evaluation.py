@@ -1,5 +1,13 @@
-"""Judging a trained run's final policies again, on the environment it was trained on or on a
-changed one (``fhc-jax eval``); the run is rebuilt by :func:`fhc_jax.experiment.loading.load_run`.
+"""A trained run rebuilt from its directory (:func:`load_run`) and its final policies judged
+again, on the environment it was trained on or on a changed one (``fhc-jax eval``).
+
+:func:`load_run` reads a run directory written by ``fhc-jax train`` through
+:func:`fhc_jax.experiment.rundir.read_run` (the configuration exactly as config.json holds it,
+the environment through the registry) and restores the final train state of every seed from the
+run's final checkpoint (``checkpoints/<num_iterations>/``), verified against its manifest
+(:mod:`fhc_jax.experiment.checkpoint`). ``LoadedRun.policy(r)`` is seed r's final policy as
+``policy(key, obs, h)`` for :func:`fhc_jax.rollout` / :func:`fhc_jax.rollout_returns` (the
+learner's own ``policy(train_state, env, params)``). Nothing is written.
 
 :func:`evaluate_run` judges those policies with the one judge (:mod:`fhc_jax.experiment.judge`):
 exactly where the learner's policy is a table over a tabular exact model
@@ -22,31 +30,169 @@ is refused the way every ``fhc-jax`` command refuses one.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+import jax
 import numpy as np
 
 from fhc_jax.algos.learner import judged_exactly
 from fhc_jax.envs.base import Environment
-from fhc_jax.experiment import config, judge, rundir, summary as summ
-from fhc_jax.experiment.config import parse_assignment
-from fhc_jax.experiment.loading import LoadedRun, RunFiles, load_run, read_run, restore_run
-from fhc_jax.experiment.machine import machine_info
-from fhc_jax.experiment.config import ConfigError, plain
+from fhc_jax.experiment import checkpoint, config, judge, rundir, summary as summ
+from fhc_jax.experiment.config import ConfigError, parse_assignment, plain
+from fhc_jax.experiment.rundir import RunFiles
+from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, seed_keys
 
-__all__ = ["EvalPlan", "LoadedRun", "RunEvaluation", "Target", "evaluate_run", "format_evaluation", "load_run",
-           "output_name", "parse_env_sets", "plan_eval", "run_eval", "target_environment"]
+Array = jax.Array
 
 #: the folder of a run directory that ``fhc-jax eval`` writes into
 EVAL_DIR = "eval"
 #: largest |difference| from summary.json's values that goes without a note (same code, same
 #: machine: 0)
 SUMMARY_TOLERANCE = 1e-6
+
+
+# ----------------------------------------------------------------------------- the loaded run
+
+
+def final_checkpoint(files: RunFiles) -> Path:
+    """``checkpoints/<num_iterations>/`` of a read run directory.
+
+    Raises:
+        RunDirectoryError: it does not exist (an incomplete or diverged run, or a deleted
+            checkpoint), saying how to finish the run or what to do.
+    """
+    n = files.spec.num_iterations
+    final = files.path / rundir.CHECKPOINTS / str(n)
+    if final.is_dir():
+        return final
+    head = f"{final} does not exist (the final checkpoint, iteration {n}, holds the trained policies)"
+    s = files.summary or {}
+    if s.get("complete") is False and "divergence" in s:
+        raise rundir.RunDirectoryError(
+            f"{head}: the run diverged at iteration {s.get('stopped_at_iteration', '?')}, so it has no final policy; "
+            f"retrain with smaller step sizes ({s.get('reason', '')})".rstrip(" ()"))
+    latest = checkpoint.latest_iteration(final.parent)
+    if latest is not None and latest < n:
+        raise rundir.RunDirectoryError(f"{head}: the run stopped at iteration {latest} of {n}; finish it with: "
+                                       f"fhc-jax train --resume --out {files.path}")
+    raise rundir.RunDirectoryError(f"{head}; restore the run directory from a copy or retrain: {files.rerun}")
+
+@dataclasses.dataclass(frozen=True)
+class LoadedRun(RunFiles):
+    """A trained run rebuilt from its directory (:func:`load_run`): the
+    :class:`~fhc_jax.experiment.rundir.RunFiles` of the directory and
+
+    Attributes:
+        iteration: the final checkpoint's iteration (= ``spec.num_iterations``).
+        train_states: the final train state of every seed, leading axis R (device arrays).
+        multipliers: the learned multipliers of the last iteration, (R, M), or None.
+        verification: how the final checkpoint was verified: "manifest" (CRC-32 of every array and
+            the configuration hash checked).
+    """
+
+    iteration: int
+    train_states: Any
+    multipliers: np.ndarray | None
+    trainer: ChunkedTrainer = dataclasses.field(repr=False)
+    state: ChunkState = dataclasses.field(repr=False)
+    verification: str = "manifest"
+
+    @property
+    def num_seeds(self) -> int:
+        """R."""
+        return self.spec.seeds
+
+    def _seed(self, seed_index: int) -> int:
+        if isinstance(seed_index, bool) or not isinstance(seed_index, (int, np.integer)) \
+                or not 0 <= seed_index < self.num_seeds:
+            raise ValueError(f"seed_index must be an integer in [0, {self.num_seeds - 1}] ({self.num_seeds} seeds), "
+                             f"found {seed_index!r}")
+        return int(seed_index)
+
+    def train_state(self, seed_index: int) -> Any:
+        """Seed ``seed_index``'s final train state (no leading axis)."""
+        r = self._seed(seed_index)
+        return jax.tree.map(lambda x: x[r], self.train_states)
+
+    def policy(self, seed_index: int) -> Callable[[Array, Array, Array], Array]:
+        """Seed ``seed_index``'s final policy, ``act(key, obs, h) -> action`` for
+        :func:`fhc_jax.rollout` / :func:`fhc_jax.rollout_returns` in :attr:`env` (or an
+        environment with the same observations), from the learner's ``policy``."""
+        return self.module.policy(self.train_state(seed_index), self.env, self.params)
+
+    def policy_tables(self) -> np.ndarray:
+        """Every seed's final policy table, (R, H, S, A) float32: what training evaluated and
+        wrote to policy.npz (tabular exact models only).
+
+        Raises:
+            ValueError: the environment has no tabular exact model.
+        """
+        if not self.exact:
+            raise ValueError(f"policy_tables: {self.env.name} has no tabular exact model; use policy(seed_index) "
+                             "with fhc_jax.rollout_returns")
+        return self.trainer.policy_tables(self.state)
+
+
+def load_run(path: str | Path) -> LoadedRun:
+    """Rebuild a trained run from its directory (module docstring); only reads.
+
+    Args:
+        path: a run directory written by ``fhc-jax train`` (complete: its final checkpoint exists).
+    Returns:
+        :class:`LoadedRun`.
+    Raises:
+        RunDirectoryError: missing or damaged files, naming the file.
+        CheckpointError: the final checkpoint is damaged or belongs to another configuration.
+    """
+    return restore_run(rundir.read_run(path))
+
+
+def restore_run(files: RunFiles) -> LoadedRun:
+    """:func:`load_run` of already read :class:`~fhc_jax.experiment.rundir.RunFiles`."""
+    spec, env, params = files.spec, files.env, files.params
+    final_checkpoint(files)
+    learner = spec.module.make_learner(env, params, spec.learner)
+    trainer = ChunkedTrainer(learner, spec.seeds, spec.chunk_size)
+    template = _template(learner, seed_keys(spec.seed, spec.seeds))
+    ckpt_dir = files.path / rundir.CHECKPOINTS
+    n = spec.num_iterations
+    advice = f"restore the run directory from a copy or retrain: {files.rerun}"
+    try:
+        state = checkpoint.restore(ckpt_dir, trainer, template, n, config_hash=files.config_hash, num_iterations=n)
+    except checkpoint.CheckpointError as err:
+        raise checkpoint.CheckpointError(f"{err}; {advice}") from None
+    multipliers = state.metrics.get("multipliers")
+    return LoadedRun(**{f.name: getattr(files, f.name) for f in dataclasses.fields(RunFiles)},
+                     iteration=state.iteration, train_states=state.carry.state,
+                     multipliers=None if multipliers is None else np.asarray(multipliers[:, -1], np.float64),
+                     trainer=trainer, state=state)
+
+
+def _template(learner: Any, keys: Array) -> ChunkState:
+    """A :class:`ChunkState` whose carry has the structure, shapes and dtypes of the runs' initial
+    carries (what a checkpoint is restored into), built from ``jax.eval_shape`` of the learner's
+    init without compiling it (``ChunkedTrainer.init`` would also compile an evaluation)."""
+    shapes = jax.eval_shape(jax.vmap(lambda k: learner.init(k, learner.config)), keys)
+    key = keys[0]
+
+    def leaf(s):
+        if jax.dtypes.issubdtype(s.dtype, jax.dtypes.prng_key):
+            k = jax.random.split(key, s.shape) if s.shape else key
+            if k.dtype != s.dtype:  # another key implementation: build it the slow way
+                raise TypeError
+            return k
+        return jax.numpy.zeros(s.shape, s.dtype)
+
+    try:
+        carry = jax.tree.map(leaf, shapes)
+    except TypeError:
+        carry = jax.jit(jax.vmap(lambda k: learner.init(k, learner.config)))(keys)
+    r = int(keys.shape[0])
+    return ChunkState(carry=carry, iteration=0, metrics={}, exact_iterations=np.zeros(1, np.int64),
+                      exact_reward=np.zeros((r, 1)), exact_costs=np.zeros((r, 1, 1)))
 
 
 # ----------------------------------------------------------------------------- the judged environment
@@ -216,7 +362,7 @@ def evaluate_run(run: LoadedRun, target: Target | None = None, *,
     as_trained = not target.changes and (target.exact or target.episodes == run.spec.eval_episodes)
     if as_trained and run.summary and run.summary.get("complete") and run.summary.get("seeds"):
         record["summary_difference"] = _difference(run.summary, judged)
-    record["machine"] = machine_info()
+    record["machine"] = rundir.machine_info()
     record["timing"] = {"judge_s": time.perf_counter() - t0}
     return RunEvaluation(judgement=judged, target=target, record=record)
 
@@ -302,20 +448,6 @@ def _same_evaluation(path: Path, record: Mapping[str, Any]) -> bool:
     return rundir.jsonable(old.get("env")) == rundir.jsonable(record["env"]) and old.get("episodes") == record["episodes"]
 
 
-def _check_writable(out: Path) -> None:
-    """``out`` can be written (its folder, or the run directory that will hold it, accepts a
-    temporary file); creates nothing that stays."""
-    if out.is_dir():
-        raise rundir.RunDirectoryError(f"{out} is a directory; choose another --out")
-    folder = out.parent if out.parent.is_dir() else out.parent.parent
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=folder)
-        os.close(fd)
-        os.unlink(tmp)
-    except OSError as err:
-        raise rundir.RunDirectoryError(f"{out}: cannot write there ({err.strerror or err})") from None
-
-
 @dataclasses.dataclass(frozen=True)
 class EvalPlan:
     """A checked ``fhc-jax eval`` (:func:`plan_eval`): the run's files, the target and the
@@ -338,10 +470,11 @@ def plan_eval(run: str | Path, env_sets: Iterable[str] = (), *, episodes: int | 
         RunDirectoryError / ConfigError (both ValueError): a usage error, naming the file or key.
     """
     changes = parse_env_sets(env_sets)
-    files = read_run(run)
+    files = rundir.read_run(run)
+    final_checkpoint(files)
     target = target_environment(files, changes, episodes)
     out = files.path / EVAL_DIR / f"{output_name(target, files.spec.eval_episodes, name)}.json"
-    _check_writable(out)
+    rundir.check_writable_file(out)
     if out.is_file() and not _same_evaluation(out, {"env": {"name": target.name, **target.settings},
                                                     "episodes": target.episodes}):
         raise rundir.RunDirectoryError(f"--out: {out} holds an evaluation under other settings; choose another --out "
@@ -361,7 +494,7 @@ def run_eval(plan: EvalPlan, *, command: str = "fhc-jax eval",
     say = say or (lambda msg: None)
     t0 = time.perf_counter()
     with rundir.locked(plan.files.path, f"{command} {plan.files.path}"):
-        files = read_run(plan.files.path)  # again under the lock: what we load is what no one is writing
+        files = rundir.read_run(plan.files.path)  # again under the lock: what we load is what no one is writing
         target = target_environment(files, plan.changes, plan.episodes)
         if target.settings != plan.target.settings:
             raise rundir.RunDirectoryError(f"{files.path / rundir.CONFIG} changed while fhc-jax eval started; run it again")

@@ -183,7 +183,7 @@ def plot_run(path: str | Path, stages: Sequence[int] | None = None) -> list[Path
     completes) add the optimum, the stage-cost profile and the policy maps.
     """
     path = Path(path)
-    cfg = rundir.check_format(rundir.read_json(path / rundir.CONFIG), path)
+    cfg = rundir.read_config(path)
     columns = rundir.read_metrics_csv(path / rundir.METRICS)
     summary = rundir.read_json(path / rundir.SUMMARY) if (path / rundir.SUMMARY).exists() else {}
     optimum = summary.get("optimum")

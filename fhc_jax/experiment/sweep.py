@@ -40,7 +40,7 @@ import numpy as np
 from fhc_jax.experiment import judge, rundir, statistics, tracking
 from fhc_jax.experiment.config import ConfigError, ExperimentSpec, load_spec, parse_assignment
 from fhc_jax.experiment.progress import Progress, RunsProgress, env_steps_per_iteration
-from fhc_jax.experiment.machine import machine_info
+from fhc_jax.experiment.rundir import machine_info
 from fhc_jax.experiment.config import load_algorithm
 from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
 

@@ -22,7 +22,7 @@ import numpy as np
 from fhc_jax.algos.learner import judged_exactly
 from fhc_jax.experiment import checkpoint, config, judge, rundir, summary as summ, tracking
 from fhc_jax.experiment.config import ExperimentSpec, load_spec
-from fhc_jax.experiment.machine import machine_info
+from fhc_jax.experiment.rundir import machine_info
 from fhc_jax.experiment.progress import Progress, env_steps_per_iteration
 from fhc_jax.experiment.config import load_algorithm
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, seed_keys
@@ -66,14 +66,6 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return "[" + ",".join(_toml_value(x) for x in v) + "]"
     return repr(v)
-
-
-def load_run_spec(path: str | Path) -> ExperimentSpec:
-    """The :class:`ExperimentSpec` stored in a run directory's config.json."""
-    cfg = rundir.check_format(rundir.read_json(Path(path) / rundir.CONFIG), path)
-    if "settings" not in cfg:
-        raise rundir.RunDirectoryError(f"{Path(path) / rundir.CONFIG} has no 'settings'")
-    return load_spec(settings=cfg["settings"])
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -163,7 +155,7 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
     warn = lambda msg: print(f"fhc-jax train: {msg}", file=stream, flush=True)  # noqa: E731
     if resume:
         rundir.check(out, resume=True, overwrite=False)
-        stored = load_run_spec(out)
+        stored = rundir.read_run(out).spec
         if spec is not None:
             _refuse_changes(stored, spec, out)
         spec = stored
@@ -176,7 +168,7 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
     learner = module.make_learner(env, params, spec.learner)  # refuses an unsuitable env before any write
     with rundir.locked(out, "fhc-jax train " + ("--resume " if resume else "") + f"--out {out}"):
         if resume:  # read again under the lock: what we resume is what no one else is writing
-            stored = load_run_spec(out)
+            stored = rundir.read_run(out).spec
             _refuse_changes(stored, spec, out)
         else:
             rundir.prepare(out, resume=False, overwrite=overwrite)

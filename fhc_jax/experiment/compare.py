@@ -212,13 +212,6 @@ def _changed_settings(spec: config.ExperimentSpec) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- statistics
 
 
-def stats(x: np.ndarray) -> dict[str, Any]:
-    """mean / std (population, over seeds) / min / max and the per-seed values of a (R,) array."""
-    x = np.asarray(x, np.float64)
-    return {"mean": float(np.mean(x)), "std": float(np.std(x)), "min": float(np.min(x)),
-            "max": float(np.max(x)), "per_seed": x.tolist()}
-
-
 def paper_window(num_iterations: int, episodes_per_iteration: int) -> int:
     """Iterations of the paper's metric: the last ceil(10000 / K), at most N."""
     return int(min(num_iterations, math.ceil(PAPER_EPISODES / episodes_per_iteration)))
@@ -254,15 +247,15 @@ def judge_run(metrics: Mapping[str, np.ndarray], judged: judge.Judgement, episod
         "paper_metric": {
             "window_iterations": window,
             "window_episodes": window * episodes_per_iteration,
-            "reward": stats(p_reward),
-            "costs": [stats(p_costs[:, k]) for k in range(p_costs.shape[1])],
+            "reward": judge.stats(p_reward, per_seed=True),
+            "costs": [judge.stats(p_costs[:, k], per_seed=True) for k in range(p_costs.shape[1])],
             "violating_seeds": int(p_violating.sum()),
             "violation_rate": float(p_violating.mean()),
             "fraction_of_window_iterations_above_alpha": iters_above,
         },
         "exact": {
-            "reward": stats(judged.reward),
-            "costs": [stats(e_costs[:, k]) for k in range(e_costs.shape[1])],
+            "reward": judge.stats(judged.reward, per_seed=True),
+            "costs": [judge.stats(e_costs[:, k], per_seed=True) for k in range(e_costs.shape[1])],
             "violating_seeds": int(e_violating.sum()),
             "violation_rate": float(e_violating.mean()),
             "max_relative_excess": float(np.max(judge.relative_excess(e_costs, judged.thresholds))),
@@ -270,9 +263,9 @@ def judge_run(metrics: Mapping[str, np.ndarray], judged: judge.Judgement, episod
         },
     }
     if judged.optimum is not None:
-        out["exact"]["gap"] = stats(judged.gap)
+        out["exact"]["gap"] = judge.stats(judged.gap, per_seed=True)
         frac = judged.fraction_of_optimum
-        out["exact"]["fraction_of_optimum"] = None if frac is None else stats(frac)
+        out["exact"]["fraction_of_optimum"] = None if frac is None else judge.stats(frac, per_seed=True)
     return out
 
 

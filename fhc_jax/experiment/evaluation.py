@@ -40,7 +40,7 @@ import numpy as np
 
 from fhc_jax.algos.learner import judged_exactly
 from fhc_jax.envs.base import Environment
-from fhc_jax.experiment import checkpoint, config, judge, rundir, summary as summ
+from fhc_jax.experiment import checkpoint, config, judge, rundir
 from fhc_jax.experiment.config import ConfigError, parse_assignment, plain
 from fhc_jax.experiment.rundir import RunFiles
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, seed_keys
@@ -333,8 +333,7 @@ def evaluate_run(run: LoadedRun, target: Target | None = None, *,
         say(f"judging {run.num_seeds} seeds exactly on {target.title}")
         opt, err = judge.solve_optimum(cmdp)
         judged, _ = judge.judge_policies(cmdp, run.policy_tables(), optimum=opt, multipliers=nu, tolerance=tol)
-        record["feasibility"] = {"feasible": True} if err is None else {
-            "feasible": False, "min_costs": np.asarray(err.min_costs, np.float64).tolist(), "message": str(err)}
+        record["feasibility"] = judge.feasibility(err)
         if err is not None:
             say(f"warning: {err}; no policy can meet the threshold")
     else:
@@ -357,7 +356,7 @@ def evaluate_run(run: LoadedRun, target: Target | None = None, *,
         "judged_by": judged.method,
         "episodes": target.episodes,
         **record,
-        **summ.judgement_fields(judged),
+        **judge.judgement_fields(judged),
     }
     as_trained = not target.changes and (target.exact or target.episodes == run.spec.eval_episodes)
     if as_trained and run.summary and run.summary.get("complete") and run.summary.get("seeds"):

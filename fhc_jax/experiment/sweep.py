@@ -190,8 +190,7 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
         "timing": {"wall_s": time.perf_counter() - t0, "compile_s": trainer.compile_s, "train_s": state.elapsed_s},
         "machine": machine_info(), "sharded": shard,
         "divergence": None if state.divergence is None else state.divergence.as_dict(),
-        "feasibility": {"feasible": True} if infeasible is None else
-        {"feasible": False, "min_costs": np.asarray(infeasible.min_costs).tolist(), "message": str(infeasible)},
+        "feasibility": judge.feasibility(infeasible),
     }
     trackers.log_summary({k: result[k] for k in ("grid", "rows", "best", "timing", "divergence", "feasibility")})
     trackers.close()

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from fhc_jax.algos.learner import judged_exactly
-from fhc_jax.experiment import checkpoint, config, judge, rundir, summary as summ, tracking
+from fhc_jax.experiment import checkpoint, config, judge, rundir, tracking
 from fhc_jax.experiment.config import ExperimentSpec, load_spec
 from fhc_jax.experiment.rundir import machine_info
 from fhc_jax.experiment.progress import Progress, env_steps_per_iteration
@@ -110,10 +110,9 @@ def feasibility_check(cmdp, say) -> tuple[Any, dict[str, Any]]:
     or None, summary.json's ``feasibility`` record). An infeasible threshold is reported through
     ``say`` with ``fhc-jax solve``'s message (training proceeds)."""
     opt, err = judge.solve_optimum(cmdp)
-    if err is None:
-        return opt, {"feasible": True}
-    say(f"warning: {err}; training proceeds, but no policy can meet the threshold")
-    return None, {"feasible": False, "min_costs": np.asarray(err.min_costs, np.float64).tolist(), "message": str(err)}
+    if err is not None:
+        say(f"warning: {err}; training proceeds, but no policy can meet the threshold")
+    return opt, judge.feasibility(err)
 
 
 def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = False, overwrite: bool = False,
@@ -309,7 +308,7 @@ def _diverged(spec, out, state, cmdp, thresholds, opt, feasibility, say, trainer
         learned_nu = state.metrics["multipliers"][finite, -1] if "multipliers" in state.metrics else None
         judged = judge.judge(state.exact_reward[finite, -1], state.exact_costs[finite, -1], thresholds,
                              optimum=opt, multipliers=learned_nu, tolerance=spec.feasibility_tolerance)
-        result.update(summ.judgement_fields(judged))
+        result.update(judge.judgement_fields(judged))
         for row, r in zip(result["seeds"], finite):
             row["seed"] = r
             row["at_iteration"] = state.iteration
@@ -335,7 +334,7 @@ def _finish(spec, out, state, module, env, params, cmdp, thresholds, opt, feasib
             env, params, spec.eval_episodes), multipliers=learned_nu, tolerance=spec.feasibility_tolerance,
             episodes=spec.eval_episodes, reward_half_width=mc["reward_half_width"],
             cost_half_width=mc["cost_half_width"])
-        result.update(summ.judgement_fields(judged))
+        result.update(judge.judgement_fields(judged))
         npz = {"thresholds": thresholds}
     else:
         policies = trainer.policy_tables(state)
@@ -353,7 +352,7 @@ def _finish(spec, out, state, module, env, params, cmdp, thresholds, opt, feasib
         if opt is not None:
             npz.update(optimal_policy=opt.policy.astype(np.float32), optimal_stage_costs=opt.stage_costs,
                        optimal_stage_rewards=opt.stage_rewards)
-        result.update(summ.judgement_fields(judged))
+        result.update(judge.judgement_fields(judged))
     rundir.write_npz_atomic(out / rundir.POLICY, **npz)
     result["machine"] = machine_info()
     result["timing"] = {"wall_s": time.perf_counter() - t_start, "compile_s": trainer.compile_s,
@@ -367,6 +366,6 @@ def _finish(spec, out, state, module, env, params, cmdp, thresholds, opt, feasib
 
         plotting.plot_run(out)
     if judged is not None:
-        say(summ.format_table(judged, result.get("statistics")))
+        say(judge.format_table(judged, result.get("statistics")))
     say(f"wrote {out}/ (wall {result['timing']['wall_s']:.1f} s, compile {trainer.compile_s:.1f} s)")
     return result

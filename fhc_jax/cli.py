@@ -371,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit status (module docstring). Usage errors of the
     argument syntax itself exit through argparse with status 2."""
     args = build_parser().parse_args(argv)
-    from fhc_jax.experiment import checkpoint, rundir, training
+    from fhc_jax.experiment import checkpoint, rundir, runner, training
 
     command = args.command
     try:
@@ -382,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"fhc-jax {command}: interrupted", file=sys.stderr)
         return 130
-    except (rundir.RunInUseError, checkpoint.CheckpointError, training.DivergenceError) as err:
+    except (rundir.RunInUseError, checkpoint.CheckpointError, runner.DivergenceError) as err:
         return _error(command, err, 1)
     except ValueError as err:  # usage errors raised outside a command's own handler
         return _error(command, err, 2)

@@ -34,8 +34,9 @@ from fhc_jax.experiment.config import (ALGORITHMS, ENVIRONMENTS, ConfigError, Ex
 from fhc_jax.experiment.judge import DEFAULT_TOLERANCE, Judgement
 from fhc_jax.experiment.checkpoint import CheckpointError
 from fhc_jax.experiment.rundir import RunDirectoryError, RunInUseError, machine_info
-from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, Divergence, RunResult, seed_keys, train_seeds
-from fhc_jax.experiment.training import DivergenceError, TrainingInterrupted
+from fhc_jax.experiment.runner import (ChunkedTrainer, ChunkState, Divergence, DivergenceError, RunResult, parse_run_line,
+                                       seed_keys, train_seeds)
+from fhc_jax.experiment.training import TrainingInterrupted
 from fhc_jax.experiment.evaluation import LoadedRun, evaluate_run, load_run
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "load_environment",
     "load_run",
     "load_spec",
+    "parse_run_line",
     "machine_info",
     "make_env",
     "seed_keys",

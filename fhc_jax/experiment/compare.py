@@ -52,6 +52,7 @@ from fhc_jax.algos.hyperparameters import resolve_env_defaults
 from fhc_jax.experiment import config, judge, statistics, tracking
 from fhc_jax.experiment.rundir import load_average, machine_info, source_revision
 from fhc_jax.experiment.plots import plot_comparison
+from fhc_jax.experiment.runner import DivergenceError, RunsProgress, divergence_hint, env_steps_per_iteration, train_seeds
 
 #: the paper's metric averages the last this many training episodes
 PAPER_EPISODES = 10_000
@@ -296,8 +297,6 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
         DivergenceError: a run's values became non-finite (names the run, seeds and quantity).
     """
     import fhc_jax as fhc
-    from fhc_jax.experiment.progress import Progress, RunsProgress, env_steps_per_iteration
-    from fhc_jax.experiment.runner import train_seeds
 
     t_start = time.perf_counter()
     load_start = load_average()
@@ -331,13 +330,9 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
     results, policies = [], []
     overall = None if quiet else RunsProgress(len(runs), stream)
     for i, (run, spec) in enumerate(zip(runs, specs)):
-        module = config.load_algorithm(spec.algo)
         cfg = spec.learner
         say(f"[{i + 1}/{len(runs)}] {run.name}: {seeds} seeds x {cfg.num_iterations} iterations x "
             f"{cfg.episodes_per_iteration} episodes ...")
-        progress = None if quiet else Progress(run.name, int(cfg.num_iterations), seeds,
-                                               env_steps_per_iteration(cfg, env.horizon), thresholds, stream,
-                                               overall=overall.status)
         t0 = time.perf_counter()
         trackers = tracking.Trackers(
             loggers, log_dir or ".", name=f"{log_name}: {run.name}", group=log_name,
@@ -346,15 +341,14 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
                     "settings": spec.settings()},
             run_labels=tracking.seed_labels(seeds), steps_per_iteration=env_steps_per_iteration(cfg, env.horizon))
         try:
-            res = train_seeds(module, env, params, cfg, seeds, seed=spec.seed, chunk_size=spec.chunk_size,
-                              on_chunk=tracking.chain(progress, trackers.log_chunk))
+            res = train_seeds(spec.module, env, params, cfg, seeds, seed=spec.seed, chunk_size=spec.chunk_size,
+                              label=None if quiet else run.name, stream=stream, trackers=trackers,
+                              overall=None if quiet else overall.status)
         except BaseException:
             trackers.close()
             raise
         wall = time.perf_counter() - t0
         if res.divergence is not None:
-            from fhc_jax.experiment.training import DivergenceError, divergence_hint
-
             trackers.close()
             raise DivergenceError(f"{run.name}: {res.divergence.describe()}; {divergence_hint(spec)}",
                                   res.divergence)

@@ -151,48 +151,26 @@ def load_run(path: str | Path) -> LoadedRun:
 
 
 def restore_run(files: RunFiles) -> LoadedRun:
-    """:func:`load_run` of already read :class:`~fhc_jax.experiment.rundir.RunFiles`."""
-    spec, env, params = files.spec, files.env, files.params
-    final_checkpoint(files)
-    learner = spec.module.make_learner(env, params, spec.learner)
-    trainer = ChunkedTrainer(learner, spec.seeds, spec.chunk_size)
-    template = _template(learner, seed_keys(spec.seed, spec.seeds))
-    ckpt_dir = files.path / rundir.CHECKPOINTS
-    n = spec.num_iterations
-    advice = f"restore the run directory from a copy or retrain: {files.rerun}"
-    try:
-        state = checkpoint.restore(ckpt_dir, trainer, template, n, config_hash=files.config_hash, num_iterations=n)
-    except checkpoint.CheckpointError as err:
-        raise checkpoint.CheckpointError(f"{err}; {advice}") from None
+    """:func:`load_run` of already read :class:`~fhc_jax.experiment.rundir.RunFiles`: the
+    chunked driver started from the verified final checkpoint (nothing left to train)."""
+    spec, n = files.spec, files.spec.num_iterations
+    ckpt_dir = final_checkpoint(files).parent
+    trainer = ChunkedTrainer(spec.module.make_learner(files.env, files.params, spec.learner), spec.seeds,
+                             spec.chunk_size)
+
+    def restore(template: ChunkState) -> ChunkState:
+        try:
+            return checkpoint.restore(ckpt_dir, trainer, template, n, config_hash=files.config_hash, num_iterations=n)
+        except checkpoint.CheckpointError as err:
+            raise checkpoint.CheckpointError(
+                f"{err}; restore the run directory from a copy or retrain: {files.rerun}") from None
+
+    state = trainer.drive(seed_keys(spec.seed, spec.seeds), restore=restore)
     multipliers = state.metrics.get("multipliers")
     return LoadedRun(**{f.name: getattr(files, f.name) for f in dataclasses.fields(RunFiles)},
                      iteration=state.iteration, train_states=state.carry.state,
                      multipliers=None if multipliers is None else np.asarray(multipliers[:, -1], np.float64),
                      trainer=trainer, state=state)
-
-
-def _template(learner: Any, keys: Array) -> ChunkState:
-    """A :class:`ChunkState` whose carry has the structure, shapes and dtypes of the runs' initial
-    carries (what a checkpoint is restored into), built from ``jax.eval_shape`` of the learner's
-    init without compiling it (``ChunkedTrainer.init`` would also compile an evaluation)."""
-    shapes = jax.eval_shape(jax.vmap(lambda k: learner.init(k, learner.config)), keys)
-    key = keys[0]
-
-    def leaf(s):
-        if jax.dtypes.issubdtype(s.dtype, jax.dtypes.prng_key):
-            k = jax.random.split(key, s.shape) if s.shape else key
-            if k.dtype != s.dtype:  # another key implementation: build it the slow way
-                raise TypeError
-            return k
-        return jax.numpy.zeros(s.shape, s.dtype)
-
-    try:
-        carry = jax.tree.map(leaf, shapes)
-    except TypeError:
-        carry = jax.jit(jax.vmap(lambda k: learner.init(k, learner.config)))(keys)
-    r = int(keys.shape[0])
-    return ChunkState(carry=carry, iteration=0, metrics={}, exact_iterations=np.zeros(1, np.int64),
-                      exact_reward=np.zeros((r, 1)), exact_costs=np.zeros((r, 1, 1)))
 
 
 # ----------------------------------------------------------------------------- the judged environment

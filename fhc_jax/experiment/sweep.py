@@ -39,10 +39,8 @@ import numpy as np
 
 from fhc_jax.experiment import judge, rundir, statistics, tracking
 from fhc_jax.experiment.config import ConfigError, ExperimentSpec, load_spec, parse_assignment
-from fhc_jax.experiment.progress import Progress, RunsProgress, env_steps_per_iteration
 from fhc_jax.experiment.rundir import machine_info
-from fhc_jax.experiment.config import load_algorithm
-from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
+from fhc_jax.experiment.runner import ChunkedTrainer, RunsProgress, env_steps_per_iteration, seed_keys
 
 
 def parse_grid(items: Sequence[str]) -> dict[str, list]:
@@ -116,20 +114,15 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
     keys = seed_keys(spec.seed, s)
     keys = jax.random.wrap_key_data(np.tile(np.asarray(jax.random.key_data(keys)), (c, 1)),
                                     impl=jax.random.key_impl(keys))
-    module = load_algorithm(spec.algo)
     env, params = spec.make_env()
     if not env.has_exact_model:
         raise ConfigError(f"sweep: environment {spec.env_name!r} has no exact model (has_exact_model is False); "
                           "sweeps rank configurations by their exact judgement")
     cmdp = env.to_cmdp(params)
     thresholds = np.asarray(cmdp.thresholds, np.float64)
-    learner = module.make_learner(env, params, spec.learner)
-    trainer = ChunkedTrainer(learner, c * s, spec.chunk_size, hparams=hparams, shard=shard)
+    trainer = ChunkedTrainer(spec.module.make_learner(env, params, spec.learner), c * s, spec.chunk_size,
+                             hparams=hparams, shard=shard)
     overall = None if quiet else RunsProgress(c, stream)  # a run: one configuration's seeds (all train together)
-    progress = None if quiet else Progress(f"sweep {spec.algo} on {spec.env_name} ({c} configs x {s} seeds)",
-                                           spec.num_iterations, c * s,
-                                           env_steps_per_iteration(spec.learner, env.horizon), thresholds, stream,
-                                           overall=lambda frac: overall.status(frac * c))
     missing = statistics.unavailable()
     if missing is not None:  # said before training, not after it
         print(f"fhc-jax sweep: warning: {missing}; the bootstrap intervals will be missing",
@@ -145,8 +138,9 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
                                  run_labels=[f"config_{i}/seed_{j}" for i in range(c) for j in range(s)],
                                  steps_per_iteration=env_steps_per_iteration(spec.learner, env.horizon))
     try:
-        state = trainer.run(trainer.init(keys), on_chunk=tracking.chain(progress, trackers.log_chunk),
-                            stop_on_divergence=False)
+        state = trainer.drive(keys, env=env, params=params, stream=stream, trackers=trackers, stop_on_divergence=False,
+                              label=None if quiet else f"sweep {spec.algo} on {spec.env_name} ({c} configs x {s} seeds)",
+                              overall=None if quiet else lambda frac: overall.status(frac * c))
     except BaseException:
         trackers.close()
         raise

@@ -543,19 +543,6 @@ def seed_labels(num_seeds: int) -> list[str]:
     return [f"seed_{r}" for r in range(num_seeds)]
 
 
-def chain(*hooks: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
-    """One ``on_chunk`` hook calling each of ``hooks`` (None entries skipped) in order; None if none."""
-    live = [h for h in hooks if h is not None]
-    if not live:
-        return None
-
-    def on_chunk(state: Any) -> None:
-        for hook in live:
-            hook(state)
-
-    return on_chunk
-
-
 def slug(text: str) -> str:
     """``text`` as a folder name (``"PPO-Lagrangian (xy)"`` -> ``"PPO-Lagrangian_xy"``)."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "run"

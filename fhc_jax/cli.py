@@ -8,8 +8,9 @@
 * ``fhc-jax eval RUN_DIR``: judge a run's final policies again, exactly or by Monte-Carlo, on
   the trained environment or a changed one (``--set env.slip=0.2``) -> ``RUN_DIR/eval/NAME.json``.
 * ``fhc-jax sweep``: a grid of numeric hyperparameters x seeds as one sharded program.
-* ``fhc-jax compare``: the paper's comparison (FH-Constrained, NN-Constrained, PPO-Lagrangian,
-  CPO; both inputs where they apply) -> a table, JSON and a Fig. 1-style figure.
+* ``fhc-jax compare [STUDY]``: a study of several learners described in a TOML file (default the
+  paper's comparison, ``benchmarks/paper_comparison.toml``) -> a table, JSON and a Fig. 1-style
+  figure.
 
 ``--env`` takes a registered name (:data:`fhc_jax.experiment.config.ENVIRONMENTS`) or
 ``module:ClassOrFactory`` of your own environment.
@@ -228,23 +229,25 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         from fhc_jax.experiment import tracking
 
         loggers = tracking.resolve_loggers(args.logger)
-        runs = compare.select_runs(args.algos, args.inputs)
-        compare.build_specs(runs, args.seeds, args.set or (), env=args.env)
-        if not args.name or "/" in args.name or args.name in (".", ".."):
-            raise ValueError(f"--name must be a plain file name stem, found {args.name!r}")
+        study = compare.load_study(args.study)
+        runs = compare.select_runs(args.algos, args.inputs, study)
+        compare.build_specs(runs, args.seeds, args.set or (), env=args.env, common=study.settings)
+        name = study.name if args.name is None else args.name
+        if not name or "/" in name or name in (".", ".."):
+            raise ValueError(f"--name must be a plain file name stem, found {name!r}")
         for ext in ("json", "md", "png"):
-            rundir.check_writable_file(Path(args.out) / f"{args.name}.{ext}")
+            rundir.check_writable_file(Path(args.out) / f"{name}.{ext}")
     except ValueError as err:
         return _error("compare", err)
-    with rundir.locked(args.out, f"fhc-jax compare --out {args.out} --name {args.name}",
-                       lock_file=rundir.shared_lock_file(args.out, args.name)):
+    with rundir.locked(args.out, f"fhc-jax compare --out {args.out} --name {name}",
+                       lock_file=rundir.shared_lock_file(args.out, name)):
         try:
             result = compare.run_comparison(runs, seeds=args.seeds, overrides=args.set or (), env=args.env,
-                                            quiet=args.quiet, loggers=loggers, log_dir=args.out,
-                                            log_name=args.name)
+                                            study=study, quiet=args.quiet, loggers=loggers, log_dir=args.out,
+                                            log_name=name)
         except ValueError as err:
             return _error("compare", err)
-        paths = compare.write_outputs(result, args.out, stem=args.name)
+        paths = compare.write_outputs(result, args.out, stem=name)
     print(compare.format_markdown(result))
     for path in paths.values():
         print(f"wrote {path}")
@@ -346,21 +349,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     from fhc_jax.experiment.config import ALGORITHMS
 
-    p = sub.add_parser("compare", help="the paper's comparison of the learners -> table, JSON, figure",
-                       description="Train FH-Constrained, NN-Constrained (xy), PPO-Lagrangian and CPO (xy and "
-                                   "xyt) with their default configs on several seeds each and judge them by "
-                                   "the paper's metric (last 10,000 episodes) and exactly (fhc_jax.solve). "
-                                   "Writes NAME.json, NAME.md (the table) and NAME.png (the figure) to --out.")
+    p = sub.add_parser("compare", help="a study of several learners (default the paper's comparison) -> table, "
+                                       "JSON, figure",
+                       description="Train every run of a study (a TOML file of rows: algo, label, set; default "
+                                   "benchmarks/paper_comparison.toml, the paper's comparison) on several seeds each "
+                                   "and judge them by the paper's metric (last 10,000 episodes) and exactly "
+                                   "(fhc_jax.solve). Writes NAME.json, NAME.md (the table) and NAME.png (the "
+                                   "figure) to --out.")
+    p.add_argument("study", nargs="?", default=None,
+                   help="study file (default benchmarks/paper_comparison.toml, the paper's comparison)")
     p.add_argument("--seeds", type=int, default=5, help="seeds per run, vmapped (default 5)")
     _add_env_option(p)
-    p.add_argument("--algos", nargs="+", choices=tuple(ALGORITHMS), default=None, help="learners (default all)")
+    p.add_argument("--algos", nargs="+", choices=tuple(ALGORITHMS), default=None,
+                   help="only the study's runs of these learners (default all)")
     p.add_argument("--inputs", nargs="+", choices=("xy", "xyt"), default=None,
-                   help="network inputs of the baselines (default both; NN-Constrained runs xy only)")
+                   help="only the study's runs with these network inputs (default all; runs without one are kept)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="env.* (e.g. env.size=4), a setting of every learner that has it (num_iterations=20), "
                         "or ALGO.key for one learner (cpo.num_iterations=50); repeatable")
     p.add_argument("--out", default="benchmarks/results", help="output folder (default benchmarks/results)")
-    p.add_argument("--name", default="reproduce_paper", help="file name stem (default reproduce_paper)")
+    p.add_argument("--name", default=None,
+                   help="file name stem (default the study's name; the paper's comparison: reproduce_paper)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _add_logger_option(p)
     p.set_defaults(func=_cmd_compare)

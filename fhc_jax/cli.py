@@ -206,9 +206,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         try:
             if writer:
                 rundir.prepare(args.out, resume=False, overwrite=args.overwrite, can_resume=False)
-                rundir.write_json_atomic(Path(args.out) / rundir.CONFIG, {"format_version": rundir.FORMAT_VERSION,
-                                                                          "kind": "sweep", "algo": spec.algo,
-                                                                          "grid": grid, "settings": spec.settings()})
+                rundir.write_json_atomic(Path(args.out) / rundir.CONFIG, sweep.sweep_config(spec, grid))
             result = sweep.run_sweep(spec, grid, shard=not args.no_shard, quiet=args.quiet,
                                      loggers=loggers if writer else None, out=args.out)
         except ValueError as err:

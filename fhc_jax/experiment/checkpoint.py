@@ -35,7 +35,6 @@ import logging
 import shutil
 import signal
 import threading
-import time
 import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -98,10 +97,6 @@ def manifest(payload: dict[str, Any], config_hash: str | None) -> dict[str, Any]
             "arrays": {k: digest(v) for k, v in _flat(payload).items()}}
 
 
-#: seconds spent hashing in the last :func:`save` / :func:`restore_verified` (benchmarks read them)
-timings: dict[str, float] = {}
-
-
 def save(directory: str | Path, trainer: ChunkedTrainer, state: ChunkState, max_to_keep: int = 2, *,
          config_hash: str | None = None) -> Path:
     """Write a checkpoint of ``state`` as step ``state.iteration`` under ``directory``
@@ -115,9 +110,7 @@ def save(directory: str | Path, trainer: ChunkedTrainer, state: ChunkState, max_
 
     directory = Path(directory)
     payload = _payload(trainer, state)
-    t0 = time.perf_counter()
     man = manifest(payload, config_hash)
-    timings["save_hash_s"] = time.perf_counter() - t0
     step_dir = directory / str(state.iteration)
     if step_dir.exists():  # an unfinished or rejected earlier attempt at this step (we hold the run's lock)
         shutil.rmtree(step_dir)
@@ -275,9 +268,7 @@ def _restore_step(directory: Path, step: int, trainer: ChunkedTrainer, template:
     finally:
         mngr.close()
     data = jax.tree.map(np.asarray, data)
-    t0 = time.perf_counter()
     _verify_arrays(data, man)
-    timings["restore_verify_s"] = time.perf_counter() - t0
     if int(data["iteration"]) != step:
         raise ValueError(f"it holds iteration {int(data['iteration'])}, not {step}")
     return _state_from(data, trainer, template, str(step_dir))

@@ -317,11 +317,8 @@ def evaluate_run(run: LoadedRun, target: Target | None = None, *,
     else:
         say(f"judging {run.num_seeds} seeds by Monte-Carlo on {target.title} ({target.episodes} episodes each)")
         policies = [run.policy(r) for r in range(run.num_seeds)]
-        mc = judge.monte_carlo(target.env, target.params, policies, target.episodes)
-        judged = judge.judge(mc["reward"], mc["costs"], thresholds,
-                             optimum=judge.reference_optimum(target.env, target.params, target.episodes),
-                             multipliers=nu, tolerance=tol, episodes=target.episodes,
-                             reward_half_width=mc["reward_half_width"], cost_half_width=mc["cost_half_width"])
+        judged = judge.judge_monte_carlo(target.env, target.params, policies, target.episodes, multipliers=nu,
+                                         tolerance=tol)
     record = {
         "run": str(run.path),
         "algo": run.spec.algo,
@@ -358,37 +355,19 @@ def _difference(summary: dict, judged: judge.Judgement) -> dict[str, Any] | None
 
 
 def format_evaluation(evaluation: RunEvaluation) -> str:
-    """One line per seed (reward, gap to the optimum and % of it, costs, feasibility), the
-    optimum's (or reference's) line and the feasibility rule."""
-    j, t = evaluation.judgement, evaluation.target
-    mc = j.episodes is not None
-    kind = "mean" if mc else "exact"
-    name = "ref" if mc else "opt"
-    gap, frac = j.gap, j.fraction_of_optimum
-    rows = [f"{'seed':>4} {kind + ' reward':>18} {'gap to ' + name:>11} {'% of ' + name:>9} {kind + ' cost':>22} "
-            f"{'feasible':>9}"]
-    joined = lambda v: "/".join(f"{x:.4f}" for x in v)  # noqa: E731
-    for r in range(j.num_seeds):
-        reward = f"{j.reward[r]:.4f}" + (f" ± {j.reward_half_width[r]:.4f}" if mc else "")
-        costs = joined(j.costs[r]) + (" ± " + joined(j.cost_half_width[r]) if mc else "")
-        g = "-" if gap is None else f"{gap[r]:.4f}"
-        p = "-" if frac is None else f"{100 * frac[r]:.1f}%"
-        rows.append(f"{r:>4} {reward:>18} {g:>11} {p:>9} {costs:>22} {'yes' if j.feasible[r] else 'NO':>9}")
-    if j.optimum is not None:
-        rows.append(f"{name:>4} {j.optimum.reward:>18.4f} {'':>11} {'-' if frac is None else '100.0%':>9} "
-                    f"{joined(j.optimum.costs):>22}")
-    rule = "upper end of the 95% interval of the cost" if mc else "cost"
+    """:func:`fhc_jax.experiment.judge.format_table` of the evaluation, naming the environment
+    judged on and whether summary.json's values were reproduced."""
+    t = evaluation.target
     changed = ", ".join(f"{k}={config.short_value(v)}" for k, v in t.changes.items())
-    where = t.title + (f" [changed: {changed}]" if changed else " [as trained]")
-    rows.append(f"{where}; alpha = {'/'.join(f'{a:g}' for a in j.thresholds)}; feasible: {rule} <= alpha + "
-                f"{j.tolerance:g} |alpha| ({j.feasible_seeds}/{j.num_seeds} seeds; {j.method})")
+    text = judge.format_table(evaluation.judgement, where=t.title + (f" [changed: {changed}]" if changed
+                                                                      else " [as trained]"))
     diff = evaluation.record.get("summary_difference")
     if diff:
         largest = max(diff.values())
-        rows.append(f"summary.json's values reproduced (largest difference {largest:.3g})" if largest <= SUMMARY_TOLERANCE
-                    else f"note: these values differ from summary.json's by up to {largest:.3g} (it was written by "
-                         "another version of fhc_jax or on another machine: float32 rounding)")
-    return "\n".join(rows)
+        text += (f"\nsummary.json's values reproduced (largest difference {largest:.3g})" if largest <= SUMMARY_TOLERANCE
+                 else f"\nnote: these values differ from summary.json's by up to {largest:.3g} (it was written by "
+                      "another version of fhc_jax or on another machine: float32 rounding)")
+    return text
 
 
 # ----------------------------------------------------------------------------- fhc-jax eval

@@ -324,6 +324,16 @@ def monte_carlo(env, params, policies: list[Any], episodes: int = DEFAULT_EPISOD
     return {k: np.asarray(v) for k, v in out.items()}
 
 
+def judge_monte_carlo(env, params, policies: list[Any], episodes: int = DEFAULT_EPISODES, *,
+                      multipliers: Any | None = None, tolerance: float = DEFAULT_TOLERANCE) -> Judgement:
+    """:func:`judge` R policies ``policy(key, obs, h)`` by :func:`monte_carlo` in ``env``, against
+    its :func:`reference_optimum` (where it has a reference)."""
+    mc = monte_carlo(env, params, policies, episodes)
+    return judge(mc["reward"], mc["costs"], env.thresholds(params), optimum=reference_optimum(env, params, episodes),
+                 multipliers=multipliers, tolerance=tolerance, episodes=episodes,
+                 reward_half_width=mc["reward_half_width"], cost_half_width=mc["cost_half_width"])
+
+
 def reference_optimum(env, params, episodes: int = DEFAULT_EPISODES) -> Optimum | None:
     """The yardstick of a Monte-Carlo judgement: the environment's reference policy
     (``env.reference``, where ``env.has_reference``) judged by :func:`monte_carlo`, as an
@@ -370,33 +380,35 @@ def judgement_fields(judged: Judgement) -> dict[str, Any]:
     }
 
 
-def _joined(values, fmt: str = ".3f") -> str:
+def _joined(values, fmt: str = ".4f") -> str:
     return "/".join(f"{v:{fmt}}" for v in values)
 
 
-def format_table(judged: Judgement, stats: dict[str, Any] | None = None) -> str:
-    """One line per seed (exact reward, % of the optimum, exact costs, feasibility, learned
-    multipliers), the optimum's line and the feasibility rule; with ``stats``
-    (:func:`judgement_fields`' ``statistics``) a last line of statistics over seeds with their
-    95% intervals."""
-    opt = judged.optimum
-    frac = judged.fraction_of_optimum
+def format_table(judged: Judgement, stats: dict[str, Any] | None = None, where: str | None = None) -> str:
+    """One line per seed (reward, gap to the optimum and % of it, costs, feasibility, learned
+    multipliers), the optimum's (or Monte-Carlo reference's) line, the feasibility rule (after
+    ``where``, e.g. the environment judged on) and, with ``stats`` (:func:`judgement_fields`'
+    ``statistics``), a line of statistics over seeds with their 95% intervals."""
+    opt, gap, frac = judged.optimum, judged.gap, judged.fraction_of_optimum
     mc = judged.episodes is not None
-    kind = "mean" if mc else "exact"
-    lines = [f"{'seed':>4} {kind + ' reward':>13} {'% of optimum':>13} {kind + ' cost':>16} {'feasible':>9} {'nu':>14}"]
+    kind, name = ("mean", "ref") if mc else ("exact", "opt")
+    lines = [f"{'seed':>4} {kind + ' reward':>18} {'gap to ' + name:>11} {'% of ' + name:>9} {kind + ' cost':>22} "
+             f"{'feasible':>9} {'nu':>14}"]
     for r in range(judged.num_seeds):
-        pct = "-" if frac is None else f"{100 * frac[r]:.1f}%"
-        nu = "-" if judged.multipliers is None else _joined(judged.multipliers[r])
-        reward = f"{judged.reward[r]:.4f}" + (f" ± {judged.reward_half_width[r]:.3f}" if mc else "")
+        reward = f"{judged.reward[r]:.4f}" + (f" ± {judged.reward_half_width[r]:.4f}" if mc else "")
         costs = _joined(judged.costs[r]) + (" ± " + _joined(judged.cost_half_width[r]) if mc else "")
-        lines.append(f"{r:>4} {reward:>13} {pct:>13} {costs:>16} {'yes' if judged.feasible[r] else 'NO':>9} {nu:>14}")
+        g = "-" if gap is None else f"{gap[r]:.4f}"
+        pct = "-" if frac is None else f"{100 * frac[r]:.1f}%"
+        nu = "-" if judged.multipliers is None else _joined(judged.multipliers[r], ".3f")
+        lines.append(f"{r:>4} {reward:>18} {g:>11} {pct:>9} {costs:>22} {'yes' if judged.feasible[r] else 'NO':>9} "
+                     f"{nu:>14}")
     if opt is not None:
-        name = "ref" if mc else "opt"
-        lines.append(f"{name:>4} {opt.reward:>13.4f} {'-' if frac is None else '100.0%':>13} {_joined(opt.costs):>16} {'':>9} "
-                     f"{_joined(opt.multipliers):>14}")
+        lines.append(f"{name:>4} {opt.reward:>18.4f} {'':>11} {'-' if frac is None else '100.0%':>9} "
+                     f"{_joined(opt.costs):>22} {'':>9} {_joined(opt.multipliers, '.3f'):>14}")
     rule = "upper end of the 95% interval of the cost" if mc else "cost"
-    lines.append(f"alpha = {_joined(judged.thresholds, 'g')}; feasible: {rule} <= alpha + "
-                 f"{judged.tolerance:g} |alpha| ({judged.feasible_seeds}/{judged.num_seeds} seeds; {judged.method})")
+    lines.append(("" if where is None else f"{where}; ") + f"alpha = {_joined(judged.thresholds, 'g')}; feasible: "
+                 f"{rule} <= alpha + {judged.tolerance:g} |alpha| ({judged.feasible_seeds}/{judged.num_seeds} seeds; "
+                 f"{judged.method})")
     if stats is not None:
         lines.append("over seeds: " + statistics.format_line(stats, digits=3))
     return "\n".join(lines)

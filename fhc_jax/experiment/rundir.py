@@ -226,7 +226,7 @@ def read_json(path: str | Path) -> Any:
     except NotADirectoryError:
         raise RunDirectoryError(f"{path.parent} is not a directory") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise RunDirectoryError(f"{path} is not valid JSON ({_one_line(err)}); restore it or rerun") from None
+        raise RunDirectoryError(f"{path} is not valid JSON ({one_line(err)}); restore it or rerun") from None
     except OSError as err:
         raise RunDirectoryError(f"cannot read {path}: {err.strerror or err}") from None
 
@@ -241,12 +241,14 @@ def read_npz(path: str | Path) -> dict[str, np.ndarray]:
     except FileNotFoundError:
         raise RunDirectoryError(f"{path} does not exist") from None
     except (zipfile.BadZipFile, EOFError, ValueError, OSError, KeyError) as err:
-        raise RunDirectoryError(f"{path} is damaged ({_one_line(err)}); rerun the training to rewrite it") from None
+        raise RunDirectoryError(f"{path} is damaged ({one_line(err)}); rerun the training to rewrite it") from None
 
 
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+def one_line(err: BaseException, limit: int = 300) -> str:
+    """``"Type: first line of the message"`` of an exception, at most ``limit`` characters."""
+    lines = [x.strip() for x in str(err).strip().splitlines() if x.strip()]
+    text = f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 # ----------------------------------------------------------------------------- one writer
@@ -475,7 +477,7 @@ def read_metrics_csv(path: str | Path) -> dict[str, np.ndarray]:
     except FileNotFoundError:
         raise RunDirectoryError(f"{path} does not exist") from None
     except (UnicodeDecodeError, csv.Error) as err:
-        raise RunDirectoryError(f"{path} is not a readable CSV file ({_one_line(err)})") from None
+        raise RunDirectoryError(f"{path} is not a readable CSV file ({one_line(err)})") from None
     except OSError as err:
         raise RunDirectoryError(f"cannot read {path}: {err.strerror or err}") from None
     if not rows:

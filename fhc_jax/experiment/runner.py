@@ -64,12 +64,6 @@ def seed_keys(seed: int, num_seeds: int) -> Array:
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(num_seeds, dtype=jnp.uint32))
 
 
-def runs_sharding(devices: list | None = None) -> NamedSharding:
-    """``NamedSharding`` that splits a leading runs axis over ``devices`` (default: all)."""
-    devices = jax.devices() if devices is None else devices
-    return NamedSharding(Mesh(np.asarray(devices), (RUNS_AXIS,)), PartitionSpec(RUNS_AXIS))
-
-
 def _is_key(x: Any) -> bool:
     return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
 
@@ -172,16 +166,12 @@ def divergence_hint(spec: ExperimentSpec) -> str:
             "Start a new run with smaller step sizes")
 
 
-def _leaf_name(path) -> str:
-    return jax.tree_util.keystr(path, simple=True, separator=".") if path else "state"
-
-
 def _float_leaves(tree: Any) -> list[tuple[str, Any]]:
     """(name, leaf) of the floating-point leaves of a train state."""
     out = []
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
         if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.inexact):
-            out.append((_leaf_name(path), leaf))
+            out.append((jax.tree_util.keystr(path, simple=True, separator=".") if path else "state", leaf))
     return out
 
 
@@ -252,7 +242,8 @@ class ChunkedTrainer:
         self.num_runs = int(num_runs)
         self.chunk_size = int(chunk_size)
         self.num_iterations = int(learner.config.num_iterations if num_iterations is None else num_iterations)
-        self.sharding = runs_sharding() if shard else None
+        mesh = Mesh(np.asarray(jax.devices()), (RUNS_AXIS,))  # every input and output is split along "runs"
+        self.sharding = NamedSharding(mesh, PartitionSpec(RUNS_AXIS)) if shard else None
         ndev = len(jax.devices()) if shard else 1
         self.padded_runs = -(-self.num_runs // ndev) * ndev
         self.batched = hparams is not None

@@ -85,6 +85,12 @@ def grid_specs(spec: ExperimentSpec, grid: dict[str, list]) -> list[tuple[dict[s
     return out
 
 
+def sweep_config(spec: ExperimentSpec, grid: dict[str, list]) -> dict[str, Any]:
+    """A sweep directory's config.json (and its trackers' configuration)."""
+    return {"format_version": rundir.FORMAT_VERSION, "kind": "sweep", "algo": spec.algo, "env": spec.env_name,
+            "grid": grid, "settings": spec.settings(), "machine": machine_info()}
+
+
 def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True, stream: IO[str] | None = None,
               quiet: bool = False, loggers: str | Sequence[str] | None = None, out: str | Path | None = None
               ) -> dict[str, Any]:
@@ -133,8 +139,7 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
               file=stream if stream is not None else sys.stderr, flush=True)
     # a diverged configuration must not stop the others: it is ranked last (non-finite reward)
     trackers = tracking.Trackers(loggers, out or ".", name=Path(out or "sweep").name, stream=stream,
-                                 config={"kind": "sweep", "algo": spec.algo, "env": spec.env_name, "grid": grid,
-                                         "settings": spec.settings()}, hparams=spec.settings(),
+                                 config=sweep_config(spec, grid), hparams=spec.settings(),
                                  run_labels=[f"config_{i}/seed_{j}" for i in range(c) for j in range(s)],
                                  steps_per_iteration=env_steps_per_iteration(spec.learner, env.horizon))
     try:
@@ -227,12 +232,9 @@ def format_sweep(result: dict[str, Any]) -> str:
 
 
 def write_sweep(out: str | Path, spec: ExperimentSpec, grid: dict[str, list], result: dict[str, Any]) -> None:
-    """config.json, runs.csv (one row per configuration x seed), summary.json, summary.txt."""
+    """runs.csv (one row per configuration x seed), summary.json and summary.txt (config.json:
+    :func:`sweep_config`, written before training)."""
     out = Path(out)
-    rundir.write_json_atomic(out / rundir.CONFIG, {"format_version": rundir.FORMAT_VERSION, "kind": "sweep",
-                                                   "algo": spec.algo, "env": spec.env_name,
-                                                   "grid": grid, "settings": spec.settings(),
-                                                   "machine": result["machine"]})
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     m = result["exact_costs"].shape[-1]

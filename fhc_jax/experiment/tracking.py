@@ -49,6 +49,8 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from fhc_jax.experiment.rundir import metric_columns, one_line
+
 #: logger name -> the package it imports
 LOGGERS: dict[str, str] = {"tensorboard": "tensorboardX", "wandb": "wandb"}
 #: what ``--logger`` accepts
@@ -65,13 +67,6 @@ StepMetrics = Mapping[str, Mapping[str, float]]
 class TrackingError(ValueError):
     """An unknown logger or a logger whose package is not installed: a usage error
     (``fhc-jax`` exit status 2), raised before anything is compiled."""
-
-
-def _package_available(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def resolve_loggers(loggers: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -94,7 +89,7 @@ def resolve_loggers(loggers: str | Iterable[str] | None) -> tuple[str, ...]:
     if "none" in names and out:
         raise TrackingError(f"logger: 'none' cannot be combined with {', '.join(map(repr, out))}")
     for name in out:
-        if not _package_available(LOGGERS[name]):
+        if importlib.util.find_spec(LOGGERS[name]) is None:
             raise TrackingError(f"logger {name!r} needs the package {LOGGERS[name]!r}, which is not installed; "
                                 f"install the tracking extra: {INSTALL_HINT}")
     return tuple(out)
@@ -305,11 +300,6 @@ TRACKERS: dict[str, Callable[..., Tracker]] = {"tensorboard": TensorBoardTracker
 # ----------------------------------------------------------------------------- the fan-out
 
 
-def _one_line(err: BaseException) -> str:
-    lines = [x.strip() for x in str(err).strip().splitlines() if x.strip()]
-    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
-
-
 _STOP = object()
 
 
@@ -418,7 +408,7 @@ class Trackers:
     def _warn(self, name: str, err: BaseException) -> None:
         stream = self.stream if self.stream is not None else sys.stderr
         try:
-            print(f"fhc-jax: warning: {name} logging disabled after an error ({_one_line(err)}); "
+            print(f"fhc-jax: warning: {name} logging disabled after an error ({one_line(err)}); "
                   "training and its results are unaffected", file=stream, flush=True)
         except Exception:  # noqa: BLE001 (a closed stream must not stop anything either)
             pass
@@ -468,15 +458,13 @@ class Trackers:
         copies of the new rows are taken here; the rest happens on the tracking thread."""
         if not self.enabled:
             return
-        from fhc_jax.experiment import rundir
-
         lo, hi = self._next, int(state.iteration)
         if hi < lo:
             return
         t0 = time.perf_counter()
         first = max(lo, 1)
         cols = [(c, np.array(state.metrics[k][(slice(None), slice(first - 1, hi)) + idx], np.float64))
-                for c, k, idx in rundir.metric_columns(state.metrics)] if hi >= first else []
+                for c, k, idx in metric_columns(state.metrics)] if hi >= first else []
         exact = {int(it): (state.exact_reward[:, e].astype(np.float64).tolist(),
                            state.exact_costs[:, e].astype(np.float64).tolist())
                  for e, it in enumerate(state.exact_iterations) if lo <= it <= hi}
@@ -530,12 +518,6 @@ class Trackers:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def open_trackers(loggers: str | Iterable[str] | None, directory: str | Path, **kwargs: Any) -> Trackers:
-    """:class:`Trackers` for ``loggers`` (validated by :func:`resolve_loggers`) writing under
-    ``directory``; keyword arguments as :class:`Trackers`'."""
-    return Trackers(resolve_loggers(loggers), directory, **kwargs)
 
 
 def seed_labels(num_seeds: int) -> list[str]:

@@ -256,11 +256,8 @@ def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, traine
         say(f"judging {spec.seeds} seeds by Monte-Carlo ({spec.eval_episodes} episodes each)")
         policies = [spec.module.policy(jax.tree.map(lambda x, r=r: x[r], state.carry.state), env, params)
                     for r in range(spec.seeds)]
-        mc = judge.monte_carlo(env, params, policies, spec.eval_episodes)
-        judged = judge.judge(mc["reward"], mc["costs"], thresholds, optimum=judge.reference_optimum(
-            env, params, spec.eval_episodes), multipliers=learned_nu, tolerance=spec.feasibility_tolerance,
-            episodes=spec.eval_episodes, reward_half_width=mc["reward_half_width"],
-            cost_half_width=mc["cost_half_width"])
+        judged = judge.judge_monte_carlo(env, params, policies, spec.eval_episodes, multipliers=learned_nu,
+                                         tolerance=spec.feasibility_tolerance)
     else:
         result = {**head, "feasibility": feasibility}
         policies = trainer.policy_tables(state)

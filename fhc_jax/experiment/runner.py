@@ -463,10 +463,10 @@ class ChunkedTrainer:
         if on_start is not None:
             on_start(state)
         if label is not None:
+            thresholds = np.asarray(env.thresholds(params), np.float64)
             hooks.insert(0, Progress(label, self.num_iterations, self.num_runs,
-                                     env_steps_per_iteration(self.learner.config, env.horizon),
-                                     np.asarray(env.thresholds(params), np.float64), stream, state.iteration, state.elapsed_s,
-                                     exact=judged_exactly(env), overall=overall))
+                                     env_steps_per_iteration(self.learner.config, env.horizon), thresholds, stream,
+                                     state.iteration, state.elapsed_s, exact=judged_exactly(env), overall=overall))
         hooks = [h for h in hooks if h is not None]
 
         def after_chunk(st: ChunkState) -> None:

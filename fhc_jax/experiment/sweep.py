@@ -143,9 +143,9 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
                                  run_labels=[f"config_{i}/seed_{j}" for i in range(c) for j in range(s)],
                                  steps_per_iteration=env_steps_per_iteration(spec.learner, env.horizon))
     try:
+        label = f"sweep {spec.algo} on {spec.env_name} ({c} configs x {s} seeds)"
         state = trainer.drive(keys, env=env, params=params, stream=stream, trackers=trackers, stop_on_divergence=False,
-                              label=None if quiet else f"sweep {spec.algo} on {spec.env_name} ({c} configs x {s} seeds)",
-                              overall=None if quiet else lambda frac: overall.status(frac * c))
+                              label=None if quiet else label, overall=None if quiet else lambda f: overall.status(f * c))
     except BaseException:
         trackers.close()
         raise

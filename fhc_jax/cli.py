@@ -86,7 +86,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         return 1
     alpha = np.asarray(cmdp.thresholds, dtype=np.float64)
     gap = 1.0 - constrained.reward / unconstrained.reward if unconstrained.reward else 0.0
-    print(f"{entry.describe(settings)}: {env!r}, S={cmdp.num_states}, A={cmdp.num_actions}, H={cmdp.horizon}, "
+    print(f"{entry.describe(settings)}: {config.env_repr(env)}, S={cmdp.num_states}, A={cmdp.num_actions}, H={cmdp.horizon}, "
           f"alpha={alpha.tolist()}")
     print(f"{'optimum':<14}{'reward':>10}{'cost':>22}{'multiplier':>22}{'solve [s]':>11}")
     for name, sol in (("unconstrained", unconstrained), ("constrained", constrained)):
@@ -378,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit status (module docstring). Usage errors of the
     argument syntax itself exit through argparse with status 2."""
     args = build_parser().parse_args(argv)
-    from fhc_jax.experiment import checkpoint, rundir, runner, training
+    from fhc_jax.experiment import checkpoint, config, rundir, runner, training
 
     command = args.command
     try:
@@ -389,7 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"fhc-jax {command}: interrupted", file=sys.stderr)
         return 130
-    except (rundir.RunInUseError, checkpoint.CheckpointError, runner.DivergenceError) as err:
+    except (rundir.RunInUseError, checkpoint.CheckpointError, runner.DivergenceError,
+            config.EnvironmentFailure) as err:
         return _error(command, err, 1)
     except ValueError as err:  # usage errors raised outside a command's own handler
         return _error(command, err, 2)

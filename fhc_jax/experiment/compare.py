@@ -382,7 +382,7 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
     result = {
         "env": {"name": specs[0].env_name, **specs[0].env},
         "env_title": title,
-        "env_repr": repr(env),
+        "env_repr": config.env_repr(env),
         "seeds": seeds,
         "seed": specs[0].seed,
         "overrides": list(overrides),

@@ -79,10 +79,22 @@ else:  # pragma: no cover
 DEFAULT_TOLERANCE = 0.02
 #: episodes of a Monte-Carlo judgement (``run.eval_episodes``)
 DEFAULT_EPISODES = 100_000
+#: the most episodes of one Monte-Carlo judgement: ``fhc_jax.rollout_returns`` splits one key
+#: into one key per episode, at most 2**32 - 1
+MAX_EPISODES = 2**32 - 1
 
 
 class ConfigError(ValueError):
     """A configuration that cannot be used (unknown key, wrong type, value out of range)."""
+
+
+class EnvironmentImportError(ConfigError):
+    """An environment given as ``module:attribute`` whose module cannot be imported."""
+
+
+class EnvironmentFailure(RuntimeError):
+    """A user's own environment (``module:attribute``) raised an error of its own while it was
+    built (``fhc-jax`` exit status 1, labelled as that environment's error, not fhc_jax's)."""
 
 
 # ----------------------------------------------------------------------------- learners
@@ -129,12 +141,28 @@ def available_algorithms() -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """One settable key: its name, kind (module docstring), default and smallest value (or None)."""
+    """One settable key: its name, kind (module docstring), default, and smallest and largest
+    values (None: none)."""
 
     name: str
     kind: str
     default: Any
     low: float | None = None
+    high: float | None = None
+
+    def check(self, key: str, value: Any) -> Any:
+        """``value`` coerced to this setting's kind and checked against its range.
+
+        Raises:
+            ConfigError: naming ``key``, the kind and the bound it breaks, and the value.
+        """
+        v = coerce(key, value, self.kind)
+        what = "an integer" if self.kind == "int" else "a number"
+        if self.low is not None and v < self.low:
+            raise ConfigError(f"{key} must be {what} >= {short_value(self.low)}, found {v}")
+        if self.high is not None and v > self.high:
+            raise ConfigError(f"{key} must be {what} <= {short_value(self.high)}, found {v}")
+        return v
 
 
 def kind_of_value(value: Any) -> str:
@@ -296,20 +324,28 @@ class EnvEntry:
         """``(env, env.default_params)`` built from ``values`` (validated by :meth:`validate`).
 
         Raises:
-            ConfigError: the constructor's own validation failed (its message, prefixed ``env``),
-                or it did not return an Environment.
+            ConfigError: the constructor's own validation failed (its ``ValueError`` or
+                ``TypeError``, prefixed ``env``), or it did not return an Environment.
+            EnvironmentFailure: a user's own environment raised any other error.
         """
         settings = self.validate(values)
         kinds = {s.name: s.kind for s in self.settings}
         kwargs = {k: tuple(v) if kinds[k] == "tuple" else v for k, v in settings.items()}
         try:
             env = self.constructor(**kwargs)
-        except (ValueError, TypeError) as err:
+            params = env.default_params if isinstance(env, Environment) else None
+        except (ValueError, TypeError) as err:  # the constructor's own range and type checks
             raise ConfigError(f"env {self.name!r}: {err}") from None
+        except Exception as err:  # noqa: BLE001 (a user's own environment failing in its own code)
+            if self.name in ENVIRONMENTS:
+                raise  # a registered environment: a bug of fhc_jax, reported as such
+            raise EnvironmentFailure(f"environment {self.name!r} raised {type(err).__name__}: {err} (in its "
+                                     "constructor or default_params; an error in that environment's code, not in "
+                                     "fhc_jax)") from err
         if not isinstance(env, Environment):
             raise ConfigError(f"env {self.name!r}: the constructor returned {type(env).__name__}, "
                               "not an fhc_jax.envs.Environment")
-        return env, env.default_params
+        return env, params
 
     def describe(self, values: Mapping[str, Any]) -> str:
         """A short title: the name and the settings that differ from the defaults,
@@ -324,7 +360,7 @@ def _import(path: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise ConfigError(f"env {path!r}: cannot import module {module_name!r}: {err}") from None
+        raise EnvironmentImportError(f"env {path!r}: cannot import module {module_name!r}: {err}") from None
     try:
         return getattr(module, attribute)  # an attribute of a module, not a probe of an environment
     except AttributeError:
@@ -386,6 +422,12 @@ def load_environment(name: str) -> EnvEntry:
     return _ENTRIES[name]
 
 
+def env_repr(env: Environment) -> str:
+    """``repr(env)`` where the environment defines one (``GridWorld(size=10, ...)``), else its
+    name: never ``<module.Class object at 0x...>``."""
+    return repr(env) if type(env).__repr__ is not object.__repr__ else env.name
+
+
 def make_env(name: str, values: Mapping[str, Any] | None = None) -> tuple[Environment, Any]:
     """``(env, params)`` of environment ``name`` with settings ``values`` (no ``env.`` prefix)."""
     return load_environment(name).make(values or {})
@@ -401,7 +443,7 @@ def make_env(name: str, values: Mapping[str, Any] | None = None) -> tuple[Enviro
 RUN_SETTINGS: tuple[Setting, ...] = (
     Setting("seeds", "int", 5, 1), Setting("seed", "int", 0, 0), Setting("chunk_size", "int", 0, 0),
     Setting("checkpoint_every", "int", 4, 0), Setting("feasibility_tolerance", "float", DEFAULT_TOLERANCE, 0.0),
-    Setting("eval_episodes", "int", DEFAULT_EPISODES, 2),
+    Setting("eval_episodes", "int", DEFAULT_EPISODES, 2, MAX_EPISODES),
 )
 RUN_DEFAULTS: dict[str, Any] = {s.name: s.default for s in RUN_SETTINGS}
 
@@ -653,11 +695,7 @@ def load_spec(
             s = run_settings.get(key[4:])
             if s is None:
                 raise unknown_key(key, [f"run.{k}" for k in run_settings], "the run")
-            v = coerce(key, value, s.kind)
-            if v < s.low:
-                raise ConfigError(f"{key} must be {'an integer' if s.kind == 'int' else 'a number'} >= {s.low:g}, "
-                                  f"found {v}")
-            run[s.name] = v
+            run[s.name] = s.check(key, value)
         elif key in schema:
             learner[key] = coerce(key, value, schema[key])
         elif key not in lenient:

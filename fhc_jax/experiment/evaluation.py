@@ -49,6 +49,10 @@ Array = jax.Array
 
 #: the folder of a run directory that ``fhc-jax eval`` writes into
 EVAL_DIR = "eval"
+#: what to do when another process writes the run directory
+IN_USE = "wait for it to finish, then run fhc-jax eval again"
+#: ``--episodes``: the range of ``run.eval_episodes``
+EPISODES = next(s for s in config.RUN_SETTINGS if s.name == "eval_episodes")
 #: largest |difference| from summary.json's values that goes without a note (same code, same
 #: machine: 0)
 SUMMARY_TOLERANCE = 1e-6
@@ -228,9 +232,10 @@ def target_environment(files: RunFiles | LoadedRun, changes: Mapping[str, Any] |
             ignored when the policies are judged exactly.
     Raises:
         ConfigError: an unknown key (listing the environment's keys), a wrong type, a value
-            the environment's constructor refuses, ``episodes`` < 2, or a change the policies
-            cannot follow (another horizon or number of actions, another state space for
-            tabular policies, another observation shape).
+            the environment's constructor refuses, ``episodes`` outside [2,
+            :data:`~fhc_jax.experiment.config.MAX_EPISODES`], or a change the policies cannot
+            follow (another observation encoder, horizon or number of actions, another state
+            space for tabular policies, another observation shape).
     """
     spec = files.spec
     entry = config.load_environment(spec.env_name)
@@ -238,22 +243,24 @@ def target_environment(files: RunFiles | LoadedRun, changes: Mapping[str, Any] |
     settings = entry.validate({**spec.env, **changes})
     env, params = entry.make(settings)
     changed = {k: v for k, v in settings.items() if plain(v) != plain(spec.env.get(k))}
-    _check_transfer(files.env, env, changed, judged_exactly(files.env))
+    _check_transfer(files.env, env, spec.env, changed, judged_exactly(files.env))
     exact = judged_exactly(files.env) and judged_exactly(env)
-    if episodes is None:
-        episodes = spec.eval_episodes
-    if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 2:
-        raise ConfigError(f"--episodes must be an integer >= 2, found {episodes!r}")
+    episodes = EPISODES.check("--episodes", spec.eval_episodes if episodes is None else episodes)
     return Target(name=entry.name, settings=settings, changes=changed, env=env, params=params,
                   title=entry.describe(settings), exact=exact, episodes=None if exact else int(episodes))
 
 
-def _check_transfer(trained: Environment, env: Environment, changed: dict, tabular: bool) -> None:
+def _check_transfer(trained: Environment, env: Environment, before: dict, changed: dict, tabular: bool) -> None:
     if not changed:
         return
     keys = ", ".join(f"env.{k}" for k in changed)
     head = f"--set {keys}: the changed environment"
     hint = "change only settings that keep the horizon, actions and states (e.g. env.slip, env.alpha)"
+    if "observation" in changed:  # the encoder: what a policy reads (a table policy reads none)
+        was, now = before.get("observation"), changed["observation"]
+        raise ConfigError(f"--set env.observation: the policies were trained on {was!r} observations and cannot "
+                          f"follow a change of the observation encoder to {now!r}; judge them on {was!r}, or train "
+                          f"a run on {now!r}")
     if env.horizon != trained.horizon:
         raise ConfigError(f"{head} has horizon {env.horizon}, the policies act over {trained.horizon} stages; {hint}")
     if env.action_space != trained.action_space:
@@ -424,9 +431,13 @@ def plan_eval(run: str | Path, env_sets: Iterable[str] = (), *, episodes: int | 
 
     Raises:
         RunDirectoryError / ConfigError (both ValueError): a usage error, naming the file or key.
+        RunInUseError: another process writes the run directory (e.g. still trains it).
     """
     changes = parse_env_sets(env_sets)
     files = rundir.read_run(run)
+    busy = rundir.holder(files.path)
+    if busy is not None:  # e.g. still training: its final checkpoint is not there yet
+        raise rundir.RunInUseError(f"{files.path} is in use by {busy}; {IN_USE}")
     final_checkpoint(files)
     target = target_environment(files, changes, episodes)
     out = files.path / EVAL_DIR / f"{output_name(target, files.spec.eval_episodes, name)}.json"
@@ -449,7 +460,7 @@ def run_eval(plan: EvalPlan, *, command: str = "fhc-jax eval",
     """
     say = say or (lambda msg: None)
     t0 = time.perf_counter()
-    with rundir.locked(plan.files.path, f"{command} {plan.files.path}"):
+    with rundir.locked(plan.files.path, f"{command} {plan.files.path}", advice=IN_USE):
         files = rundir.read_run(plan.files.path)  # again under the lock: what we load is what no one is writing
         target = target_environment(files, plan.changes, plan.episodes)
         if target.settings != plan.target.settings:

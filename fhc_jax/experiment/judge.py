@@ -392,18 +392,19 @@ def format_table(judged: Judgement, stats: dict[str, Any] | None = None, where: 
     opt, gap, frac = judged.optimum, judged.gap, judged.fraction_of_optimum
     mc = judged.episodes is not None
     kind, name = ("mean", "ref") if mc else ("exact", "opt")
-    lines = [f"{'seed':>4} {kind + ' reward':>18} {'gap to ' + name:>11} {'% of ' + name:>9} {kind + ' cost':>22} "
+    lines = [f"{'seed':>4} {kind + ' reward':>18} {'gap to ' + name:>11} {'% of ' + name:>18} {kind + ' cost':>22} "
              f"{'feasible':>9} {'nu':>14}"]
     for r in range(judged.num_seeds):
         reward = f"{judged.reward[r]:.4f}" + (f" ± {judged.reward_half_width[r]:.4f}" if mc else "")
         costs = _joined(judged.costs[r]) + (" ± " + _joined(judged.cost_half_width[r]) if mc else "")
         g = "-" if gap is None else f"{gap[r]:.4f}"
-        pct = "-" if frac is None else f"{100 * frac[r]:.1f}%"
+        # an infeasible seed's share of the constrained optimum is no achievement: marked as such
+        pct = "-" if frac is None else f"{100 * frac[r]:.1f}%" + ("" if judged.feasible[r] else " (infeasible)")
         nu = "-" if judged.multipliers is None else _joined(judged.multipliers[r], ".3f")
-        lines.append(f"{r:>4} {reward:>18} {g:>11} {pct:>9} {costs:>22} {'yes' if judged.feasible[r] else 'NO':>9} "
+        lines.append(f"{r:>4} {reward:>18} {g:>11} {pct:>18} {costs:>22} {'yes' if judged.feasible[r] else 'NO':>9} "
                      f"{nu:>14}")
     if opt is not None:
-        lines.append(f"{name:>4} {opt.reward:>18.4f} {'':>11} {'-' if frac is None else '100.0%':>9} "
+        lines.append(f"{name:>4} {opt.reward:>18.4f} {'':>11} {'-' if frac is None else '100.0%':>18} "
                      f"{_joined(opt.costs):>22} {'':>9} {_joined(opt.multipliers, '.3f'):>14}")
     rule = "upper end of the 95% interval of the cost" if mc else "cost"
     lines.append(("" if where is None else f"{where}; ") + f"alpha = {_joined(judged.thresholds, 'g')}; feasible: "

@@ -64,7 +64,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from fhc_jax.algos.learner import judged_exactly
-from fhc_jax.experiment.config import ExperimentSpec, load_spec
+from fhc_jax.experiment.config import EnvironmentImportError, ExperimentSpec, load_spec
 
 CONFIG = "config.json"
 METRICS = "metrics.csv"
@@ -264,6 +264,25 @@ def _holder(fd: int) -> str:
         return "another process"
 
 
+def holder(path: str | Path) -> str | None:
+    """Who holds the writer's lock of the run directory ``path`` (pid, host, command), or None
+    when nobody does; the lock is only tested, never kept."""
+    target = Path(path) / LOCK
+    try:
+        import fcntl
+
+        fd = os.open(target, os.O_RDONLY)
+    except (ImportError, OSError):  # no lock file (or not POSIX): nobody holds it
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # released when fd closes
+        return None
+    except BlockingIOError:
+        return _holder(fd)
+    finally:
+        os.close(fd)
+
+
 def shared_lock_file(path: str | Path, stem: str) -> Path:
     """A lock file outside ``path`` for outputs that share a folder with other files (``fhc-jax
     compare``'s ``NAME.*`` in ``benchmarks/results``): in the temporary directory, named by a
@@ -273,7 +292,8 @@ def shared_lock_file(path: str | Path, stem: str) -> Path:
 
 
 @contextlib.contextmanager
-def locked(path: str | Path, command: str, *, name: str = LOCK, lock_file: str | Path | None = None) -> Iterator[Path]:
+def locked(path: str | Path, command: str, *, name: str = LOCK, lock_file: str | Path | None = None,
+           advice: str = "wait for it to finish, stop it, or choose another --out") -> Iterator[Path]:
     """Hold the exclusive writer's lock of directory ``path`` (created if missing) while the
     ``with`` block runs.
 
@@ -303,8 +323,7 @@ def locked(path: str | Path, command: str, *, name: str = LOCK, lock_file: str |
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise RunInUseError(f"{path} is in use by {_holder(fd)}; wait for it to finish, stop it, "
-                                    "or choose another --out") from None
+                raise RunInUseError(f"{path} is in use by {_holder(fd)}; {advice}") from None
         info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
                 "started": time.strftime("%Y-%m-%d %H:%M:%S")}
         os.ftruncate(fd, 0)
@@ -599,6 +618,10 @@ def read_run(path: str | Path) -> RunFiles:
     try:
         spec = load_spec(settings=config["settings"])
         env, params = spec.make_env()
+    except EnvironmentImportError as err:  # the run is fine; its environment's module is not on the path
+        raise RunDirectoryError(f"{path} was trained on an environment that cannot be imported here ({err}); make "
+                                "its module importable (install it, or add its folder to PYTHONPATH) and run the "
+                                "command again") from None
     except ValueError as err:
         raise RunDirectoryError(f"{path / CONFIG}: its settings are not valid for this version of fhc_jax "
                                 f"({err}); retrain the run with this version") from None

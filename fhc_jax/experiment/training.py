@@ -120,6 +120,7 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
         raise ValueError("train_run: spec is required unless resume=True")
     env, params = spec.make_env()
     learner = spec.module.make_learner(env, params, spec.learner)  # refuses an unsuitable env before any write
+    _check_playable(spec, env, params, learner)
     with rundir.locked(out, "fhc-jax train " + ("--resume " if resume else "") + f"--out {out}"):
         if resume:  # read again under the lock: what we resume is what no one else is writing
             _refuse_changes(rundir.read_run(out).spec, spec, out)
@@ -148,6 +149,25 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
             trackers.log_images(sorted((out / rundir.PLOTS).glob("*.png")))
         trackers.close()
         return result
+
+
+def _check_playable(spec: ExperimentSpec, env, params, learner) -> None:
+    """Without a tabular exact model a run is judged by playing its policies (``policy``): try
+    that on the structure of the initial train state before anything is trained or written.
+
+    Raises:
+        ConfigError: the learner cannot play its policy in ``env`` (its reason, and what to do).
+    """
+    if judged_exactly(env):
+        return
+    template = ChunkedTrainer(learner, 1, 1, shard=False).template(seed_keys(spec.seed, 1))
+    try:
+        spec.module.policy(jax.tree.map(lambda x: x[0], template.carry.state), env, params)
+    except ValueError as err:
+        raise config.ConfigError(
+            f"{spec.algo} could train on {env.name} (no exact model, so judged by playing its policy) but could not "
+            f"play the trained policy there: {str(err).rstrip('.')}; declare the environment's exact model (has_exact_model, "
+            "to_cmdp) or choose another learner (--algo)") from None
 
 
 def _refuse_changes(stored: ExperimentSpec, spec: ExperimentSpec, out: Path) -> None:

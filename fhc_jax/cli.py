@@ -167,17 +167,14 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from fhc_jax.experiment import evaluation
 
-    try:  # everything checked before anything is compiled
-        plan = evaluation.plan_eval(args.run_dir, args.set or (), episodes=args.episodes, name=args.out)
+    say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    try:  # everything is checked before anything is compiled
+        result, out = evaluation.eval_run(args.run_dir, args.set or (), episodes=args.episodes, name=args.out,
+                                          say=say)
     except ValueError as err:
         return _error("eval", err)
-    if plan.target.exact and args.episodes is not None:
-        print("fhc-jax eval: note: --episodes applies to Monte-Carlo judgements; this run is judged exactly",
-              file=sys.stderr)
-    say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    result = evaluation.run_eval(plan, command="fhc-jax eval", say=say)
     print(evaluation.format_evaluation(result))
-    print(f"wrote {plan.out}")
+    print(f"wrote {out}")
     return 0
 
 

@@ -43,6 +43,7 @@ import jax
 import numpy as np
 
 from fhc_jax.experiment import rundir
+from fhc_jax.experiment.config import flatten
 from fhc_jax.experiment.runner import ChunkState, ChunkedTrainer
 
 #: the manifest's file name inside a checkpoint directory
@@ -75,16 +76,6 @@ def _payload(trainer: ChunkedTrainer, state: ChunkState) -> dict[str, Any]:
     }
 
 
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}/"))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def digest(x: Any) -> dict[str, Any]:
     """dtype, shape and CRC-32 of an array's bytes (C order): one manifest entry."""
     a = np.ascontiguousarray(np.asarray(x))
@@ -94,7 +85,7 @@ def digest(x: Any) -> dict[str, Any]:
 def manifest(payload: dict[str, Any], config_hash: str | None) -> dict[str, Any]:
     """The manifest of a checkpoint payload (see the module docstring)."""
     return {"version": MANIFEST_VERSION, "iteration": int(payload["iteration"]), "config_hash": config_hash,
-            "arrays": {k: digest(v) for k, v in _flat(payload).items()}}
+            "arrays": {k: digest(v) for k, v in flatten(payload, sep="/").items()}}
 
 
 def save(directory: str | Path, trainer: ChunkedTrainer, state: ChunkState, max_to_keep: int = 2, *,
@@ -149,10 +140,6 @@ def _steps(directory: Path) -> list[int]:
     return sorted((int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit()), reverse=True)
 
 
-def _is_orbax_temporary(p: Path) -> bool:
-    return "orbax-checkpoint-tmp" in p.name
-
-
 def latest_iteration(directory: str | Path) -> int | None:
     """The iteration of the newest checkpoint that has a manifest (not yet verified), or None."""
     for step in _steps(Path(directory)):
@@ -185,7 +172,7 @@ def _check_manifest(man: dict, step: int, config_hash: str | None, num_iteration
 
 
 def _verify_arrays(data: dict[str, Any], man: dict) -> None:
-    flat = _flat(data)
+    flat = flatten(data, sep="/")
     expected = man["arrays"]
     missing = sorted(set(expected) - set(flat))
     if missing:
@@ -276,14 +263,13 @@ def _restore_step(directory: Path, step: int, trainer: ChunkedTrainer, template:
 
 def restore_verified(directory: str | Path, trainer: ChunkedTrainer, template: ChunkState, *,
                      config_hash: str | None = None, num_iterations: int | None = None,
-                     say: Callable[[str], None] | None = None,
-                     rejected_dir: str | Path | None = None) -> ChunkState | None:
+                     say: Callable[[str], None] | None = None) -> ChunkState | None:
     """The newest intact checkpoint under ``directory`` as a :class:`ChunkState` placed like
     ``template.carry``, or None when there is no checkpoint at all.
 
     Checkpoints are tried newest first; each one that fails verification (module docstring) is
     reported through ``say`` by name with the reason and, once an older one has been restored,
-    moved to ``rejected_dir`` (default ``directory/../rejected_checkpoints``). Orbax's
+    moved to ``rejected_checkpoints/`` beside ``directory``. Orbax's
     temporary directories of interrupted saves are deleted.
 
     Args:
@@ -298,7 +284,7 @@ def restore_verified(directory: str | Path, trainer: ChunkedTrainer, template: C
         return None
     _quiet_orbax_shutdown()
     for p in list(directory.iterdir()):
-        if _is_orbax_temporary(p):
+        if "orbax-checkpoint-tmp" in p.name:  # orbax's own temporary directory
             say(f"{p}: unfinished checkpoint (interrupted while saving), deleted")
             shutil.rmtree(p, ignore_errors=True)
     rejected: list[tuple[int, str]] = []
@@ -318,7 +304,7 @@ def restore_verified(directory: str | Path, trainer: ChunkedTrainer, template: C
         raise CheckpointError(f"no intact checkpoint in {directory}: " +
                               "; ".join(f"{step}: {reason}" for step, reason in rejected) +
                               ". Start the run again with --overwrite (or from a copy)")
-    target = Path(rejected_dir) if rejected_dir is not None else directory.parent / rundir.REJECTED
+    target = directory.parent / rundir.REJECTED
     for step, _ in rejected:
         target.mkdir(parents=True, exist_ok=True)
         dest = target / str(step)

@@ -532,12 +532,13 @@ def _build_learner_config(module, changes: dict[str, Any], tabular: bool) -> Any
 # ----------------------------------------------------------------------------- parsing
 
 
-def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested tables -> dotted keys: ``{"env": {"size": 4}} -> {"env.size": 4}``."""
+def flatten(mapping: Mapping[str, Any], prefix: str = "", sep: str = ".") -> dict[str, Any]:
+    """Nested tables -> dotted keys: ``{"env": {"size": 4}} -> {"env.size": 4}`` (``sep``
+    between the parts)."""
     out: dict[str, Any] = {}
     for k, v in mapping.items():
         if isinstance(v, Mapping):
-            out.update(flatten(v, f"{prefix}{k}."))
+            out.update(flatten(v, f"{prefix}{k}{sep}", sep))
         else:
             out[f"{prefix}{k}"] = v
     return out

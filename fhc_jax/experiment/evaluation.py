@@ -19,7 +19,7 @@ validated like ``fhc-jax train``'s ``--set`` before anything is compiled, and a 
 policies cannot follow (another horizon, number of actions, state space for a tabular policy,
 observation shape) is refused.
 
-``fhc-jax eval RUN`` (:func:`plan_eval`, then :func:`run_eval`) writes ``RUN/eval/<name>.json``
+``fhc-jax eval RUN`` (:func:`eval_run`) writes ``RUN/eval/<name>.json``
 atomically and touches nothing else (config.json, metrics.csv, summary.json, policy.npz and
 checkpoints stay as they are); it holds the run directory's writer lock
 (:func:`fhc_jax.experiment.rundir.locked`) while it reads the checkpoint and writes, so it never
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -411,28 +412,25 @@ def _same_evaluation(path: Path, record: Mapping[str, Any]) -> bool:
     return rundir.jsonable(old.get("env")) == rundir.jsonable(record["env"]) and old.get("episodes") == record["episodes"]
 
 
-@dataclasses.dataclass(frozen=True)
-class EvalPlan:
-    """A checked ``fhc-jax eval`` (:func:`plan_eval`): the run's files, the target and the
-    output file."""
+def eval_run(run: str | Path, env_sets: Iterable[str] = (), *, episodes: int | None = None, name: str | None = None,
+             say: Callable[[str], None] | None = None, note: Callable[[str], None] | None = None,
+             command: str = "fhc-jax eval") -> tuple[RunEvaluation, Path]:
+    """``fhc-jax eval``: check the run directory, the ``--set env.*`` changes, ``--episodes``
+    and that ``RUN/eval/NAME.json`` can be written (and does not hold an evaluation under other
+    settings) before compiling anything; then, under the run directory's writer lock, load the
+    run, judge it and write that file atomically. Nothing else in the run directory changes.
 
-    files: RunFiles
-    target: Target
-    out: Path
-    changes: dict
-    episodes: int | None
-
-
-def plan_eval(run: str | Path, env_sets: Iterable[str] = (), *, episodes: int | None = None,
-              name: str | None = None) -> EvalPlan:
-    """Everything ``fhc-jax eval`` checks before compiling: the run directory, the ``--set
-    env.*`` changes, ``--episodes``, and that ``RUN/eval/NAME.json`` can be written (and does
-    not hold an evaluation under other settings).
-
+    Args:
+        say: progress messages; note: remarks on the request (default: stderr).
+    Returns:
+        (the :class:`RunEvaluation`, the file written).
     Raises:
         RunDirectoryError / ConfigError (both ValueError): a usage error, naming the file or key.
         RunInUseError: another process writes the run directory (e.g. still trains it).
+        CheckpointError: the final checkpoint is damaged or foreign.
     """
+    say = say or (lambda msg: None)
+    t0 = time.perf_counter()
     changes = parse_env_sets(env_sets)
     files = rundir.read_run(run)
     busy = rundir.holder(files.path)
@@ -446,28 +444,15 @@ def plan_eval(run: str | Path, env_sets: Iterable[str] = (), *, episodes: int | 
                                                     "episodes": target.episodes}):
         raise rundir.RunDirectoryError(f"--out: {out} holds an evaluation under other settings; choose another --out "
                                        "(or delete that file)")
-    return EvalPlan(files=files, target=target, out=out, changes=changes, episodes=episodes)
-
-
-def run_eval(plan: EvalPlan, *, command: str = "fhc-jax eval",
-             say: Callable[[str], None] | None = None) -> RunEvaluation:
-    """Carry out a checked :class:`EvalPlan` under the run directory's writer lock: load the
-    run, judge it, write ``plan.out`` atomically. Nothing else in the run directory changes.
-
-    Raises:
-        RunInUseError: another process writes the run directory.
-        CheckpointError: the final checkpoint is damaged or foreign.
-    """
-    say = say or (lambda msg: None)
-    t0 = time.perf_counter()
-    with rundir.locked(plan.files.path, f"{command} {plan.files.path}", advice=IN_USE):
-        files = rundir.read_run(plan.files.path)  # again under the lock: what we load is what no one is writing
-        target = target_environment(files, plan.changes, plan.episodes)
-        if target.settings != plan.target.settings:
+    if target.exact and episodes is not None:
+        (note or (lambda msg: print(msg, file=sys.stderr)))(
+            f"{command}: note: --episodes applies to Monte-Carlo judgements; this run is judged exactly")
+    with rundir.locked(files.path, f"{command} {files.path}", advice=IN_USE):
+        files = rundir.read_run(files.path)  # again under the lock: what we load is what no one is writing
+        if target_environment(files, changes, episodes).settings != target.settings:
             raise rundir.RunDirectoryError(f"{files.path / rundir.CONFIG} changed while fhc-jax eval started; run it again")
         say(f"loading {files.path} ({files.spec.algo}, {files.spec.seeds} seeds, iteration {files.spec.num_iterations})")
-        run = restore_run(files)
-        evaluation = evaluate_run(run, target, say=say)
+        evaluation = evaluate_run(restore_run(files), target, say=say)
         evaluation.record["timing"]["wall_s"] = time.perf_counter() - t0
-        rundir.write_json_atomic(plan.out, evaluation.record)
-    return evaluation
+        rundir.write_json_atomic(out, evaluation.record)
+    return evaluation, out

@@ -456,18 +456,15 @@ class ChunkedTrainer:
         """
         state = restore(self.template(keys)) if restore is not None else None
         state = self.init(keys) if state is None else state
-        hooks = [on_chunk]
         if trackers is not None:
             trackers.begin(state.iteration, state.elapsed_s)
-            hooks.insert(0, trackers.log_chunk)
         if on_start is not None:
             on_start(state)
-        if label is not None:
-            thresholds = np.asarray(env.thresholds(params), np.float64)
-            hooks.insert(0, Progress(label, self.num_iterations, self.num_runs,
-                                     env_steps_per_iteration(self.learner.config, env.horizon), thresholds, stream,
-                                     state.iteration, state.elapsed_s, exact=judged_exactly(env), overall=overall))
-        hooks = [h for h in hooks if h is not None]
+        progress = None if label is None else Progress(
+            label, self.num_iterations, self.num_runs, env_steps_per_iteration(self.learner.config, env.horizon),
+            np.asarray(env.thresholds(params), np.float64), stream, state.iteration, state.elapsed_s,
+            exact=judged_exactly(env), overall=overall)
+        hooks = [h for h in (progress, None if trackers is None else trackers.log_chunk, on_chunk) if h is not None]
 
         def after_chunk(st: ChunkState) -> None:
             for hook in hooks:

@@ -143,16 +143,6 @@ def flatten_scalars(tree: Any, prefix: str = "", *, strings: bool = False) -> di
     return out
 
 
-def hparam_values(settings: Mapping[str, Any]) -> dict[str, bool | int | float | str]:
-    """Flat settings as hyperparameter values (scalars kept; lists and others as text; None dropped)."""
-    out: dict[str, bool | int | float | str] = {}
-    for k, v in settings.items():
-        if v is None:
-            continue
-        out[str(k)] = v if isinstance(v, (bool, int, float, str)) else json.dumps(v, default=str)
-    return out
-
-
 def _summary_payload(summary: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in summary.items() if k != "machine"}
 
@@ -339,7 +329,10 @@ class Trackers:
         self.stream = stream
         self.background = background
         self.close_timeout = close_timeout
-        self._opening = (dict(name=name, group=group, subdir=subdir), dict(config), hparam_values(hparams or {}))
+        # flat settings as hyperparameter values: scalars kept, lists and others as text, None dropped
+        hparams = {str(k): v if isinstance(v, (bool, int, float, str)) else json.dumps(v, default=str)
+                   for k, v in (hparams or {}).items() if v is not None}
+        self._opening = (dict(name=name, group=group, subdir=subdir), dict(config), hparams)
         self._next = 0
         self._last = (0, 0.0)
         self._step: int | None = None

@@ -439,8 +439,8 @@ class ChunkedTrainer:
 
         Args:
             keys: typed key array (R,) of the runs.
-            env, params: the environment trained on (the progress line's speed, thresholds and
-                kind of evaluation).
+            env: the environment trained on (the progress line's speed and kind of evaluation).
+            params: its params (the progress line's thresholds).
             label: the progress line's label (None: no progress line); stream: where it goes
                 (default stderr); overall: its last part (:meth:`RunsProgress.status`).
             trackers: :class:`~fhc_jax.experiment.tracking.Trackers` fed after every chunk
@@ -527,7 +527,8 @@ def train_seeds(module, env, params, config, num_seeds: int, *, seed: int = 0, c
     Args:
         module: the learner module (``fhc_jax.algos.fh_constrained``, or
             ``fhc_jax.experiment.config.load_algorithm(name)``).
-        env, params: the environment and its params.
+        env: the environment.
+        params: its params.
         config: the module's ``Config``.
         num_seeds: R; seed i starts from ``fold_in(key(seed), i)`` (:func:`seed_keys`).
         chunk_size: iterations per chunk (default ``config.eval_every`` or 100).

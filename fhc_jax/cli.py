@@ -8,10 +8,11 @@
 * ``fhc-jax eval RUN_DIR``: judge a run's final policies again, exactly or by Monte-Carlo, on
   the trained environment or a changed one (``--set env.slip=0.2``) -> ``RUN_DIR/eval/NAME.json``.
 * ``fhc-jax sweep``: a grid of numeric hyperparameters x seeds as one sharded program.
-* ``fhc-jax compare``: the paper's comparison (FH-Constrained, NN-Constrained, PPO-Lagrangian,
-  CPO; both inputs where they apply) -> a table, JSON and a Fig. 1-style figure.
+* ``fhc-jax compare [STUDY]``: a study of several learners described in a TOML file (default the
+  paper's comparison, ``benchmarks/paper_comparison.toml``) -> a table, JSON and a Fig. 1-style
+  figure.
 
-``--env`` takes a registered name (:data:`fhc_jax.experiment.environments.ENVIRONMENTS`) or
+``--env`` takes a registered name (:data:`fhc_jax.experiment.config.ENVIRONMENTS`) or
 ``module:ClassOrFactory`` of your own environment.
 
 Every failure is one line on stderr, ``fhc-jax COMMAND: error: ...``, naming the bad field or
@@ -57,22 +58,21 @@ _SOLVE_FLAGS = {"size": "size", "horizon": "horizon", "alpha": "alpha", "layout_
 
 def _cmd_solve(args: argparse.Namespace) -> int:
     import fhc_jax as fhc
-    from fhc_jax.experiment import config_io, environments, rundir
-    from fhc_jax.experiment.machine import machine_info
+    from fhc_jax.experiment import config, rundir
 
     try:  # validation before any compilation
-        entry = environments.load_environment(args.env)
-        values = dict(config_io.parse_assignment(t) for t in args.set or ())
+        entry = config.load_environment(args.env)
+        values = dict(config.parse_assignment(t) for t in args.set or ())
         bad = [k for k in values if not k.startswith("env.")]
         if bad:
-            raise config_io.ConfigError(f"fhc-jax solve takes only env.* settings, found {bad[0]!r}")
+            raise config.ConfigError(f"fhc-jax solve takes only env.* settings, found {bad[0]!r}")
         values = {k[4:]: v for k, v in values.items()}
         values.update({key: getattr(args, flag) for flag, key in _SOLVE_FLAGS.items()
                        if getattr(args, flag) is not None})
         settings = entry.validate(values)
         env, params = entry.make(settings)
         if not env.has_exact_model:
-            raise config_io.ConfigError(f"environment {entry.name!r} has no exact model (has_exact_model is False)")
+            raise config.ConfigError(f"environment {entry.name!r} has no exact model (has_exact_model is False)")
         if args.out:  # before solving: a file we cannot write is known now, not after the solve
             rundir.check_writable_file(args.out)
     except ValueError as err:
@@ -86,7 +86,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         return 1
     alpha = np.asarray(cmdp.thresholds, dtype=np.float64)
     gap = 1.0 - constrained.reward / unconstrained.reward if unconstrained.reward else 0.0
-    print(f"{entry.describe(settings)}: {env!r}, S={cmdp.num_states}, A={cmdp.num_actions}, H={cmdp.horizon}, "
+    print(f"{entry.describe(settings)}: {config.env_repr(env)}, S={cmdp.num_states}, A={cmdp.num_actions}, H={cmdp.horizon}, "
           f"alpha={alpha.tolist()}")
     print(f"{'optimum':<14}{'reward':>10}{'cost':>22}{'multiplier':>22}{'solve [s]':>11}")
     for name, sol in (("unconstrained", unconstrained), ("constrained", constrained)):
@@ -100,7 +100,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
             "unconstrained": _solution_dict(unconstrained),
             "constrained": _solution_dict(constrained),
             "relative_reward_loss": gap,
-            "machine": machine_info(),
+            "machine": rundir.machine_info(),
         })
         print(f"wrote {args.out}")
     return 0
@@ -117,14 +117,14 @@ def _error(command: str, err: BaseException, status: int = 2) -> int:
 
 
 def _spec_from_args(args: argparse.Namespace, settings: dict | None = None):
-    from fhc_jax.experiment.config_io import load_spec
+    from fhc_jax.experiment.config import load_spec
 
     return load_spec(args.algo, config_file=args.config, overrides=args.set or (), seeds=args.seeds,
                      observation=args.obs, env=args.env, settings=settings)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import training
+    from fhc_jax.experiment import rundir, training
 
     config_given = any(x is not None for x in (args.algo, args.env, args.config, args.seeds, args.obs)) or bool(args.set)
     try:  # everything validated before compiling
@@ -132,7 +132,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if not args.resume:
             spec = _spec_from_args(args)
         elif config_given:  # options on top of the stored run: train_run refuses any change
-            spec = _spec_from_args(args, training.load_run_spec(args.out).settings())
+            spec = _spec_from_args(args, rundir.read_run(args.out).spec.settings())
         result = training.train_run(spec, args.out, resume=args.resume, overwrite=args.overwrite,
                                     quiet=args.quiet, max_chunks=args.max_chunks, plots=not args.no_plots,
                                     loggers=args.logger)
@@ -167,17 +167,14 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from fhc_jax.experiment import evaluation
 
-    try:  # everything checked before anything is compiled
-        plan = evaluation.plan_eval(args.run_dir, args.set or (), episodes=args.episodes, name=args.out)
+    say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    try:  # everything is checked before anything is compiled
+        result, out = evaluation.eval_run(args.run_dir, args.set or (), episodes=args.episodes, name=args.out,
+                                          say=say)
     except ValueError as err:
         return _error("eval", err)
-    if plan.target.exact and args.episodes is not None:
-        print("fhc-jax eval: note: --episodes applies to Monte-Carlo judgements; this run is judged exactly",
-              file=sys.stderr)
-    say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    result = evaluation.run_eval(plan, command="fhc-jax eval", say=say)
     print(evaluation.format_evaluation(result))
-    print(f"wrote {plan.out}")
+    print(f"wrote {out}")
     return 0
 
 
@@ -206,8 +203,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         try:
             if writer:
                 rundir.prepare(args.out, resume=False, overwrite=args.overwrite, can_resume=False)
-                rundir.write_json_atomic(Path(args.out) / rundir.CONFIG, {"kind": "sweep", "algo": spec.algo,
-                                                                          "grid": grid, "settings": spec.settings()})
+                rundir.write_json_atomic(Path(args.out) / rundir.CONFIG, sweep.sweep_config(spec, grid))
             result = sweep.run_sweep(spec, grid, shard=not args.no_shard, quiet=args.quiet,
                                      loggers=loggers if writer else None, out=args.out)
         except ValueError as err:
@@ -228,23 +224,25 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         from fhc_jax.experiment import tracking
 
         loggers = tracking.resolve_loggers(args.logger)
-        runs = compare.select_runs(args.algos, args.inputs)
-        compare.build_specs(runs, args.seeds, args.set or (), env=args.env)
-        if not args.name or "/" in args.name or args.name in (".", ".."):
-            raise ValueError(f"--name must be a plain file name stem, found {args.name!r}")
+        study = compare.load_study(args.study)
+        runs = compare.select_runs(args.algos, args.inputs, study)
+        compare.build_specs(runs, args.seeds, args.set or (), env=args.env, common=study.settings)
+        name = study.name if args.name is None else args.name
+        if not name or "/" in name or name in (".", ".."):
+            raise ValueError(f"--name must be a plain file name stem, found {name!r}")
         for ext in ("json", "md", "png"):
-            rundir.check_writable_file(Path(args.out) / f"{args.name}.{ext}")
+            rundir.check_writable_file(Path(args.out) / f"{name}.{ext}")
     except ValueError as err:
         return _error("compare", err)
-    with rundir.locked(args.out, f"fhc-jax compare --out {args.out} --name {args.name}",
-                       lock_file=rundir.shared_lock_file(args.out, args.name)):
+    with rundir.locked(args.out, f"fhc-jax compare --out {args.out} --name {name}",
+                       lock_file=rundir.shared_lock_file(args.out, name)):
         try:
             result = compare.run_comparison(runs, seeds=args.seeds, overrides=args.set or (), env=args.env,
-                                            quiet=args.quiet, loggers=loggers, log_dir=args.out,
-                                            log_name=args.name)
+                                            study=study, quiet=args.quiet, loggers=loggers, log_dir=args.out,
+                                            log_name=name)
         except ValueError as err:
             return _error("compare", err)
-        paths = compare.write_outputs(result, args.out, stem=args.name)
+        paths = compare.write_outputs(result, args.out, stem=name)
     print(compare.format_markdown(result))
     for path in paths.values():
         print(f"wrote {path}")
@@ -261,7 +259,7 @@ def _add_logger_option(p: argparse.ArgumentParser) -> None:
 
 
 def _add_env_option(p: argparse.ArgumentParser, default: str | None = None) -> None:
-    from fhc_jax.experiment.environments import ENVIRONMENTS
+    from fhc_jax.experiment.config import ENVIRONMENTS
 
     p.add_argument("--env", default=default, metavar="NAME",
                    help=f"environment: {', '.join(ENVIRONMENTS)} (default gridworld), or module:ClassOrFactory "
@@ -269,14 +267,14 @@ def _add_env_option(p: argparse.ArgumentParser, default: str | None = None) -> N
 
 
 def _add_config_options(p: argparse.ArgumentParser) -> None:
-    from fhc_jax.experiment.registry import ALGORITHMS
+    from fhc_jax.experiment.config import ALGORITHMS
 
     p.add_argument("--algo", choices=tuple(ALGORITHMS), default=None, help="learner (default fh-constrained)")
     _add_env_option(p)
     p.add_argument("--obs", choices=("xy", "xyt"), default=None,
                    help="network input of nn-constrained, ppo-lag and cpo (paper Env 1 / Env 2)")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds R (default 5)")
-    p.add_argument("--config", default=None, help="TOML file of settings (see fhc_jax.experiment.config_io)")
+    p.add_argument("--config", default=None, help="TOML file of settings (see fhc_jax.experiment.config)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override one setting, e.g. --set env.size=4 --set critic_step.init=0.5 (repeatable)")
     p.add_argument("--out", required=True, help="run directory, e.g. runs/demo")
@@ -344,23 +342,29 @@ def build_parser() -> argparse.ArgumentParser:
     _add_logger_option(p)
     p.set_defaults(func=_cmd_sweep)
 
-    from fhc_jax.experiment.registry import ALGORITHMS
+    from fhc_jax.experiment.config import ALGORITHMS
 
-    p = sub.add_parser("compare", help="the paper's comparison of the learners -> table, JSON, figure",
-                       description="Train FH-Constrained, NN-Constrained (xy), PPO-Lagrangian and CPO (xy and "
-                                   "xyt) with their default configs on several seeds each and judge them by "
-                                   "the paper's metric (last 10,000 episodes) and exactly (fhc_jax.solve). "
-                                   "Writes NAME.json, NAME.md (the table) and NAME.png (the figure) to --out.")
+    p = sub.add_parser("compare", help="a study of several learners (default the paper's comparison) -> table, "
+                                       "JSON, figure",
+                       description="Train every run of a study (a TOML file of rows: algo, label, set; default "
+                                   "benchmarks/paper_comparison.toml, the paper's comparison) on several seeds each "
+                                   "and judge them by the paper's metric (last 10,000 episodes) and exactly "
+                                   "(fhc_jax.solve). Writes NAME.json, NAME.md (the table) and NAME.png (the "
+                                   "figure) to --out.")
+    p.add_argument("study", nargs="?", default=None,
+                   help="study file (default benchmarks/paper_comparison.toml, the paper's comparison)")
     p.add_argument("--seeds", type=int, default=5, help="seeds per run, vmapped (default 5)")
     _add_env_option(p)
-    p.add_argument("--algos", nargs="+", choices=tuple(ALGORITHMS), default=None, help="learners (default all)")
+    p.add_argument("--algos", nargs="+", choices=tuple(ALGORITHMS), default=None,
+                   help="only the study's runs of these learners (default all)")
     p.add_argument("--inputs", nargs="+", choices=("xy", "xyt"), default=None,
-                   help="network inputs of the baselines (default both; NN-Constrained runs xy only)")
+                   help="only the study's runs with these network inputs (default all; runs without one are kept)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="env.* (e.g. env.size=4), a setting of every learner that has it (num_iterations=20), "
                         "or ALGO.key for one learner (cpo.num_iterations=50); repeatable")
     p.add_argument("--out", default="benchmarks/results", help="output folder (default benchmarks/results)")
-    p.add_argument("--name", default="reproduce_paper", help="file name stem (default reproduce_paper)")
+    p.add_argument("--name", default=None,
+                   help="file name stem (default the study's name; the paper's comparison: reproduce_paper)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _add_logger_option(p)
     p.set_defaults(func=_cmd_compare)
@@ -371,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit status (module docstring). Usage errors of the
     argument syntax itself exit through argparse with status 2."""
     args = build_parser().parse_args(argv)
-    from fhc_jax.experiment import checkpoint, rundir, training
+    from fhc_jax.experiment import checkpoint, config, rundir, runner, training
 
     command = args.command
     try:
@@ -382,7 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"fhc-jax {command}: interrupted", file=sys.stderr)
         return 130
-    except (rundir.RunInUseError, checkpoint.CheckpointError, training.DivergenceError) as err:
+    except (rundir.RunInUseError, checkpoint.CheckpointError, runner.DivergenceError,
+            config.EnvironmentFailure) as err:
         return _error(command, err, 1)
     except ValueError as err:  # usage errors raised outside a command's own handler
         return _error(command, err, 2)

@@ -127,7 +127,7 @@ def test_bad_settings_raise(kwargs, match):
 
 
 def test_registry_and_policy_table_shape():
-    from fhc_jax.experiment.environments import make_env
+    from fhc_jax.experiment.config import make_env
 
     env, params = make_env("battery", {"num_constraints": 2, "cycle_budget": 1.5})
     assert isinstance(env, BatteryStorage) and np.allclose(params.thresholds, [1.5, 0.25])

@@ -176,7 +176,7 @@ def test_battery_continuous_has_no_exact_model_and_validates():
 
 
 def test_battery_registry_setting():
-    from fhc_jax.experiment.environments import load_environment, make_env
+    from fhc_jax.experiment.config import load_environment, make_env
 
     kinds = {s.name: s.kind for s in load_environment("battery").settings}
     assert kinds["continuous_actions"] == "bool"
@@ -321,7 +321,7 @@ def test_pendulum_task_budget_binds():
 
 def test_pendulum_registered_for_the_cli(tmp_path, capsys):
     from fhc_jax.cli import main
-    from fhc_jax.experiment.environments import ENVIRONMENTS, make_env
+    from fhc_jax.experiment.config import ENVIRONMENTS, make_env
 
     assert "gymnax:Pendulum-v1" in ENVIRONMENTS
     env, params = make_env("gymnax:Pendulum-v1", {"horizon": 50, "alpha": 12.5})

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fhc_jax.cli import main
-from fhc_jax.experiment import config_io, rundir, runner, sweep
+from fhc_jax.experiment import config, rundir, runner, sweep
 
 TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20",
         "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0"]
@@ -35,7 +35,7 @@ def test_train_writes_complete_run_directory(full_run):
     assert cfg["env_title"] == "gridworld (size=3, horizon=4, alpha=3)"
     assert "--env gridworld" in cfg["rerun"] and "--set env.size=3" in cfg["rerun"]
     assert set(cfg["machine"]["versions"]) >= {"jax", "fhc_jax", "python"}
-    assert config_io.load_spec(settings=cfg["settings"]).num_iterations == 20
+    assert config.load_spec(settings=cfg["settings"]).num_iterations == 20
     with (full_run / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 * 21
@@ -146,7 +146,7 @@ def test_console_script_sweep_sharded_equals_unsharded(tmp_path):
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["machine"]["device"]["count"] == 4 and summary["sharded"]
-    spec = config_io.load_spec(overrides=TINY[1::2], seeds=1)
+    spec = config.load_spec(overrides=TINY[1::2], seeds=1)
     local = sweep.run_sweep(spec, sweep.parse_grid(grid[1::2]), shard=False, quiet=True)
     with (out / "runs.csv").open() as f:
         rows = list(csv.DictReader(f))

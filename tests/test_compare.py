@@ -14,7 +14,7 @@ import pytest
 
 from fhc_jax.algos import fh_constrained, resolve_env_defaults
 from fhc_jax.cli import main
-from fhc_jax.experiment import compare, config_io, judge
+from fhc_jax.experiment import compare, config, judge
 
 TINY = ["env.size=3", "env.horizon=4", "env.alpha=3.0", "num_iterations=6", "episodes_per_iteration=8",
         "run.chunk_size=3", "cpo.episodes_per_iteration=16"]
@@ -91,7 +91,7 @@ def test_exact_values_match_fhc_evaluate(tmp_path):
     the mean of the per-iteration batch means over the window. The statistics over seeds, their
     table and the performance profiles are there, and the progress written to a stream that is
     not a terminal has one plain, parseable line per completed run."""
-    from fhc_jax.experiment.progress import parse_run_line
+    from fhc_jax.experiment.runner import parse_run_line
 
     stream = io.StringIO()  # not a terminal
     res = compare.run_comparison(compare.select_runs(["fh-constrained"]), seeds=2, overrides=TINY[:-1],
@@ -169,9 +169,9 @@ def test_selection_and_settings_validation():
     default = resolve_env_defaults(fh_constrained.Config(), True)  # GridWorld has a tabular exact model
     assert specs[0].learner.num_iterations == default.num_iterations and specs[0].learner.theta_bound == 2.0
     for bad in (["nope=1"], ["cpo.nope=1"], ["env.nope=1"], ["observation=xyt"]):
-        with pytest.raises(config_io.ConfigError):
+        with pytest.raises(config.ConfigError):
             compare.build_specs(compare.select_runs(["fh-constrained", "cpo"]), 2, bad)
-    with pytest.raises(config_io.ConfigError, match="not among"):
+    with pytest.raises(config.ConfigError, match="not among"):
         compare.build_specs(compare.select_runs(["cpo"]), 2, ["ppo-lag.num_iterations=3"])
 
 
@@ -180,3 +180,91 @@ def test_cli_rejects_bad_settings_before_compiling(tmp_path, capsys):
     assert "num_iterations" in capsys.readouterr().err
     assert main(["compare", "--seeds", "0", "--out", str(tmp_path)]) == 2
     assert not list(tmp_path.iterdir())
+
+
+STUDY = '''name = "two_step_sizes"
+notes = ["two FH-Constrained critics"]
+[set]
+num_iterations = 6
+theta_bound = 2.0
+[[run]]
+label = "FH slow critic"
+algo = "fh-constrained"
+set = { critic_step = { init = 0.25 }, num_iterations = 9 }
+[[run]]
+label = "FH fast critic"
+algo = "fh_constrained"
+set = { "critic_step.init" = 1.0 }
+[[run]]
+algo = "cpo"
+set = { observation = "xyt" }
+'''
+
+
+def test_a_study_file_is_read_with_its_precedence(tmp_path):
+    """Rows of a study: label, learner (either name form) and settings; the study's common
+    settings apply where a learner has them, a row's settings win over them and --set wins over
+    both."""
+    path = tmp_path / "study.toml"
+    path.write_text(STUDY)
+    study = compare.load_study(path)
+    assert study.name == "two_step_sizes" and study.notes == ("two FH-Constrained critics",)
+    assert [(r.name, r.algo, r.observation) for r in study.runs] == [
+        ("FH slow critic", "fh-constrained", None), ("FH fast critic", "fh-constrained", None),
+        ("CPO (xyt)", "cpo", "xyt")]
+    assert [r.name for r in compare.select_runs(inputs=["xy"], study=study)] == ["FH slow critic", "FH fast critic"]
+    slow, fast, cpo = compare.build_specs(study.runs, 2, ["env.size=3", "cpo.num_iterations=4"], common=study.settings)
+    assert slow.learner.critic_step.init == 0.25 and fast.learner.critic_step.init == 1.0
+    assert (slow.num_iterations, fast.num_iterations, cpo.num_iterations) == (9, 6, 4)
+    assert slow.learner.theta_bound == fast.learner.theta_bound == 2.0 and cpo.learner.observation == "xyt"
+    assert all(s.env["size"] == 3 and s.seeds == 2 for s in (slow, fast, cpo))
+    slow, _, _ = compare.build_specs(study.runs, 2, ["num_iterations=5"], common=study.settings)
+    assert slow.num_iterations == 5
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[[run]]\nalgo = 'fh-constrained'\ncolour = 'red'\n", r"unknown key 'run\[0\].colour'"),
+    ("[[run]]\nlabel = 'x'\n", r"run\[0\] needs algo = one of fh-constrained"),
+    ("[[run]]\nalgo = 'sac'\n", r"run\[0\] needs algo = one of fh-constrained.*found 'sac'"),
+    ("[[run]]\nalgo = 'cpo'\n[[run]]\nalgo = 'cpo'\n", "two runs are labelled 'CPO'"),
+    ("name = 'x'\n", r"has no \[\[run\]\] rows"),
+    ("seeds = 3\n[[run]]\nalgo = 'cpo'\n", r"unknown key 'seeds'"),
+    ("[[run]\n", "is not valid TOML"),
+])
+def test_study_file_errors_are_one_line_before_compiling(tmp_path, capsys, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(config.ConfigError, match=message):
+        compare.load_study(path)
+    assert main(["compare", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fhc-jax compare: error: ") and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_rows_of_a_study_must_share_one_environment(tmp_path):
+    path = tmp_path / "envs.toml"
+    path.write_text("[[run]]\nalgo = 'cpo'\nset = { 'env.size' = 3 }\n[[run]]\nalgo = 'ppo-lag'\n")
+    study = compare.load_study(path)
+    with pytest.raises(config.ConfigError, match="must share one environment"):
+        compare.build_specs(study.runs, 1, common=study.settings)
+    with pytest.raises(config.ConfigError, match="observation is chosen per run"):
+        compare.build_specs(study.runs, 1, ["cpo.observation=xy"])
+
+
+def test_cli_runs_a_study_file(tmp_path, capsys):
+    """fhc-jax compare STUDY: the study's rows, its name as the files' stem, its notes under the
+    table."""
+    path = tmp_path / "study.toml"
+    path.write_text(STUDY)
+    out = tmp_path / "out"
+    assert main(["compare", str(path), "--algos", "fh-constrained", "--seeds", "1", "--set", "env.size=3",
+                 "--set", "env.horizon=4", "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=3",
+                 "--out", str(out), "--quiet"]) == 0
+    res = json.loads((out / "two_step_sizes.json").read_text())
+    assert [r["name"] for r in res["runs"]] == ["FH slow critic", "FH fast critic"]
+    assert res["runs"][0]["changed_settings"]["critic_step.init"] == 0.25
+    assert res["runs"][0]["num_iterations"] == 9 and res["runs"][1]["num_iterations"] == 6
+    assert res["notes"] == ["two FH-Constrained critics"]
+    assert "two FH-Constrained critics" in (out / "two_step_sizes.md").read_text()
+    assert "| FH-Constrained | tabular (h, s) | 9 x 8 * |" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""The environment registry (fhc_jax.experiment.environments): settings declared by constructors,
+"""The environment registry (fhc_jax.experiment.config): settings declared by constructors,
 validated per environment before anything compiles; and an environment written outside fhc_jax
 (tests/toy_env.py) trained from the command line and judged exactly against the optimum."""
 
@@ -13,7 +13,7 @@ import pytest
 import fhc_jax as fhc
 from fhc_jax.cli import main
 from fhc_jax.envs.base import Environment
-from fhc_jax.experiment import compare, config_io, environments, runner
+from fhc_jax.experiment import compare, config, runner
 
 TOY = "toy_env:ToyEnv"
 
@@ -25,7 +25,7 @@ def toy_importable(monkeypatch):
 
 
 def test_gridworld_settings_come_from_its_constructor():
-    entry = environments.load_environment("gridworld")
+    entry = config.load_environment("gridworld")
     kinds = {s.name: s.kind for s in entry.settings}
     assert kinds == {"size": "int", "horizon": "int", "num_constraints": "int", "observation": "str", "slip": "float",
                      "alpha": "float_or_floats", "layout_seed": "int", "num_phases": "int_or_none",
@@ -45,27 +45,27 @@ def test_gridworld_settings_come_from_its_constructor():
     ({"slip": "high"}, r"env.slip must be a number, found 'high' \(str\)"),
 ])
 def test_gridworld_types_checked_per_key(values, message):
-    with pytest.raises(config_io.ConfigError, match=message):
-        environments.load_environment("gridworld").validate(values)
+    with pytest.raises(config.ConfigError, match=message):
+        config.load_environment("gridworld").validate(values)
 
 
 def test_constructor_ranges_reported_as_config_errors():
-    with pytest.raises(config_io.ConfigError, match=r"env 'gridworld': GridWorld.make_params: slip must be a number in \[0, 1\]"):
-        environments.make_env("gridworld", {"slip": 1.5})
-    with pytest.raises(config_io.ConfigError, match=r"ToyEnv: horizon must be >= 1"):
-        environments.make_env(TOY, {"horizon": 0})
+    with pytest.raises(config.ConfigError, match=r"env 'gridworld': GridWorld.make_params: slip must be a number in \[0, 1\]"):
+        config.make_env("gridworld", {"slip": 1.5})
+    with pytest.raises(config.ConfigError, match=r"ToyEnv: horizon must be >= 1"):
+        config.make_env(TOY, {"horizon": 0})
 
 
 def test_user_environment_keys_are_its_own():
-    entry = environments.load_environment(TOY)
+    entry = config.load_environment(TOY)
     assert [(s.name, s.kind, s.default) for s in entry.settings] == [("horizon", "int", 3), ("alpha", "float", 1.0)]
     assert entry.action_moves is None
-    with pytest.raises(config_io.ConfigError, match=r"unknown key 'env.size'.* for environment 'toy_env:ToyEnv'; "
+    with pytest.raises(config.ConfigError, match=r"unknown key 'env.size'.* for environment 'toy_env:ToyEnv'; "
                                                     r"valid keys: env.alpha, env.horizon, env.name$"):
-        config_io.load_spec(env=TOY, overrides=["env.size=3"])
-    spec = config_io.load_spec(env=TOY, overrides=["env.alpha=2"])
+        config.load_spec(env=TOY, overrides=["env.size=3"])
+    spec = config.load_spec(env=TOY, overrides=["env.alpha=2"])
     assert spec.env == {"horizon": 3, "alpha": 2.0} and spec.env_title() == f"{TOY} (alpha=2)"
-    assert config_io.load_spec(settings=spec.settings()) == spec
+    assert config.load_spec(settings=spec.settings()) == spec
 
 
 def _factory(horizon: int = 2, scale=0.5, required_flag: bool = False) -> Environment:
@@ -88,7 +88,7 @@ def _not_an_env(horizon: int = 2):
 
 def test_factories_and_refusals(monkeypatch):
     module = __name__
-    entry = environments.load_environment(f"{module}:_factory")
+    entry = config.load_environment(f"{module}:_factory")
     assert [(s.name, s.kind) for s in entry.settings] == [("horizon", "int"), ("scale", "float"),
                                                          ("required_flag", "bool")]
     env, _ = entry.make({"scale": 1})
@@ -98,14 +98,14 @@ def test_factories_and_refusals(monkeypatch):
                           ("no_such_module_xyz:Env", "cannot import module 'no_such_module_xyz'"),
                           (f"{module}:Missing", "has no attribute 'Missing'"),
                           ("gridwrld", "unknown environment 'gridwrld'; registered: gridworld")]:
-        with pytest.raises(config_io.ConfigError, match=message):
-            environments.load_environment(name)
-    with pytest.raises(config_io.ConfigError, match="returned object, not an fhc_jax.envs.Environment"):
-        environments.make_env(f"{module}:_not_an_env")
+        with pytest.raises(config.ConfigError, match=message):
+            config.load_environment(name)
+    with pytest.raises(config.ConfigError, match="returned object, not an fhc_jax.envs.Environment"):
+        config.make_env(f"{module}:_not_an_env")
 
 
 def test_compare_refuses_inputs_the_environment_lacks():
-    with pytest.raises(config_io.ConfigError, match=r"input 'xy' of PPO-Lagrangian \(xy\) is not supported by "
+    with pytest.raises(config.ConfigError, match=r"input 'xy' of PPO-Lagrangian \(xy\) is not supported by "
                                                     r"environment 'toy_env:ToyEnv' \(its observations: one_hot, index\)"):
         compare.build_specs(compare.select_runs(["fh-constrained", "ppo-lag"], ["xy"]), 2, env=TOY)
 
@@ -125,7 +125,7 @@ def test_toy_environment_trained_from_the_cli_and_judged_exactly(tmp_path, monke
     # two lanes, H = 4: the safe lane pays 0.5 per stage, alpha = 1.5 buys 1.5 stages in the fast lane
     assert summary["optimum"]["reward"] == pytest.approx(0.5 * 4 + 0.5 * 1.5, abs=1e-5)
     assert summary["optimum"]["costs"] == pytest.approx([1.5], abs=1e-5)
-    env, params = environments.make_env(TOY, {"horizon": 4, "alpha": 1.5})
+    env, params = config.make_env(TOY, {"horizon": 4, "alpha": 1.5})
     with np.load(out / "policy.npz") as f:
         assert f["policy"].shape == (2, 4, 2, 2) and "grid_shape" not in f.files  # not spatial: no policy maps
         for row, table in zip(summary["seeds"], f["policy"]):

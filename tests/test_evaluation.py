@@ -19,7 +19,7 @@ from flax import struct
 import fhc_jax as fhc
 from fhc_jax.cli import main
 from fhc_jax.envs.base import Environment
-from fhc_jax.experiment import checkpoint, environments, evaluation, judge, load_run, rundir
+from fhc_jax.experiment import config, evaluation, judge, load_run, rundir
 
 TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20",
         "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0"]
@@ -56,7 +56,7 @@ def _summary_values(run: Path) -> tuple[np.ndarray, np.ndarray]:
 def test_load_run_rebuilds_config_env_states_and_policies(trained):
     run = load_run(trained)
     assert run.config == json.loads((trained / "config.json").read_text())
-    env, _ = environments.make_env("gridworld", {"size": 3, "horizon": 4, "alpha": 3.0})
+    env, _ = config.make_env("gridworld", {"size": 3, "horizon": 4, "alpha": 3.0})
     assert run.env == env and run.num_seeds == 2 and run.iteration == 20 and run.verification == "manifest"
     assert run.exact and run.spec.algo == "fh-constrained"
     assert np.shape(run.train_states.step) == (2,) and int(run.train_state(1).step) == 20
@@ -104,7 +104,7 @@ def test_eval_on_a_changed_slip_equals_evaluate_on_the_changed_cmdp(trained, cap
     assert record["trained_env"]["slip"] == 0.1
 
     run = load_run(trained)
-    env, params = environments.make_env("gridworld", {"size": 3, "horizon": 4, "alpha": 3.0, "slip": 0.3})
+    env, params = config.make_env("gridworld", {"size": 3, "horizon": 4, "alpha": 3.0, "slip": 0.3})
     cmdp = env.to_cmdp(params)
     reward, _ = _summary_values(trained)
     optimum = fhc.solve(cmdp)
@@ -212,64 +212,31 @@ def test_an_incomplete_run_is_refused_with_how_to_finish_it(tmp_path, capsys):
     assert "stopped at iteration 10 of 20" in err and f"fhc-jax train --resume --out {out}" in err
 
 
-def _as_before_manifests(run: Path) -> None:
-    """Rewrite a run directory into the form fhc_jax wrote before checkpoints had manifests and
-    before run.eval_episodes / eval_episodes / path existed (git 4f8a246): same config.json
-    keys, fewer settings, no fhc_manifest.json."""
-    cfg = json.loads((run / "config.json").read_text())
-    for key in ("run.eval_episodes", "eval_episodes", "path"):
-        cfg["settings"].pop(key, None)
-        cfg["learner"].pop(key, None)
-    (run / "config.json").write_text(json.dumps(cfg, indent=2))
-    (run / "checkpoints" / "20" / checkpoint.MANIFEST).unlink()
-
-
-def test_older_run_directories_still_load(trained, tmp_path):
-    reward, costs = _summary_values(trained)
-    # before manifests: the checkpoint is checked against policy.npz instead
-    old = _copy(trained, tmp_path, "before_manifests")
-    _as_before_manifests(old)
-    run = load_run(old)
-    assert run.verification == "policy.npz"
-    ev = evaluation.evaluate_run(run)
-    np.testing.assert_allclose(ev.judgement.reward, reward, atol=1e-6, rtol=0)
-    np.testing.assert_allclose(ev.judgement.costs, costs, atol=1e-6, rtol=0)
-
-    # with manifests, before run.eval_episodes existed: the manifest's configuration hash is the
-    # hash of the settings as config.json stores them (not of today's full settings)
-    mid = _copy(trained, tmp_path, "before_eval_episodes")
-    cfg = json.loads((mid / "config.json").read_text())
-    del cfg["settings"]["run.eval_episodes"]
-    (mid / "config.json").write_text(json.dumps(cfg))
-    man_path = mid / "checkpoints" / "20" / checkpoint.MANIFEST
-    man = json.loads(man_path.read_text())
-    man["config_hash"] = rundir.settings_hash(cfg["settings"])
-    man_path.write_text(json.dumps(man))
-    (mid / "summary.json").write_text('{"complete": tr')  # only compared with: a damaged one does not stop a load
-    run = load_run(mid)
-    assert run.verification == "manifest" and run.summary is None
-    ev = evaluation.evaluate_run(run)
-    np.testing.assert_allclose(ev.judgement.reward, reward, atol=1e-6, rtol=0)
-    assert "summary_difference" not in ev.record
-
-
-def test_older_run_directories_without_what_is_needed_are_refused(trained, tmp_path, capsys):
-    old = _copy(trained, tmp_path, "no_policy")
-    _as_before_manifests(old)
-    (old / "policy.npz").unlink()
-    assert main(["eval", str(old)]) == 2
-    err = capsys.readouterr().err
-    assert f"{old / 'checkpoints' / '20' / checkpoint.MANIFEST} does not exist and policy.npz is missing" in err
-    assert "retrain" in err
-
-    tampered = _copy(trained, tmp_path, "tampered")
-    _as_before_manifests(tampered)
-    with np.load(tampered / "policy.npz") as f:
-        arrays = {k: f[k] for k in f.files}
-    arrays["policy"] = np.roll(arrays["policy"], 1, axis=-1)
-    rundir.write_npz_atomic(tampered / "policy.npz", **arrays)
-    with pytest.raises(checkpoint.CheckpointError, match="does not reproduce policy.npz"):
-        load_run(tampered)
+def test_run_directories_of_another_format_are_refused_with_the_command_to_rerun(trained, tmp_path, capsys):
+    """Nothing is upgraded: a run directory written before run directories carried a format
+    version, or with another version, is refused by eval, plot and train --resume in one line
+    that gives the command which trains it again; that command works."""
+    for name, version in (("unversioned", None), ("other", rundir.FORMAT_VERSION + 1)):
+        run = _copy(trained, tmp_path, name)
+        cfg = json.loads((run / "config.json").read_text())
+        cfg.pop("format_version")
+        if version is not None:
+            cfg["format_version"] = version
+        (run / "config.json").write_text(json.dumps(cfg))
+        before = _training_files(run)
+        for argv in (["eval", str(run)], ["plot", str(run)], ["train", "--resume", "--out", str(run)]):
+            assert main(argv) == 2, argv
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and "this fhc_jax reads format version" in err, err
+            assert f"train it again with fhc-jax train --algo fh-constrained --env gridworld --seeds 2" in err
+            assert err.rstrip().endswith(f"--overwrite --out {run}")
+        with pytest.raises(rundir.RunDirectoryError, match="format version"):
+            load_run(run)
+        assert _training_files(run) == before
+    command = err.rstrip().split("train it again with ")[1].split()
+    assert main([*command[1:], "--quiet", "--no-plots"]) == 0
+    assert main(["eval", str(run), "--quiet"]) == 0
+    np.testing.assert_array_equal(_summary_values(run)[0], _summary_values(trained)[0])
 
 
 # ----------------------------------------------------------------------------- one writer
@@ -392,7 +359,7 @@ def test_an_environment_without_an_exact_model_is_judged_by_monte_carlo(lanes_ru
     changed = json.loads((lanes_run / "eval" / "slip=0.6_episodes=300.json").read_text())
     assert changed["judged_by"] == "monte-carlo (300 episodes)" and changed["changes"] == {"slip": 0.6}
     run = load_run(lanes_run)
-    env, params = environments.make_env("test_evaluation:Lanes", {"slip": 0.6})
+    env, params = config.make_env("test_evaluation:Lanes", {"slip": 0.6})
     mc = judge.monte_carlo(env, params, [run.policy(r) for r in range(2)], 300)
     for r, row in enumerate(changed["seeds"]):
         assert row["exact_reward"] == pytest.approx(float(mc["reward"][r]), abs=1e-9)

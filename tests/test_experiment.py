@@ -8,23 +8,23 @@ import pytest
 
 import fhc_jax as fhc
 from fhc_jax.algos import fh_constrained as fc, resolve_env_defaults
-from fhc_jax.experiment import checkpoint, config_io, registry, runner, sweep
+from fhc_jax.experiment import checkpoint, config, runner, sweep
 
 TINY = ["env.size=3", "env.horizon=4", "num_iterations=20", "episodes_per_iteration=8", "run.chunk_size=5"]
 
 
 def test_registry_names_and_errors():
-    assert registry.canonical_name("ppo_lagrangian") == "ppo-lag"
-    assert registry.load_algorithm("fh-constrained") is fc
-    assert registry.available_algorithms() == ["fh-constrained", "nn-constrained", "ppo-lag", "cpo", "e-cop",
+    assert config.canonical_name("ppo_lagrangian") == "ppo-lag"
+    assert config.load_algorithm("fh-constrained") is fc
+    assert config.available_algorithms() == ["fh-constrained", "nn-constrained", "ppo-lag", "cpo", "e-cop",
                                                "saute-lag"]
-    assert registry.ALGORITHMS["ppo-lag"] == "ppo_lagrangian"
-    for module in registry.LEARNERS.values():
+    assert config.ALGORITHMS["ppo-lag"] == "ppo_lagrangian"
+    for module in config.LEARNERS.values():
         for tabular in (True, False):
             assert resolve_env_defaults(module.Config(), tabular).num_iterations >= 1
         assert callable(module.make_learner) and callable(module.make_train)
     with pytest.raises(ValueError, match="unknown algorithm 'sac'.*fh-constrained"):
-        registry.load_algorithm("sac")
+        config.load_algorithm("sac")
 
 
 def test_toml_and_overrides(tmp_path):
@@ -32,14 +32,14 @@ def test_toml_and_overrides(tmp_path):
     path.write_text('num_iterations = 12\nvariant = "paper"\n[critic_step]\ninit = 0.5\n'
                     '[env]\nname = "gridworld"\nsize = 4\nalpha = [3.0]\n[run]\nseeds = 2\n'
                     'feasibility_tolerance = 0.0\n')
-    spec = config_io.load_spec("fh-constrained", config_file=path, overrides=["env.horizon=5", "trace=1"])
+    spec = config.load_spec("fh-constrained", config_file=path, overrides=["env.horizon=5", "trace=1"])
     assert spec.env_name == "gridworld" and spec.env["size"] == 4 and spec.env["horizon"] == 5 and spec.seeds == 2
     assert spec.feasibility_tolerance == 0.0 and spec.settings()["env.name"] == "gridworld"
     assert spec.learner.critic_step.init == 0.5 and spec.learner.variant == "paper"
     assert spec.learner.trace == 1.0 and isinstance(spec.learner.trace, float)
     assert spec.chunk_size == 12  # min(eval_every, num_iterations)
-    assert config_io.load_spec(settings=spec.settings()) == spec  # config.json round trip
-    feats = config_io.load_spec(overrides=["features.kind=tile_coding", "features.tiles=2"]).learner.features
+    assert config.load_spec(settings=spec.settings()) == spec  # config.json round trip
+    feats = config.load_spec(overrides=["features.kind=tile_coding", "features.tiles=2"]).learner.features
     assert feats == fc.feat.TileCoding(tiles=2)
 
 
@@ -60,12 +60,12 @@ def test_toml_and_overrides(tmp_path):
 ])
 def test_config_errors(override, message):
     with pytest.raises(ValueError, match=message):
-        config_io.load_spec("fh-constrained", overrides=[override])
+        config.load_spec("fh-constrained", overrides=[override])
 
 
 def test_obs_only_for_network_learners():
     with pytest.raises(ValueError, match="--obs does not apply to 'fh-constrained'"):
-        config_io.load_spec("fh-constrained", observation="xyt")
+        config.load_spec("fh-constrained", observation="xyt")
 
 
 def test_chunked_equals_make_train():
@@ -83,7 +83,7 @@ def test_chunked_equals_make_train():
 
 def test_checkpoint_resume_bit_identical(tmp_path):
     """4 chunks in one go == 2 chunks, checkpoint, fresh trainer, restore, 2 more chunks."""
-    spec = config_io.load_spec("fh-constrained", overrides=TINY, seeds=2)
+    spec = config.load_spec("fh-constrained", overrides=TINY, seeds=2)
     env, params = spec.make_env()
     keys = runner.seed_keys(spec.seed, spec.seeds)
     trainer = runner.ChunkedTrainer(fc.make_learner(env, params, spec.learner), 2, spec.chunk_size)
@@ -105,7 +105,7 @@ def test_checkpoint_resume_bit_identical(tmp_path):
 
 
 def test_sweep_grid_validation():
-    spec = config_io.load_spec("fh-constrained", overrides=TINY, seeds=1)
+    spec = config.load_spec("fh-constrained", overrides=TINY, seeds=1)
     assert sweep.parse_grid(["trace=0.2,0.5", "critic_step.init=1"]) == {"trace": [0.2, 0.5], "critic_step.init": [1]}
     with pytest.raises(ValueError, match="only numeric hyperparameters"):
         sweep.grid_specs(spec, {"episodes_per_iteration": [4, 8]})
@@ -118,61 +118,22 @@ def test_sweep_grid_validation():
     assert len(sweep.grid_specs(spec, {"trace": [0.2, 0.5], "critic_step.init": [0.5, 1.0]})) == 4
 
 
-def test_fh_runs_written_before_the_features_env_default_load_and_resume(tmp_path):
-    """Run directories of FH-Constrained on an environment without a tabular model written
-    before ``features`` became an EnvDefault record features.kind = "one_hot" (hashed into
-    their checkpoints' manifests) although they trained on RadialBasis(5). Such a directory is
-    rebuilt here from a current one (the settings and manifests rewritten as that version
-    wrote them); it loads as RadialBasis(5) and resumes from its checkpoint."""
-    import json
-
-    from fhc_jax.algos import features
-    from fhc_jax.experiment import loading, rundir, training
-
-    out = tmp_path / "legacy"
-    spec = config_io.load_spec("fh-constrained", env="battery", seeds=1, overrides=[
-        "num_iterations=4", "episodes_per_iteration=8", "run.chunk_size=2", "run.checkpoint_every=1",
-        "run.eval_episodes=16", "features.kind=radial_basis", "features.num_centers=5", "features.stage_inputs=true"])
-    assert spec.learner.features == features.RadialBasis(5)
-    training.train_run(spec, out, max_chunks=1, quiet=True)
-    config = json.loads((out / rundir.CONFIG).read_text())
-    settings = {k: v for k, v in config["settings"].items() if not k.startswith("features.")}
-    settings["features.kind"] = "one_hot"  # what the earlier version wrote
-    config["settings"] = settings
-    rundir.write_json_atomic(out / rundir.CONFIG, config)
-    for man_path in (out / rundir.CHECKPOINTS).glob(f"*/{checkpoint.MANIFEST}"):
-        man = json.loads(man_path.read_text())
-        man["config_hash"] = rundir.settings_hash(settings)
-        rundir.write_json_atomic(man_path, man)
-
-    stored = training.load_run_spec(out)
-    assert stored.learner.features == features.RadialBasis(5)
-    result = training.train_run(None, out, resume=True, quiet=True)
-    assert result["complete"] and result["timing"]["resumed_from_iteration"] == 2  # checkpoint verified, restored
-    loaded = loading.load_run(out)
-    assert loaded.spec.learner.features == features.RadialBasis(5) and loaded.iteration == 4
-    assert loaded.train_states.features == features.RadialBasis(5)
-
-
-def test_stored_coarse_maps_without_stage_inputs_read_every_component():
-    """Settings written before coarse maps had ``stage_inputs`` load with True (those versions
-    mapped every observation component) whatever the current default; a switch of
+def test_coarse_map_settings_round_trip_and_switch_kinds():
+    """A coarse map's ``stage_inputs`` is written to config.json and read back; a switch of
     ``features.kind`` keeps the option both kinds have."""
     from fhc_jax.algos import features
 
-    spec = config_io.load_spec("fh-constrained", env="battery", overrides=[
+    spec = config.load_spec("fh-constrained", env="battery", overrides=[
         "features.kind=radial_basis", "features.num_centers=5", "features.stage_inputs=false"])
     assert spec.learner.features == features.RadialBasis(5, stage_inputs=False)
     settings = spec.settings()
     assert settings["features.stage_inputs"] is False
-    assert config_io.load_spec(settings=settings) == spec  # config.json round trip
-    old = {k: v for k, v in settings.items() if k != "features.stage_inputs"}
-    assert config_io.load_spec(settings=old).learner.features == features.RadialBasis(5, stage_inputs=True)
-    switched = config_io.load_spec("fh-constrained", env="battery", overrides=[
+    assert config.load_spec(settings=settings) == spec  # config.json round trip
+    switched = config.load_spec("fh-constrained", env="battery", overrides=[
         "features.kind=tile_coding", "features.tiles=6"]).learner.features
     assert switched == features.TileCoding(tiles=6, stage_inputs=False)  # from Auto()'s stage_inputs
-    assert config_io.load_spec("fh-constrained", env="battery", overrides=[
+    assert config.load_spec("fh-constrained", env="battery", overrides=[
         "features.stage_inputs=true", "features.kind=tile_coding"]).learner.features == features.TileCoding()
-    with pytest.raises(config_io.ConfigError, match="features.stage_inputs"):
-        config_io.load_spec("fh-constrained", env="battery", overrides=["features.stage_inputs=maybe"])
+    with pytest.raises(config.ConfigError, match="features.stage_inputs"):
+        config.load_spec("fh-constrained", env="battery", overrides=["features.stage_inputs=maybe"])
 

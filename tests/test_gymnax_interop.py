@@ -171,8 +171,8 @@ def test_from_gymnax_errors():
 
 
 def test_registered_gymnax_tasks():
-    from fhc_jax.experiment.config_io import ConfigError
-    from fhc_jax.experiment.environments import make_env
+    from fhc_jax.experiment.config import ConfigError
+    from fhc_jax.experiment.config import make_env
 
     env, params = make_env("gymnax:CartPole-v1", {"horizon": 20, "cost": "angle"})
     assert isinstance(env, GymnaxEnv) and env.horizon == 20 and float(params.thresholds[0]) == 10.0

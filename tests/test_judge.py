@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.experiment import judge, machine
+from fhc_jax.experiment import judge, rundir
 
 
 def test_feasibility_rule_and_tolerance():
@@ -58,7 +58,7 @@ def test_judge_policies_against_the_exact_optimum():
 
 
 def test_machine_info():
-    info = machine.machine_info()
+    info = rundir.machine_info()
     assert set(info) >= {"versions", "device", "cpu", "platform", "load_average", "timestamp"}
     assert info["versions"]["jax"] and info["device"]["count"] >= 1 and info["cpu"]["usable_cores"] >= 1
 

@@ -21,7 +21,7 @@ import pytest
 import fhc_jax as fhc
 from fhc_jax.algos import fh_constrained as fc
 from fhc_jax.cli import main
-from fhc_jax.experiment import checkpoint, config_io, rundir, runner
+from fhc_jax.experiment import checkpoint, config, rundir, runner
 
 TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20",
         "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0",
@@ -58,7 +58,7 @@ def good_run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def restorer(good_run):
     """(trainer, template, config hash) of the good run, compiled once for restore tests."""
-    spec = config_io.load_spec(settings=json.loads((good_run / "config.json").read_text())["settings"])
+    spec = config.load_spec(settings=json.loads((good_run / "config.json").read_text())["settings"])
     env, params = spec.make_env()
     trainer = runner.ChunkedTrainer(fc.make_learner(env, params, spec.learner), spec.seeds, spec.chunk_size)
     return trainer, trainer.init(runner.seed_keys(spec.seed, spec.seeds)), rundir.settings_hash(spec.settings())
@@ -270,7 +270,7 @@ def test_finite_seeds_keep_their_results(tmp_path, monkeypatch, capsys):
 
 
 def test_python_api_reports_divergence():
-    spec = config_io.load_spec(overrides=["critic_step.init=20", "env.size=3", "env.horizon=5",
+    spec = config.load_spec(overrides=["critic_step.init=20", "env.size=3", "env.horizon=5",
                                           "num_iterations=40", "episodes_per_iteration=8"])
     env, params = spec.make_env()
     res = runner.train_seeds(fc, env, params, spec.learner, 2, chunk_size=20)

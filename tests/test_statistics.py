@@ -1,5 +1,5 @@
 """Statistics over seeds (``fhc_jax.experiment.statistics``) and the overall progress of sweeps
-and comparisons (``fhc_jax.experiment.progress.RunsProgress``).
+and comparisons (``fhc_jax.experiment.runner.RunsProgress``).
 
 The bootstrap is checked against a stratified bootstrap computed here by hand with numpy (the
 same index draws from a seeded global generator, the same percentiles), its intervals' coverage
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from fhc_jax.experiment import config_io, judge, statistics, sweep
-from fhc_jax.experiment.progress import Progress, RunsProgress, parse_run_line
+from fhc_jax.experiment import config, judge, statistics, sweep
+from fhc_jax.experiment.runner import Progress, RunsProgress, parse_run_line
 
 rliable_metrics = pytest.importorskip("rliable.metrics")
 
@@ -286,7 +286,7 @@ TINY = ["env.size=3", "env.horizon=4", "env.alpha=3.0", "num_iterations=6", "epi
 
 
 def test_sweep_rows_have_statistics_and_one_progress_line_per_setting(tmp_path):
-    spec = config_io.load_spec(overrides=TINY, seeds=2)
+    spec = config.load_spec(overrides=TINY, seeds=2)
     stream = _Stream(tty=False)
     result = sweep.run_sweep(spec, {"trace": [0.2, 0.5]}, shard=False, stream=stream)
     out = stream.getvalue()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fhc_jax.cli import main
-from fhc_jax.experiment import config_io, tracking, training
+from fhc_jax.experiment import config, tracking, training
 from fhc_jax.experiment.runner import ChunkState
 
 pytest.importorskip("tensorboardX")
@@ -113,7 +113,7 @@ def test_unknown_logger_flag_is_refused(tmp_path, capsys):
     assert exc.value.code == 2
     assert "invalid choice: 'mlflow'" in capsys.readouterr().err
     with pytest.raises(tracking.TrackingError, match="unknown logger"):
-        training.train_run(config_io.load_spec(overrides=TINY[1::2]), tmp_path / "api", loggers=["mlflow"])
+        training.train_run(config.load_spec(overrides=TINY[1::2]), tmp_path / "api", loggers=["mlflow"])
     assert not (tmp_path / "api").exists()
 
 

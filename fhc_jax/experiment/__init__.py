@@ -1,48 +1,42 @@
-"""Running experiments: typed configs, chunked training with progress, exact evaluation and
-checkpoints between chunks, run directories, plots, and sharded sweeps (the ``fhc-jax``
-command's machinery).
+"""Running experiments: the ``fhc-jax`` command's machinery, usable from Python. One module
+per concept, in the order one ``fhc-jax train`` reads them (none keeps global state apart from
+caches):
 
-Modules (none keeps global state apart from caches):
-
-* :mod:`~fhc_jax.experiment.registry`: command-line names -> learner modules.
-* :mod:`~fhc_jax.experiment.environments`: environment names (or ``module:attribute`` paths)
-  -> constructors with typed settings declared by their keyword arguments.
-* :mod:`~fhc_jax.experiment.settings`: the kinds of settable values and their checks.
-* :mod:`~fhc_jax.experiment.config_io`: TOML files and ``--set key=value`` -> a validated
-  :class:`~fhc_jax.experiment.config_io.ExperimentSpec`.
-* :mod:`~fhc_jax.experiment.runner`: :class:`~fhc_jax.experiment.runner.ChunkedTrainer`
-  (``jax.jit(jax.vmap(chunk))`` over a sharded runs axis) and
-  :func:`~fhc_jax.experiment.runner.train_seeds` (one algo, N seeds -> metrics, final
-  states, policies; ``RunResult.divergence`` reports seeds that became non-finite): the piece
-  other tools reuse.
+* :mod:`~fhc_jax.experiment.config`: the learner and environment registries, typed settings,
+  TOML files and ``--set key=value`` -> a validated
+  :class:`~fhc_jax.experiment.config.ExperimentSpec`.
+* :mod:`~fhc_jax.experiment.rundir`: the run directory: layout, format version, atomic writes,
+  the writer's lock, metrics.csv, the machine record, and the one way to read a run back
+  (:func:`~fhc_jax.experiment.rundir.read_run`).
+* :mod:`~fhc_jax.experiment.runner`: the one chunked driver
+  (:meth:`~fhc_jax.experiment.runner.ChunkedTrainer.drive`: ``jax.jit(jax.vmap(chunk))`` over a
+  sharded runs axis, progress, divergence detection) that train, sweep, compare and eval share;
+  :func:`~fhc_jax.experiment.runner.train_seeds` is its one-call form.
 * :mod:`~fhc_jax.experiment.checkpoint`: orbax checkpoints of the full carry with a verified
-  manifest (hashes of every array and of the configuration); bit-identical resume from the newest
-  intact checkpoint.
-* :mod:`~fhc_jax.experiment.rundir`, :mod:`~fhc_jax.experiment.training`: the run directory
-  and ``fhc-jax train``.
-* :mod:`~fhc_jax.experiment.judge`: final policies against the exact optimum, with one
-  feasibility rule; :mod:`~fhc_jax.experiment.summary`: its summary.json fields and table.
-* :mod:`~fhc_jax.experiment.machine`: versions, devices, CPU and load for every result file.
-* :mod:`~fhc_jax.experiment.plots`: figures from a run directory's files.
+  manifest; bit-identical resume from the newest intact checkpoint.
+* :mod:`~fhc_jax.experiment.training`: ``fhc-jax train`` (:func:`~fhc_jax.experiment.training.train_run`).
+* :mod:`~fhc_jax.experiment.judge`: final policies against the exact optimum (or a Monte-Carlo
+  reference), with one feasibility rule, and their summaries.
+* :mod:`~fhc_jax.experiment.statistics`: statistics over seeds with 95% intervals.
+* :mod:`~fhc_jax.experiment.evaluation`: :func:`~fhc_jax.experiment.evaluation.load_run` (a
+  trained run's configuration, environment and final train states; ``policy(seed_index)``) and
+  ``fhc-jax eval`` (the final policies judged again, also on a changed environment).
 * :mod:`~fhc_jax.experiment.sweep`: hyperparameter grid x seeds in one sharded program.
-* :mod:`~fhc_jax.experiment.compare`: the paper's comparison of the four learners.
-* :mod:`~fhc_jax.experiment.loading`: :func:`~fhc_jax.experiment.loading.load_run` (a trained
-  run's configuration, environment and final train states; ``policy(seed_index)``);
-  :mod:`~fhc_jax.experiment.evaluation`: ``fhc-jax eval`` (the final policies judged again,
-  also on a changed environment).
+* :mod:`~fhc_jax.experiment.compare`: a study of several learners described in a TOML file (the
+  paper's comparison is ``benchmarks/paper_comparison.toml``).
+* :mod:`~fhc_jax.experiment.tracking`: TensorBoard and W&B loggers.
+* :mod:`~fhc_jax.experiment.plots`: figures from a run directory's files.
 """
 
-from fhc_jax.experiment.config_io import ConfigError, ExperimentSpec, load_spec
-from fhc_jax.experiment.environments import ENVIRONMENTS, load_environment, make_env
+from fhc_jax.experiment.config import (ALGORITHMS, ENVIRONMENTS, ConfigError, EnvironmentFailure, ExperimentSpec,
+                                       available_algorithms, load_algorithm, load_environment, load_spec, make_env)
 from fhc_jax.experiment.judge import DEFAULT_TOLERANCE, Judgement
-from fhc_jax.experiment.machine import machine_info
-from fhc_jax.experiment.registry import ALGORITHMS, available_algorithms, load_algorithm
 from fhc_jax.experiment.checkpoint import CheckpointError
-from fhc_jax.experiment.rundir import RunDirectoryError, RunInUseError
-from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, Divergence, RunResult, seed_keys, train_seeds
-from fhc_jax.experiment.training import DivergenceError, TrainingInterrupted
-from fhc_jax.experiment.loading import LoadedRun, load_run
-from fhc_jax.experiment.evaluation import evaluate_run
+from fhc_jax.experiment.rundir import RunDirectoryError, RunInUseError, machine_info
+from fhc_jax.experiment.runner import (ChunkedTrainer, ChunkState, Divergence, DivergenceError, RunResult,
+                                       parse_run_line, seed_keys, train_seeds)
+from fhc_jax.experiment.training import TrainingInterrupted
+from fhc_jax.experiment.evaluation import LoadedRun, evaluate_run, load_run
 
 __all__ = [
     "ALGORITHMS",
@@ -54,6 +48,7 @@ __all__ = [
     "Divergence",
     "DivergenceError",
     "ENVIRONMENTS",
+    "EnvironmentFailure",
     "ExperimentSpec",
     "Judgement",
     "LoadedRun",
@@ -69,6 +64,7 @@ __all__ = [
     "load_spec",
     "machine_info",
     "make_env",
+    "parse_run_line",
     "seed_keys",
     "train_seeds",
 ]

@@ -15,7 +15,7 @@ checkpoint against its manifest before using it: the manifest exists and parses,
 matches the directory and does not exceed the configuration's ``num_iterations``, the
 configuration hash equals the run's, orbax reads every array, and every array's dtype, shape and
 checksum match. The manifest is the commit marker: a checkpoint without one was interrupted while
-saving (or written by an older fhc_jax) and is never restored. CRC-32 detects every burst error
+saving and is never restored. CRC-32 detects every burst error
 up to 32 bits and any other damage with probability 1 - 2^-32; it runs at memory speed, so
 verification costs a small fraction of a checkpoint (README, "Reliability").
 
@@ -35,7 +35,6 @@ import logging
 import shutil
 import signal
 import threading
-import time
 import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -44,6 +43,7 @@ import jax
 import numpy as np
 
 from fhc_jax.experiment import rundir
+from fhc_jax.experiment.config import flatten
 from fhc_jax.experiment.runner import ChunkState, ChunkedTrainer
 
 #: the manifest's file name inside a checkpoint directory
@@ -76,16 +76,6 @@ def _payload(trainer: ChunkedTrainer, state: ChunkState) -> dict[str, Any]:
     }
 
 
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}/"))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def digest(x: Any) -> dict[str, Any]:
     """dtype, shape and CRC-32 of an array's bytes (C order): one manifest entry."""
     a = np.ascontiguousarray(np.asarray(x))
@@ -95,11 +85,7 @@ def digest(x: Any) -> dict[str, Any]:
 def manifest(payload: dict[str, Any], config_hash: str | None) -> dict[str, Any]:
     """The manifest of a checkpoint payload (see the module docstring)."""
     return {"version": MANIFEST_VERSION, "iteration": int(payload["iteration"]), "config_hash": config_hash,
-            "arrays": {k: digest(v) for k, v in _flat(payload).items()}}
-
-
-#: seconds spent hashing in the last :func:`save` / :func:`restore_verified` (benchmarks read them)
-timings: dict[str, float] = {}
+            "arrays": {k: digest(v) for k, v in flatten(payload, sep="/").items()}}
 
 
 def save(directory: str | Path, trainer: ChunkedTrainer, state: ChunkState, max_to_keep: int = 2, *,
@@ -115,9 +101,7 @@ def save(directory: str | Path, trainer: ChunkedTrainer, state: ChunkState, max_
 
     directory = Path(directory)
     payload = _payload(trainer, state)
-    t0 = time.perf_counter()
     man = manifest(payload, config_hash)
-    timings["save_hash_s"] = time.perf_counter() - t0
     step_dir = directory / str(state.iteration)
     if step_dir.exists():  # an unfinished or rejected earlier attempt at this step (we hold the run's lock)
         shutil.rmtree(step_dir)
@@ -156,10 +140,6 @@ def _steps(directory: Path) -> list[int]:
     return sorted((int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit()), reverse=True)
 
 
-def _is_orbax_temporary(p: Path) -> bool:
-    return "orbax-checkpoint-tmp" in p.name
-
-
 def latest_iteration(directory: str | Path) -> int | None:
     """The iteration of the newest checkpoint that has a manifest (not yet verified), or None."""
     for step in _steps(Path(directory)):
@@ -192,7 +172,7 @@ def _check_manifest(man: dict, step: int, config_hash: str | None, num_iteration
 
 
 def _verify_arrays(data: dict[str, Any], man: dict) -> None:
-    flat = _flat(data)
+    flat = flatten(data, sep="/")
     expected = man["arrays"]
     missing = sorted(set(expected) - set(flat))
     if missing:
@@ -275,9 +255,7 @@ def _restore_step(directory: Path, step: int, trainer: ChunkedTrainer, template:
     finally:
         mngr.close()
     data = jax.tree.map(np.asarray, data)
-    t0 = time.perf_counter()
     _verify_arrays(data, man)
-    timings["restore_verify_s"] = time.perf_counter() - t0
     if int(data["iteration"]) != step:
         raise ValueError(f"it holds iteration {int(data['iteration'])}, not {step}")
     return _state_from(data, trainer, template, str(step_dir))
@@ -285,14 +263,13 @@ def _restore_step(directory: Path, step: int, trainer: ChunkedTrainer, template:
 
 def restore_verified(directory: str | Path, trainer: ChunkedTrainer, template: ChunkState, *,
                      config_hash: str | None = None, num_iterations: int | None = None,
-                     say: Callable[[str], None] | None = None,
-                     rejected_dir: str | Path | None = None) -> ChunkState | None:
+                     say: Callable[[str], None] | None = None) -> ChunkState | None:
     """The newest intact checkpoint under ``directory`` as a :class:`ChunkState` placed like
     ``template.carry``, or None when there is no checkpoint at all.
 
     Checkpoints are tried newest first; each one that fails verification (module docstring) is
     reported through ``say`` by name with the reason and, once an older one has been restored,
-    moved to ``rejected_dir`` (default ``directory/../rejected_checkpoints``). Orbax's
+    moved to ``rejected_checkpoints/`` beside ``directory``. Orbax's
     temporary directories of interrupted saves are deleted.
 
     Args:
@@ -307,7 +284,7 @@ def restore_verified(directory: str | Path, trainer: ChunkedTrainer, template: C
         return None
     _quiet_orbax_shutdown()
     for p in list(directory.iterdir()):
-        if _is_orbax_temporary(p):
+        if "orbax-checkpoint-tmp" in p.name:  # orbax's own temporary directory
             say(f"{p}: unfinished checkpoint (interrupted while saving), deleted")
             shutil.rmtree(p, ignore_errors=True)
     rejected: list[tuple[int, str]] = []
@@ -327,7 +304,7 @@ def restore_verified(directory: str | Path, trainer: ChunkedTrainer, template: C
         raise CheckpointError(f"no intact checkpoint in {directory}: " +
                               "; ".join(f"{step}: {reason}" for step, reason in rejected) +
                               ". Start the run again with --overwrite (or from a copy)")
-    target = Path(rejected_dir) if rejected_dir is not None else directory.parent / rundir.REJECTED
+    target = directory.parent / rundir.REJECTED
     for step, _ in rejected:
         target.mkdir(parents=True, exist_ok=True)
         dest = target / str(step)
@@ -337,34 +314,6 @@ def restore_verified(directory: str | Path, trainer: ChunkedTrainer, template: C
         shutil.move(str(directory / str(step)), str(dest))
         say(f"moved the rejected checkpoint {step} to {dest}")
     return restored
-
-
-def restore_unverified(step_dir: Path, step: int, trainer: ChunkedTrainer, template: ChunkState, *, algo: str,
-                       rerun: str) -> ChunkState:
-    """Read checkpoint ``step`` (directory ``step_dir``) written without a manifest (an older
-    fhc_jax, or interrupted while saving): nothing is verified, so the caller must check the
-    state another way (e.g. against policy.npz). Never moves or deletes anything.
-
-    Raises:
-        CheckpointError: unreadable, or a train state this version of ``algo`` cannot rebuild;
-            the message ends with ``rerun`` (the command that retrains the run).
-    """
-    import orbax.checkpoint as ocp
-
-    _quiet_orbax_shutdown()
-    try:
-        mngr = _manager(Path(step_dir).parent)
-        try:
-            data = mngr.restore(step, args=ocp.args.StandardRestore())
-        finally:
-            mngr.close()
-        return _state_from(jax.tree.map(np.asarray, data), trainer, template, str(step_dir))
-    except Exception as err:  # noqa: BLE001 (orbax raises many kinds on damaged files)
-        mine = type(err) is ValueError and "\n" not in str(err)  # _state_from: another train state
-        reason = f"this version of {algo} cannot rebuild its train state ({err})" if mine else \
-            f"it cannot be read ({_short(err)})"
-        raise CheckpointError(f"checkpoint {step_dir} has no manifest (interrupted while saving, or written by an "
-                              f"older fhc_jax) and {reason}; retrain the run with this version: {rerun}") from None
 
 
 def restore(directory: str | Path, trainer: ChunkedTrainer, template: ChunkState, iteration: int | None = None,

@@ -1,40 +1,50 @@
-"""The paper's comparison: FH-Constrained against NN-Constrained, PPO-Lagrangian and CPO on one
-environment (``--env``, default the paper's gridworld), several seeds each, judged by the paper's
-metric and exactly.
+"""``fhc-jax compare``: a study of several learners on one environment, described in a TOML file,
+several seeds each, judged by the paper's metric and exactly.
 
-For every run (a learner with one network input) :func:`run_comparison` trains R seeds in one
-vmapped, chunked program (:func:`fhc_jax.experiment.runner.train_seeds`) with the learner's
-default (tuned) ``Config`` unless overridden, and measures
+**A study** is a TOML file of rows, one run each: the learner (``algo``, a command-line name),
+the settings that differ from its defaults (``set``, dotted keys as with ``--set``) and the
+row's ``label``; optionally settings common to every row (a top-level ``set`` table: learner
+keys apply where the learner has them), ``notes`` printed under the table, and ``name``, the
+default stem of the output files::
+
+    name = "my_study"
+    notes = ["..."]
+    [set]
+    num_iterations = 400
+    [[run]]
+    label = "FH-Constrained"
+    algo = "fh-constrained"
+    [[run]]
+    label = "PPO-Lagrangian (xy)"
+    algo = "ppo-lag"
+    set = { observation = "xy" }
+
+The paper's comparison (FH-Constrained against NN-Constrained, PPO-Lagrangian, CPO, e-COP and
+Saute-Lagrangian with both network inputs where they apply) is the study
+``benchmarks/paper_comparison.toml`` (:data:`DEFAULT_STUDY`), which ``fhc-jax compare`` runs when
+no file is given.
+
+For every row :func:`run_comparison` trains R seeds in one vmapped, chunked program
+(:func:`fhc_jax.experiment.runner.train_seeds`) and measures
 
 * the **paper's metric**: the mean episode reward and cost over the last 10,000 training
   episodes, i.e. over the batch means of the last ``ceil(10000 / K)`` iterations (K episodes
   per iteration), per seed; mean, std, min and max over seeds;
-* the **exact** reward and costs of each seed's final policy (``fhc_jax.evaluate`` through the
-  learner's exact evaluation), judged by :func:`fhc_jax.experiment.judge.judge`: gap to the
-  exact constrained optimum (``fhc_jax.solve``), fraction of it, feasibility;
+* the **exact** reward and costs of each seed's final policy, judged by
+  :func:`fhc_jax.experiment.judge.judge`: gap to the exact constrained optimum
+  (``fhc_jax.solve``), fraction of it, feasibility;
 * the **violation rate**: the fraction of seeds whose final policy is infeasible by the judge's
   rule (cost above alpha + ``run.feasibility_tolerance`` |alpha|, default 2%), and the same rule
   applied to the paper's metric;
-* **statistics over seeds** (:mod:`fhc_jax.experiment.statistics`, each row's ``statistics``):
-  mean and IQM of the exact reward, each cost and the gap to J* with stratified-bootstrap 95%
-  intervals, and the probability of violating the constraint with its Wilson 95% interval;
+* **statistics over seeds** (:mod:`fhc_jax.experiment.statistics`): mean and IQM of the exact
+  reward, each cost and the gap to J* with stratified-bootstrap 95% intervals, and the
+  probability of violating the constraint with its Wilson 95% interval;
 * wall and compile time.
-
-Progress (unless quiet): each run's chunk line ends with the overall runs done, elapsed time and
-ETA (:class:`fhc_jax.experiment.progress.RunsProgress`), and each completed run prints one plain
-line (``[3/9 runs done] elapsed ... | eta ... | NAME | ...``).
 
 :func:`write_outputs` writes ``<stem>.json`` (every number, hardware, versions, wall times),
 ``<stem>.md`` (:func:`format_markdown`), ``<stem>.png``
 (:func:`fhc_jax.experiment.plots.plot_comparison`, a Fig. 1 style two-panel figure) and
-``<stem>_profile.png`` (performance profiles of the fraction of the optimum over seeds,
-:func:`plot_profiles`). ``benchmarks/reproduce_paper.py`` and ``fhc-jax compare`` are thin
-wrappers around these functions.
-
-Runs and inputs (:data:`DEFAULT_RUNS`): FH-Constrained uses tabular per-stage features (no input
-choice); NN-Constrained uses the paper's "xy" input only: its per-stage networks already know the
-stage h, so the paper's Env 2 ("xyt", the stage as an input) does not apply; the stationary
-baselines PPO-Lagrangian and CPO run with "xy" (paper Env 1) and "xyt" (Env 2).
+``<stem>_profile.png`` (performance profiles of the fraction of the optimum over seeds).
 """
 
 from __future__ import annotations
@@ -49,14 +59,18 @@ from typing import IO, Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from fhc_jax.algos.hyperparameters import resolve_env_defaults
-from fhc_jax.experiment import config_io, environments, judge, registry, statistics, tracking
-from fhc_jax.experiment.machine import load_average, machine_info, source_revision
+from fhc_jax.experiment import config, judge, statistics, tracking
 from fhc_jax.experiment.plots import plot_comparison
+from fhc_jax.experiment.rundir import load_average, machine_info, source_revision
+from fhc_jax.experiment.runner import (DivergenceError, RunsProgress, divergence_hint, env_steps_per_iteration,
+                                       train_seeds)
 
 #: the paper's metric averages the last this many training episodes
 PAPER_EPISODES = 10_000
+#: the study ``fhc-jax compare`` runs without a file: the paper's comparison
+DEFAULT_STUDY = Path(__file__).resolve().parents[2] / "benchmarks" / "paper_comparison.toml"
 
-#: display names of the learners
+#: display names of the learners (the table's Algorithm column)
 LABELS: dict[str, str] = {
     "fh-constrained": "FH-Constrained",
     "nn-constrained": "NN-Constrained",
@@ -65,58 +79,92 @@ LABELS: dict[str, str] = {
     "e-cop": "e-COP",
     "saute-lag": "Saute-Lagrangian",
 }
-#: display names of the inputs (None: the learner has no input choice)
+#: display names of the network inputs (None: the learner has no input choice)
 INPUT_LABELS: dict[str | None, str] = {None: "tabular (h, s)", "xy": "Env 1 (xy)", "xyt": "Env 2 (xyt)",
                                        "one_hot": "one-hot s"}
 
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-    """One run of the comparison: a learner (command-line name) and its network input (None:
-    tabular, no input choice)."""
+    """One row of a study: its label, the learner's command-line name and the row's settings
+    (dotted keys -> values)."""
 
+    name: str
     algo: str
-    observation: str | None = None
+    settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
-    def name(self) -> str:
-        return LABELS.get(self.algo, self.algo) + ("" if self.observation is None else f" ({self.observation})")
+    def observation(self) -> str | None:
+        """The network input the row sets (None: none set)."""
+        return self.settings.get("observation")
 
 
-#: the paper's comparison (module docstring: why NN-Constrained has no "xyt" run)
-DEFAULT_RUNS: tuple[RunSpec, ...] = (
-    RunSpec("fh-constrained"),
-    RunSpec("nn-constrained", "xy"),
-    RunSpec("ppo-lag", "xy"),
-    RunSpec("ppo-lag", "xyt"),
-    RunSpec("cpo", "xy"),
-    RunSpec("cpo", "xyt"),
-    RunSpec("e-cop", "xy"),  # per-stage networks, like NN-Constrained: no "xyt" run
-    RunSpec("saute-lag", "xy"),  # + the budget z; judged exactly (docs/algorithms/saute.md)
-    RunSpec("saute-lag", "xyt"),
-)
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """A study file, read and checked (:func:`load_study`): its rows, the settings common to
+    them, the notes under the table and the default output stem."""
 
-NOTES = (
-    "NN-Constrained runs with the paper's input (xy) only: its per-stage networks already know the "
-    "stage h, so the paper's Env 2 (xyt) does not apply to it. FH-Constrained uses tabular per-stage "
-    "features and has no input choice.",
-)
+    runs: tuple[RunSpec, ...]
+    settings: Mapping[str, Any]
+    notes: tuple[str, ...]
+    name: str
 
 
-def select_runs(algos: Iterable[str] | None = None, inputs: Iterable[str] | None = None) -> list[RunSpec]:
-    """The runs of :data:`DEFAULT_RUNS` whose learner is in ``algos`` (either name form; None:
-    all) and whose input is in ``inputs`` (runs without an input choice are always kept).
+def load_study(path: str | Path | None = None) -> Study:
+    """Read a study file (module docstring; default :data:`DEFAULT_STUDY`).
+
+    Raises:
+        ConfigError: a missing or invalid file, an unknown key, a row without ``algo`` or with
+            an unknown one, two rows with the same label, or no row.
+    """
+    path = Path(DEFAULT_STUDY if path is None else path)
+    data = config.read_toml(path, "study file")
+    where = f"study file {str(path)!r}"
+    unknown = sorted(set(data) - {"name", "notes", "set", "run"})
+    if unknown:
+        raise config.unknown_key(unknown[0], ["name", "notes", "set", "run"], where)
+    rows, runs = data.get("run", []), []
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        raise config.ConfigError(f"{where} has no [[run]] rows; each names an algo (and a label and set)")
+    for i, row in enumerate(rows):
+        bad = sorted(set(row) - {"label", "algo", "set"})
+        if bad:
+            raise config.unknown_key(f"run[{i}].{bad[0]}", ["label", "algo", "set"], where)
+        algo = row.get("algo")
+        if not isinstance(algo, str) or (algo not in config.ALGORITHMS and algo not in config.ALGORITHMS.values()):
+            raise config.ConfigError(f"{where}: run[{i}] needs algo = one of {', '.join(config.LEARNERS)}, found "
+                                     f"{algo!r}")
+        algo = config.canonical_name(algo)
+        settings = config.flatten(row.get("set", {}))
+        label = row.get("label", LABELS.get(algo, algo) + (f" ({settings['observation']})"
+                                                           if "observation" in settings else ""))
+        runs.append(RunSpec(str(label), algo, settings))
+    labels = [r.name for r in runs]
+    if len(set(labels)) < len(labels):
+        twice = next(x for x in labels if labels.count(x) > 1)
+        raise config.ConfigError(f"{where}: two runs are labelled {twice!r}; give each run its own label")
+    notes = data.get("notes", [])
+    return Study(runs=tuple(runs), settings=config.flatten(data.get("set", {})),
+                 notes=tuple(notes) if isinstance(notes, list) else (str(notes),),
+                 name=str(data.get("name", path.stem)))
+
+
+def select_runs(algos: Iterable[str] | None = None, inputs: Iterable[str] | None = None,
+                study: Study | None = None) -> list[RunSpec]:
+    """The runs of ``study`` (default: :func:`load_study` of :data:`DEFAULT_STUDY`) whose learner
+    is in ``algos`` (either name form; None: all) and whose input is in ``inputs`` (runs that set
+    no input are always kept).
 
     Raises:
         ValueError: an unknown algorithm or input, or a selection that leaves no run.
     """
-    wanted = None if algos is None else {registry.canonical_name(a) for a in algos}
+    study = load_study() if study is None else study
+    wanted = None if algos is None else {config.canonical_name(a) for a in algos}
     ins = None if inputs is None else set(inputs)
-    if ins is not None:
-        bad = sorted(ins - {"xy", "xyt"})
-        if bad:
-            raise ValueError(f"unknown input {bad[0]!r}; valid: 'xy', 'xyt'")
-    runs = [r for r in DEFAULT_RUNS if (wanted is None or r.algo in wanted)
+    bad = sorted((ins or set()) - {"xy", "xyt"})
+    if bad:
+        raise ValueError(f"unknown input {bad[0]!r}; valid: 'xy', 'xyt'")
+    runs = [r for r in study.runs if (wanted is None or r.algo in wanted)
             and (ins is None or r.observation is None or r.observation in ins)]
     if not runs:
         raise ValueError("the selection of algorithms and inputs leaves no run")
@@ -139,12 +187,8 @@ def split_overrides(assignments: Iterable[str]) -> tuple[list[str], dict[str, li
     common: list[str] = []
     per_algo: dict[str, list[str]] = {}
     for text in assignments:
-        key, _ = config_io.parse_assignment(text)
-        head, dot, rest = key.partition(".")
-        try:
-            algo = registry.canonical_name(head) if dot else None
-        except ValueError:
-            algo = None
+        head, dot, rest = config.parse_assignment(text)[0].partition(".")
+        algo = next((cli for cli, module in config.ALGORITHMS.items() if dot and head in (cli, module)), None)
         if algo is None:
             common.append(text)
         else:
@@ -153,71 +197,60 @@ def split_overrides(assignments: Iterable[str]) -> tuple[list[str], dict[str, li
 
 
 def build_specs(runs: Sequence[RunSpec], seeds: int, overrides: Iterable[str] = (), *, seed: int = 0,
-                env: str | None = None) -> list[config_io.ExperimentSpec]:
-    """One validated :class:`~fhc_jax.experiment.config_io.ExperimentSpec` per run (nothing
-    compiled). ``overrides``: ``--set`` strings (:func:`split_overrides`); ``env``: the
-    environment's name (default ``env.name`` of the overrides, else gridworld).
+                env: str | None = None, common: Mapping[str, Any] | None = None) -> list[config.ExperimentSpec]:
+    """One validated :class:`~fhc_jax.experiment.config.ExperimentSpec` per run (nothing
+    compiled). Precedence (later wins): ``common`` (a study's common settings) < the row's
+    settings < ``overrides`` (``--set`` strings, :func:`split_overrides`) < ``env`` (the
+    environment's name). Learner keys of ``common`` and of the common overrides apply where the
+    learner has them.
 
     Raises:
         ConfigError / ValueError: invalid settings, a learner key that no selected learner has,
             an algorithm-specific key for a learner that is not selected, an input the
-            environment does not support.
+            environment does not support, or runs on different environments.
     """
-    common, per_algo = split_overrides(overrides)
+    common_sets, per_algo = split_overrides(overrides)
     selected = {r.algo for r in runs}
     extra = sorted(set(per_algo) - selected)
     if extra:
-        raise config_io.ConfigError(f"--set {extra[0]}.*: {extra[0]!r} is not among the selected algorithms")
-    common_values = dict(config_io.parse_assignment(t) for t in common)
-    learner_keys = {k for k in common_values if not k.startswith(("env.", "run."))}
-    known = set()
-    for algo in selected:
-        known |= set(config_io.learner_schema(registry.load_algorithm(algo).Config()))
+        raise config.ConfigError(f"--set {extra[0]}.*: {extra[0]!r} is not among the selected algorithms")
+    values = dict(config.parse_assignment(t) for t in common_sets)
+    learner_keys = {k for k in values if not k.startswith(("env.", "run."))}
+    known = set().union(*(config.learner_schema(config.LEARNERS[a].Config()) for a in selected))
     unknown = sorted(learner_keys - known)
     if unknown:
-        raise config_io.ConfigError(f"unknown key {unknown[0]!r}: no selected learner has it (use env.*, run.*, "
-                                    "a learner's Config field, or ALGO.key for one learner)")
-    if "observation" in learner_keys:
-        raise config_io.ConfigError("observation is chosen per run; select inputs with --inputs instead")
-    env_run = [t for t in common if config_io.parse_assignment(t)[0] not in learner_keys]
-    specs = []
-    for r in runs:
-        # learner keys common to all runs are "defaults": a learner that lacks one skips it
-        specs.append(config_io.load_spec(r.algo, overrides=env_run + per_algo.get(r.algo, []),
-                                         defaults={k: v for k, v in common_values.items() if k in learner_keys},
-                                         settings={"run.seed": seed}, seeds=seeds, observation=r.observation,
-                                         env=env))
-    envs = {(s.env_name, tuple(sorted((k, str(v)) for k, v in s.env.items()))) for s in specs}
-    if len(envs) != 1:  # pragma: no cover (env keys are common by construction)
-        raise config_io.ConfigError("the runs must share one environment")
+        raise config.ConfigError(f"unknown key {unknown[0]!r}: no selected learner has it (use env.*, run.*, "
+                                 "a learner's Config field, or ALGO.key for one learner)")
+    if "observation" in learner_keys | {t.partition("=")[0].strip() for ts in per_algo.values() for t in ts}:
+        raise config.ConfigError("observation is chosen per run; select inputs with --inputs instead")
+    common = dict(common or {})
+    lenient = learner_keys | {k for k in common if not k.startswith(("env.", "run."))}
+    specs = [config.load_spec(r.algo, settings={"run.seed": seed, **common, **r.settings, **values},
+                              overrides=per_algo.get(r.algo, []), lenient=lenient - set(r.settings),
+                              seeds=seeds, env=env) for r in runs]
+    if len({(s.env_name, str(sorted(s.env.items()))) for s in specs}) != 1:
+        raise config.ConfigError("the runs of a comparison must share one environment; set env.* for all of them")
     environment, _ = specs[0].make_env()
     if not environment.has_exact_model:
-        raise config_io.ConfigError(f"compare: environment {specs[0].env_name!r} has no exact model "
-                                    "(has_exact_model is False); the comparison judges every run exactly")
+        raise config.ConfigError(f"compare: environment {specs[0].env_name!r} has no exact model "
+                                 "(has_exact_model is False); the comparison judges every run exactly")
     for r in runs:
         if r.observation is not None and r.observation not in environment.supported_observations:
-            raise config_io.ConfigError(
+            raise config.ConfigError(
                 f"input {r.observation!r} of {r.name} is not supported by environment {specs[0].env_name!r} "
                 f"(its observations: {', '.join(environment.supported_observations)}); choose --inputs or --algos")
     return specs
 
 
-def _changed_settings(spec: config_io.ExperimentSpec) -> dict[str, Any]:
+def _changed_settings(spec: config.ExperimentSpec) -> dict[str, Any]:
     """Learner settings of ``spec`` that differ from the learner's defaults (observation aside)."""
     # compare runs on environments with a tabular exact model (it judges every run exactly)
-    base = config_io.learner_settings(resolve_env_defaults(registry.load_algorithm(spec.algo).Config(), True))
-    now = config_io.learner_settings(spec.learner)
+    base = config.learner_settings(resolve_env_defaults(spec.module.Config(), True))
+    now = config.learner_settings(spec.learner)
     return {k: v for k, v in now.items() if base.get(k) != v and k != "observation"}
 
 
-# ----------------------------------------------------------------------------- statistics
-
-
-def stats(x: np.ndarray) -> dict[str, Any]:
-    """mean / std (population, over seeds) / min / max and the per-seed values of a (R,) array."""
-    x = np.asarray(x, np.float64)
-    return {"mean": float(np.mean(x)), "std": float(np.std(x)), "min": float(np.min(x)),
-            "max": float(np.max(x)), "per_seed": x.tolist()}
+# ----------------------------------------------------------------------------- judging a run
 
 
 def paper_window(num_iterations: int, episodes_per_iteration: int) -> int:
@@ -255,15 +288,15 @@ def judge_run(metrics: Mapping[str, np.ndarray], judged: judge.Judgement, episod
         "paper_metric": {
             "window_iterations": window,
             "window_episodes": window * episodes_per_iteration,
-            "reward": stats(p_reward),
-            "costs": [stats(p_costs[:, k]) for k in range(p_costs.shape[1])],
+            "reward": judge.stats(p_reward, per_seed=True),
+            "costs": [judge.stats(p_costs[:, k], per_seed=True) for k in range(p_costs.shape[1])],
             "violating_seeds": int(p_violating.sum()),
             "violation_rate": float(p_violating.mean()),
             "fraction_of_window_iterations_above_alpha": iters_above,
         },
         "exact": {
-            "reward": stats(judged.reward),
-            "costs": [stats(e_costs[:, k]) for k in range(e_costs.shape[1])],
+            "reward": judge.stats(judged.reward, per_seed=True),
+            "costs": [judge.stats(e_costs[:, k], per_seed=True) for k in range(e_costs.shape[1])],
             "violating_seeds": int(e_violating.sum()),
             "violation_rate": float(e_violating.mean()),
             "max_relative_excess": float(np.max(judge.relative_excess(e_costs, judged.thresholds))),
@@ -271,9 +304,9 @@ def judge_run(metrics: Mapping[str, np.ndarray], judged: judge.Judgement, episod
         },
     }
     if judged.optimum is not None:
-        out["exact"]["gap"] = stats(judged.gap)
+        out["exact"]["gap"] = judge.stats(judged.gap, per_seed=True)
         frac = judged.fraction_of_optimum
-        out["exact"]["fraction_of_optimum"] = None if frac is None else stats(frac)
+        out["exact"]["fraction_of_optimum"] = None if frac is None else judge.stats(frac, per_seed=True)
     return out
 
 
@@ -281,51 +314,51 @@ def judge_run(metrics: Mapping[str, np.ndarray], judged: judge.Judgement, episod
 
 
 def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, seed: int = 0,
-                   overrides: Iterable[str] = (), env: str | None = None, stream: IO[str] | None = None,
-                   quiet: bool = False, keep_policies: bool = False, loggers: str | Sequence[str] | None = None,
-                   log_dir: str | Path | None = None, log_name: str = "compare") -> dict[str, Any]:
+                   overrides: Iterable[str] = (), env: str | None = None, study: Study | None = None,
+                   stream: IO[str] | None = None, quiet: bool = False, keep_policies: bool = False,
+                   loggers: str | Sequence[str] | None = None, log_dir: str | Path | None = None,
+                   log_name: str = "compare") -> dict[str, Any]:
     """Train and judge every run; returns the result (JSON-ready, see :func:`write_outputs`).
 
     Args:
-        runs: :class:`RunSpec` list (default :data:`DEFAULT_RUNS`).
+        runs: the rows to run (default: every row of ``study``).
         seeds: R seeds per run, vmapped in one program; seed i trains from
             ``fold_in(key(seed), i)``.
         overrides: ``--set`` strings (:func:`split_overrides`): ``env.size=4``,
             ``num_iterations=20`` (every learner), ``cpo.num_iterations=50`` (one learner).
-        env: the environment's name (:mod:`fhc_jax.experiment.environments`; default gridworld).
+        env: the environment's name (:mod:`fhc_jax.experiment.config`; default gridworld).
+        study: the study (default :func:`load_study` of :data:`DEFAULT_STUDY`): its common
+            settings and notes.
         stream: progress lines (default stderr); quiet: none.
         keep_policies: also return the final policy tables, ``result["_policies"][i]`` (R, H, S, A)
             (not JSON; for tests).
         loggers: experiment trackers (:mod:`fhc_jax.experiment.tracking`), one tracked run per
-            learner run: TensorBoard in ``log_dir/tensorboard/<log_name>/<run>`` (earlier event
-            files there are replaced), W&B in ``log_dir/wandb`` grouped as ``log_name``.
+            row: TensorBoard in ``log_dir/tensorboard/<log_name>/<run>`` (earlier event files
+            there are replaced), W&B in ``log_dir/wandb`` grouped as ``log_name``.
     Raises:
         ConfigError / ValueError: invalid settings (before anything is compiled).
         DivergenceError: a run's values became non-finite (names the run, seeds and quantity).
     """
     import fhc_jax as fhc
-    from fhc_jax.experiment.progress import Progress, RunsProgress, env_steps_per_iteration
-    from fhc_jax.experiment.runner import train_seeds
 
-    t_start = time.perf_counter()
-    load_start = load_average()
-    source = source_revision()  # before the modules are imported
+    t_start, load_start = time.perf_counter(), load_average()
+    source = source_revision()
     stream = sys.stderr if stream is None else stream
     say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=stream, flush=True))
-    runs = list(DEFAULT_RUNS if runs is None else runs)
-    specs = build_specs(runs, seeds, overrides, seed=seed, env=env)  # validates everything first
+    study = load_study() if study is None else study
+    runs = list(study.runs if runs is None else runs)
+    specs = build_specs(runs, seeds, overrides, seed=seed, env=env, common=study.settings)  # validates first
     missing = statistics.unavailable()
     if missing is not None:  # said before training, not after it
         print(f"fhc-jax compare: warning: {missing}; the bootstrap intervals will be missing", file=stream, flush=True)
     loggers = tracking.resolve_loggers(loggers)
     if loggers and log_dir is None:
-        raise config_io.ConfigError("run_comparison: loggers need log_dir, the folder their logs go to")
+        raise config.ConfigError("run_comparison: loggers need log_dir, the folder their logs go to")
     if "tensorboard" in loggers:  # this comparison's logs replace those of an earlier one of the same name
         for old in (Path(log_dir) / "tensorboard" / log_name).glob("*/events.out.tfevents.*"):
             old.unlink()
     env, params = specs[0].make_env()
     title = specs[0].env_title()
-    tolerance = specs[0].feasibility_tolerance
     cmdp = env.to_cmdp(params)
     thresholds = np.asarray(cmdp.thresholds, np.float64)
     opt, infeasible = judge.solve_optimum(cmdp)
@@ -336,90 +369,35 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
     say(f"{title}: optimum J* = {opt.reward:.4f} at cost {opt.costs.tolist()} "
         f"(unconstrained {float(unc.reward):.4f} at cost {np.asarray(unc.costs).tolist()})"
         if opt is not None else f"{title}: the constraint is infeasible")
-    results, policies = [], []
     overall = None if quiet else RunsProgress(len(runs), stream)
+    rows, policies = [], []
     for i, (run, spec) in enumerate(zip(runs, specs)):
-        module = registry.load_algorithm(spec.algo)
-        cfg = spec.learner
-        say(f"[{i + 1}/{len(runs)}] {run.name}: {seeds} seeds x {cfg.num_iterations} iterations x "
-            f"{cfg.episodes_per_iteration} episodes ...")
-        progress = None if quiet else Progress(run.name, int(cfg.num_iterations), seeds,
-                                               env_steps_per_iteration(cfg, env.horizon), thresholds, stream,
-                                               overall=overall.status)
-        t0 = time.perf_counter()
-        trackers = tracking.Trackers(
-            loggers, log_dir or ".", name=f"{log_name}: {run.name}", group=log_name,
-            subdir=f"{log_name}/{tracking.slug(run.name)}", stream=stream, hparams=spec.settings(),
-            config={"run": run.name, "algo": spec.algo, "observation": run.observation, "seeds": seeds,
-                    "settings": spec.settings()},
-            run_labels=tracking.seed_labels(seeds), steps_per_iteration=env_steps_per_iteration(cfg, env.horizon))
-        try:
-            res = train_seeds(module, env, params, cfg, seeds, seed=spec.seed, chunk_size=spec.chunk_size,
-                              on_chunk=tracking.chain(progress, trackers.log_chunk))
-        except BaseException:
-            trackers.close()
-            raise
-        wall = time.perf_counter() - t0
-        if res.divergence is not None:
-            from fhc_jax.experiment.training import DivergenceError, divergence_hint
-
-            trackers.close()
-            raise DivergenceError(f"{run.name}: {res.divergence.describe()}; {divergence_hint(spec)}",
-                                  res.divergence)
-        nu = res.state.metrics["multipliers"][:, -1] if "multipliers" in res.state.metrics else None
-        judged = judge.judge(res.state.exact_reward[:, -1], res.state.exact_costs[:, -1], thresholds, optimum=opt,
-                             multipliers=nu, tolerance=tolerance)
-        row = {
-            "name": run.name,
-            "algo": spec.algo,
-            "label": LABELS.get(spec.algo, spec.algo),
-            "observation": run.observation,
-            "input": INPUT_LABELS.get(run.observation, str(run.observation)),
-            "num_iterations": int(cfg.num_iterations),
-            "episodes_per_iteration": int(cfg.episodes_per_iteration),
-            "training_episodes": int(cfg.num_iterations * cfg.episodes_per_iteration),
-            "changed_settings": _changed_settings(spec),
-            "settings": config_io.learner_settings(cfg),
-            **judge_run(res.state.metrics, judged, cfg.episodes_per_iteration),
-            "exact_curve": {
-                "iterations": res.state.exact_iterations.tolist(),
-                "reward_mean": res.state.exact_reward.mean(0).tolist(),
-                "costs_mean": res.state.exact_costs.mean(0).T.tolist(),
-            },
-            "timing": {"wall_s": wall, "compile_s": res.compile_s, "train_s": res.run_s},
-        }
-        row["statistics"] = statistics.seed_statistics(judged)
-        if nu is not None:
-            row["final_multipliers"] = judged.multipliers.tolist()
-        results.append(row)
-        policies.append(res.policy)
-        trackers.log_summary(row)
-        trackers.close()
-        pm = row["paper_metric"]
-        if overall is not None:  # one plain line per completed run
-            overall.done(run.name, f"paper metric: reward {pm['reward']['mean']:.2f}, cost "
-                         f"{pm['costs'][0]['mean']:.2f}; exact: {statistics.format_line(row['statistics'])}; "
-                         f"{wall:.1f} s (compile {res.compile_s:.1f} s)")
+        say(f"[{i + 1}/{len(runs)}] {run.name}: {seeds} seeds x {spec.learner.num_iterations} iterations x "
+            f"{spec.learner.episodes_per_iteration} episodes ...")
+        row, policy = _run_row(run, spec, env, params, thresholds, opt, stream, quiet, overall, loggers, log_dir,
+                               log_name)
+        rows.append(row)
+        policies.append(policy)
     total = time.perf_counter() - t_start
     result = {
         "env": {"name": specs[0].env_name, **specs[0].env},
         "env_title": title,
-        "env_repr": repr(env),
+        "env_repr": config.env_repr(env),
         "seeds": seeds,
         "seed": specs[0].seed,
         "overrides": list(overrides),
         "thresholds": thresholds.tolist(),
-        "tolerance": tolerance,
+        "tolerance": specs[0].feasibility_tolerance,
         "paper_episodes": PAPER_EPISODES,
         "optimum": None if opt is None else opt.as_dict(),
         "unconstrained": {"reward": float(unc.reward), "costs": np.asarray(unc.costs, np.float64).tolist(),
                           "solve_time_s": float(unc.solve_time)},
-        "runs": results,
-        "notes": list(NOTES),
+        "runs": rows,
+        "notes": list(study.notes),
         "machine": machine_info(),
         "source": source,
-        "timing": {"total_wall_s": total, "runs_wall_s": float(sum(r["timing"]["wall_s"] for r in results)),
-                   "compile_s": float(sum(r["timing"]["compile_s"] for r in results)),
+        "timing": {"total_wall_s": total, "runs_wall_s": float(sum(r["timing"]["wall_s"] for r in rows)),
+                   "compile_s": float(sum(r["timing"]["compile_s"] for r in rows)),
                    "load_average_start": load_start, "load_average_end": load_average()},
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -427,6 +405,63 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
         result["_policies"] = policies
     say(f"total wall time {total:.1f} s (load average {load_start} -> {result['timing']['load_average_end']})")
     return result
+
+
+def _run_row(run, spec, env, params, thresholds, opt, stream, quiet, overall, loggers, log_dir, log_name):
+    """Train and judge one row: (its table row, its final policy tables)."""
+    cfg, seeds = spec.learner, spec.seeds
+    observation = getattr(cfg, "observation", None)
+    t0 = time.perf_counter()
+    trackers = tracking.Trackers(
+        loggers, log_dir or ".", name=f"{log_name}: {run.name}", group=log_name,
+        subdir=f"{log_name}/{tracking.slug(run.name)}", stream=stream, hparams=spec.settings(),
+        config={"run": run.name, "algo": spec.algo, "observation": observation, "seeds": seeds,
+                "settings": spec.settings()},
+        run_labels=tracking.seed_labels(seeds), steps_per_iteration=env_steps_per_iteration(cfg, env.horizon))
+    try:
+        res = train_seeds(spec.module, env, params, cfg, seeds, seed=spec.seed, chunk_size=spec.chunk_size,
+                          label=None if quiet else run.name, stream=stream, trackers=trackers,
+                          overall=None if quiet else overall.status)
+    except BaseException:
+        trackers.close()
+        raise
+    if res.divergence is not None:
+        trackers.close()
+        raise DivergenceError(f"{run.name}: {res.divergence.describe()}; {divergence_hint(spec)}", res.divergence)
+    wall = time.perf_counter() - t0
+    nu = res.state.metrics["multipliers"][:, -1] if "multipliers" in res.state.metrics else None
+    judged = judge.judge(res.state.exact_reward[:, -1], res.state.exact_costs[:, -1], thresholds, optimum=opt,
+                         multipliers=nu, tolerance=spec.feasibility_tolerance)
+    row = {
+        "name": run.name,
+        "algo": spec.algo,
+        "label": LABELS.get(spec.algo, spec.algo),
+        "observation": observation,
+        "input": INPUT_LABELS.get(observation, str(observation)),
+        "num_iterations": int(cfg.num_iterations),
+        "episodes_per_iteration": int(cfg.episodes_per_iteration),
+        "training_episodes": int(cfg.num_iterations * cfg.episodes_per_iteration),
+        "changed_settings": _changed_settings(spec),
+        "settings": config.learner_settings(cfg),
+        **judge_run(res.state.metrics, judged, cfg.episodes_per_iteration),
+        "exact_curve": {
+            "iterations": res.state.exact_iterations.tolist(),
+            "reward_mean": res.state.exact_reward.mean(0).tolist(),
+            "costs_mean": res.state.exact_costs.mean(0).T.tolist(),
+        },
+        "timing": {"wall_s": wall, "compile_s": res.compile_s, "train_s": res.run_s},
+        "statistics": statistics.seed_statistics(judged),
+    }
+    if nu is not None:
+        row["final_multipliers"] = judged.multipliers.tolist()
+    trackers.log_summary(row)
+    trackers.close()
+    if overall is not None:  # one plain line per completed run
+        pm = row["paper_metric"]
+        overall.done(run.name, f"paper metric: reward {pm['reward']['mean']:.2f}, cost "
+                     f"{pm['costs'][0]['mean']:.2f}; exact: {statistics.format_line(row['statistics'])}; "
+                     f"{wall:.1f} s (compile {res.compile_s:.1f} s)")
+    return row, res.policy
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -475,7 +510,7 @@ def format_markdown(result: Mapping[str, Any]) -> str:
     lines += format_statistics_table(result)
     mc, tm = result["machine"], result["timing"]
     env = dict(result["env"])
-    name = env.pop("name", environments.DEFAULT_ENV)
+    name = env.pop("name", config.DEFAULT_ENV)
     legend = [
         "",
         f"Environment {name} ({', '.join(f'{k} = {v}' for k, v in env.items())}), alpha = {alpha}; "

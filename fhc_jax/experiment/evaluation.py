@@ -1,5 +1,13 @@
-"""Judging a trained run's final policies again, on the environment it was trained on or on a
-changed one (``fhc-jax eval``); the run is rebuilt by :func:`fhc_jax.experiment.loading.load_run`.
+"""A trained run rebuilt from its directory (:func:`load_run`) and its final policies judged
+again, on the environment it was trained on or on a changed one (``fhc-jax eval``).
+
+:func:`load_run` reads a run directory written by ``fhc-jax train`` through
+:func:`fhc_jax.experiment.rundir.read_run` (the configuration exactly as config.json holds it,
+the environment through the registry) and restores the final train state of every seed from the
+run's final checkpoint (``checkpoints/<num_iterations>/``), verified against its manifest
+(:mod:`fhc_jax.experiment.checkpoint`). ``LoadedRun.policy(r)`` is seed r's final policy as
+``policy(key, obs, h)`` for :func:`fhc_jax.rollout` / :func:`fhc_jax.rollout_returns` (the
+learner's own ``policy(train_state, env, params)``). Nothing is written.
 
 :func:`evaluate_run` judges those policies with the one judge (:mod:`fhc_jax.experiment.judge`):
 exactly where the learner's policy is a table over a tabular exact model
@@ -11,7 +19,7 @@ validated like ``fhc-jax train``'s ``--set`` before anything is compiled, and a 
 policies cannot follow (another horizon, number of actions, state space for a tabular policy,
 observation shape) is refused.
 
-``fhc-jax eval RUN`` (:func:`plan_eval`, then :func:`run_eval`) writes ``RUN/eval/<name>.json``
+``fhc-jax eval RUN`` (:func:`eval_run`) writes ``RUN/eval/<name>.json``
 atomically and touches nothing else (config.json, metrics.csv, summary.json, policy.npz and
 checkpoints stay as they are); it holds the run directory's writer lock
 (:func:`fhc_jax.experiment.rundir.locked`) while it reads the checkpoint and writes, so it never
@@ -22,31 +30,152 @@ is refused the way every ``fhc-jax`` command refuses one.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import tempfile
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+import jax
 import numpy as np
 
 from fhc_jax.algos.learner import judged_exactly
 from fhc_jax.envs.base import Environment
-from fhc_jax.experiment import environments, judge, rundir, summary as summ
-from fhc_jax.experiment.config_io import parse_assignment
-from fhc_jax.experiment.loading import LoadedRun, RunFiles, load_run, read_run, restore_run
-from fhc_jax.experiment.machine import machine_info
-from fhc_jax.experiment.settings import ConfigError, plain
+from fhc_jax.experiment import checkpoint, config, judge, rundir
+from fhc_jax.experiment.config import ConfigError, parse_assignment, plain
+from fhc_jax.experiment.rundir import RunFiles
+from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, seed_keys
 
-__all__ = ["EvalPlan", "LoadedRun", "RunEvaluation", "Target", "evaluate_run", "format_evaluation", "load_run",
-           "output_name", "parse_env_sets", "plan_eval", "run_eval", "target_environment"]
+Array = jax.Array
 
 #: the folder of a run directory that ``fhc-jax eval`` writes into
 EVAL_DIR = "eval"
+#: what to do when another process writes the run directory
+IN_USE = "wait for it to finish, then run fhc-jax eval again"
+#: ``--episodes``: the range of ``run.eval_episodes``
+EPISODES = next(s for s in config.RUN_SETTINGS if s.name == "eval_episodes")
 #: largest |difference| from summary.json's values that goes without a note (same code, same
 #: machine: 0)
 SUMMARY_TOLERANCE = 1e-6
+
+
+# ----------------------------------------------------------------------------- the loaded run
+
+
+def final_checkpoint(files: RunFiles) -> Path:
+    """``checkpoints/<num_iterations>/`` of a read run directory.
+
+    Raises:
+        RunDirectoryError: it does not exist (an incomplete or diverged run, or a deleted
+            checkpoint), saying how to finish the run or what to do.
+    """
+    n = files.spec.num_iterations
+    final = files.path / rundir.CHECKPOINTS / str(n)
+    if final.is_dir():
+        return final
+    head = f"{final} does not exist (the final checkpoint, iteration {n}, holds the trained policies)"
+    s = files.summary or {}
+    if s.get("complete") is False and "divergence" in s:
+        raise rundir.RunDirectoryError(
+            f"{head}: the run diverged at iteration {s.get('stopped_at_iteration', '?')}, so it has no final policy; "
+            f"retrain with smaller step sizes ({s.get('reason', '')})".rstrip(" ()"))
+    latest = checkpoint.latest_iteration(final.parent)
+    if latest is not None and latest < n:
+        raise rundir.RunDirectoryError(f"{head}: the run stopped at iteration {latest} of {n}; finish it with: "
+                                       f"fhc-jax train --resume --out {files.path}")
+    raise rundir.RunDirectoryError(f"{head}; restore the run directory from a copy or retrain: {files.rerun}")
+
+@dataclasses.dataclass(frozen=True)
+class LoadedRun(RunFiles):
+    """A trained run rebuilt from its directory (:func:`load_run`): the
+    :class:`~fhc_jax.experiment.rundir.RunFiles` of the directory and
+
+    Attributes:
+        iteration: the final checkpoint's iteration (= ``spec.num_iterations``).
+        train_states: the final train state of every seed, leading axis R (device arrays).
+        multipliers: the learned multipliers of the last iteration, (R, M), or None.
+        verification: how the final checkpoint was verified: "manifest" (CRC-32 of every array and
+            the configuration hash checked).
+    """
+
+    iteration: int
+    train_states: Any
+    multipliers: np.ndarray | None
+    trainer: ChunkedTrainer = dataclasses.field(repr=False)
+    state: ChunkState = dataclasses.field(repr=False)
+    verification: str = "manifest"
+
+    @property
+    def num_seeds(self) -> int:
+        """R."""
+        return self.spec.seeds
+
+    def _seed(self, seed_index: int) -> int:
+        if isinstance(seed_index, bool) or not isinstance(seed_index, (int, np.integer)) \
+                or not 0 <= seed_index < self.num_seeds:
+            raise ValueError(f"seed_index must be an integer in [0, {self.num_seeds - 1}] ({self.num_seeds} seeds), "
+                             f"found {seed_index!r}")
+        return int(seed_index)
+
+    def train_state(self, seed_index: int) -> Any:
+        """Seed ``seed_index``'s final train state (no leading axis)."""
+        r = self._seed(seed_index)
+        return jax.tree.map(lambda x: x[r], self.train_states)
+
+    def policy(self, seed_index: int) -> Callable[[Array, Array, Array], Array]:
+        """Seed ``seed_index``'s final policy, ``act(key, obs, h) -> action`` for
+        :func:`fhc_jax.rollout` / :func:`fhc_jax.rollout_returns` in :attr:`env` (or an
+        environment with the same observations), from the learner's ``policy``."""
+        return self.module.policy(self.train_state(seed_index), self.env, self.params)
+
+    def policy_tables(self) -> np.ndarray:
+        """Every seed's final policy table, (R, H, S, A) float32: what training evaluated and
+        wrote to policy.npz (tabular exact models only).
+
+        Raises:
+            ValueError: the environment has no tabular exact model.
+        """
+        if not self.exact:
+            raise ValueError(f"policy_tables: {self.env.name} has no tabular exact model; use policy(seed_index) "
+                             "with fhc_jax.rollout_returns")
+        return self.trainer.policy_tables(self.state)
+
+
+def load_run(path: str | Path) -> LoadedRun:
+    """Rebuild a trained run from its directory (module docstring); only reads.
+
+    Args:
+        path: a run directory written by ``fhc-jax train`` (complete: its final checkpoint exists).
+    Returns:
+        :class:`LoadedRun`.
+    Raises:
+        RunDirectoryError: missing or damaged files, naming the file.
+        CheckpointError: the final checkpoint is damaged or belongs to another configuration.
+    """
+    return restore_run(rundir.read_run(path))
+
+
+def restore_run(files: RunFiles) -> LoadedRun:
+    """:func:`load_run` of already read :class:`~fhc_jax.experiment.rundir.RunFiles`: the
+    chunked driver started from the verified final checkpoint (nothing left to train)."""
+    spec, n = files.spec, files.spec.num_iterations
+    ckpt_dir = final_checkpoint(files).parent
+    trainer = ChunkedTrainer(spec.module.make_learner(files.env, files.params, spec.learner), spec.seeds,
+                             spec.chunk_size)
+
+    def restore(template: ChunkState) -> ChunkState:
+        try:
+            return checkpoint.restore(ckpt_dir, trainer, template, n, config_hash=files.config_hash, num_iterations=n)
+        except checkpoint.CheckpointError as err:
+            raise checkpoint.CheckpointError(
+                f"{err}; restore the run directory from a copy or retrain: {files.rerun}") from None
+
+    state = trainer.drive(seed_keys(spec.seed, spec.seeds), restore=restore)
+    multipliers = state.metrics.get("multipliers")
+    return LoadedRun(**{f.name: getattr(files, f.name) for f in dataclasses.fields(RunFiles)},
+                     iteration=state.iteration, train_states=state.carry.state,
+                     multipliers=None if multipliers is None else np.asarray(multipliers[:, -1], np.float64),
+                     trainer=trainer, state=state)
 
 
 # ----------------------------------------------------------------------------- the judged environment
@@ -104,32 +233,35 @@ def target_environment(files: RunFiles | LoadedRun, changes: Mapping[str, Any] |
             ignored when the policies are judged exactly.
     Raises:
         ConfigError: an unknown key (listing the environment's keys), a wrong type, a value
-            the environment's constructor refuses, ``episodes`` < 2, or a change the policies
-            cannot follow (another horizon or number of actions, another state space for
-            tabular policies, another observation shape).
+            the environment's constructor refuses, ``episodes`` outside [2,
+            :data:`~fhc_jax.experiment.config.MAX_EPISODES`], or a change the policies cannot
+            follow (another observation encoder, horizon or number of actions, another state
+            space for tabular policies, another observation shape).
     """
     spec = files.spec
-    entry = environments.load_environment(spec.env_name)
+    entry = config.load_environment(spec.env_name)
     changes = dict(changes or {})
     settings = entry.validate({**spec.env, **changes})
     env, params = entry.make(settings)
     changed = {k: v for k, v in settings.items() if plain(v) != plain(spec.env.get(k))}
-    _check_transfer(files.env, env, changed, judged_exactly(files.env))
+    _check_transfer(files.env, env, spec.env, changed, judged_exactly(files.env))
     exact = judged_exactly(files.env) and judged_exactly(env)
-    if episodes is None:
-        episodes = spec.eval_episodes
-    if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 2:
-        raise ConfigError(f"--episodes must be an integer >= 2, found {episodes!r}")
+    episodes = EPISODES.check("--episodes", spec.eval_episodes if episodes is None else episodes)
     return Target(name=entry.name, settings=settings, changes=changed, env=env, params=params,
                   title=entry.describe(settings), exact=exact, episodes=None if exact else int(episodes))
 
 
-def _check_transfer(trained: Environment, env: Environment, changed: dict, tabular: bool) -> None:
+def _check_transfer(trained: Environment, env: Environment, before: dict, changed: dict, tabular: bool) -> None:
     if not changed:
         return
     keys = ", ".join(f"env.{k}" for k in changed)
     head = f"--set {keys}: the changed environment"
     hint = "change only settings that keep the horizon, actions and states (e.g. env.slip, env.alpha)"
+    if "observation" in changed:  # the encoder: what a policy reads (a table policy reads none)
+        was, now = before.get("observation"), changed["observation"]
+        raise ConfigError(f"--set env.observation: the policies were trained on {was!r} observations and cannot "
+                          f"follow a change of the observation encoder to {now!r}; judge them on {was!r}, or train "
+                          f"a run on {now!r}")
     if env.horizon != trained.horizon:
         raise ConfigError(f"{head} has horizon {env.horizon}, the policies act over {trained.horizon} stages; {hint}")
     if env.action_space != trained.action_space:
@@ -187,18 +319,14 @@ def evaluate_run(run: LoadedRun, target: Target | None = None, *,
         say(f"judging {run.num_seeds} seeds exactly on {target.title}")
         opt, err = judge.solve_optimum(cmdp)
         judged, _ = judge.judge_policies(cmdp, run.policy_tables(), optimum=opt, multipliers=nu, tolerance=tol)
-        record["feasibility"] = {"feasible": True} if err is None else {
-            "feasible": False, "min_costs": np.asarray(err.min_costs, np.float64).tolist(), "message": str(err)}
+        record["feasibility"] = judge.feasibility(err)
         if err is not None:
             say(f"warning: {err}; no policy can meet the threshold")
     else:
         say(f"judging {run.num_seeds} seeds by Monte-Carlo on {target.title} ({target.episodes} episodes each)")
         policies = [run.policy(r) for r in range(run.num_seeds)]
-        mc = judge.monte_carlo(target.env, target.params, policies, target.episodes)
-        judged = judge.judge(mc["reward"], mc["costs"], thresholds,
-                             optimum=judge.reference_optimum(target.env, target.params, target.episodes),
-                             multipliers=nu, tolerance=tol, episodes=target.episodes,
-                             reward_half_width=mc["reward_half_width"], cost_half_width=mc["cost_half_width"])
+        judged = judge.judge_monte_carlo(target.env, target.params, policies, target.episodes, multipliers=nu,
+                                         tolerance=tol)
     record = {
         "run": str(run.path),
         "algo": run.spec.algo,
@@ -211,12 +339,12 @@ def evaluate_run(run: LoadedRun, target: Target | None = None, *,
         "judged_by": judged.method,
         "episodes": target.episodes,
         **record,
-        **summ.judgement_fields(judged),
+        **judge.judgement_fields(judged),
     }
     as_trained = not target.changes and (target.exact or target.episodes == run.spec.eval_episodes)
     if as_trained and run.summary and run.summary.get("complete") and run.summary.get("seeds"):
         record["summary_difference"] = _difference(run.summary, judged)
-    record["machine"] = machine_info()
+    record["machine"] = rundir.machine_info()
     record["timing"] = {"judge_s": time.perf_counter() - t0}
     return RunEvaluation(judgement=judged, target=target, record=record)
 
@@ -235,37 +363,19 @@ def _difference(summary: dict, judged: judge.Judgement) -> dict[str, Any] | None
 
 
 def format_evaluation(evaluation: RunEvaluation) -> str:
-    """One line per seed (reward, gap to the optimum and % of it, costs, feasibility), the
-    optimum's (or reference's) line and the feasibility rule."""
-    j, t = evaluation.judgement, evaluation.target
-    mc = j.episodes is not None
-    kind = "mean" if mc else "exact"
-    name = "ref" if mc else "opt"
-    gap, frac = j.gap, j.fraction_of_optimum
-    rows = [f"{'seed':>4} {kind + ' reward':>18} {'gap to ' + name:>11} {'% of ' + name:>9} {kind + ' cost':>22} "
-            f"{'feasible':>9}"]
-    joined = lambda v: "/".join(f"{x:.4f}" for x in v)  # noqa: E731
-    for r in range(j.num_seeds):
-        reward = f"{j.reward[r]:.4f}" + (f" ± {j.reward_half_width[r]:.4f}" if mc else "")
-        costs = joined(j.costs[r]) + (" ± " + joined(j.cost_half_width[r]) if mc else "")
-        g = "-" if gap is None else f"{gap[r]:.4f}"
-        p = "-" if frac is None else f"{100 * frac[r]:.1f}%"
-        rows.append(f"{r:>4} {reward:>18} {g:>11} {p:>9} {costs:>22} {'yes' if j.feasible[r] else 'NO':>9}")
-    if j.optimum is not None:
-        rows.append(f"{name:>4} {j.optimum.reward:>18.4f} {'':>11} {'-' if frac is None else '100.0%':>9} "
-                    f"{joined(j.optimum.costs):>22}")
-    rule = "upper end of the 95% interval of the cost" if mc else "cost"
-    changed = ", ".join(f"{k}={environments.short_value(v)}" for k, v in t.changes.items())
-    where = t.title + (f" [changed: {changed}]" if changed else " [as trained]")
-    rows.append(f"{where}; alpha = {'/'.join(f'{a:g}' for a in j.thresholds)}; feasible: {rule} <= alpha + "
-                f"{j.tolerance:g} |alpha| ({j.feasible_seeds}/{j.num_seeds} seeds; {j.method})")
+    """:func:`fhc_jax.experiment.judge.format_table` of the evaluation, naming the environment
+    judged on and whether summary.json's values were reproduced."""
+    t = evaluation.target
+    changed = ", ".join(f"{k}={config.short_value(v)}" for k, v in t.changes.items())
+    text = judge.format_table(evaluation.judgement, where=t.title + (f" [changed: {changed}]" if changed
+                                                                      else " [as trained]"))
     diff = evaluation.record.get("summary_difference")
     if diff:
         largest = max(diff.values())
-        rows.append(f"summary.json's values reproduced (largest difference {largest:.3g})" if largest <= SUMMARY_TOLERANCE
-                    else f"note: these values differ from summary.json's by up to {largest:.3g} (it was written by "
-                         "another version of fhc_jax or on another machine: float32 rounding)")
-    return "\n".join(rows)
+        text += (f"\nsummary.json's values reproduced (largest difference {largest:.3g})" if largest <= SUMMARY_TOLERANCE
+                 else f"\nnote: these values differ from summary.json's by up to {largest:.3g} (it was written by "
+                      "another version of fhc_jax or on another machine: float32 rounding)")
+    return text
 
 
 # ----------------------------------------------------------------------------- fhc-jax eval
@@ -285,7 +395,7 @@ def output_name(target: Target, run_episodes: int, name: str | None = None) -> s
         if not stem or stem in (".", "..") or stem.startswith(".") or "/" in stem or "\\" in stem or "\0" in stem:
             raise ConfigError(f"--out must be a plain file name (written to RUN/{EVAL_DIR}/NAME.json), found {name!r}")
         return stem
-    parts = [f"{k}={environments.short_value(v)}" for k, v in target.changes.items()]
+    parts = [f"{k}={config.short_value(v)}" for k, v in target.changes.items()]
     if target.episodes is not None and target.episodes != run_episodes:
         parts.append(f"episodes={target.episodes}")
     stem = "_".join(parts) or "trained"
@@ -302,72 +412,47 @@ def _same_evaluation(path: Path, record: Mapping[str, Any]) -> bool:
     return rundir.jsonable(old.get("env")) == rundir.jsonable(record["env"]) and old.get("episodes") == record["episodes"]
 
 
-def _check_writable(out: Path) -> None:
-    """``out`` can be written (its folder, or the run directory that will hold it, accepts a
-    temporary file); creates nothing that stays."""
-    if out.is_dir():
-        raise rundir.RunDirectoryError(f"{out} is a directory; choose another --out")
-    folder = out.parent if out.parent.is_dir() else out.parent.parent
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=folder)
-        os.close(fd)
-        os.unlink(tmp)
-    except OSError as err:
-        raise rundir.RunDirectoryError(f"{out}: cannot write there ({err.strerror or err})") from None
+def eval_run(run: str | Path, env_sets: Iterable[str] = (), *, episodes: int | None = None, name: str | None = None,
+             say: Callable[[str], None] | None = None, note: Callable[[str], None] | None = None,
+             command: str = "fhc-jax eval") -> tuple[RunEvaluation, Path]:
+    """``fhc-jax eval``: check the run directory, the ``--set env.*`` changes, ``--episodes``
+    and that ``RUN/eval/NAME.json`` can be written (and does not hold an evaluation under other
+    settings) before compiling anything; then, under the run directory's writer lock, load the
+    run, judge it and write that file atomically. Nothing else in the run directory changes.
 
-
-@dataclasses.dataclass(frozen=True)
-class EvalPlan:
-    """A checked ``fhc-jax eval`` (:func:`plan_eval`): the run's files, the target and the
-    output file."""
-
-    files: RunFiles
-    target: Target
-    out: Path
-    changes: dict
-    episodes: int | None
-
-
-def plan_eval(run: str | Path, env_sets: Iterable[str] = (), *, episodes: int | None = None,
-              name: str | None = None) -> EvalPlan:
-    """Everything ``fhc-jax eval`` checks before compiling: the run directory, the ``--set
-    env.*`` changes, ``--episodes``, and that ``RUN/eval/NAME.json`` can be written (and does
-    not hold an evaluation under other settings).
-
+    Args:
+        say: progress messages; note: remarks on the request (default: stderr).
+    Returns:
+        (the :class:`RunEvaluation`, the file written).
     Raises:
         RunDirectoryError / ConfigError (both ValueError): a usage error, naming the file or key.
-    """
-    changes = parse_env_sets(env_sets)
-    files = read_run(run)
-    target = target_environment(files, changes, episodes)
-    out = files.path / EVAL_DIR / f"{output_name(target, files.spec.eval_episodes, name)}.json"
-    _check_writable(out)
-    if out.is_file() and not _same_evaluation(out, {"env": {"name": target.name, **target.settings},
-                                                    "episodes": target.episodes}):
-        raise rundir.RunDirectoryError(f"--out: {out} holds an evaluation under other settings; choose another --out "
-                                       "(or delete that file)")
-    return EvalPlan(files=files, target=target, out=out, changes=changes, episodes=episodes)
-
-
-def run_eval(plan: EvalPlan, *, command: str = "fhc-jax eval",
-             say: Callable[[str], None] | None = None) -> RunEvaluation:
-    """Carry out a checked :class:`EvalPlan` under the run directory's writer lock: load the
-    run, judge it, write ``plan.out`` atomically. Nothing else in the run directory changes.
-
-    Raises:
-        RunInUseError: another process writes the run directory.
+        RunInUseError: another process writes the run directory (e.g. still trains it).
         CheckpointError: the final checkpoint is damaged or foreign.
     """
     say = say or (lambda msg: None)
     t0 = time.perf_counter()
-    with rundir.locked(plan.files.path, f"{command} {plan.files.path}"):
-        files = read_run(plan.files.path)  # again under the lock: what we load is what no one is writing
-        target = target_environment(files, plan.changes, plan.episodes)
-        if target.settings != plan.target.settings:
+    changes = parse_env_sets(env_sets)
+    files = rundir.read_run(run)
+    busy = rundir.holder(files.path)
+    if busy is not None:  # e.g. still training: its final checkpoint is not there yet
+        raise rundir.RunInUseError(f"{files.path} is in use by {busy}; {IN_USE}")
+    final_checkpoint(files)
+    target = target_environment(files, changes, episodes)
+    out = files.path / EVAL_DIR / f"{output_name(target, files.spec.eval_episodes, name)}.json"
+    rundir.check_writable_file(out)
+    if out.is_file() and not _same_evaluation(out, {"env": {"name": target.name, **target.settings},
+                                                    "episodes": target.episodes}):
+        raise rundir.RunDirectoryError(f"--out: {out} holds an evaluation under other settings; choose another --out "
+                                       "(or delete that file)")
+    if target.exact and episodes is not None:
+        (note or (lambda msg: print(msg, file=sys.stderr)))(
+            f"{command}: note: --episodes applies to Monte-Carlo judgements; this run is judged exactly")
+    with rundir.locked(files.path, f"{command} {files.path}", advice=IN_USE):
+        files = rundir.read_run(files.path)  # again under the lock: what we load is what no one is writing
+        if target_environment(files, changes, episodes).settings != target.settings:
             raise rundir.RunDirectoryError(f"{files.path / rundir.CONFIG} changed while fhc-jax eval started; run it again")
         say(f"loading {files.path} ({files.spec.algo}, {files.spec.seeds} seeds, iteration {files.spec.num_iterations})")
-        run = restore_run(files)
-        evaluation = evaluate_run(run, target, say=say)
+        evaluation = evaluate_run(restore_run(files), target, say=say)
         evaluation.record["timing"]["wall_s"] = time.perf_counter() - t0
-        rundir.write_json_atomic(plan.out, evaluation.record)
-    return evaluation
+        rundir.write_json_atomic(out, evaluation.record)
+    return evaluation, out

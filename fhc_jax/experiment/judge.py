@@ -29,6 +29,9 @@ optimum J* - J and the fraction J / J*, learned vs optimal multipliers (:meth:`J
 and over seeds the number of feasible seeds, the worst seed's reward and cost, means
 (:meth:`Judgement.summary`). Configurations are ranked by the number of feasible seeds, then
 the worst seed's reward (:meth:`Judgement.rank_key`): a default must hold on every seed.
+
+**Summaries.** :func:`judgement_fields` is a judgement as summary.json's fields (per seed, over
+seeds, statistics with 95% intervals, the optimum); :func:`format_table` prints it.
 """
 
 from __future__ import annotations
@@ -39,12 +42,11 @@ from typing import Any
 import jax
 import numpy as np
 
-#: default relative feasibility tolerance: cost <= (1 + 0.02) alpha
-DEFAULT_TOLERANCE = 0.02
+from fhc_jax.experiment import statistics
+from fhc_jax.experiment.config import DEFAULT_EPISODES, DEFAULT_TOLERANCE  # noqa: F401 (judge.DEFAULT_*)
+
 #: absolute slack of the feasibility rule (rounding of an exact zero)
 ABSOLUTE_SLACK = 1e-9
-#: episodes of a Monte-Carlo judgement (``run.eval_episodes``)
-DEFAULT_EPISODES = 100_000
 #: two-sided 95% normal quantile
 Z95 = 1.959963984540054
 
@@ -126,8 +128,20 @@ def evaluate_policies(cmdp, policies: np.ndarray) -> dict[str, np.ndarray]:
             "stage_costs": np.asarray(ev.stage_costs), "stage_rewards": np.asarray(ev.stage_rewards)}
 
 
-def _stats(x: np.ndarray) -> dict[str, Any]:
-    return {"mean": float(np.mean(x)), "std": float(np.std(x)), "min": float(np.min(x)), "max": float(np.max(x))}
+def stats(x: Any, per_seed: bool = False) -> dict[str, Any]:
+    """mean / std (population, over seeds) / min / max of a (R,) array, and with ``per_seed``
+    its values."""
+    x = np.asarray(x, np.float64)
+    out = {"mean": float(np.mean(x)), "std": float(np.std(x)), "min": float(np.min(x)), "max": float(np.max(x))}
+    return {**out, "per_seed": x.tolist()} if per_seed else out
+
+
+def feasibility(infeasible: Any) -> dict[str, Any]:
+    """summary.json's ``feasibility`` record of :func:`solve_optimum`'s error (None: feasible)."""
+    if infeasible is None:
+        return {"feasible": True}
+    return {"feasible": False, "min_costs": np.asarray(infeasible.min_costs, np.float64).tolist(),
+            "message": str(infeasible)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,7 +254,7 @@ class Judgement:
             "feasible_seeds": self.feasible_seeds,
             "tolerance": self.tolerance,
             "limits": self.limits.tolist(),
-            "exact_reward": _stats(self.reward),
+            "exact_reward": stats(self.reward),
             "exact_costs": {k: getattr(np, k)(self.costs, 0).tolist() for k in ("mean", "std", "min", "max")},
             "worst": {"reward": float(np.min(self.reward)), "costs": np.max(self.costs, 0).tolist(),
                       "relative_excess": float(np.max(excess))},
@@ -248,7 +262,7 @@ class Judgement:
         frac = self.fraction_of_optimum
         if frac is not None:
             out["worst"]["fraction_of_optimum"] = float(np.min(frac))
-            out["relative_gap"] = _stats(self.gap / abs(self.optimum.reward))
+            out["relative_gap"] = stats(self.gap / abs(self.optimum.reward))
         return out
 
 
@@ -310,6 +324,16 @@ def monte_carlo(env, params, policies: list[Any], episodes: int = DEFAULT_EPISOD
     return {k: np.asarray(v) for k, v in out.items()}
 
 
+def judge_monte_carlo(env, params, policies: list[Any], episodes: int = DEFAULT_EPISODES, *,
+                      multipliers: Any | None = None, tolerance: float = DEFAULT_TOLERANCE) -> Judgement:
+    """:func:`judge` R policies ``policy(key, obs, h)`` by :func:`monte_carlo` in ``env``, against
+    its :func:`reference_optimum` (where it has a reference)."""
+    mc = monte_carlo(env, params, policies, episodes)
+    return judge(mc["reward"], mc["costs"], env.thresholds(params), optimum=reference_optimum(env, params, episodes),
+                 multipliers=multipliers, tolerance=tolerance, episodes=episodes,
+                 reward_half_width=mc["reward_half_width"], cost_half_width=mc["cost_half_width"])
+
+
 def reference_optimum(env, params, episodes: int = DEFAULT_EPISODES) -> Optimum | None:
     """The yardstick of a Monte-Carlo judgement: the environment's reference policy
     (``env.reference``, where ``env.has_reference``) judged by :func:`monte_carlo`, as an
@@ -335,3 +359,57 @@ def judge_policies(cmdp, policies: Any, *, optimum: Optimum | None = None, multi
     ev = evaluate_policies(cmdp, policies)
     return judge(ev["reward"], ev["costs"], np.asarray(cmdp.thresholds), optimum=optimum, multipliers=multipliers,
                  tolerance=tolerance), ev
+
+
+# ----------------------------------------------------------------------------- summaries
+
+
+def judgement_fields(judged: Judgement) -> dict[str, Any]:
+    """summary.json's judgement: ``seeds`` (:meth:`Judgement.rows`), ``aggregate``
+    (:meth:`Judgement.summary`), ``statistics`` (over seeds, with 95% intervals:
+    :func:`fhc_jax.experiment.statistics.seed_statistics`), ``thresholds``,
+    ``feasibility_tolerance`` and ``optimum`` (reward, costs, multipliers, solve time; None when
+    infeasible)."""
+    return {
+        "seeds": judged.rows(),
+        "aggregate": judged.summary(),
+        "statistics": statistics.seed_statistics(judged),
+        "thresholds": judged.thresholds.tolist(),
+        "feasibility_tolerance": judged.tolerance,
+        "optimum": None if judged.optimum is None else judged.optimum.as_dict(),
+    }
+
+
+def _joined(values, fmt: str = ".4f") -> str:
+    return "/".join(f"{v:{fmt}}" for v in values)
+
+
+def format_table(judged: Judgement, stats: dict[str, Any] | None = None, where: str | None = None) -> str:
+    """One line per seed (reward, gap to the optimum and % of it, costs, feasibility, learned
+    multipliers), the optimum's (or Monte-Carlo reference's) line, the feasibility rule (after
+    ``where``, e.g. the environment judged on) and, with ``stats`` (:func:`judgement_fields`'
+    ``statistics``), a line of statistics over seeds with their 95% intervals."""
+    opt, gap, frac = judged.optimum, judged.gap, judged.fraction_of_optimum
+    mc = judged.episodes is not None
+    kind, name = ("mean", "ref") if mc else ("exact", "opt")
+    lines = [f"{'seed':>4} {kind + ' reward':>18} {'gap to ' + name:>11} {'% of ' + name:>18} {kind + ' cost':>22} "
+             f"{'feasible':>9} {'nu':>14}"]
+    for r in range(judged.num_seeds):
+        reward = f"{judged.reward[r]:.4f}" + (f" ± {judged.reward_half_width[r]:.4f}" if mc else "")
+        costs = _joined(judged.costs[r]) + (" ± " + _joined(judged.cost_half_width[r]) if mc else "")
+        g = "-" if gap is None else f"{gap[r]:.4f}"
+        # an infeasible seed's share of the constrained optimum is no achievement: marked as such
+        pct = "-" if frac is None else f"{100 * frac[r]:.1f}%" + ("" if judged.feasible[r] else " (infeasible)")
+        nu = "-" if judged.multipliers is None else _joined(judged.multipliers[r], ".3f")
+        lines.append(f"{r:>4} {reward:>18} {g:>11} {pct:>18} {costs:>22} {'yes' if judged.feasible[r] else 'NO':>9} "
+                     f"{nu:>14}")
+    if opt is not None:
+        lines.append(f"{name:>4} {opt.reward:>18.4f} {'':>11} {'-' if frac is None else '100.0%':>18} "
+                     f"{_joined(opt.costs):>22} {'':>9} {_joined(opt.multipliers, '.3f'):>14}")
+    rule = "upper end of the 95% interval of the cost" if mc else "cost"
+    lines.append(("" if where is None else f"{where}; ") + f"alpha = {_joined(judged.thresholds, 'g')}; feasible: "
+                 f"{rule} <= alpha + {judged.tolerance:g} |alpha| ({judged.feasible_seeds}/{judged.num_seeds} seeds; "
+                 f"{judged.method})")
+    if stats is not None:
+        lines.append("over seeds: " + statistics.format_line(stats, digits=3))
+    return "\n".join(lines)

@@ -8,7 +8,7 @@
 * ``policy_maps.png``: most likely action per cell of seed 0's final policy and of the optimum,
   at a few stages, for environments that declare ``is_spatial`` (policy.npz then holds their
   ``grid_shape``, rows x cols). Where the environment's registry entry gives each action's
-  displacement (``action_moves``, :data:`fhc_jax.experiment.environments.ACTION_MOVES`) the
+  displacement (``action_moves``, :data:`fhc_jax.experiment.config.ACTION_MOVES`) the
   action is an arrow (a dot for a zero move); otherwise the cell shows the action's index as a
   colour (actions without known geometry).
 * ``multipliers.png``: learned multipliers nu against iterations vs the optimal nu*.
@@ -26,13 +26,30 @@ import numpy as np
 from fhc_jax.experiment import rundir
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (files only, no display)."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(fig, path: str | Path, title: str | None = None, *, dpi: int = 110, tight: bool = True) -> Path:
+    """Lay out ``fig`` (with ``title`` above it), write it as PNG to ``path`` atomically and
+    close it."""
+    import io
+
+    if title is not None:
+        fig.suptitle(title, fontsize=10)
+    if tight:
+        fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    pyplot().close(fig)
+    rundir.write_bytes_atomic(path, buf.getvalue())
+    return Path(path)
 
 
 def _band(ax, x, values, label, color):
@@ -45,7 +62,7 @@ def _band(ax, x, values, label, color):
 
 
 def learning_curves(columns: dict, thresholds: np.ndarray, optimum: dict | None, path: Path, title: str) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     m = len(thresholds)
     fig, axes = plt.subplots(1, 1 + m, figsize=(5 * (1 + m), 3.6), squeeze=False)
     axes = axes[0]
@@ -66,14 +83,11 @@ def learning_curves(columns: dict, thresholds: np.ndarray, optimum: dict | None,
         ax.set_xlabel("iteration")
         ax.set_ylabel(name)
         ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, title)
 
 
 def stage_costs(npz: dict, path: Path, title: str) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     sc = npz["stage_costs"]  # (R, M, H+1)
     m = sc.shape[1]
     fig, axes = plt.subplots(1, m, figsize=(6 * m, 3.6), squeeze=False)
@@ -85,10 +99,7 @@ def stage_costs(npz: dict, path: Path, title: str) -> None:
         ax.set_xlabel("stage h (last: terminal)")
         ax.set_ylabel(f"expected cost {k} at stage h")
         ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, title)
 
 
 def _frame(ax, rows: int, cols: int, title: str) -> None:
@@ -128,7 +139,7 @@ def _action_image(ax, table_h: np.ndarray, grid_shape: tuple[int, int], title: s
 def policy_maps(npz: Mapping[str, np.ndarray], path: Path, stages: Sequence[int] | None = None) -> None:
     """``policy_maps.png`` from policy.npz: ``policy`` (R, H, S, A), ``grid_shape`` (2,), and
     optionally ``optimal_policy`` (H, S, A) and ``action_moves`` (A, 2)."""
-    plt = _pyplot()
+    plt = pyplot()
     pol = npz["policy"]
     horizon = pol.shape[1]
     grid_shape = tuple(int(x) for x in npz["grid_shape"])
@@ -152,14 +163,11 @@ def policy_maps(npz: Mapping[str, np.ndarray], path: Path, stages: Sequence[int]
     else:
         fig.suptitle("most likely action per cell (colour: action index)", fontsize=9)
         fig.colorbar(image, ax=axes, ticks=range(pol.shape[-1]), fraction=0.03)
-    if moves is not None:
-        fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, tight=moves is not None)
 
 
 def multipliers(columns: dict, optimum: dict | None, path: Path, title: str) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     names = sorted(c for c in columns if c.startswith("multiplier_"))
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     for k, col in enumerate(names):
@@ -171,9 +179,7 @@ def multipliers(columns: dict, optimum: dict | None, path: Path, title: str) -> 
     ax.set_ylabel("multiplier nu")
     ax.legend(fontsize=7)
     ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_run(path: str | Path, stages: Sequence[int] | None = None) -> list[Path]:
@@ -183,7 +189,7 @@ def plot_run(path: str | Path, stages: Sequence[int] | None = None) -> list[Path
     completes) add the optimum, the stage-cost profile and the policy maps.
     """
     path = Path(path)
-    cfg = rundir.read_json(path / rundir.CONFIG)
+    cfg = rundir.read_config(path)
     columns = rundir.read_metrics_csv(path / rundir.METRICS)
     summary = rundir.read_json(path / rundir.SUMMARY) if (path / rundir.SUMMARY).exists() else {}
     optimum = summary.get("optimum")
@@ -219,7 +225,7 @@ def plot_comparison(result: Mapping[str, Any], path: str | Path, constraint: int
     policies (hatched), dots the seeds; the optimum's reward (black dashed, the unconstrained
     one grey dotted) and the threshold alpha (red dotted). ``result``: the content of
     ``fhc-jax compare``'s JSON; ``colors``: algorithm name -> matplotlib colour."""
-    plt = _pyplot()
+    plt = pyplot()
     runs = result["runs"]
     x = np.arange(len(runs))
     width = 0.38
@@ -260,9 +266,4 @@ def plot_comparison(result: Mapping[str, Any], path: str | Path, constraint: int
         ax.legend(fontsize=6.5, loc="upper center", ncol=2)
     fig.suptitle(f"{result['env_title']}, {result['seeds']} seeds: "
                  "paper metric (solid) and exact values of the final policies (hatched)", fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)

@@ -1,10 +1,11 @@
-"""The run directory: the files a training run leaves behind, written atomically.
+"""The run directory: the files a run leaves behind, written atomically, one writer at a time,
+and the one way to read them back.
 
 Layout of ``runs/NAME``::
 
-    config.json      everything needed to rerun (algo, environment name and settings, full learner
-                     config, seeds, chunk size, feasibility tolerance, machine record);
-                     ``fhc-jax train --resume`` checks against it
+    config.json      everything needed to rerun (format version, algo, environment name and
+                     settings, full learner config, seeds, chunk size, feasibility tolerance,
+                     machine record, the command that reruns it); ``--resume`` checks against it
     metrics.csv      one row per (seed, iteration): training metrics of the iteration's batch
                      and, where evaluated (chunk boundaries, iteration 0 included), the exact
                      reward and costs of the policy after that many updates
@@ -26,22 +27,34 @@ Layout of ``runs/NAME``::
 Every file is written to a temporary file in the same directory and renamed over the old one
 (``os.replace``, atomic on POSIX), so an interrupted run never leaves a truncated file.
 
-**One writer per directory.** ``fhc-jax train``, ``sweep`` and ``compare`` hold an exclusive
-``fcntl.flock`` on the lock file for as long as they write (the operating system releases it
-when the process ends, however it ends); a second writer is refused at once with the holder's
-process id and command line, and ``--overwrite`` never deletes a directory another process holds.
+**One writer per directory.** ``fhc-jax train``, ``eval``, ``sweep`` and ``compare`` hold an
+exclusive ``fcntl.flock`` on the lock file for as long as they write (the operating system
+releases it when the process ends, however it ends); a second writer is refused at once with
+the holder's process id and command line, and ``--overwrite`` never deletes a directory another
+process holds.
+
+**Format version.** config.json records :data:`FORMAT_VERSION`. :func:`read_config`, the one
+reader of config.json (``--resume``, ``eval``, ``plot`` and :func:`read_run` go through it),
+refuses a run directory without it or with another version in one line that gives the command
+which trains the run again with this version; nothing is upgraded.
+
+Every result file (summaries, sweeps, comparisons, benchmark JSON) records where it was produced
+(:func:`machine_info`: versions, devices, CPU and load).
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import hashlib
 import io
 import json
 import os
+import platform
 import shutil
 import socket
+import subprocess
 import tempfile
 import time
 import zipfile
@@ -49,6 +62,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
+
+from fhc_jax.algos.learner import judged_exactly
+from fhc_jax.experiment.config import EnvironmentImportError, ExperimentSpec, load_spec
 
 CONFIG = "config.json"
 METRICS = "metrics.csv"
@@ -58,6 +74,8 @@ CHECKPOINTS = "checkpoints"
 PLOTS = "plots"
 REJECTED = "rejected_checkpoints"
 LOCK = ".fhc-jax.lock"
+#: the run directory format this version writes and reads (config.json's ``format_version``)
+FORMAT_VERSION = 1
 
 _COLUMN_NAMES = {"costs": "cost", "multipliers": "multiplier"}
 
@@ -76,6 +94,79 @@ def settings_hash(settings: dict) -> str:
     records and ``--resume`` compares with config.json."""
     text = json.dumps(jsonable(settings), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+# ----------------------------------------------------------------------------- where it ran
+
+
+def versions() -> dict[str, str]:
+    """Versions of fhc_jax, jax, jaxlib, numpy and Python."""
+    import jax
+    import jaxlib
+
+    import fhc_jax
+
+    return {"fhc_jax": fhc_jax.__version__, "jax": jax.__version__, "python": platform.python_version(),
+            "numpy": np.__version__, "jaxlib": jaxlib.__version__}
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux, else ``platform.processor()``)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:  # pragma: no cover (not Linux)
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages, or None where the OS has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):  # pragma: no cover
+        return None
+
+
+def machine_info() -> dict[str, Any]:
+    """Versions, JAX devices, CPU and load now.
+
+    Returns:
+        ``versions`` (:func:`versions`); ``device``: platform, kind, count, process_count and
+        name of the first device (e.g. ``TFRT_CPU_0``); ``cpu``: model, logical and usable
+        cores; ``platform`` (OS string); ``load_average``; ``timestamp`` (ISO 8601).
+    """
+    import jax
+
+    devs = jax.devices()
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover (not Linux)
+        usable = os.cpu_count()
+    return {
+        "versions": versions(),
+        "device": {"platform": devs[0].platform, "kind": devs[0].device_kind, "count": len(devs),
+                   "process_count": jax.process_count(), "name": str(devs[0])},
+        "cpu": {"model": cpu_model(), "logical_cores": os.cpu_count(), "usable_cores": usable},
+        "platform": platform.platform(),
+        "load_average": load_average(),
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def source_revision() -> dict[str, Any] | None:
+    """The git commit of the checkout (read-only ``git`` calls) and the package files that
+    differ from it or are untracked; None outside a git checkout."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "fhc_jax"], cwd=root, capture_output=True,
+                               text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "modified": [line[3:] for line in dirty.splitlines() if line.strip()]}
 
 
 # ----------------------------------------------------------------------------- atomic writes
@@ -135,7 +226,7 @@ def read_json(path: str | Path) -> Any:
     except NotADirectoryError:
         raise RunDirectoryError(f"{path.parent} is not a directory") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise RunDirectoryError(f"{path} is not valid JSON ({_one_line(err)}); restore it or rerun") from None
+        raise RunDirectoryError(f"{path} is not valid JSON ({one_line(err)}); restore it or rerun") from None
     except OSError as err:
         raise RunDirectoryError(f"cannot read {path}: {err.strerror or err}") from None
 
@@ -150,12 +241,14 @@ def read_npz(path: str | Path) -> dict[str, np.ndarray]:
     except FileNotFoundError:
         raise RunDirectoryError(f"{path} does not exist") from None
     except (zipfile.BadZipFile, EOFError, ValueError, OSError, KeyError) as err:
-        raise RunDirectoryError(f"{path} is damaged ({_one_line(err)}); rerun the training to rewrite it") from None
+        raise RunDirectoryError(f"{path} is damaged ({one_line(err)}); rerun the training to rewrite it") from None
 
 
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+def one_line(err: BaseException, limit: int = 300) -> str:
+    """``"Type: first line of the message"`` of an exception, at most ``limit`` characters."""
+    lines = [x.strip() for x in str(err).strip().splitlines() if x.strip()]
+    text = f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 # ----------------------------------------------------------------------------- one writer
@@ -171,6 +264,25 @@ def _holder(fd: int) -> str:
         return "another process"
 
 
+def holder(path: str | Path) -> str | None:
+    """Who holds the writer's lock of the run directory ``path`` (pid, host, command), or None
+    when nobody does; the lock is only tested, never kept."""
+    target = Path(path) / LOCK
+    try:
+        import fcntl
+
+        fd = os.open(target, os.O_RDONLY)
+    except (ImportError, OSError):  # no lock file (or not POSIX): nobody holds it
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # released when fd closes
+        return None
+    except BlockingIOError:
+        return _holder(fd)
+    finally:
+        os.close(fd)
+
+
 def shared_lock_file(path: str | Path, stem: str) -> Path:
     """A lock file outside ``path`` for outputs that share a folder with other files (``fhc-jax
     compare``'s ``NAME.*`` in ``benchmarks/results``): in the temporary directory, named by a
@@ -180,7 +292,8 @@ def shared_lock_file(path: str | Path, stem: str) -> Path:
 
 
 @contextlib.contextmanager
-def locked(path: str | Path, command: str, *, name: str = LOCK, lock_file: str | Path | None = None) -> Iterator[Path]:
+def locked(path: str | Path, command: str, *, name: str = LOCK, lock_file: str | Path | None = None,
+           advice: str = "wait for it to finish, stop it, or choose another --out") -> Iterator[Path]:
     """Hold the exclusive writer's lock of directory ``path`` (created if missing) while the
     ``with`` block runs.
 
@@ -210,8 +323,7 @@ def locked(path: str | Path, command: str, *, name: str = LOCK, lock_file: str |
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise RunInUseError(f"{path} is in use by {_holder(fd)}; wait for it to finish, stop it, "
-                                    "or choose another --out") from None
+                raise RunInUseError(f"{path} is in use by {_holder(fd)}; {advice}") from None
         info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
                 "started": time.strftime("%Y-%m-%d %H:%M:%S")}
         os.ftruncate(fd, 0)
@@ -223,8 +335,9 @@ def locked(path: str | Path, command: str, *, name: str = LOCK, lock_file: str |
 
 
 def check_writable_file(path: str | Path, flag: str = "--out") -> Path:
-    """Check that a file can be written at ``path`` (its folder exists or can be created, it is
-    not a directory) by creating and removing a temporary file next to it, before any work.
+    """Check, before any work, that a file can be written at ``path``: it is not a directory,
+    and its nearest existing folder accepts a temporary file (created and removed at once;
+    folders that do not exist yet are not created here).
 
     Raises:
         RunDirectoryError: naming the path and the reason.
@@ -232,9 +345,11 @@ def check_writable_file(path: str | Path, flag: str = "--out") -> Path:
     path = Path(path)
     if path.is_dir():
         raise RunDirectoryError(f"{flag} {path} is a directory; give a file name")
+    folder = path.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
         os.close(fd)
         os.unlink(tmp)
     except OSError as err:
@@ -381,7 +496,7 @@ def read_metrics_csv(path: str | Path) -> dict[str, np.ndarray]:
     except FileNotFoundError:
         raise RunDirectoryError(f"{path} does not exist") from None
     except (UnicodeDecodeError, csv.Error) as err:
-        raise RunDirectoryError(f"{path} is not a readable CSV file ({_one_line(err)})") from None
+        raise RunDirectoryError(f"{path} is not a readable CSV file ({one_line(err)})") from None
     except OSError as err:
         raise RunDirectoryError(f"cannot read {path}: {err.strerror or err}") from None
     if not rows:
@@ -413,3 +528,106 @@ def per_seed(columns: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, np.
     its = columns["iteration"][seeds == 0]
     values = np.stack([columns[name][seeds == r] for r in range(num_runs)])
     return its, values
+# ----------------------------------------------------------------------------- reading a run
+
+
+def rerun_command(config: dict, path: str | Path) -> str:
+    """The command that trains the run of ``config`` (config.json) again into ``path``."""
+    cmd = config.get("rerun") if isinstance(config.get("rerun"), str) else "fhc-jax train ... --out runs/NAME"
+    return cmd.replace("--out runs/NAME", f"--overwrite --out {path}")
+
+
+def read_config(path: str | Path) -> dict:
+    """config.json of the run directory ``path``, checked: the one reader of a run's config.
+
+    Raises:
+        RunDirectoryError: not a directory, no or damaged config.json, a sweep directory, or a
+            run directory of another format version (the message gives the command that trains
+            it again).
+    """
+    path = Path(path)
+    config_path = path / CONFIG
+    if not path.is_dir():
+        raise RunDirectoryError(f"{path} is not a run directory (no such directory)")
+    if not config_path.is_file():
+        raise RunDirectoryError(f"{config_path} does not exist: {path} is not a run directory written by "
+                                "fhc-jax train (or its config.json was deleted: restore it from a copy)")
+    config = read_json(config_path)
+    if not isinstance(config, dict) or not isinstance(config.get("settings"), dict):
+        raise RunDirectoryError(f"{config_path} has no 'settings': it is damaged or not written by fhc-jax train; "
+                                "restore it from a copy or retrain")
+    if config.get("kind") == "sweep":
+        raise RunDirectoryError(f"{path} is a sweep directory (fhc-jax sweep), not a run written by fhc-jax train")
+    found = config.get("format_version")
+    if found != FORMAT_VERSION:
+        written = "an older fhc_jax (no format version)" if found is None else f"format version {found!r}"
+        raise RunDirectoryError(f"{path} was written by {written}; this fhc_jax reads format version "
+                                f"{FORMAT_VERSION} only: train it again with {rerun_command(config, path)}")
+    return config
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFiles:
+    """A run directory read and checked without compiling anything (:func:`read_run`).
+
+    Attributes:
+        path: the run directory. config: config.json as written. spec: the
+            :class:`~fhc_jax.experiment.config.ExperimentSpec` rebuilt from its settings.
+        env, params: the trained environment (through the registry) and its params.
+        summary: summary.json, or None when absent or unreadable.
+    """
+
+    path: Path
+    config: dict
+    spec: ExperimentSpec
+    env: Any
+    params: Any
+    summary: dict | None
+
+    @property
+    def module(self) -> Any:
+        """The learner module."""
+        return self.spec.module
+
+    @property
+    def exact(self) -> bool:
+        """Whether the policies are tables over a tabular exact model (judged exactly)."""
+        return judged_exactly(self.env)
+
+    @property
+    def rerun(self) -> str:
+        """The command that trains this run again (config.json's ``rerun``, ``--out`` filled in)."""
+        return rerun_command(self.config, self.path)
+
+    @property
+    def config_hash(self) -> str:
+        """The hash of the settings as config.json stores them (what the checkpoints record)."""
+        return settings_hash(self.config["settings"])
+
+
+def read_run(path: str | Path) -> RunFiles:
+    """Read a run directory's config.json (:func:`read_config`) and summary.json (if any) and
+    rebuild its configuration and environment; nothing is compiled or written.
+
+    Raises:
+        RunDirectoryError: :func:`read_config`'s refusals, or settings this fhc_jax does not
+            accept (naming the file and what to do).
+    """
+    path = Path(path)
+    config = read_config(path)
+    try:
+        spec = load_spec(settings=config["settings"])
+        env, params = spec.make_env()
+    except EnvironmentImportError as err:  # the run is fine; its environment's module is not on the path
+        raise RunDirectoryError(f"{path} was trained on an environment that cannot be imported here ({err}); make "
+                                "its module importable (install it, or add its folder to PYTHONPATH) and run the "
+                                "command again") from None
+    except ValueError as err:
+        raise RunDirectoryError(f"{path / CONFIG}: its settings are not valid for this version of fhc_jax "
+                                f"({err}); retrain the run with this version") from None
+    try:  # only compared with, never needed: a missing or damaged summary.json does not stop a load
+        summary = read_json(path / SUMMARY)
+    except RunDirectoryError:
+        summary = None
+    return RunFiles(path=path, config=config, spec=spec, env=env, params=params,
+                    summary=summary if isinstance(summary, dict) else None)

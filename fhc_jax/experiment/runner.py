@@ -1,42 +1,56 @@
-"""Chunked training: a learner's iterations run in compiled chunks of ``chunk_size`` updates,
-vmapped over runs (seeds, or hyperparameter configurations x seeds), with exact evaluation,
-progress and checkpoints between chunks.
+"""Chunked training: ONE driver that ``fhc-jax train``, ``sweep``, ``compare`` and ``eval`` share.
 
-A chunk is ``jax.jit(jax.vmap(chunk))`` where ``chunk`` is a ``lax.scan`` of
-``learner.step`` for ``chunk_size`` iterations followed by ``learner.evaluate`` of the
-result (:class:`fhc_jax.algos.learner.Learner`). The host sees the carry and the metrics only
-between chunks; everything inside a chunk stays on the device. The runs axis is sharded over
-all devices (``jax.sharding``: a one-axis ``Mesh`` named ``"runs"``, padded to a multiple of
-the device count), so the same code uses one CPU, several GPUs, or several hosts (after
-``jax.distributed.initialize()``; every process builds the same global inputs).
+A learner's iterations run in compiled chunks of ``chunk_size`` updates, vmapped over runs
+(seeds, or hyperparameter configurations x seeds), with exact evaluation, progress, tracking and
+checkpoints between chunks. A chunk is ``jax.jit(jax.vmap(chunk))`` where ``chunk`` is a
+``lax.scan`` of ``learner.step`` for ``chunk_size`` iterations followed by ``learner.evaluate``
+of the result (:class:`fhc_jax.algos.learner.Learner`). The host sees the carry and the metrics
+only between chunks. The runs axis is sharded over all devices (``jax.sharding``: a one-axis
+``Mesh`` named ``"runs"``, padded to a multiple of the device count), so the same code uses one
+CPU, several GPUs, or several hosts (after ``jax.distributed.initialize()``; every process
+builds the same global inputs).
 
-The pure pieces are :class:`ChunkedTrainer` (compiled programs bound to a learner and runs)
-and :class:`ChunkState` (where a run stands); :func:`train_seeds` is the one-call form that
-other tools (benchmarks, ``fhc-jax compare``) reuse.
+:class:`ChunkedTrainer` holds the compiled programs of one learner for R runs;
+:meth:`ChunkedTrainer.drive` is the driver: it starts the runs (from their keys, or restored
+from a checkpoint), prints the progress line (:class:`Progress`), feeds the trackers and the
+caller's hook after every chunk, and stops at N updates, after ``max_chunks`` chunks, or after
+a chunk in which a run diverged. :func:`train_seeds` is its one-call form (one learner, R seeds
+-> :class:`RunResult`).
 
 **Divergence detection.** Every compiled chunk also returns a few reductions computed on the
 device, per run: for each metric the index of its first non-finite iteration in the chunk (-1
 if none), and for each floating-point leaf of the train state and for the exact evaluation
 whether it is entirely finite (no host callbacks; the cost is one pass over the parameters per
-chunk). :meth:`ChunkedTrainer.advance` turns them into a :class:`Divergence` on the returned
-:class:`ChunkState`, and :meth:`ChunkedTrainer.run` stops after the chunk in which any run
-diverged (unless told to continue, as sweeps do). The runs that stayed finite keep their
-(finite) results.
+chunk). :meth:`ChunkedTrainer.advance` turns them into a :class:`Divergence`; the runs that
+stayed finite keep their (finite) results.
+
+**Progress.** A plain-text line on stderr (redrawn in place on a terminal, one line per chunk
+in logs and pipes): ``label it/N [bar] env-steps/s reward cost nu exact eta``.
+:class:`RunsProgress` is the overall progress of a sequence of runs (``compare``: one run per
+row; ``sweep``: one per setting): the chunk line gains ``overall done/total runs, elapsed,
+eta``, and every completed run prints one plain line, ``[3/9 runs done] elapsed 120.4 s | eta
+240.8 s | NAME | DETAIL``, that :func:`parse_run_line` reads back.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
+import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import IO, TYPE_CHECKING, Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from fhc_jax.algos.learner import judged_exactly
+from fhc_jax.experiment.config import ExperimentSpec, load_spec
+
 if TYPE_CHECKING:
     from fhc_jax.algos.learner import Learner
+    from fhc_jax.experiment.tracking import Trackers
 
 Array = jax.Array
 
@@ -48,12 +62,6 @@ def seed_keys(seed: int, num_seeds: int) -> Array:
     Typed key array, (R,)."""
     base = jax.random.key(seed)
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(num_seeds, dtype=jnp.uint32))
-
-
-def runs_sharding(devices: list | None = None) -> NamedSharding:
-    """``NamedSharding`` that splits a leading runs axis over ``devices`` (default: all)."""
-    devices = jax.devices() if devices is None else devices
-    return NamedSharding(Mesh(np.asarray(devices), (RUNS_AXIS,)), PartitionSpec(RUNS_AXIS))
 
 
 def _is_key(x: Any) -> bool:
@@ -131,8 +139,31 @@ class Divergence:
                 "all_quantities": list(self.all_quantities)}
 
 
-def _leaf_name(path) -> str:
-    return jax.tree_util.keystr(path, simple=True, separator=".") if path else "state"
+class DivergenceError(RuntimeError):
+    """Training stopped because a seed's values became non-finite (``fhc-jax`` exit status 1);
+    ``divergence`` is the :class:`Divergence`."""
+
+    def __init__(self, message: str, divergence: Divergence):
+        super().__init__(message)
+        self.divergence = divergence
+
+
+_STEP_SIZE = re.compile(r"(_step\.init|_lr|learning_rate|^logit_step)$")
+
+
+def divergence_hint(spec: ExperimentSpec) -> str:
+    """The likely cause of a divergence of the experiment ``spec``: its step sizes, changed
+    ones first."""
+    now = spec.settings()
+    base = load_spec(spec.algo, env=spec.env_name).settings()
+    keys = [k for k in now if _STEP_SIZE.search(k) and isinstance(now[k], (int, float)) and not isinstance(now[k], bool)]
+    changed = [k for k in keys if base.get(k) != now[k]]
+    shown = [f"{k} = {now[k]:g} (default {base.get(k):g})" for k in changed] or [f"{k} = {now[k]:g}" for k in keys]
+    if not shown:
+        return "likely cause: a step size too large for this problem"
+    which = "the changed step size(s)" if changed else "the step sizes"
+    return (f"likely cause: a step size too large for this problem; {which}: {', '.join(shown)}. "
+            "Start a new run with smaller step sizes")
 
 
 def _float_leaves(tree: Any) -> list[tuple[str, Any]]:
@@ -140,7 +171,7 @@ def _float_leaves(tree: Any) -> list[tuple[str, Any]]:
     out = []
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
         if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.inexact):
-            out.append((_leaf_name(path), leaf))
+            out.append((jax.tree_util.keystr(path, simple=True, separator=".") if path else "state", leaf))
     return out
 
 
@@ -211,7 +242,8 @@ class ChunkedTrainer:
         self.num_runs = int(num_runs)
         self.chunk_size = int(chunk_size)
         self.num_iterations = int(learner.config.num_iterations if num_iterations is None else num_iterations)
-        self.sharding = runs_sharding() if shard else None
+        mesh = Mesh(np.asarray(jax.devices()), (RUNS_AXIS,))  # every input and output is split along "runs"
+        self.sharding = NamedSharding(mesh, PartitionSpec(RUNS_AXIS)) if shard else None
         ndev = len(jax.devices()) if shard else 1
         self.padded_runs = -(-self.num_runs // ndev) * ndev
         self.batched = hparams is not None
@@ -374,6 +406,82 @@ class ChunkedTrainer:
         prog = self._compiled("policy", jax.vmap(lambda c: self.learner.policy_table(c.state)), state.carry)
         return _to_host(prog(state.carry))[: self.num_runs]
 
+    def template(self, keys: Array) -> ChunkState:
+        """A :class:`ChunkState` whose carry has the structure, shapes and dtypes of the runs'
+        initial carries (what a checkpoint is restored into), from ``jax.eval_shape`` of the
+        learner's init: nothing is compiled."""
+        learner = self.learner
+        shapes = jax.eval_shape(jax.vmap(lambda k: learner.init(k, learner.config)), keys)
+
+        def leaf(s):
+            if jax.dtypes.issubdtype(s.dtype, jax.dtypes.prng_key):
+                k = jax.random.split(keys[0], s.shape) if s.shape else keys[0]
+                if k.dtype != s.dtype:  # another key implementation: build it the slow way
+                    raise TypeError
+                return k
+            return jnp.zeros(s.shape, s.dtype)
+
+        try:
+            carry = jax.tree.map(leaf, shapes)
+        except TypeError:
+            carry = jax.jit(jax.vmap(lambda k: learner.init(k, learner.config)))(keys)
+        r = int(keys.shape[0])
+        return ChunkState(carry=carry, iteration=0, metrics={}, exact_iterations=np.zeros(1, np.int64),
+                          exact_reward=np.zeros((r, 1)), exact_costs=np.zeros((r, 1, 1)))
+
+    def drive(self, keys: Array, *, env: Any = None, params: Any = None, label: str | None = None,
+              stream: IO[str] | None = None, overall: Callable[[float], str] | None = None,
+              trackers: "Trackers | None" = None, restore: Callable[[ChunkState], ChunkState | None] | None = None,
+              on_start: Callable[[ChunkState], None] | None = None,
+              on_chunk: Callable[[ChunkState], None] | None = None, max_chunks: int | None = None,
+              stop_on_divergence: bool = True) -> ChunkState:
+        """Start the runs and train them in chunks: the one loop of every ``fhc-jax`` command.
+
+        Args:
+            keys: typed key array (R,) of the runs.
+            env: the environment trained on (the progress line's speed and kind of evaluation).
+            params: its params (the progress line's thresholds).
+            label: the progress line's label (None: no progress line); stream: where it goes
+                (default stderr); overall: its last part (:meth:`RunsProgress.status`).
+            trackers: :class:`~fhc_jax.experiment.tracking.Trackers` fed after every chunk
+                (begun at the start state; the caller closes them).
+            restore: ``template -> ChunkState | None``: a checkpoint restored into
+                :meth:`template` (None: there is none, start from ``keys``).
+            on_start: called with the start state (after the trackers begin); on_chunk: after
+                every chunk.
+            max_chunks: stop after this many chunks; stop_on_divergence: stop after the chunk
+                in which a run diverged (False: sweeps rank diverged configurations last).
+        Returns:
+            the last :class:`ChunkState`.
+        """
+        state = restore(self.template(keys)) if restore is not None else None
+        state = self.init(keys) if state is None else state
+        if trackers is not None:
+            trackers.begin(state.iteration, state.elapsed_s)
+        if on_start is not None:
+            on_start(state)
+        progress = None if label is None else Progress(
+            label, self.num_iterations, self.num_runs, env_steps_per_iteration(self.learner.config, env.horizon),
+            np.asarray(env.thresholds(params), np.float64), stream, state.iteration, state.elapsed_s,
+            exact=judged_exactly(env), overall=overall)
+        hooks = [h for h in (progress, None if trackers is None else trackers.log_chunk, on_chunk) if h is not None]
+
+        def after_chunk(st: ChunkState) -> None:
+            for hook in hooks:
+                hook(st)
+
+        return self.run(state, on_chunk=after_chunk, max_chunks=max_chunks, stop_on_divergence=stop_on_divergence)
+
+    def result(self, state: ChunkState) -> "RunResult":
+        """The :class:`RunResult` of the runs at ``state`` (policy tables on tabular exact models)."""
+        return RunResult(state=state, final_state=self.host_carry(state.carry).state,
+                         policy=None if self.learner.policy_table is None else self.policy_tables(state),
+                         compile_s=self.compile_s, run_s=state.elapsed_s, divergence=state.divergence,
+                         num_iterations=self.num_iterations)
+
+
+@dataclasses.dataclass
+
 
 @dataclasses.dataclass
 class RunResult:
@@ -382,7 +490,7 @@ class RunResult:
     Attributes:
         state: the final :class:`ChunkState` (metrics (R, N, ...), exact evaluations (R, E, ...)).
         final_state: the learners' final train states, leading axis R (numpy; keys as key data).
-        policy: final policy tables, (R, H, S, A).
+        policy: final policy tables, (R, H, S, A) (None without a tabular exact model).
         compile_s: seconds spent compiling; run_s: seconds in chunks (compile excluded).
         divergence: None when every seed stayed finite; otherwise the :class:`Divergence`
             (which seeds, from which iteration, in which quantity). Training stopped after the
@@ -393,7 +501,7 @@ class RunResult:
 
     state: ChunkState
     final_state: Any
-    policy: np.ndarray
+    policy: np.ndarray | None
     compile_s: float
     run_s: float
     divergence: Divergence | None = None
@@ -409,31 +517,177 @@ class RunResult:
     def finite_seeds(self) -> np.ndarray:
         """Indices of the seeds that stayed finite, (R',) int."""
         bad = set(() if self.divergence is None else self.divergence.seeds)
-        return np.array([r for r in range(self.policy.shape[0]) if r not in bad], dtype=np.int64)
+        return np.array([r for r in range(self.state.exact_reward.shape[0]) if r not in bad], dtype=np.int64)
 
 
 def train_seeds(module, env, params, config, num_seeds: int, *, seed: int = 0, chunk_size: int | None = None,
-                on_chunk: Callable[[ChunkState], None] | None = None, shard: bool = True) -> RunResult:
+                on_chunk: Callable[[ChunkState], None] | None = None, shard: bool = True, **drive: Any) -> RunResult:
     """Train one learner on ``num_seeds`` seeds in chunks and return everything measured.
 
     Args:
         module: the learner module (``fhc_jax.algos.fh_constrained``, or
-            ``registry.load_algorithm(name)``).
-        env: a tabular environment (exact evaluation needs ``to_cmdp``).
+            ``fhc_jax.experiment.config.load_algorithm(name)``).
+        env: the environment.
         params: its params.
         config: the module's ``Config``.
         num_seeds: R; seed i starts from ``fold_in(key(seed), i)`` (:func:`seed_keys`).
         chunk_size: iterations per chunk (default ``config.eval_every`` or 100).
-        on_chunk: called with the :class:`ChunkState` after every chunk (progress, checkpoints).
+        on_chunk: called with the :class:`ChunkState` after every chunk.
         shard: split the seeds over all devices.
+        drive: more options of :meth:`ChunkedTrainer.drive` (``label``, ``stream``,
+            ``overall``, ``trackers``).
     Returns:
         :class:`RunResult`; when a seed diverges (non-finite values), training stops after that
         chunk and ``RunResult.divergence`` says which seeds, where and in what.
     """
-    learner = module.make_learner(env, params, config)
     chunk = chunk_size or int(getattr(config, "eval_every", 0) or 100)
-    trainer = ChunkedTrainer(learner, num_seeds, min(chunk, config.num_iterations), shard=shard)
-    state = trainer.run(trainer.init(seed_keys(seed, num_seeds)), on_chunk=on_chunk)
-    return RunResult(state=state, final_state=trainer.host_carry(state.carry).state,
-                     policy=trainer.policy_tables(state), compile_s=trainer.compile_s, run_s=state.elapsed_s,
-                     divergence=state.divergence, num_iterations=trainer.num_iterations)
+    trainer = ChunkedTrainer(module.make_learner(env, params, config), num_seeds, min(chunk, config.num_iterations),
+                             shard=shard)
+    state = trainer.drive(seed_keys(seed, num_seeds), env=env, params=params, on_chunk=on_chunk, **drive)
+    return trainer.result(state)
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+def env_steps_per_iteration(config, horizon: int) -> int | None:
+    """Environment transitions consumed by one update of a learner ``Config`` with
+    ``episodes_per_iteration`` K: K * H; None for a config without that field."""
+    k = getattr(config, "episodes_per_iteration", None)
+    return k * horizon if isinstance(k, int) else None
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.2f}{unit}"
+    return f"{x:.0f}"
+
+
+class Progress:
+    """Callable ``on_chunk`` hook that prints ``label it/N [bar] env-steps/s reward cost nu exact eta``.
+
+    Args:
+        label: e.g. the algorithm's name.
+        total: N iterations.
+        num_runs: R runs progressing together (env-steps/s counts all of them).
+        steps_per_iteration: env transitions per update and run (None: show it/s only).
+        thresholds: alpha, (M,), shown next to the cost (None: not shown).
+        stream: where to print (default stderr).
+        overall: called with this run's fraction done; its text ends the line
+            (:meth:`RunsProgress.status`).
+    """
+
+    def __init__(self, label: str, total: int, num_runs: int, steps_per_iteration: int | None,
+                 thresholds: np.ndarray | None, stream: IO[str] | None = None, start_iteration: int = 0,
+                 start_elapsed: float = 0.0, exact: bool = True, overall: Callable[[float], str] | None = None):
+        self.overall = overall
+        self.label, self.total, self.num_runs = label, total, num_runs
+        self.evaluation = "exact" if exact else "mc"  # Monte-Carlo estimates without a tabular exact model
+        self.steps = steps_per_iteration
+        self.thresholds = None if thresholds is None else np.asarray(thresholds)
+        self.stream = sys.stderr if stream is None else stream
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.last_elapsed = start_elapsed
+        self.last_iteration = start_iteration
+
+    def __call__(self, state: ChunkState) -> None:
+        # chunk time only (state.elapsed_s excludes compilation and checkpoint writes)
+        dt = max(state.elapsed_s - self.last_elapsed, 1e-9)
+        done = state.iteration - self.last_iteration
+        self.last_elapsed, self.last_iteration = state.elapsed_s, state.iteration
+        frac = state.iteration / self.total
+        bar = "#" * int(20 * frac) + "." * (20 - int(20 * frac))
+        rate = done / dt
+        speed = f"{_si(rate * self.steps * self.num_runs)} env-steps/s" if self.steps else f"{rate:.1f} it/s"
+        parts = [f"{self.label} {state.iteration:>{len(str(self.total))}}/{self.total} [{bar}] {frac:4.0%}", speed]
+        m = state.metrics
+        if "reward" in m:
+            parts.append(f"reward {np.mean(m['reward'][:, -1]):.3f}")
+        if "costs" in m:
+            cost = np.mean(m["costs"][:, -1], axis=0)
+            alpha = "" if self.thresholds is None else " (alpha " + "/".join(f"{a:g}" for a in self.thresholds) + ")"
+            parts.append("cost " + "/".join(f"{c:.2f}" for c in cost) + alpha)
+        if "multipliers" in m:
+            parts.append("nu " + "/".join(f"{v:.3f}" for v in np.mean(m["multipliers"][:, -1], axis=0)))
+        parts.append(f"{self.evaluation} {np.mean(state.exact_reward[:, -1]):.3f}/"
+                     + "/".join(f"{c:.2f}" for c in np.mean(state.exact_costs[:, -1], axis=0)))
+        if rate > 0 and state.iteration < self.total:
+            parts.append(f"eta {(self.total - state.iteration) / rate:.0f}s")
+        if self.overall is not None:
+            parts.append(self.overall(frac))
+        line = " | ".join(parts)
+        if self.tty:
+            end = "\n" if state.iteration >= self.total else ""
+            self.stream.write("\r\033[K" + line + end)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+#: one completed run's line (:meth:`RunsProgress.done`)
+RUN_LINE = re.compile(r"^\[(?P<done>\d+)/(?P<total>\d+) runs done\] elapsed (?P<elapsed>\d+\.\d) s "
+                      r"\| eta (?P<eta>\d+\.\d) s \| (?P<name>.+?)(?: \| (?P<detail>.*))?$")
+
+
+def parse_run_line(line: str) -> dict[str, Any] | None:
+    """A completed run's line (:meth:`RunsProgress.done`) as ``{"done", "total", "elapsed_s",
+    "eta_s", "name", "detail"}``; None for any other line."""
+    m = RUN_LINE.match(line.rstrip("\n"))
+    if m is None:
+        return None
+    return {"done": int(m["done"]), "total": int(m["total"]), "elapsed_s": float(m["elapsed"]),
+            "eta_s": float(m["eta"]), "name": m["name"], "detail": m["detail"] or ""}
+
+
+class RunsProgress:
+    """Overall progress of ``total`` runs: runs done / total, elapsed time, ETA.
+
+    Args:
+        total: the number of runs (>= 1).
+        stream: where to print (default stderr); on a terminal :meth:`done` first clears a
+            progress line being redrawn in place.
+        clock: seconds (default ``time.perf_counter``); the clock starts at construction.
+    """
+
+    def __init__(self, total: int, stream: IO[str] | None = None, clock: Callable[[], float] = time.perf_counter):
+        if total < 1:
+            raise ValueError(f"RunsProgress: total must be >= 1 runs, found {total}")
+        self.total, self.completed = int(total), 0
+        self.stream = sys.stderr if stream is None else stream
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.clock = clock
+        self.start = clock()
+
+    def elapsed(self) -> float:
+        """Seconds since construction."""
+        return self.clock() - self.start
+
+    def eta(self, partial: float = 0.0) -> float | None:
+        """Seconds left, extrapolating the time per run so far (``partial``: the fraction done of
+        the runs in progress, in runs); None before any progress."""
+        done = self.completed + min(max(partial, 0.0), self.total - self.completed)
+        if done <= 0:
+            return None
+        return self.elapsed() * (self.total - done) / done
+
+    def status(self, partial: float = 0.0) -> str:
+        """``overall 2.4/9 runs, elapsed 80 s, eta 150 s`` (the chunk line's last part)."""
+        eta = self.eta(partial)
+        done = self.completed + partial
+        return (f"overall {done:.1f}/{self.total} runs, elapsed {self.elapsed():.0f} s, "
+                + ("eta -" if eta is None else f"eta {eta:.0f} s"))
+
+    def done(self, name: str, detail: str = "") -> str:
+        """Count one run as completed and print its line (returned): ``[k/N runs done] elapsed
+        E s | eta T s | name | detail`` (:data:`RUN_LINE`)."""
+        if self.completed >= self.total:
+            raise ValueError(f"RunsProgress: all {self.total} runs are already done")
+        self.completed += 1
+        eta = self.eta() or 0.0
+        line = f"[{self.completed}/{self.total} runs done] elapsed {self.elapsed():.1f} s | eta {eta:.1f} s | {name}"
+        if detail:
+            line += f" | {detail}"
+        self.stream.write(("\r\033[K" if self.tty else "") + line + "\n")
+        self.stream.flush()
+        return line

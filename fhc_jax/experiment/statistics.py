@@ -114,12 +114,10 @@ def iqm(x: Any) -> float:
     """Interquartile mean of a (R,) array: the 25% trimmed mean (``scipy.stats.trim_mean(x,
     0.25)``, as ``rliable.metrics.aggregate_iqm``): the mean of the values left after cutting
     floor(R / 4) from each end."""
-    from scipy import stats
-
-    x = np.asarray(x, np.float64).reshape(-1)
+    x = np.asarray(x, np.float64).reshape(-1, 1)
     if x.size == 0:
         raise ValueError("statistics: iqm of an empty array")
-    return float(stats.trim_mean(x, 0.25))
+    return float(column_iqms(x)[0])
 
 
 def column_means(scores: np.ndarray) -> np.ndarray:
@@ -395,16 +393,11 @@ def plot_performance_profiles(panels: Sequence[tuple[str, Mapping[str, Any]]], p
     Raises:
         ValueError / ImportError: as :func:`performance_profiles`.
     """
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
     from rliable import plot_utils
 
-    from fhc_jax.experiment import rundir
+    from fhc_jax.experiment.plots import pyplot, save_figure
 
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(5.6 * len(panels), 4.4), squeeze=False)
     for ax, (panel_title, scores) in zip(axes[0], panels):
         taus = profile_taus(scores)
@@ -421,10 +414,4 @@ def plot_performance_profiles(panels: Sequence[tuple[str, Mapping[str, Any]]], p
         ax.legend(fontsize=7, loc="lower left")
     fig.suptitle((title + ": " if title else "") + f"performance profiles over {seeds} seeds "
                  "(95% stratified-bootstrap bands)", fontsize=9)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    path = Path(path)
-    rundir.write_bytes_atomic(path, buf.getvalue())
-    return path
+    return save_figure(fig, path, dpi=120)

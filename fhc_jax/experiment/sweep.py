@@ -38,11 +38,9 @@ import jax
 import numpy as np
 
 from fhc_jax.experiment import judge, rundir, statistics, tracking
-from fhc_jax.experiment.config_io import ConfigError, ExperimentSpec, load_spec, parse_assignment
-from fhc_jax.experiment.progress import Progress, RunsProgress, env_steps_per_iteration
-from fhc_jax.experiment.machine import machine_info
-from fhc_jax.experiment.registry import load_algorithm
-from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
+from fhc_jax.experiment.config import ConfigError, ExperimentSpec, load_spec, parse_assignment
+from fhc_jax.experiment.rundir import machine_info
+from fhc_jax.experiment.runner import ChunkedTrainer, RunsProgress, env_steps_per_iteration, seed_keys
 
 
 def parse_grid(items: Sequence[str]) -> dict[str, list]:
@@ -87,6 +85,12 @@ def grid_specs(spec: ExperimentSpec, grid: dict[str, list]) -> list[tuple[dict[s
     return out
 
 
+def sweep_config(spec: ExperimentSpec, grid: dict[str, list]) -> dict[str, Any]:
+    """A sweep directory's config.json (and its trackers' configuration)."""
+    return {"format_version": rundir.FORMAT_VERSION, "kind": "sweep", "algo": spec.algo, "env": spec.env_name,
+            "grid": grid, "settings": spec.settings(), "machine": machine_info()}
+
+
 def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True, stream: IO[str] | None = None,
               quiet: bool = False, loggers: str | Sequence[str] | None = None, out: str | Path | None = None
               ) -> dict[str, Any]:
@@ -116,20 +120,15 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
     keys = seed_keys(spec.seed, s)
     keys = jax.random.wrap_key_data(np.tile(np.asarray(jax.random.key_data(keys)), (c, 1)),
                                     impl=jax.random.key_impl(keys))
-    module = load_algorithm(spec.algo)
     env, params = spec.make_env()
     if not env.has_exact_model:
         raise ConfigError(f"sweep: environment {spec.env_name!r} has no exact model (has_exact_model is False); "
                           "sweeps rank configurations by their exact judgement")
     cmdp = env.to_cmdp(params)
     thresholds = np.asarray(cmdp.thresholds, np.float64)
-    learner = module.make_learner(env, params, spec.learner)
-    trainer = ChunkedTrainer(learner, c * s, spec.chunk_size, hparams=hparams, shard=shard)
+    trainer = ChunkedTrainer(spec.module.make_learner(env, params, spec.learner), c * s, spec.chunk_size,
+                             hparams=hparams, shard=shard)
     overall = None if quiet else RunsProgress(c, stream)  # a run: one configuration's seeds (all train together)
-    progress = None if quiet else Progress(f"sweep {spec.algo} on {spec.env_name} ({c} configs x {s} seeds)",
-                                           spec.num_iterations, c * s,
-                                           env_steps_per_iteration(spec.learner, env.horizon), thresholds, stream,
-                                           overall=lambda frac: overall.status(frac * c))
     missing = statistics.unavailable()
     if missing is not None:  # said before training, not after it
         print(f"fhc-jax sweep: warning: {missing}; the bootstrap intervals will be missing",
@@ -140,13 +139,13 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
               file=stream if stream is not None else sys.stderr, flush=True)
     # a diverged configuration must not stop the others: it is ranked last (non-finite reward)
     trackers = tracking.Trackers(loggers, out or ".", name=Path(out or "sweep").name, stream=stream,
-                                 config={"kind": "sweep", "algo": spec.algo, "env": spec.env_name, "grid": grid,
-                                         "settings": spec.settings()}, hparams=spec.settings(),
+                                 config=sweep_config(spec, grid), hparams=spec.settings(),
                                  run_labels=[f"config_{i}/seed_{j}" for i in range(c) for j in range(s)],
                                  steps_per_iteration=env_steps_per_iteration(spec.learner, env.horizon))
     try:
-        state = trainer.run(trainer.init(keys), on_chunk=tracking.chain(progress, trackers.log_chunk),
-                            stop_on_divergence=False)
+        label = f"sweep {spec.algo} on {spec.env_name} ({c} configs x {s} seeds)"
+        state = trainer.drive(keys, env=env, params=params, stream=stream, trackers=trackers, stop_on_divergence=False,
+                              label=None if quiet else label, overall=None if quiet else lambda f: overall.status(f * c))
     except BaseException:
         trackers.close()
         raise
@@ -190,8 +189,7 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
         "timing": {"wall_s": time.perf_counter() - t0, "compile_s": trainer.compile_s, "train_s": state.elapsed_s},
         "machine": machine_info(), "sharded": shard,
         "divergence": None if state.divergence is None else state.divergence.as_dict(),
-        "feasibility": {"feasible": True} if infeasible is None else
-        {"feasible": False, "min_costs": np.asarray(infeasible.min_costs).tolist(), "message": str(infeasible)},
+        "feasibility": judge.feasibility(infeasible),
     }
     trackers.log_summary({k: result[k] for k in ("grid", "rows", "best", "timing", "divergence", "feasibility")})
     trackers.close()
@@ -234,11 +232,9 @@ def format_sweep(result: dict[str, Any]) -> str:
 
 
 def write_sweep(out: str | Path, spec: ExperimentSpec, grid: dict[str, list], result: dict[str, Any]) -> None:
-    """config.json, runs.csv (one row per configuration x seed), summary.json, summary.txt."""
+    """runs.csv (one row per configuration x seed), summary.json and summary.txt (config.json:
+    :func:`sweep_config`, written before training)."""
     out = Path(out)
-    rundir.write_json_atomic(out / rundir.CONFIG, {"kind": "sweep", "algo": spec.algo, "env": spec.env_name,
-                                                   "grid": grid, "settings": spec.settings(),
-                                                   "machine": result["machine"]})
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     m = result["exact_costs"].shape[-1]

@@ -49,6 +49,8 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from fhc_jax.experiment.rundir import metric_columns, one_line
+
 #: logger name -> the package it imports
 LOGGERS: dict[str, str] = {"tensorboard": "tensorboardX", "wandb": "wandb"}
 #: what ``--logger`` accepts
@@ -65,13 +67,6 @@ StepMetrics = Mapping[str, Mapping[str, float]]
 class TrackingError(ValueError):
     """An unknown logger or a logger whose package is not installed: a usage error
     (``fhc-jax`` exit status 2), raised before anything is compiled."""
-
-
-def _package_available(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def resolve_loggers(loggers: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -94,7 +89,7 @@ def resolve_loggers(loggers: str | Iterable[str] | None) -> tuple[str, ...]:
     if "none" in names and out:
         raise TrackingError(f"logger: 'none' cannot be combined with {', '.join(map(repr, out))}")
     for name in out:
-        if not _package_available(LOGGERS[name]):
+        if importlib.util.find_spec(LOGGERS[name]) is None:
             raise TrackingError(f"logger {name!r} needs the package {LOGGERS[name]!r}, which is not installed; "
                                 f"install the tracking extra: {INSTALL_HINT}")
     return tuple(out)
@@ -145,16 +140,6 @@ def flatten_scalars(tree: Any, prefix: str = "", *, strings: bool = False) -> di
             out[path] = x
 
     walk(tree, prefix)
-    return out
-
-
-def hparam_values(settings: Mapping[str, Any]) -> dict[str, bool | int | float | str]:
-    """Flat settings as hyperparameter values (scalars kept; lists and others as text; None dropped)."""
-    out: dict[str, bool | int | float | str] = {}
-    for k, v in settings.items():
-        if v is None:
-            continue
-        out[str(k)] = v if isinstance(v, (bool, int, float, str)) else json.dumps(v, default=str)
     return out
 
 
@@ -305,11 +290,6 @@ TRACKERS: dict[str, Callable[..., Tracker]] = {"tensorboard": TensorBoardTracker
 # ----------------------------------------------------------------------------- the fan-out
 
 
-def _one_line(err: BaseException) -> str:
-    lines = [x.strip() for x in str(err).strip().splitlines() if x.strip()]
-    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
-
-
 _STOP = object()
 
 
@@ -349,7 +329,10 @@ class Trackers:
         self.stream = stream
         self.background = background
         self.close_timeout = close_timeout
-        self._opening = (dict(name=name, group=group, subdir=subdir), dict(config), hparam_values(hparams or {}))
+        # flat settings as hyperparameter values: scalars kept, lists and others as text, None dropped
+        hparams = {str(k): v if isinstance(v, (bool, int, float, str)) else json.dumps(v, default=str)
+                   for k, v in (hparams or {}).items() if v is not None}
+        self._opening = (dict(name=name, group=group, subdir=subdir), dict(config), hparams)
         self._next = 0
         self._last = (0, 0.0)
         self._step: int | None = None
@@ -418,7 +401,7 @@ class Trackers:
     def _warn(self, name: str, err: BaseException) -> None:
         stream = self.stream if self.stream is not None else sys.stderr
         try:
-            print(f"fhc-jax: warning: {name} logging disabled after an error ({_one_line(err)}); "
+            print(f"fhc-jax: warning: {name} logging disabled after an error ({one_line(err)}); "
                   "training and its results are unaffected", file=stream, flush=True)
         except Exception:  # noqa: BLE001 (a closed stream must not stop anything either)
             pass
@@ -468,15 +451,13 @@ class Trackers:
         copies of the new rows are taken here; the rest happens on the tracking thread."""
         if not self.enabled:
             return
-        from fhc_jax.experiment import rundir
-
         lo, hi = self._next, int(state.iteration)
         if hi < lo:
             return
         t0 = time.perf_counter()
         first = max(lo, 1)
         cols = [(c, np.array(state.metrics[k][(slice(None), slice(first - 1, hi)) + idx], np.float64))
-                for c, k, idx in rundir.metric_columns(state.metrics)] if hi >= first else []
+                for c, k, idx in metric_columns(state.metrics)] if hi >= first else []
         exact = {int(it): (state.exact_reward[:, e].astype(np.float64).tolist(),
                            state.exact_costs[:, e].astype(np.float64).tolist())
                  for e, it in enumerate(state.exact_iterations) if lo <= it <= hi}
@@ -532,28 +513,9 @@ class Trackers:
         self.close()
 
 
-def open_trackers(loggers: str | Iterable[str] | None, directory: str | Path, **kwargs: Any) -> Trackers:
-    """:class:`Trackers` for ``loggers`` (validated by :func:`resolve_loggers`) writing under
-    ``directory``; keyword arguments as :class:`Trackers`'."""
-    return Trackers(resolve_loggers(loggers), directory, **kwargs)
-
-
 def seed_labels(num_seeds: int) -> list[str]:
     """Tag groups of R seeds: ``seed_0`` ... ``seed_{R-1}``."""
     return [f"seed_{r}" for r in range(num_seeds)]
-
-
-def chain(*hooks: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
-    """One ``on_chunk`` hook calling each of ``hooks`` (None entries skipped) in order; None if none."""
-    live = [h for h in hooks if h is not None]
-    if not live:
-        return None
-
-    def on_chunk(state: Any) -> None:
-        for hook in live:
-            hook(state)
-
-    return on_chunk
 
 
 def slug(text: str) -> str:

@@ -1,17 +1,18 @@
 """``fhc-jax train``: one learner on R seeds, in chunks, into a run directory, resumable.
 
 :func:`train_run` is the whole job; the CLI only parses arguments. Order of work: validate
-the configuration and the directory (nothing compiled yet), write config.json, compile,
-restore the newest checkpoint when resuming, then run chunks (progress line, metrics.csv
-rewritten atomically after every chunk, a checkpoint every ``run.checkpoint_every`` chunks and
-at the end), and finally judge the final policies against the exact optimum
-(:mod:`fhc_jax.experiment.judge`; environments that declare ``has_exact_model``) and write
+the configuration and the directory (nothing compiled yet), write config.json, then the chunked
+driver (:meth:`fhc_jax.experiment.runner.ChunkedTrainer.drive`: the newest intact checkpoint
+restored when resuming, progress line, metrics.csv rewritten atomically after every chunk, a
+checkpoint every ``run.checkpoint_every`` chunks and at the end), and finally judge the final
+policies (:mod:`fhc_jax.experiment.judge`: exactly against ``fhc_jax.solve``'s optimum on a
+tabular exact model, by Monte-Carlo against the environment's reference otherwise) and write
 summary.json, policy.npz and the plots.
 """
 
 from __future__ import annotations
 
-import re
+import sys
 import time
 from pathlib import Path
 from typing import IO, Any, Sequence
@@ -20,17 +21,16 @@ import jax
 import numpy as np
 
 from fhc_jax.algos.learner import judged_exactly
-from fhc_jax.experiment import checkpoint, environments, judge, rundir, summary as summ, tracking
-from fhc_jax.experiment.config_io import ExperimentSpec, load_spec, upgrade_stored_spec
-from fhc_jax.experiment.machine import machine_info
-from fhc_jax.experiment.progress import Progress, env_steps_per_iteration
-from fhc_jax.experiment.registry import load_algorithm
-from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, seed_keys
+from fhc_jax.experiment import checkpoint, config, judge, rundir, tracking
+from fhc_jax.experiment.config import ExperimentSpec, load_spec
+from fhc_jax.experiment.runner import (ChunkedTrainer, ChunkState, DivergenceError, divergence_hint,
+                                       env_steps_per_iteration, seed_keys)
 
 
 def config_payload(spec: ExperimentSpec) -> dict[str, Any]:
     """The content of config.json."""
     return {
+        "format_version": rundir.FORMAT_VERSION,
         "algo": spec.algo,
         "env": {"name": spec.env_name, **spec.env},
         "env_title": spec.env_title(),
@@ -42,7 +42,7 @@ def config_payload(spec: ExperimentSpec) -> dict[str, Any]:
         "feasibility_tolerance": spec.feasibility_tolerance,
         "num_iterations": spec.num_iterations,
         "settings": spec.settings(),
-        "machine": machine_info(),
+        "machine": rundir.machine_info(),
         "rerun": rerun_command(spec),
     }
 
@@ -67,14 +67,6 @@ def _toml_value(v: Any) -> str:
     return repr(v)
 
 
-def load_run_spec(path: str | Path) -> ExperimentSpec:
-    """The :class:`ExperimentSpec` stored in a run directory's config.json."""
-    cfg = rundir.read_json(Path(path) / rundir.CONFIG)
-    if "settings" not in cfg:
-        raise rundir.RunDirectoryError(f"{Path(path) / rundir.CONFIG} has no 'settings'")
-    return upgrade_stored_spec(load_spec(settings=cfg["settings"]))
-
-
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C during :func:`train_run` (still a ``KeyboardInterrupt``), with where the run stands.
 
@@ -84,43 +76,6 @@ class TrainingInterrupted(KeyboardInterrupt):
     def __init__(self, out: Path, iteration: int, checkpoint: int | None):
         super().__init__(f"interrupted at iteration {iteration}; continue with: fhc-jax train --resume --out {out}")
         self.out, self.iteration, self.checkpoint = out, iteration, checkpoint
-
-
-class DivergenceError(RuntimeError):
-    """Training stopped because a seed's values became non-finite (``fhc-jax`` exit status 1);
-    ``divergence`` is the :class:`~fhc_jax.experiment.runner.Divergence`."""
-
-    def __init__(self, message: str, divergence: Any):
-        super().__init__(message)
-        self.divergence = divergence
-
-
-_STEP_SIZE = re.compile(r"(_step\.init|_lr|learning_rate|^logit_step)$")
-
-
-def divergence_hint(spec: ExperimentSpec) -> str:
-    """The likely cause of a divergence: the run's step sizes, changed ones first."""
-    now = spec.settings()
-    base = load_spec(spec.algo, env=spec.env_name).settings()
-    keys = [k for k in now if _STEP_SIZE.search(k) and isinstance(now[k], (int, float)) and not isinstance(now[k], bool)]
-    changed = [k for k in keys if base.get(k) != now[k]]
-    shown = [f"{k} = {now[k]:g} (default {base.get(k):g})" for k in changed] or [f"{k} = {now[k]:g}" for k in keys]
-    if not shown:
-        return "likely cause: a step size too large for this problem"
-    which = "the changed step size(s)" if changed else "the step sizes"
-    return (f"likely cause: a step size too large for this problem; {which}: {', '.join(shown)}. "
-            "Start a new run with smaller step sizes")
-
-
-def feasibility_check(cmdp, say) -> tuple[Any, dict[str, Any]]:
-    """Solve ``cmdp`` exactly before training: (the :class:`~fhc_jax.experiment.judge.Optimum`
-    or None, summary.json's ``feasibility`` record). An infeasible threshold is reported through
-    ``say`` with ``fhc-jax solve``'s message (training proceeds)."""
-    opt, err = judge.solve_optimum(cmdp)
-    if err is None:
-        return opt, {"feasible": True}
-    say(f"warning: {err}; training proceeds, but no policy can meet the threshold")
-    return None, {"feasible": False, "min_costs": np.asarray(err.min_costs, np.float64).tolist(), "message": str(err)}
 
 
 def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = False, overwrite: bool = False,
@@ -152,31 +107,23 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
             it with the finite seeds' results.
         TrainingInterrupted: Ctrl-C (a checkpoint of the last finished chunk is written first).
     """
-    import sys
-
     t_start = time.perf_counter()
     loggers = tracking.resolve_loggers(loggers)  # a usage error before anything else
     out = Path(out)
     stream = sys.stderr if stream is None else stream
-    say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=stream, flush=True))
-    warn = lambda msg: print(f"fhc-jax train: {msg}", file=stream, flush=True)  # noqa: E731
+    rundir.check(out, resume=resume, overwrite=overwrite)
     if resume:
-        rundir.check(out, resume=True, overwrite=False)
-        stored = load_run_spec(out)
-        if spec is not None:
-            _refuse_changes(stored, spec, out)
+        stored = rundir.read_run(out).spec
+        _refuse_changes(stored, spec or stored, out)
         spec = stored
     elif spec is None:
         raise ValueError("train_run: spec is required unless resume=True")
-    else:
-        rundir.check(out, resume=False, overwrite=overwrite)
-    module = load_algorithm(spec.algo)
     env, params = spec.make_env()
-    learner = module.make_learner(env, params, spec.learner)  # refuses an unsuitable env before any write
+    learner = spec.module.make_learner(env, params, spec.learner)  # refuses an unsuitable env before any write
+    _check_playable(spec, env, params, learner)
     with rundir.locked(out, "fhc-jax train " + ("--resume " if resume else "") + f"--out {out}"):
         if resume:  # read again under the lock: what we resume is what no one else is writing
-            stored = load_run_spec(out)
-            _refuse_changes(stored, spec, out)
+            _refuse_changes(rundir.read_run(out).spec, spec, out)
         else:
             rundir.prepare(out, resume=False, overwrite=overwrite)
             rundir.write_json_atomic(out / rundir.CONFIG, config_payload(spec))
@@ -184,33 +131,43 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
                                      hparams=spec.settings(), run_labels=tracking.seed_labels(spec.seeds),
                                      steps_per_iteration=env_steps_per_iteration(spec.learner, env.horizon),
                                      start_iteration=None, stream=stream)
-        return _tracked(trackers, out, plots, lambda: _train_locked(
-            spec, out, resume, module, env, params, learner, say, warn, stream, quiet, max_chunks, plots, t_start,
-            trackers))
-
-
-def _tracked(trackers: tracking.Trackers, out: Path, plots: bool, train) -> dict[str, Any]:
-    """Run ``train()`` and log its summary (and figures) to ``trackers``, closing them however it ends."""
-    try:
-        result = train()
-    except DivergenceError:
         try:
+            result = _train(spec, out, resume, env, params, learner, stream, quiet, max_chunks, plots, t_start,
+                            trackers)
+        except DivergenceError:
             trackers.log_summary(rundir.read_json(out / rundir.SUMMARY))
-        except ValueError:  # no readable summary.json: the divergence is what matters
-            pass
+            trackers.close()
+            raise
+        except KeyboardInterrupt:
+            trackers.close(timeout=5.0)
+            raise
+        except BaseException:
+            trackers.close()
+            raise
+        trackers.log_summary(result)
+        if plots and result.get("complete"):
+            trackers.log_images(sorted((out / rundir.PLOTS).glob("*.png")))
         trackers.close()
-        raise
-    except KeyboardInterrupt:
-        trackers.close(timeout=5.0)
-        raise
-    except BaseException:
-        trackers.close()
-        raise
-    trackers.log_summary(result)
-    if plots and result.get("complete"):
-        trackers.log_images(sorted((out / rundir.PLOTS).glob("*.png")))
-    trackers.close()
-    return result
+        return result
+
+
+def _check_playable(spec: ExperimentSpec, env, params, learner) -> None:
+    """Without a tabular exact model a run is judged by playing its policies (``policy``): try
+    that on the structure of the initial train state before anything is trained or written.
+
+    Raises:
+        ConfigError: the learner cannot play its policy in ``env`` (its reason, and what to do).
+    """
+    if judged_exactly(env):
+        return
+    template = ChunkedTrainer(learner, 1, 1, shard=False).template(seed_keys(spec.seed, 1))
+    try:
+        spec.module.policy(jax.tree.map(lambda x: x[0], template.carry.state), env, params)
+    except ValueError as err:
+        raise config.ConfigError(
+            f"{spec.algo} could train on {env.name} (no exact model, so judged by playing its policy) but could not "
+            f"play the trained policy there: {str(err).rstrip('.')}; declare the environment's exact model (has_exact_model, "
+            "to_cmdp) or choose another learner (--algo)") from None
 
 
 def _refuse_changes(stored: ExperimentSpec, spec: ExperimentSpec, out: Path) -> None:
@@ -221,65 +178,60 @@ def _refuse_changes(stored: ExperimentSpec, spec: ExperimentSpec, out: Path) -> 
             + "; ".join(diff) + ". Resume without config options, or start a new run (--out)")
 
 
-def _train_locked(spec, out, resume, module, env, params, learner, say, warn, stream, quiet, max_chunks, plots,
-                  t_start, trackers) -> dict[str, Any]:
+def _train(spec, out, resume, env, params, learner, stream, quiet, max_chunks, plots, t_start,
+           trackers) -> dict[str, Any]:
+    say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=stream, flush=True))
+    warn = lambda msg: print(f"fhc-jax train: {msg}", file=stream, flush=True)  # noqa: E731
     cmdp = env.to_cmdp(params) if judged_exactly(env) else None
-    thresholds = np.asarray(env.thresholds(params), np.float64)
-    # the stored settings (equal to spec.settings() except for specs read from earlier versions,
-    # config_io.upgrade_stored_spec): what the checkpoints' manifests record
-    config_hash = rundir.settings_hash(rundir.read_json(out / rundir.CONFIG)["settings"])
-    opt, feasibility = feasibility_check(cmdp, warn) if cmdp is not None else (None, None)
+    opt, infeasible = judge.solve_optimum(cmdp) if cmdp is not None else (None, None)
+    if infeasible is not None:
+        warn(f"warning: {infeasible}; training proceeds, but no policy can meet the threshold")
+    # the settings as config.json stores them: what the checkpoints' manifests record
+    config_hash = rundir.settings_hash(rundir.read_config(out)["settings"])
     trainer = ChunkedTrainer(learner, spec.seeds, spec.chunk_size)
     ckpt_dir = out / rundir.CHECKPOINTS
-    saved = {"iteration": None}
-    last = {"state": None}
-    try:
-        state = trainer.init(seed_keys(spec.seed, spec.seeds))
-        last["state"] = state
-        if resume:
-            restored = checkpoint.restore_verified(ckpt_dir, trainer, state, config_hash=config_hash,
-                                                   num_iterations=spec.num_iterations, say=warn)
-            if restored is None:
-                say(f"{out}: no checkpoint yet, starting from iteration 0")
-            else:
-                state = restored
-                saved["iteration"] = state.iteration
-                say(f"{out}: resuming from iteration {state.iteration} of {spec.num_iterations}")
-        last["state"] = state
-        start_iteration = state.iteration
-        trackers.begin(state.iteration, state.elapsed_s)
-        progress = None if quiet else Progress(f"{spec.algo} on {spec.env_name}", spec.num_iterations, spec.seeds,
-                                               env_steps_per_iteration(spec.learner, env.horizon), thresholds,
-                                               stream, start_iteration, state.elapsed_s, exact=cmdp is not None)
-        chunks = {"n": 0}
+    saved: dict[str, int | None] = {"iteration": None}
+    last: dict[str, Any] = {"state": None, "chunks": 0, "start": 0}
 
-        def write_metrics(st: ChunkState) -> None:
-            rundir.write_bytes_atomic(out / rundir.METRICS, rundir.metrics_csv(
-                st.metrics, st.exact_iterations, st.exact_reward, st.exact_costs, st.iteration).encode())
+    def write_metrics(st: ChunkState) -> None:
+        rundir.write_bytes_atomic(out / rundir.METRICS, rundir.metrics_csv(
+            st.metrics, st.exact_iterations, st.exact_reward, st.exact_costs, st.iteration).encode())
 
-        def save(st: ChunkState) -> None:
-            checkpoint.save(ckpt_dir, trainer, st, config_hash=config_hash)
+    def save(st: ChunkState) -> None:
+        checkpoint.save(ckpt_dir, trainer, st, config_hash=config_hash)
+        saved["iteration"] = st.iteration
+
+    def restore(template: ChunkState) -> ChunkState | None:
+        return checkpoint.restore_verified(ckpt_dir, trainer, template, config_hash=config_hash,
+                                           num_iterations=spec.num_iterations, say=warn)
+
+    def on_start(st: ChunkState) -> None:
+        last["state"], last["start"] = st, st.iteration
+        if resume and st.iteration == 0:
+            say(f"{out}: no checkpoint yet, starting from iteration 0")
+        elif resume:
             saved["iteration"] = st.iteration
-
-        def on_chunk(st: ChunkState) -> None:
-            chunks["n"] += 1
-            last["state"] = st
-            if progress is not None:
-                progress(st)
+            say(f"{out}: resuming from iteration {st.iteration} of {spec.num_iterations}")
+        if st.iteration == 0:
             write_metrics(st)
             trackers.log_chunk(st)
-            if st.divergence is not None:
-                return  # never checkpoint non-finite values: a resume restarts from the last finite one
-            finished = st.iteration >= spec.num_iterations
-            stop = max_chunks is not None and chunks["n"] >= max_chunks
-            periodic = spec.checkpoint_every > 0 and chunks["n"] % spec.checkpoint_every == 0
-            if finished or stop or periodic:
-                save(st)
 
-        if state.iteration == 0:
-            write_metrics(state)
-            trackers.log_chunk(state)
-        state = trainer.run(state, on_chunk=on_chunk, max_chunks=max_chunks)
+    def on_chunk(st: ChunkState) -> None:
+        last["state"], last["chunks"] = st, last["chunks"] + 1
+        write_metrics(st)
+        if st.divergence is not None:
+            return  # never checkpoint non-finite values: a resume restarts from the last finite one
+        finished = st.iteration >= spec.num_iterations
+        stop = max_chunks is not None and last["chunks"] >= max_chunks
+        periodic = spec.checkpoint_every > 0 and last["chunks"] % spec.checkpoint_every == 0
+        if finished or stop or periodic:
+            save(st)
+
+    try:
+        state = trainer.drive(seed_keys(spec.seed, spec.seeds), env=env, params=params, stream=stream,
+                              label=None if quiet else f"{spec.algo} on {spec.env_name}", trackers=trackers,
+                              restore=restore if resume else None, on_start=on_start, on_chunk=on_chunk,
+                              max_chunks=max_chunks)
     except KeyboardInterrupt:
         st = last["state"]
         iteration = 0 if st is None else st.iteration
@@ -289,71 +241,52 @@ def _train_locked(spec, out, resume, module, env, params, learner, say, warn, st
             except BaseException:  # noqa: BLE001 (a second Ctrl-C, or a failed save: the older checkpoint stays)
                 pass
         raise TrainingInterrupted(out, iteration, saved["iteration"]) from None
-
-    if state.divergence is not None:
-        return _diverged(spec, out, state, cmdp, thresholds, opt, feasibility, say, trainer, t_start)
-    if state.iteration < spec.num_iterations:
+    if state.divergence is None and state.iteration < spec.num_iterations:
         say(f"{out}: stopped at iteration {state.iteration} of {spec.num_iterations}; "
             f"continue with: fhc-jax train --resume --out {out}")
         return {"complete": False, "iteration": state.iteration}
     try:
-        return _finish(spec, out, state, module, env, params, cmdp, thresholds, opt, feasibility, say, trainer, plots,
-                       t_start, start_iteration)
+        return _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, trainer, plots, t_start,
+                          last["start"])
     except KeyboardInterrupt:
         raise TrainingInterrupted(out, state.iteration, saved["iteration"]) from None
 
 
-def _diverged(spec, out, state, cmdp, thresholds, opt, feasibility, say, trainer, t_start) -> dict[str, Any]:
-    """summary.json of a diverged run (``"complete": false``, the reason, the finite seeds'
-    judgement at the iteration where training stopped); raises :class:`DivergenceError`."""
+def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, trainer, plots, t_start,
+               start_iteration) -> dict[str, Any]:
+    """Judge the final (or, after a divergence, the finite seeds') policies and write
+    summary.json, policy.npz and the plots; raises :class:`DivergenceError` after a divergence."""
     div = state.divergence
-    message = f"{div.describe()}; {divergence_hint(spec)}"
-    finite = [r for r in range(spec.seeds) if r not in set(div.seeds)]
-    result: dict[str, Any] = {"complete": False, "reason": message, "divergence": div.as_dict(),
-                              "stopped_at_iteration": state.iteration, "algo": spec.algo, "env": spec.env_name,
-                              "env_title": spec.env_title(), "num_iterations": spec.num_iterations,
-                              "finite_seeds": finite, "feasibility": feasibility}
-    if finite:
-        learned_nu = state.metrics["multipliers"][finite, -1] if "multipliers" in state.metrics else None
-        judged = judge.judge(state.exact_reward[finite, -1], state.exact_costs[finite, -1], thresholds,
-                             optimum=opt, multipliers=learned_nu, tolerance=spec.feasibility_tolerance)
-        result.update(summ.judgement_fields(judged))
-        for row, r in zip(result["seeds"], finite):
-            row["seed"] = r
-            row["at_iteration"] = state.iteration
-    result["diverged_seeds"] = [{"seed": s, "first_iteration": i, "quantity": q}
-                                for s, i, q in zip(div.seeds, div.iterations, div.quantities)]
-    result["machine"] = machine_info()
-    result["timing"] = {"wall_s": time.perf_counter() - t_start, "compile_s": trainer.compile_s,
-                        "train_s": state.elapsed_s}
-    rundir.write_json_atomic(out / rundir.SUMMARY, result)
-    raise DivergenceError(message, div)
-
-
-def _finish(spec, out, state, module, env, params, cmdp, thresholds, opt, feasibility, say, trainer, plots, t_start,
-            start_iteration) -> dict[str, Any]:
-    result: dict[str, Any] = {"complete": True, "algo": spec.algo, "env": spec.env_name, "env_title": spec.env_title(),
-                              "num_iterations": spec.num_iterations}
-    learned_nu = state.metrics["multipliers"][:, -1] if "multipliers" in state.metrics else None
-    if cmdp is None:  # no tabular exact model: Monte-Carlo judgement against the environment's reference
+    thresholds = np.asarray(env.thresholds(params), np.float64)
+    seeds = [r for r in range(spec.seeds) if div is None or r not in div.seeds]
+    learned_nu = state.metrics["multipliers"][seeds, -1] if "multipliers" in state.metrics else None
+    head = {"complete": div is None, "algo": spec.algo, "env": spec.env_name, "env_title": spec.env_title(),
+            "num_iterations": spec.num_iterations}
+    feasibility = None if cmdp is None else judge.feasibility(infeasible)
+    npz: dict[str, Any] = {"thresholds": thresholds}
+    if div is not None:
+        message = f"{div.describe()}; {divergence_hint(spec)}"
+        result = {"complete": False, "reason": message, "divergence": div.as_dict(),
+                  "stopped_at_iteration": state.iteration, **head, "finite_seeds": seeds, "feasibility": feasibility}
+        judged = None if not seeds else judge.judge(
+            state.exact_reward[seeds, -1], state.exact_costs[seeds, -1], thresholds, optimum=opt,
+            multipliers=learned_nu, tolerance=spec.feasibility_tolerance)
+    elif cmdp is None:  # no tabular exact model: Monte-Carlo judgement against the environment's reference
+        result = head
         say(f"judging {spec.seeds} seeds by Monte-Carlo ({spec.eval_episodes} episodes each)")
-        seeds = [jax.tree.map(lambda x, r=r: x[r], state.carry.state) for r in range(spec.seeds)]
-        mc = judge.monte_carlo(env, params, [module.policy(st, env, params) for st in seeds], spec.eval_episodes)
-        judged = judge.judge(mc["reward"], mc["costs"], thresholds, optimum=judge.reference_optimum(
-            env, params, spec.eval_episodes), multipliers=learned_nu, tolerance=spec.feasibility_tolerance,
-            episodes=spec.eval_episodes, reward_half_width=mc["reward_half_width"],
-            cost_half_width=mc["cost_half_width"])
-        result.update(summ.judgement_fields(judged))
-        npz = {"thresholds": thresholds}
+        policies = [spec.module.policy(jax.tree.map(lambda x, r=r: x[r], state.carry.state), env, params)
+                    for r in range(spec.seeds)]
+        judged = judge.judge_monte_carlo(env, params, policies, spec.eval_episodes, multipliers=learned_nu,
+                                         tolerance=spec.feasibility_tolerance)
     else:
+        result = {**head, "feasibility": feasibility}
         policies = trainer.policy_tables(state)
         npz = {"policy": policies.astype(np.float32)}
         if env.is_spatial:  # what policy maps need (fhc_jax.experiment.plots)
             npz["grid_shape"] = np.asarray(env.grid_shape, np.int64)
-            moves = environments.load_environment(spec.env_name).action_moves
+            moves = config.load_environment(spec.env_name).action_moves
             if moves is not None and moves.shape[0] == env.num_actions:
                 npz["action_moves"] = moves
-        result["feasibility"] = feasibility
         judged = judge.judge(state.exact_reward[:, -1], state.exact_costs[:, -1], thresholds, optimum=opt,
                              multipliers=learned_nu, tolerance=spec.feasibility_tolerance)
         final = judge.evaluate_policies(cmdp, policies)
@@ -361,20 +294,28 @@ def _finish(spec, out, state, module, env, params, cmdp, thresholds, opt, feasib
         if opt is not None:
             npz.update(optimal_policy=opt.policy.astype(np.float32), optimal_stage_costs=opt.stage_costs,
                        optimal_stage_rewards=opt.stage_rewards)
-        result.update(summ.judgement_fields(judged))
+    if judged is not None:
+        result.update(judge.judgement_fields(judged))
+    timing = {"wall_s": time.perf_counter() - t_start, "compile_s": trainer.compile_s, "train_s": state.elapsed_s}
+    if div is not None:
+        for row, r in zip(result.get("seeds", []), seeds):
+            row["seed"], row["at_iteration"] = r, state.iteration
+        result["diverged_seeds"] = [{"seed": s, "first_iteration": i, "quantity": q}
+                                    for s, i, q in zip(div.seeds, div.iterations, div.quantities)]
+        result.update(machine=rundir.machine_info(), timing=timing)
+        rundir.write_json_atomic(out / rundir.SUMMARY, result)
+        raise DivergenceError(message, div)
     rundir.write_npz_atomic(out / rundir.POLICY, **npz)
-    result["machine"] = machine_info()
-    result["timing"] = {"wall_s": time.perf_counter() - t_start, "compile_s": trainer.compile_s,
-                        "train_s": state.elapsed_s, "resumed_from_iteration": start_iteration}
+    timing["resumed_from_iteration"] = start_iteration
     steps = env_steps_per_iteration(spec.learner, env.horizon)
     if steps and state.elapsed_s > 0:
-        result["timing"]["env_steps_per_s"] = steps * spec.num_iterations * spec.seeds / state.elapsed_s
+        timing["env_steps_per_s"] = steps * spec.num_iterations * spec.seeds / state.elapsed_s
+    result.update(machine=rundir.machine_info(), timing=timing)
     rundir.write_json_atomic(out / rundir.SUMMARY, result)
     if plots:
         from fhc_jax.experiment import plots as plotting
 
         plotting.plot_run(out)
-    if judged is not None:
-        say(summ.format_table(judged, result.get("statistics")))
-    say(f"wrote {out}/ (wall {result['timing']['wall_s']:.1f} s, compile {trainer.compile_s:.1f} s)")
+    say(judge.format_table(judged, result.get("statistics")))
+    say(f"wrote {out}/ (wall {timing['wall_s']:.1f} s, compile {trainer.compile_s:.1f} s)")
     return result

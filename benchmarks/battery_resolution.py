@@ -28,7 +28,7 @@ import numpy as np
 
 import fhc_jax as fhc
 from fhc_jax.envs.battery import BatteryStorage
-from fhc_jax.experiment.machine import machine_info
+from fhc_jax.experiment.rundir import machine_info
 from timing import command_line
 
 RESOLUTIONS = ((11, 5), (21, 9), (41, 15), (81, 25), (161, 41))

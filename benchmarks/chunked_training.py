@@ -30,10 +30,10 @@ import numpy as np
 import fhc_jax as fhc
 from fhc_jax.algos import fh_constrained as fc
 from fhc_jax.experiment import checkpoint, rundir
-from fhc_jax.experiment.config_io import RUN_DEFAULTS
-from fhc_jax.experiment.machine import machine_info
+from fhc_jax.experiment.config import RUN_DEFAULTS
+from fhc_jax.experiment.rundir import machine_info
 from timing import command_line
-from fhc_jax.experiment.progress import Progress
+from fhc_jax.experiment.runner import Progress
 from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
 
 

@@ -80,7 +80,7 @@ import numpy as np  # noqa: E402
 
 from fhc_jax.cmdp.evaluate import evaluate  # noqa: E402
 from fhc_jax.envs import GridWorld  # noqa: E402
-from fhc_jax.experiment.machine import machine_info  # noqa: E402
+from fhc_jax.experiment.rundir import machine_info  # noqa: E402
 from timing import command_line  # noqa: E402
 from fhc_jax.experiment.rundir import write_json_atomic  # noqa: E402
 import fhc_jax as fhc  # noqa: E402

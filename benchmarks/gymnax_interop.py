@@ -44,7 +44,7 @@ import numpy as np
 
 import fhc_jax as fhc
 from fhc_jax.envs.gymnax_interop import cartpole
-from fhc_jax.experiment.machine import machine_info
+from fhc_jax.experiment.rundir import machine_info
 from timing import command_line
 
 

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from fhc_jax.experiment import judge
-from fhc_jax.experiment.machine import machine_info
+from fhc_jax.experiment.rundir import machine_info
 
 
 @dataclass

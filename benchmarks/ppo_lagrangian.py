@@ -30,7 +30,7 @@ import fhc_jax as fhc
 from fhc_jax.algos import ppo_lagrangian as pl
 from fhc_jax.envs import GridWorld
 from judge import machine_info, train_and_judge
-from fhc_jax.experiment.machine import load_average
+from fhc_jax.experiment.rundir import load_average
 from timing import command_line, compile_and_time
 from fhc_jax.envs.gridworld import MOVES
 

@@ -50,7 +50,7 @@ import numpy as np
 import fhc_jax as fhc
 from fhc_jax.envs import suite
 from fhc_jax.experiment.judge import Z95, cost_limits
-from fhc_jax.experiment.machine import machine_info
+from fhc_jax.experiment.rundir import machine_info
 
 LEARNERS = ("fh_constrained", "nn_constrained", "ecop", "ppo_lagrangian", "cpo", "saute")
 #: base key of the seeds (no tuning run used it)

@@ -1,7 +1,7 @@
 """Scaling curves: training speed of every learner and the exact solver's time against the
 batch size K, the horizon H, the grid size and the number of constraints M.
 
-**Learners** (``fhc_jax.experiment.registry``: fh-constrained, nn-constrained, ppo-lag, cpo,
+**Learners** (``fhc_jax.experiment.config``: fh-constrained, nn-constrained, ppo-lag, cpo,
 e-cop, saute-lag). Each point trains on ``GridWorld(size, horizon=H, num_constraints=M)`` with
 the learner's default ``Config`` except ``episodes_per_iteration = K``, ``eval_every = 0`` and a
 few iterations (speed, not quality): ``num_iterations = clip(round(2e6 / (K H)), 1, 5)``
@@ -56,8 +56,8 @@ import jax
 import numpy as np
 
 import fhc_jax as fhc
-from fhc_jax.experiment import registry
-from fhc_jax.experiment.machine import machine_info
+from fhc_jax.experiment import config as registry
+from fhc_jax.experiment.rundir import machine_info
 from timing import command_line
 from fhc_jax.experiment.rundir import write_bytes_atomic, write_json_atomic
 

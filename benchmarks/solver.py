@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import fhc_jax as fhc
-from fhc_jax.experiment.machine import machine_info
+from fhc_jax.experiment.rundir import machine_info
 from timing import command_line
 from fhc_jax.experiment.rundir import write_json_atomic
 

@@ -50,8 +50,8 @@ os.environ.setdefault("WANDB_SILENT", "true")
 import jax  # noqa: E402
 
 from fhc_jax.experiment import rundir, tracking, training  # noqa: E402
-from fhc_jax.experiment.config_io import load_spec  # noqa: E402
-from fhc_jax.experiment.machine import load_average, machine_info  # noqa: E402
+from fhc_jax.experiment.config import load_spec  # noqa: E402
+from fhc_jax.experiment.rundir import load_average, machine_info  # noqa: E402
 from timing import command_line  # noqa: E402
 
 MODES = ("none", "tensorboard", "wandb")

@@ -294,6 +294,9 @@ def describe_status(status: Status, thresholds: Any, multipliers: Any = None, la
     if not bool(status.met):
         parts.append("no evaluated policy's upper 95% cost bound is within alpha (the least violating is returned)")
     where = f"{label}: " if label else ""
+    if bool(status.met) and not bool(np.any(np.asarray(status.above))):  # only a multiplier still moving
+        return (f"multiplier not yet settled: {where}{'; '.join(parts)}; the returned policy's upper 95% cost "
+                "bound is within alpha; train longer (num_iterations) to let it settle")
     return f"constraint not yet met: {where}{'; '.join(parts)}; train longer (num_iterations) or check alpha"
 
 

@@ -173,7 +173,7 @@ def restore_run(files: RunFiles) -> LoadedRun:
     state = trainer.drive(seed_keys(spec.seed, spec.seeds), restore=restore)
     multipliers = state.metrics.get("multipliers")
     return LoadedRun(**{f.name: getattr(files, f.name) for f in dataclasses.fields(RunFiles)},
-                     iteration=state.iteration, train_states=state.carry.state,
+                     iteration=state.iteration, train_states=state.carry.selection.state,
                      multipliers=None if multipliers is None else np.asarray(multipliers[:, -1], np.float64),
                      trainer=trainer, state=state)
 

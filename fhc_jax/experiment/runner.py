@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from fhc_jax.algos.learner import judged_exactly
+from fhc_jax.algos.learner import Status, constraint_status, evaluation_iterations, judged_exactly
 from fhc_jax.experiment.config import ExperimentSpec, load_spec
 
 if TYPE_CHECKING:
@@ -255,6 +255,9 @@ class ChunkedTrainer:
             self.hparams = jax.tree.map(lambda x: _put(self._pad(np.asarray(x)), self.sharding), hparams)
         self.compile_s = 0.0
         self._programs: dict[str, Any] = {}
+        # make_train's evaluation marks (the candidates of the returned policy; chunks of
+        # eval_every updates, the default chunk size, end on every one of them)
+        self.marks = set(int(i) for i in evaluation_iterations(self.num_iterations, learner.config.eval_every)[1:])
 
     # ------------------------------------------------------------------ helpers
     def _pad(self, x: np.ndarray) -> np.ndarray:
@@ -318,11 +321,13 @@ class ChunkedTrainer:
             divergence=self._divergence(health, 0, 0, carry),
         )
 
-    def _chunk_fn(self, length: int) -> Callable:
+    def _chunk_fn(self, length: int, mark: bool) -> Callable:
         learner = self.learner
 
         def chunk(carry, cfg):
             carry, metrics = jax.lax.scan(lambda c, _: learner.step(c, cfg), carry, None, length=length)
+            if mark:  # an evaluation mark of make_train: the reported policy becomes a candidate
+                carry = learner.mark(carry)
             ev = learner.evaluate(carry)
             return carry, metrics, ev, _health(carry, metrics, ev)
 
@@ -364,7 +369,9 @@ class ChunkedTrainer:
         length = min(self.chunk_size, self.num_iterations - state.iteration)
         if length <= 0:
             return state
-        prog = self._compiled(f"chunk{length}", self._chunk_fn(length), *self._args(state.carry))
+        mark = state.iteration + length in self.marks
+        prog = self._compiled(f"chunk{length}{'m' if mark else ''}", self._chunk_fn(length, mark),
+                              *self._args(state.carry))
         t0 = time.perf_counter()
         carry, metrics, (r, c), health = prog(*self._args(state.carry))
         metrics = {k: _to_host(v)[: self.num_runs] for k, v in metrics.items()}
@@ -402,9 +409,20 @@ class ChunkedTrainer:
         return state
 
     def policy_tables(self, state: ChunkState) -> np.ndarray:
-        """The current policies of the runs, (R, H, S, A) numpy."""
-        prog = self._compiled("policy", jax.vmap(lambda c: self.learner.policy_table(c.state)), state.carry)
+        """The policies the runs return (:class:`~fhc_jax.algos.learner.Selection`),
+        (R, H, S, A) numpy."""
+        prog = self._compiled("policy", jax.vmap(lambda c: self.learner.policy_table(c.selection.state)), state.carry)
         return _to_host(prog(state.carry))[: self.num_runs]
+
+    def status(self, state: ChunkState) -> list[Status]:
+        """Each run's :class:`~fhc_jax.algos.learner.Status` (host-side, from the metrics of a
+        complete run: the multiplier's trend and the cost over the last tenth, and whether the
+        returned policy's upper cost bounds are within the thresholds)."""
+        met = _to_host(state.carry.selection.feasible)[: self.num_runs]
+        m, c = state.metrics["multipliers"], state.metrics["costs"]
+        return [jax.tree.map(np.asarray, constraint_status(
+            m[r], c[r], self.learner.thresholds, self.learner.violation_units, self.learner.multiplier_units, met[r]))
+            for r in range(self.num_runs)]
 
     def template(self, keys: Array) -> ChunkState:
         """A :class:`ChunkState` whose carry has the structure, shapes and dtypes of the runs'
@@ -474,13 +492,12 @@ class ChunkedTrainer:
 
     def result(self, state: ChunkState) -> "RunResult":
         """The :class:`RunResult` of the runs at ``state`` (policy tables on tabular exact models)."""
-        return RunResult(state=state, final_state=self.host_carry(state.carry).state,
+        host = self.host_carry(state.carry)
+        return RunResult(state=state, final_state=host.state, returned_state=host.selection.state,
+                         status=self.status(state) if state.iteration >= self.num_iterations else None,
                          policy=None if self.learner.policy_table is None else self.policy_tables(state),
                          compile_s=self.compile_s, run_s=state.elapsed_s, divergence=state.divergence,
                          num_iterations=self.num_iterations)
-
-
-@dataclasses.dataclass
 
 
 @dataclasses.dataclass
@@ -490,13 +507,17 @@ class RunResult:
     Attributes:
         state: the final :class:`ChunkState` (metrics (R, N, ...), exact evaluations (R, E, ...)).
         final_state: the learners' final train states, leading axis R (numpy; keys as key data).
-        policy: final policy tables, (R, H, S, A) (None without a tabular exact model).
+        policy: the returned policies' tables, (R, H, S, A) (None without a tabular exact model).
         compile_s: seconds spent compiling; run_s: seconds in chunks (compile excluded).
         divergence: None when every seed stayed finite; otherwise the :class:`Divergence`
             (which seeds, from which iteration, in which quantity). Training stopped after the
             chunk that found it, so ``state.iteration`` < N (:attr:`complete` is False) and the
             diverged seeds' values are non-finite; the other seeds' results are valid at
             ``state.iteration``.
+        returned_state: the train states of the returned policies (the learners'
+            :class:`~fhc_jax.algos.learner.Selection`), leading axis R (numpy).
+        status: each seed's :class:`~fhc_jax.algos.learner.Status` (None before the run is
+            complete).
     """
 
     state: ChunkState
@@ -506,6 +527,8 @@ class RunResult:
     run_s: float
     divergence: Divergence | None = None
     num_iterations: int | None = None
+    returned_state: Any = None
+    status: list[Status] | None = None
 
     @property
     def complete(self) -> bool:

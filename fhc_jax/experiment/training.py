@@ -20,7 +20,7 @@ from typing import IO, Any, Sequence
 import jax
 import numpy as np
 
-from fhc_jax.algos.learner import judged_exactly
+from fhc_jax.algos.learner import describe_status, judged_exactly
 from fhc_jax.experiment import checkpoint, config, judge, rundir, tracking
 from fhc_jax.experiment.config import ExperimentSpec, load_spec
 from fhc_jax.experiment.runner import (ChunkedTrainer, ChunkState, DivergenceError, divergence_hint,
@@ -252,6 +252,13 @@ def _train(spec, out, resume, env, params, learner, stream, quiet, max_chunks, p
         raise TrainingInterrupted(out, state.iteration, saved["iteration"]) from None
 
 
+def constraint_lines(statuses: list, thresholds: Any, multipliers: Any = None) -> list[str | None]:
+    """Per seed, the learner's one line when its constraint is not yet met or its multiplier
+    has not settled (:func:`fhc_jax.algos.learner.describe_status`), else None."""
+    return [describe_status(st, thresholds, None if multipliers is None else multipliers[r, -1], label=f"seed {r}")
+            for r, st in enumerate(statuses)]
+
+
 def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, trainer, plots, t_start,
                start_iteration) -> dict[str, Any]:
     """Judge the final (or, after a divergence, the finite seeds') policies and write
@@ -274,7 +281,8 @@ def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, traine
     elif cmdp is None:  # no tabular exact model: Monte-Carlo judgement against the environment's reference
         result = head
         say(f"judging {spec.seeds} seeds by Monte-Carlo ({spec.eval_episodes} episodes each)")
-        policies = [spec.module.policy(jax.tree.map(lambda x, r=r: x[r], state.carry.state), env, params)
+        returned = state.carry.selection.state  # the policies the learner returns
+        policies = [spec.module.policy(jax.tree.map(lambda x, r=r: x[r], returned), env, params)
                     for r in range(spec.seeds)]
         judged = judge.judge_monte_carlo(env, params, policies, spec.eval_episodes, multipliers=learned_nu,
                                          tolerance=spec.feasibility_tolerance)
@@ -287,15 +295,18 @@ def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, traine
             moves = config.load_environment(spec.env_name).action_moves
             if moves is not None and moves.shape[0] == env.num_actions:
                 npz["action_moves"] = moves
-        judged = judge.judge(state.exact_reward[:, -1], state.exact_costs[:, -1], thresholds, optimum=opt,
+        final = judge.evaluate_policies(cmdp, policies)  # the returned policies, judged exactly
+        judged = judge.judge(final["reward"], final["costs"], thresholds, optimum=opt,
                              multipliers=learned_nu, tolerance=spec.feasibility_tolerance)
-        final = judge.evaluate_policies(cmdp, policies)
         npz.update(stage_costs=final["stage_costs"], stage_rewards=final["stage_rewards"], thresholds=thresholds)
         if opt is not None:
             npz.update(optimal_policy=opt.policy.astype(np.float32), optimal_stage_costs=opt.stage_costs,
                        optimal_stage_rewards=opt.stage_rewards)
     if judged is not None:
         result.update(judge.judgement_fields(judged))
+    if div is None:  # the learner's own verdict: constraint met and multipliers settled (one line each)
+        lines = constraint_lines(trainer.status(state), thresholds, state.metrics.get("multipliers"))
+        result["constraint_status"] = [{"seed": r, "ok": line is None, "message": line} for r, line in enumerate(lines)]
     timing = {"wall_s": time.perf_counter() - t_start, "compile_s": trainer.compile_s, "train_s": state.elapsed_s}
     if div is not None:
         for row, r in zip(result.get("seeds", []), seeds):
@@ -317,5 +328,7 @@ def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, traine
 
         plotting.plot_run(out)
     say(judge.format_table(judged, result.get("statistics")))
+    for line in (row["message"] for row in result.get("constraint_status", ()) if row["message"]):
+        say(line)
     say(f"wrote {out}/ (wall {timing['wall_s']:.1f} s, compile {trainer.compile_s:.1f} s)")
     return result

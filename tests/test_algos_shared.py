@@ -284,3 +284,58 @@ def test_hparams_that_keep_an_env_default_take_the_trained_configs_value():
     train = fc.make_train(grid, grid.default_params, short)
     out = jax.jit(jax.vmap(train, in_axes=(None, 0)))(jax.random.key(0), stack([short, short.replace(trace=0.1)], env=grid))
     assert out.metrics.multipliers.shape[:2] == (2, 2)
+
+
+def test_the_returned_policy_is_the_best_candidate_by_the_learners_own_estimates():
+    """``TrainResult.state`` is the :class:`~fhc_jax.algos.learner.Selection`: the reported
+    policy of one evaluation mark after the start, whose exact value is the in-training exact
+    evaluation at that mark; it is feasible by its own upper bound whenever the status says the
+    constraint is met; ``final_state`` is the last iterate (the last exact evaluation), and
+    with ``eval_every = 0`` the two coincide."""
+    fc = fhc.algos.fh_constrained
+    env = fhc.GridWorld(size=4, horizon=6, alpha=1.5)
+    params = env.default_params
+    cmdp = env.to_cmdp(params)
+    cfg = fc.Config(num_iterations=60, episodes_per_iteration=32, eval_every=10, eval_episodes=1024)
+    out = jax.jit(jax.vmap(fc.make_train(env, params, cfg)))(jax.random.split(jax.random.key(3), 2))
+    marks = np.asarray(out.metrics.exact.iteration[0])
+    for seed in range(2):
+        it = int(out.selection.iteration[seed])
+        assert it in marks[1:].tolist()
+        ev = fhc.evaluate(cmdp, fc.policy_table(jax.tree.map(lambda x: x[seed], out.state), env, params))
+        j = int(np.flatnonzero(marks == it)[0])
+        np.testing.assert_allclose(ev.reward, out.metrics.exact.reward[seed, j], rtol=1e-5)
+        upper = np.asarray(out.selection.upper[seed])
+        assert bool(out.status.met[seed]) == bool(np.all(upper <= np.asarray(env.thresholds(params))))
+        assert np.all(upper >= np.asarray(out.selection.costs[seed]))
+        last = fhc.evaluate(cmdp, fc.policy_table(jax.tree.map(lambda x: x[seed], out.final_state), env, params))
+        np.testing.assert_allclose(last.reward, out.metrics.exact.reward[seed, -1], rtol=1e-5)
+    once = jax.jit(fc.make_train(env, params, cfg.replace(eval_every=0)))(jax.random.key(3))
+    assert int(once.selection.iteration) == cfg.num_iterations
+    np.testing.assert_array_equal(np.asarray(once.state.theta_average), np.asarray(once.final_state.theta_average))
+
+
+def test_status_flags_a_trending_multiplier_and_a_cost_above_alpha():
+    """:func:`~fhc_jax.algos.learner.constraint_status` on hand-made traces: a multiplier rising
+    by 20% over the last tenth is trending, a flat one is not; a cost above alpha + d/50 over the
+    last tenth is flagged; :func:`describe_status` words each case in one line."""
+    from fhc_jax.algos.learner import constraint_status, describe_status
+
+    n = 100
+    flat = np.full((n, 1), 2.0)
+    rising = np.linspace(1.0, 2.0, n)[:, None]  # +0.1 over the last tenth, level ~1.95: 5%
+    steep = np.concatenate([np.ones(90), np.linspace(1.0, 1.3, 10)])[:, None]
+    costs_ok = np.full((n, 1), 24.0)
+    costs_high = np.full((n, 1), 26.0)
+    alpha, units, nu_unit = np.array([25.0]), np.array([25.0]), np.array([1.0])
+    ok = constraint_status(flat, costs_ok, alpha, units, nu_unit, True)
+    assert bool(ok.ok) and describe_status(ok, alpha) is None
+    assert not bool(constraint_status(rising, costs_ok, alpha, units, nu_unit, True).trending[0])
+    st = constraint_status(steep, costs_ok, alpha, units, nu_unit, True)
+    assert bool(st.trending[0]) and not bool(st.settled)
+    line = describe_status(st, alpha, [1.3], label="seed 0")
+    assert line.startswith("multiplier not yet settled: seed 0: multiplier still rising") and "\n" not in line
+    high = constraint_status(flat, costs_high, alpha, units, nu_unit, False)
+    assert bool(high.above[0]) and not bool(high.ok)
+    line = describe_status(high, alpha)
+    assert line.startswith("constraint not yet met: mean episode cost 26 > alpha 25") and "upper 95%" in line

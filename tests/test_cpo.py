@@ -290,7 +290,7 @@ def test_learning_on_bandit_cmdp_moves_to_the_threshold():
     np.testing.assert_allclose(best.reward, 1.6, atol=1e-6)
     out = _bandit_result()
     for seed in range(2):
-        state = jax.tree.map(lambda x: x[seed], out.state)
+        state = jax.tree.map(lambda x: x[seed], out.final_state)
         ev = fhc.evaluate(cmdp, cpo.policy_table(state, BANDIT, cmdp))
         initial_reward = float(out.metrics.exact.reward[seed, 0])
         initial_cost = float(out.metrics.exact.costs[seed, 0, 0])

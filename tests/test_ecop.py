@@ -121,7 +121,7 @@ def test_learning_regression_small_grid_judged_exactly():
     cfg = ecop.Config(num_iterations=120, episodes_per_iteration=64, num_epochs=8, eval_every=60, damping=0.05,
                       damping_max=0.05)
     out = jax.jit(jax.vmap(ecop.make_train(env, params, cfg)))(jax.random.split(jax.random.key(3), 2))
-    tables = ecop.policy_table(out.state, env, params)
+    tables = ecop.policy_table(out.final_state, env, params)
     assert tables.shape == (2, 12, 25, 9)
     ev = jax.vmap(fhc.evaluate, in_axes=(None, 0))(cmdp, tables)
     uniform = fhc.evaluate(cmdp, jnp.full((12, 25, 9), 1.0 / 9))

@@ -214,7 +214,7 @@ def test_learning_regression_small_grid():
     best = fhc.solve(cmdp)
     out = _tiny_result()
     for seed in range(2):
-        state = jax.tree.map(lambda x: x[seed], out.state)
+        state = jax.tree.map(lambda x: x[seed], out.final_state)
         ev = fhc.evaluate(cmdp, fc.policy_table(state, TINY, params))
         initial = float(out.metrics.exact.reward[seed, 0])
         assert float(ev.costs[0]) <= 1.0 * 1.02, (seed, float(ev.costs[0]))
@@ -286,7 +286,7 @@ def test_works_with_tabular_env_and_two_constraints():
     out = jax.jit(fc.make_train(env, env.default_params, cfg))(jax.random.key(0))
     assert out.metrics.multipliers.shape == (30, 2)
     assert out.metrics.exact.costs.shape == (4, 2)
-    ev = fhc.evaluate(cmdp, fc.policy_table(out.state, env))
+    ev = fhc.evaluate(cmdp, fc.policy_table(out.final_state, env))
     np.testing.assert_allclose(ev.costs, out.metrics.exact.costs[-1], rtol=1e-4)
 
 

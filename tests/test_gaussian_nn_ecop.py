@@ -36,7 +36,7 @@ def _monte_carlo(policy, env=REACH, n: int = 4096, key: int = 11) -> tuple[float
 def _check_learned(module, out, seeds: int = 2) -> list[tuple[float, float, float]]:
     found = []
     for seed in range(seeds):
-        state = jax.tree.map(lambda x: x[seed], out.state)
+        state = jax.tree.map(lambda x: x[seed], out.final_state)
         r, c, c_up = _monte_carlo(module.policy(state, REACH, REACH.default_params))
         found.append((r, c, c_up))
         # far above the initial policy (the budget-respecting reference of box_task, a = 0.71
@@ -234,7 +234,7 @@ def test_ecop_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld(
         cfg = ecop.Config(observation="env", num_iterations=120, episodes_per_iteration=64, num_epochs=8, eval_every=0,
                           damping=0.05, damping_max=0.05, path=path)
         out = jax.jit(jax.vmap(ecop.make_train(env, params, cfg)))(keys)
-        ev = jax.vmap(fhc.evaluate, in_axes=(None, 0))(cmdp, ecop.policy_table(out.state, env, params))
+        ev = jax.vmap(fhc.evaluate, in_axes=(None, 0))(cmdp, ecop.policy_table(out.final_state, env, params))
         results[path] = (np.asarray(ev.reward), np.asarray(ev.costs)[:, 0])
         np.testing.assert_allclose(out.metrics.exact.reward[:, -1], ev.reward, rtol=1e-5)
     (r_t, c_t), (r_s, c_s) = results["tabular"], results["sampled"]

@@ -55,7 +55,7 @@ def test_learns_reach_within_the_budget(name):
     out = jax.jit(module.make_train(ENV, PARAMS, cfg))(jax.random.key(0))
     r0, c0 = float(out.metrics.exact.reward[0]), float(out.metrics.exact.costs[0, 0])
     assert abs(r0 - INITIAL_REWARD) < 0.3 and abs(c0 - 1.83) < 0.1, (r0, c0)
-    r, r_half, c, c_half = _monte_carlo(module.policy(out.state, ENV, PARAMS))
+    r, r_half, c, c_half = _monte_carlo(module.policy(out.final_state, ENV, PARAMS))
     assert r - r_half > -1.5, (r, r_half)
     assert abs(c - 1.0) + c_half < 0.15, (c, c_half)
     assert abs(float(out.metrics.exact.reward[-1]) - r) < 0.1

@@ -226,7 +226,7 @@ def test_learning_regression_small_grid():
     cmdp = TINY.to_cmdp(params)
     best = fhc.solve(cmdp)
     out = _tiny_result()
-    tables = nc.policy_table(out.state, TINY, params)
+    tables = nc.policy_table(out.final_state, TINY, params)
     assert tables.shape == (2, TINY.horizon, TINY.num_states, TINY.num_actions)
     for seed in range(2):
         ev = fhc.evaluate(cmdp, tables[seed])

@@ -250,7 +250,7 @@ def test_learning_on_bandit_cmdp_with_binding_constraint(method):
     out = _bandit_result(method)
     cmdp = BANDIT.default_params
     for seed in range(2):
-        state = jax.tree.map(lambda x: x[seed], out.state)
+        state = jax.tree.map(lambda x: x[seed], out.final_state)
         ev = fhc.evaluate(cmdp, pl.policy_table(state, BANDIT))
         initial = float(out.metrics.exact.reward[seed, 0])
         assert abs(initial - 1.0) < 0.05
@@ -295,7 +295,7 @@ def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
     assert list(np.asarray(m.exact.iteration)) == [0, 3, 6] and m.exact.costs.shape == (3, 2)
     assert np.all(np.asarray(m.epochs) >= 1) and np.all(np.asarray(m.epochs) <= GRID_CONFIG.num_epochs)
     # batched policy table (leading seed axis) matches the per-seed tables
-    tables = pl.policy_table(batched.state, TINY_GRID)
+    tables = pl.policy_table(batched.final_state, TINY_GRID)
     assert tables.shape == (3, 4, 9, 9)
     np.testing.assert_allclose(np.asarray(tables.sum(-1)), 1.0, rtol=1e-5)
     # the in-jit exact evaluation of the final policy agrees with fhc.evaluate of the table

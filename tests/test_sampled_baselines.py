@@ -28,7 +28,7 @@ def _judge(module, cfg, cost_slack):
     assert out.metrics.exact.reward.shape == (2, 2)  # Monte-Carlo estimates at 0 and N
     uniform = _mc(DRIFT, fhc.uniform_random_policy(3))
     for seed in range(2):
-        state = jax.tree.map(lambda x: x[seed], out.state)
+        state = jax.tree.map(lambda x: x[seed], out.final_state)
         r, r_half, c, c_half = _mc(DRIFT, module.policy(state, DRIFT, PARAMS))
         assert r - r_half > uniform[0] + uniform[1], (r, uniform)
         assert c + c_half <= 2.0 * (1.0 + cost_slack), (c, c_half)
@@ -98,7 +98,7 @@ def test_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld(name)
     for path in ("tabular", "sampled"):
         out = jax.jit(jax.vmap(module.make_train(GRID, params, cfg.replace(num_iterations=25, eval_every=0,
                                                                            path=path))))(keys)
-        ev = jax.vmap(lambda t: fhc.evaluate(cmdp, t))(module.policy_table(out.state, GRID, params))
+        ev = jax.vmap(lambda t: fhc.evaluate(cmdp, t))(module.policy_table(out.final_state, GRID, params))
         results[path] = (np.asarray(ev.reward), np.asarray(ev.costs)[:, 0])
         np.testing.assert_allclose(out.metrics.exact.reward[:, -1], ev.reward, rtol=1e-4)
     (r_t, c_t), (r_s, c_s) = results["tabular"], results["sampled"]

@@ -94,7 +94,7 @@ def test_nn_constrained_learns_a_continuous_task_judged_by_monte_carlo():
     assert out.metrics.exact.reward.shape == (2, 3)  # Monte-Carlo estimates at 0, 30, 60
     uniform = _mc(DRIFT, fhc.uniform_random_policy(3))
     for seed in range(2):
-        state = jax.tree.map(lambda x: x[seed], out.state)
+        state = jax.tree.map(lambda x: x[seed], out.final_state)
         r, r_half, c, c_half = _mc(DRIFT, nc.policy(state, DRIFT, DRIFT.default_params))
         # it learned to follow the moving target within the movement budget: the lower 95%
         # bound of its reward above the uniform policy's upper bound (which spends 5.3 moves),
@@ -119,7 +119,7 @@ def test_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld():
         cfg = nc.Config(num_iterations=80, episodes_per_iteration=64, eval_every=0, path=path, actor_epochs=4,
                         variant="paper", loss_form="samples")
         out = jax.jit(jax.vmap(nc.make_train(env, params, cfg)))(keys)
-        ev = jax.vmap(lambda t: fhc.evaluate(cmdp, t))(nc.policy_table(out.state, env, params))
+        ev = jax.vmap(lambda t: fhc.evaluate(cmdp, t))(nc.policy_table(out.final_state, env, params))
         results[path] = (np.asarray(ev.reward), np.asarray(ev.costs)[:, 0])
         np.testing.assert_allclose(out.metrics.exact.reward[:, -1], ev.reward, rtol=1e-5)
     (r_t, c_t), (r_s, c_s) = results["tabular"], results["sampled"]

@@ -3,8 +3,8 @@
 
 For each (learner, task): the seeds' keys are ``jax.random.fold_in(jax.random.key(424242), i)``
 (a base no tuning run used), trained in ONE ``jax.jit(jax.vmap(train))`` call (compiled ahead
-with ``.lower().compile()``, so compile and run times are reported apart). Each seed's FINAL
-reported policy is judged:
+with ``.lower().compile()``, so compile and run times are reported apart). Each seed's RETURNED
+policy (``TrainResult.state``: the learner's selection by its own estimates) is judged:
 
 * **exact** tasks: ``fhc_jax.evaluate(cmdp, policy_table)`` (float64): reward, costs,
   % of the optimum = 100 J / J* (J* from ``fhc_jax.solve``), feasible = every cost <= 1.02
@@ -151,14 +151,19 @@ def judge_cell(module, task: suite.Task, env, params, ref: dict, out: Any, seeds
     feasible = np.all(upper <= limits, axis=1)
     percent = None if yardstick is None or yardstick <= 0 else 100.0 * reward / yardstick
     nu = final_multipliers(out)
+    status_ok = np.asarray(out.status.ok)  # the learner's own verdict (met and settled)
+    selected_at = np.asarray(out.selection.iteration)
     rows = []
     for i in range(seeds):
         row = {"seed": i, "reward": float(reward[i]), "costs": costs[i].tolist(),
                "percent": None if percent is None else float(percent[i]), "feasible": bool(feasible[i]),
-               "final_multipliers": None if nu is None else nu[i].tolist()}
+               "final_multipliers": None if nu is None else nu[i].tolist(),
+               "status_ok": bool(status_ok[i]), "selected_iteration": int(selected_at[i]),
+               "silent_infeasible": bool(not feasible[i] and status_ok[i])}
         row.update({k: np.asarray(v[i]).tolist() for k, v in extra.items()})
         rows.append(row)
     return {"seeds": rows, "feasible_seeds": int(feasible.sum()), "num_seeds": seeds,
+            "flagged_seeds": int((~status_ok).sum()), "silent_infeasible_seeds": int((~feasible & status_ok).sum()),
             "worst_percent": None if percent is None else float(np.min(percent)),
             "median_percent": None if percent is None else float(np.median(percent)),
             "worst_cost_over_alpha": float(np.max(upper / np.where(alpha == 0, 1.0, alpha))),
@@ -198,7 +203,9 @@ def cell_text(cell: dict | None) -> str:
     if "error" in cell:
         return "error"
     n, ok = cell["num_seeds"], cell["feasible_seeds"]
-    return f"{ok}/{n}" if cell.get("worst_percent") is None else f"{cell['worst_percent']:.0f}% {ok}/{n}"
+    silent = cell.get("silent_infeasible_seeds", 0)
+    mark = f" ({silent} silent)" if silent else ""  # infeasible seeds the learner did not flag
+    return (f"{ok}/{n}" if cell.get("worst_percent") is None else f"{cell['worst_percent']:.0f}% {ok}/{n}") + mark
 
 
 def time_text(cell: dict | None) -> str:

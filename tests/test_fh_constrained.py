@@ -27,7 +27,9 @@ def reference_update(theta, v, w, lam, batch, phi, alpha, a_n, b_n, c_n, bound, 
 
     Paper sign convention: lambda in [P, 0]. ``phi[h][s]`` is the feature vector of state s at
     stage h (h = 0..H). theta[h] has shape (X, A); v[h], w[k][h] shape (X,). Everything on
-    the right-hand side uses the iteration-n values, as the equations are written.
+    the right-hand side uses the iteration-n values, as the equations are written. The one
+    departure of fhc_jax's paper variant: (algo7)'s step c(n) applies to the violation in units
+    of d^(k) = max(|alpha^(k)|, H / 100) (fhc_jax.algos.multipliers, "Units").
     """
     H = len(theta)
     M = len(lam)
@@ -55,7 +57,8 @@ def reference_update(theta, v, w, lam, batch, phi, alpha, a_n, b_n, c_n, bound, 
             xi = g[h][k] + w[k][h + 1] @ phi[h + 1][s[h + 1]] - w[k][h] @ phi[h][s[h]]
             new_w[k][h] = w[k][h] + a_n * xi * phi[h][s[h]]  # (algo4)
         new_w[k][H] = w[k][H] + a_n * (gH[k] - alpha[k] - w[k][H] @ phi[H][s[H]]) * phi[H][s[H]]  # (algo5)
-        new_lam.append(min(0.0, max(P, lam[k] - c_n * (w[k][0] @ phi[0][s[0]]))))  # (algo7)
+        d = max(abs(alpha[k]), H / 100.0)
+        new_lam.append(min(0.0, max(P, lam[k] - c_n * (w[k][0] @ phi[0][s[0]]) / d)))  # (algo7)
     return new_theta, new_v, new_w, new_lam
 
 
@@ -364,7 +367,9 @@ def test_advantage_increment_matches_direct_loop():
 
 
 def test_improved_multiplier_is_pi_controlled():
-    """nu = clip(nu_I + K_p (mean episode cost - alpha)), nu_I the paper's integral step."""
+    """nu = clip(nu_I + K_p u), nu_I the paper's integral step on u, the relative violation
+    (mean episode cost - alpha + margin) / d, with the margin 2 z sigma_C / sqrt(eval_episodes)
+    and d = max(|alpha|, H / 100) (fhc_jax.algos.multipliers)."""
     env = SMALL
     params = env.default_params
     cfg = fc.Config(num_iterations=1, episodes_per_iteration=8, multiplier_gain=0.3)
@@ -374,7 +379,10 @@ def test_improved_multiplier_is_pi_controlled():
         jax.random.key(1), common.tabular_model(env, params),
         jnp.cumsum(fc.policy_table(state, env, params), -1), lambda cdf_h, s: cdf_h[s], 8)
     new, metrics = fc.update(state, batch, None, fc.setup(env, params, cfg), cfg)
-    violation = np.asarray(batch.episode_costs).mean(0) - np.asarray(params.thresholds)
+    costs = np.asarray(batch.episode_costs, np.float64)
+    alpha = np.asarray(params.thresholds, np.float64)
+    margin = 2 * 1.645 * costs.std(0) / np.sqrt(cfg.eval_episodes)
+    violation = (costs.mean(0) - alpha + margin) / np.maximum(np.abs(alpha), env.horizon / 100)
     integral = np.clip(cfg.multiplier_step(0) * violation, 0.0, cfg.multiplier_max)
     np.testing.assert_allclose(new.multiplier_state.integral, integral, rtol=1e-5)
     np.testing.assert_allclose(new.multipliers, np.clip(integral + 0.3 * violation, 0.0, cfg.multiplier_max), rtol=1e-5)

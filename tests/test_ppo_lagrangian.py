@@ -228,9 +228,10 @@ BANDIT_CONFIG = pl.Config(
     num_iterations=200, episodes_per_iteration=64, observation="one_hot", width=16, depth=1,
     num_epochs=2, num_minibatches=2, actor_lr=1e-3, normalize_advantages=False, eval_every=50,
 )
+# (gains on the relative violation (C - alpha) / alpha: alpha = 1.5 times those on the raw one)
 BANDIT_METHODS = {
-    "lagrangian": dict(multiplier_optimizer="sgd", multiplier_lr=0.5),
-    "pid": dict(pid_kp=4.0, pid_ki=0.1, pid_kd=0.0, pid_p_ema=0.0),
+    "lagrangian": dict(multiplier_optimizer="sgd", multiplier_lr=0.75),
+    "pid": dict(pid_kp=6.0, pid_ki=0.15, pid_kd=0.0, pid_p_ema=0.0),
 }
 BANDIT_TOLERANCE = {"lagrangian": 0.2, "pid": 0.1}
 

@@ -247,8 +247,8 @@ def test_finite_seeds_keep_their_results(tmp_path, monkeypatch, capsys):
     seed 0 is judged at the stop iteration, exit status 1."""
     original = runner.ChunkedTrainer._chunk_fn
 
-    def poisoned(self, length):
-        fn = original(self, length)
+    def poisoned(self, length, *args):
+        fn = original(self, length, *args)
 
         def chunk(carry, *rest):
             def poison(x):

@@ -33,7 +33,7 @@ from fhc_jax.algos.hyperparameters import (EnvDefault, PowerSchedule, hyperparam
 from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy, observation_sample_by_stage
 from fhc_jax.algos.policies import observation_to_index
 from fhc_jax.rollout import rollout as rollout_episodes
-from fhc_jax.algos.returns import lagrangian_targets, visit_averaged_advantages
+from fhc_jax.algos.returns import lagrangian_targets, state_baseline, visit_averaged_advantages
 from fhc_jax.algos.tabular_rollout import (
     Batch, TabularModel, batch_from_trajectory, rollout_policy_table, rollout_tabular, tabular_model,
 )
@@ -410,7 +410,7 @@ def _advantage_weights(states: Array, actions: Array, delta: Array, num_actions:
     s = states.astype(jnp.int32)
     sum_s, count_s = _group_sums(s, delta)
     sum_sa, count_sa = _group_sums(s * num_actions + actions.astype(jnp.int32), delta)  # counts >= 1
-    adv = sum_sa / count_sa - sum_s / count_s
+    adv = sum_sa / count_sa - state_baseline(count_s, sum_s)
     return adv * count_s / count_sa, count_s
 
 

@@ -74,7 +74,8 @@ def visit_averaged_advantages(count_sa: Array, total_sa: Array, count_s: Array |
                               total_s: Array | None = None) -> Array:
     """Per-cell advantage estimates from a batch scattered into (stage, state, action) cells:
     A_hat_h(s, a) = (mean of the samples' advantage signals that took a in s at stage h) -
-    (mean over all samples in (h, s)); 0 for actions not taken and unvisited states.
+    (mean over all samples in (h, s), :func:`state_baseline`); 0 for actions not taken and
+    unvisited states.
 
     Args:
         count_sa: visits n_h(s, a), (H, S, A). total_sa: sum of the signals per cell, (H, S, A).
@@ -85,8 +86,15 @@ def visit_averaged_advantages(count_sa: Array, total_sa: Array, count_s: Array |
     """
     count_s = count_sa.sum(-1, keepdims=True) if count_s is None else count_s[..., None]
     total_s = total_sa.sum(-1, keepdims=True) if total_s is None else total_s[..., None]
-    mean_s = total_s / jnp.maximum(count_s, 1.0)
-    return jnp.where(count_sa > 0, total_sa / jnp.maximum(count_sa, 1.0) - mean_s, 0.0)
+    return jnp.where(count_sa > 0, total_sa / jnp.maximum(count_sa, 1.0) - state_baseline(count_s, total_s), 0.0)
+
+
+def state_baseline(count_s: Array, total_s: Array) -> Array:
+    """The empirical baseline of a visited (stage, state): the mean of its samples' advantage
+    signals where it has two samples or more, else 0 (the signal is then the critic-baselined
+    delta = G - v(s) itself: with one sample, subtracting its own mean would leave nothing, and
+    one episode per update (K = 1) would never learn). count_s, total_s: (...)."""
+    return jnp.where(count_s >= 2, total_s / jnp.maximum(count_s, 1.0), 0.0)
 
 
 def lagrangian_targets(batch: "Batch", values: Array, multipliers: Array, thresholds: Array, paper: bool,

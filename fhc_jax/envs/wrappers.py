@@ -30,7 +30,9 @@ class ScaledSignals(Environment):
     declared capability are the wrapped environment's: tabular states, one-uniform noise,
     the spatial grid, signals paid on arrival (scaled) and the exact model (``to_cmdp`` gives
     the wrapped model with scaled rewards, costs and thresholds, so tabular learners roll out
-    the scaled problem); the reference policy stays on the unscaled environment.
+    the scaled problem); tabular states only together with the exact model (a tabular
+    environment without one is trained on as a non-tabular one); the reference policy stays on
+    the unscaled environment.
 
     Args:
         env: the environment. reward_scale: > 0. cost_scales: (M,) > 0.
@@ -57,7 +59,9 @@ class ScaledSignals(Environment):
     # capabilities of the wrapped environment (fhc_jax.envs.base)
     has_uniform_noise = property(lambda self: self.env.has_uniform_noise)
     has_exact_model = property(lambda self: self.env.has_exact_model)
-    is_tabular = property(lambda self: self.env.is_tabular)
+    # tabular states together with the exact model (the learners' tabular paths need both): a
+    # tabular environment without one trains on the sampled path, as a non-tabular one
+    is_tabular = property(lambda self: self.env.is_tabular and self.env.has_exact_model)
     pays_on_arrival = property(lambda self: self.env.pays_on_arrival)
     is_spatial = property(lambda self: self.env.is_spatial)
     num_states = property(lambda self: self.env.num_states)
@@ -148,27 +152,3 @@ def signal_scales(env: Environment, params: Any, num_episodes: int = 64, seed: i
         return q if q > 0 and np.isfinite(q) else 1.0
 
     return scale(rewards), np.asarray([scale(costs[:, k]) for k in range(env.num_constraints)])
-
-
-def episode_spread(env: Environment, params: Any, num_episodes: int = 256, seed: int = 20_240_602) -> tuple[float, np.ndarray]:
-    """Standard deviations of the uniform policy's total episode reward and of each
-    constraint's total episode cost (stage and terminal signals summed) over ``num_episodes``
-    episodes (fixed key), in ``env``'s units; 1 where a total does not vary. Host-side.
-
-    The ratio sigma_R / sigma_C^(k) is the exchange rate at which a unit of cost weighs as much
-    as a unit of reward in the spread of the returns: NN-Constrained's standardized multiplier
-    (``Config.multiplier_units``) counts penalties in it.
-
-    Returns:
-        (sigma_R, sigma_C (M,)).
-    """
-    traj = _uniform_episodes(env, params, num_episodes, seed)
-    rewards = np.asarray(traj.rewards, np.float64).sum(axis=1) + np.asarray(traj.terminal_rewards, np.float64)
-    costs = (np.asarray(traj.costs, np.float64).sum(axis=1) + np.asarray(traj.terminal_costs, np.float64)).reshape(
-        num_episodes, env.num_constraints)
-
-    def spread(x: np.ndarray) -> float:
-        s = float(np.std(x))
-        return s if s > 0 and np.isfinite(s) else 1.0
-
-    return spread(rewards), np.asarray([spread(costs[:, k]) for k in range(env.num_constraints)])

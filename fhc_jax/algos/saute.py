@@ -529,11 +529,13 @@ class Setup:
         base_inputs: "continuous" on tabular states: x_h(s) of every stage and state, (H, S, D)
             (the reported policy at states the estimate did not visit), else None.
         table_episodes: "continuous" on tabular states: episodes of the estimated Markov policy.
+        budget_units: "count": q = alpha / unit, the budget in cost units.
     """
 
     ppo: ppo.Setup
     env: Environment
     budget: str
+    budget_units: float = 0.0
     kernel: tuple | None = None
     initial: Array | None = None
     base_inputs: Array | None = None
@@ -657,7 +659,8 @@ def _count_setup(env: Environment, params: Any, spec: Any, units: float, config:
                           rows=jnp.asarray(rows, jnp.float32), per_stage=per_stage,
                           critic_rows=jnp.asarray(critic_rows, jnp.float32), critic_per_stage=critic_per_stage,
                           horizon=h, num_states=s * b, num_actions=env.num_actions, observation=spec.observation, **kw)
-    return Setup(ppo=setup_ppo, env=senv, budget="count", kernel=kernel, initial=jnp.asarray(beta, jnp.float32))
+    return Setup(ppo=setup_ppo, env=senv, budget="count", budget_units=units, kernel=kernel,
+                 initial=jnp.asarray(beta, jnp.float32))
 
 
 def _network_observation(observation: str) -> tuple[str, str]:
@@ -753,9 +756,10 @@ def setup(env, params, config: Config) -> Setup:
     """
     if env.has_box_actions:
         raise ValueError(box_actions_refusal(env))
-    observation = _resolve_observation(_inner(env), config.observation)
+    handed = _budget_env(env)  # a BudgetEnv the learner was handed (no tabular exact model), or None
+    observation = _resolve_observation(_inner(env) if handed is None else handed.env, config.observation)
     config = config.replace(observation=observation)
-    if _budget_env(env) is not None:  # a BudgetEnv the learner was handed (no tabular exact model)
+    if handed is not None:
         if config.budget == "count" or config.path == "tabular" or config.cost_unit > 0:
             raise ValueError(f"saute: {env.name} has no tabular exact model: its budget is continuous; leave "
                              "Config.budget, path and cost_unit at their defaults")
@@ -803,12 +807,9 @@ class TrainState(ppo.TrainState):
 def init(key: Array, setup: Setup, config: Config) -> TrainState:
     """PPO-Lagrangian's initial state on the augmented inputs."""
     st = ppo.init(key, setup.ppo, config)
-    units = 0.0
-    if setup.budget == "count":
-        units = float(setup.env.alpha / setup.env.unit)
     return TrainState(**{**{f.name: getattr(st, f.name) for f in dataclasses.fields(st)},
                          "observation": _saute_observation(setup)},
-                      budget=setup.budget, budget_units=units, table_episodes=setup.table_episodes)
+                      budget=setup.budget, budget_units=float(setup.budget_units), table_episodes=setup.table_episodes)
 
 
 def _saute_observation(setup: Setup) -> str:

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import fhc_jax as fhc
+from fhc_jax.algos.learner import play_environment
 from fhc_jax.envs import suite
 from fhc_jax.experiment.judge import Z95, cost_limits
 from fhc_jax.experiment.rundir import machine_info
@@ -142,7 +143,8 @@ def judge_cell(module, task: suite.Task, env, params, ref: dict, out: Any, seeds
         extra: dict[str, Any] = {}
     else:
         states = [jax.tree.map(lambda x: x[i], out.state) for i in range(seeds)]
-        mc = monte_carlo(env, params, lambda st: module.policy(st, env, params), states, episodes)
+        play_env, play_params = play_environment(module, states[0], env, params)  # where its policy plays
+        mc = monte_carlo(play_env, play_params, lambda st: module.policy(st, play_env, play_params), states, episodes)
         reward, costs = mc["reward"], mc["costs"]
         upper = costs + mc["cost_half_width"]
         yardstick = ref.get("reference_reward")

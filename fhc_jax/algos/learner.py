@@ -356,6 +356,9 @@ class Algorithm:
             outputs of ``observation_logits`` mean (softmax logits, or a Gaussian's parameters
             on box action spaces); None for a learner of discrete actions only, whose outputs
             are softmax logits (it refuses box action spaces).
+        play_env: ``(train_state, env, params) -> (env', params')``: the environment in which
+            ``policy`` plays the learner's policy, with ``env``'s rewards, costs and dynamics
+            (:func:`play_environment`); None: ``env`` itself.
     """
 
     name: str
@@ -370,6 +373,7 @@ class Algorithm:
     observation_logits: Callable[[Any, Any, Array, Array], Array] | None = None
     update_keys: int = 0
     action_head: Callable[[Any], Any] | None = None
+    play_env: Callable[[Any, Any, Any], tuple[Any, Any]] | None = None
 
 
 #: the key of every Monte-Carlo evaluation (common random numbers across iterations and seeds;
@@ -610,6 +614,18 @@ def policy(algo: Algorithm, train_state: Any, env, params: Any = None) -> Callab
     setup = algo.policy_setup(env, params, train_state)
     head = None if algo.action_head is None else algo.action_head(setup)
     return observation_policy(partial(algo.observation_logits, train_state, setup), head)
+
+
+def play_environment(module: Any, train_state: Any, env, params: Any = None) -> tuple[Any, Any]:
+    """The environment in which ``module.policy(train_state, ...)`` plays a learner's policy
+    and its params: ``env`` itself for every learner whose policy acts on ``env``'s
+    observations; one whose policy needs more than they carry (Saute-Lagrangian's remaining
+    budget) plays in a wrapper with the same rewards, costs and dynamics, so a Monte-Carlo
+    judgement there is a judgement of the task. ``module``: a learner module (its
+    ``ALGORITHM``)."""
+    params = env.default_params if params is None else params
+    algo = module.ALGORITHM
+    return (env, params) if algo.play_env is None else algo.play_env(train_state, env, params)
 
 
 def interface(algo: Algorithm) -> tuple[Callable, Callable, Callable, Callable]:

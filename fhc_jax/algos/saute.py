@@ -964,9 +964,21 @@ def update(train_state: TrainState, batch: Batch, key: Array, setup: Setup,
     return ppo.update(train_state, batch.replace(rewards=r, terminal_rewards=r_term), key, setup.ppo, config)
 
 
+def play_env(train_state: TrainState, env: Environment, params: Any) -> tuple[Environment, Any]:
+    """Where :func:`policy` plays a trained policy (``fhc_jax.algos.learner.play_environment``):
+    ``env`` when it has tabular states (the reported Markov policy) or is a :class:`BudgetEnv`,
+    else ``BudgetEnv(env)`` with the base observation the policy was trained on (the same
+    rewards, costs and dynamics; the budget appended to the observation)."""
+    if env.is_tabular or _budget_env(env) is not None:
+        return env, params
+    base_obs = _network_observation(train_state.observation)[0]
+    return BudgetEnv(env, _thresholds(env, params), base_obs), params
+
+
 ALGORITHM = learner.Algorithm(
     name="saute", config_type=Config, metrics_type=ppo.Metrics, setup=setup, init=init, rollout=rollout,
     update=update, logits=logits, policy_setup=policy_setup, observation_logits=observation_logits, update_keys=1,
+    play_env=play_env,
 )
 
 

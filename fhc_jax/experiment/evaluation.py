@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterable, Mapping
 import jax
 import numpy as np
 
-from fhc_jax.algos.learner import judged_exactly
+from fhc_jax.algos.learner import judged_exactly, play_environment
 from fhc_jax.envs.base import Environment
 from fhc_jax.experiment import checkpoint, config, judge, rundir
 from fhc_jax.experiment.config import ConfigError, parse_assignment, plain
@@ -324,9 +324,10 @@ def evaluate_run(run: LoadedRun, target: Target | None = None, *,
             say(f"warning: {err}; no policy can meet the threshold")
     else:
         say(f"judging {run.num_seeds} seeds by Monte-Carlo on {target.title} ({target.episodes} episodes each)")
-        policies = [run.policy(r) for r in range(run.num_seeds)]
-        judged = judge.judge_monte_carlo(target.env, target.params, policies, target.episodes, multipliers=nu,
-                                         tolerance=tol)
+        # played where the learner plays it (the task's rewards and costs; fhc_jax.algos.learner.play_environment)
+        env, params = play_environment(run.module, run.train_state(0), target.env, target.params)
+        policies = [run.module.policy(run.train_state(r), env, params) for r in range(run.num_seeds)]
+        judged = judge.judge_monte_carlo(env, params, policies, target.episodes, multipliers=nu, tolerance=tol)
     record = {
         "run": str(run.path),
         "algo": run.spec.algo,

@@ -20,7 +20,7 @@ from typing import IO, Any, Sequence
 import jax
 import numpy as np
 
-from fhc_jax.algos.learner import describe_status, judged_exactly
+from fhc_jax.algos.learner import describe_status, judged_exactly, play_environment
 from fhc_jax.experiment import checkpoint, config, judge, rundir, tracking
 from fhc_jax.experiment.config import ExperimentSpec, load_spec
 from fhc_jax.experiment.runner import (ChunkedTrainer, ChunkState, DivergenceError, divergence_hint,
@@ -162,7 +162,8 @@ def _check_playable(spec: ExperimentSpec, env, params, learner) -> None:
         return
     template = ChunkedTrainer(learner, 1, 1, shard=False).template(seed_keys(spec.seed, 1))
     try:
-        spec.module.policy(jax.tree.map(lambda x: x[0], template.carry.state), env, params)
+        state = jax.tree.map(lambda x: x[0], template.carry.state)
+        spec.module.policy(state, *play_environment(spec.module, state, env, params))
     except ValueError as err:
         raise config.ConfigError(
             f"{spec.algo} could train on {env.name} (no exact model, so judged by playing its policy) but could not "
@@ -281,10 +282,10 @@ def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, traine
     elif cmdp is None:  # no tabular exact model: Monte-Carlo judgement against the environment's reference
         result = head
         say(f"judging {spec.seeds} seeds by Monte-Carlo ({spec.eval_episodes} episodes each)")
-        returned = state.carry.selection.state  # the policies the learner returns
-        policies = [spec.module.policy(jax.tree.map(lambda x, r=r: x[r], returned), env, params)
-                    for r in range(spec.seeds)]
-        judged = judge.judge_monte_carlo(env, params, policies, spec.eval_episodes, multipliers=learned_nu,
+        returned = [jax.tree.map(lambda x, r=r: x[r], state.carry.selection.state) for r in range(spec.seeds)]
+        play_env, play_params = play_environment(spec.module, returned[0], env, params)  # the task, where it plays
+        policies = [spec.module.policy(st, play_env, play_params) for st in returned]
+        judged = judge.judge_monte_carlo(play_env, play_params, policies, spec.eval_episodes, multipliers=learned_nu,
                                          tolerance=spec.feasibility_tolerance)
     else:
         result = {**head, "feasibility": feasibility}

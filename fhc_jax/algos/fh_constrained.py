@@ -61,7 +61,9 @@ class Config:
             environments with a tabular exact model, 5000 on all others (on BatteryStorage
             two of five tuning seeds stop near 89% of the reference after 2500 updates and
             all five pass 96.8% after 5000; docs/algorithms/fh_constrained.md).
-        episodes_per_iteration: K >= 1 episodes rolled out per update (K = 1: the paper).
+        episodes_per_iteration: K >= 1 episodes rolled out per update (K = 1: the paper's
+            per-episode step; the improved variant learns from it too: a state visited once
+            moves its sampled action by the critic-baselined delta, ``returns.state_baseline``).
         features: feature spec phi_h(s) (:mod:`fhc_jax.algos.features`); by default
             (``EnvDefault``, resolved by ``make_train``) one-hot on environments with a tabular
             exact model and ``features.Auto()`` of the observations on all others (a tile

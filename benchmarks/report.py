@@ -278,34 +278,65 @@ def render_comparison(name: str, data: dict) -> list[str]:
     return out
 
 
+def robustness_cells(data: dict) -> tuple[list[dict], dict[str, dict]]:
+    """``benchmarks/robustness.py``'s file as a list of cells (each with its ``learner`` and
+    ``task``) and its runs (run id -> command, machine, jax version)."""
+    cells = [{"learner": lr, "task": t, **c} for lr, by_task in data.get("results", {}).items()
+             for t, c in by_task.items()]
+    return cells, data.get("runs", {})
+
+
 def render_robustness(name: str, data: dict) -> list[str]:
     """``benchmarks/robustness.py``: every learner on every task of the suite; each cell is the
     worst seed's % of the optimum (or reference) and the feasible seeds."""
-    cells = data.get("cells", [])
+    cells, runs = robustness_cells(data)
     learners = list(dict.fromkeys(c["learner"] for c in cells))
-    tasks = list(dict.fromkeys(c["task"] for c in cells))
+    tasks = [t for t in data.get("tasks", {}) if any(c["task"] == t for c in cells)]
     by = {(c["task"], c["learner"]): c for c in cells}
 
     def cell(c: dict | None) -> str:
         if c is None:
             return "not run"
         if c.get("error"):
-            return "error"
+            return "refused" if "refus" in c["error"] or "takes discrete actions" in c["error"] else "error"
         seeds = c.get("seeds", [])
         percents = [s["percent"] for s in seeds if s.get("percent") is not None]
         worst = f"{min(percents):.1f}%" if percents else "n/a"
-        return f"{worst} ({sum(bool(s['feasible']) for s in seeds)}/{len(seeds)})"
+        silent = sum(1 for s in seeds if s.get("silent_infeasible"))
+        note = f", {silent} unflagged" if silent else ""
+        return f"{worst} ({sum(bool(s['feasible']) for s in seeds)}/{len(seeds)}{note})"
 
-    out = ["Robustness: every learner on every task", provenance(name, data), "",
-           "Each cell: the worst seed's % of the task's optimum or reference (n/a where the task has none) "
-           "and, in brackets, the seeds within the constraint out of all seeds."]
-    out += [""] + table(["task"] + learners, [[t] + [cell(by.get((t, lr))) for lr in learners] for t in tasks])
-    errors = [c for c in cells if c.get("error")]
-    for c in errors:
-        out += ["", f"{c['learner']} on {c['task']}: error: {c['error']}"]
+    def wall(c: dict | None) -> str:
+        if c is None or "run_s" not in c:
+            return "-"
+        return f"{c.get('compile_s', 0.0) + c['run_s']:.0f}"
+
+    out = ["Robustness: every learner's plain Config() on every task of the suite", ""]
+    for run in runs.values():
+        out.append(f"Measured by {provenance_text(run)}.")
+    out += ["", "Each cell: the worst seed's % of the task's optimum (exact tasks) or reference (battery; n/a "
+            "where the task has none) and, in brackets, the seeds whose returned policy is within 1.02 alpha "
+            "(Monte-Carlo: its upper 95% bound), out of all seeds; \"unflagged\": infeasible seeds the learner's "
+            "own status did not flag.",
+            ""]
+    out += table(["task", "nu*"] + learners,
+                 [[t, _nu_star(data.get("tasks", {}).get(t, {}))] + [cell(by.get((t, lr))) for lr in learners]
+                  for t in tasks])
+    out += ["", "Wall time of each cell in seconds (compilation and 5 seeds' training in one program):", ""]
+    out += table(["task"] + learners, [[t] + [wall(by.get((t, lr))) for lr in learners] for t in tasks])
+    for c in cells:
+        if c.get("error"):
+            out += ["", f"{c['learner']} on {c['task']}: {c['error']}"]
     total = sum((c.get("compile_s") or 0.0) + (c.get("run_s") or 0.0) for c in cells)
-    out += ["", f"Total wall time of the {len(cells)} cells: {total:.0f} s (compilation included)."]
+    out += ["", f"Total wall time of the {len(cells)} cells: {total / 60:.0f} minutes (compilation included)."]
     return out
+
+
+def _nu_star(task: dict) -> str:
+    nu = task.get("nu_star")
+    if not nu:
+        return "-"
+    return ", ".join(f"{v:.3g}" for v in nu)
 
 
 def render_solver(name: str, data: dict) -> list[str]:
@@ -550,54 +581,58 @@ def render_page(results: Path = RESULTS) -> str:
 # --------------------------------------------------------------------------------------------
 # the README blocks
 
-#: learner label in reproduce_paper.json -> (docs page, one line on what it is)
-LEARNERS: dict[str, tuple[str, str]] = {
-    "FH-Constrained": ("docs/algorithms/fh_constrained.md",
+#: learner module -> (label, docs page, one line on what it is)
+LEARNERS: dict[str, tuple[str, str, str]] = {
+    "fh_constrained": ("FH-Constrained", "docs/algorithms/fh_constrained.md",
                        "the paper's Algorithm 1: per-stage Gibbs actors on features, linear critics, three timescales"),
-    "NN-Constrained": ("docs/algorithms/nn_constrained.md",
+    "nn_constrained": ("NN-Constrained", "docs/algorithms/nn_constrained.md",
                        "the paper's deep variant: per-stage MLP actors and critics stacked on the stage axis"),
-    "PPO-Lagrangian": ("docs/algorithms/ppo_lagrangian.md",
+    "ecop": ("e-COP", "docs/algorithms/ecop.md",
+             "episodic constrained policy optimisation: per-stage clipped surrogates and damped penalty"),
+    "ppo_lagrangian": ("PPO-Lagrangian", "docs/algorithms/ppo_lagrangian.md",
                        "baseline: one stationary network, PID-Lagrangian multiplier"),
-    "CPO": ("docs/algorithms/cpo.md", "baseline: one stationary network, trust-region step with a cost constraint"),
-    "e-COP": ("docs/algorithms/ecop.md",
-              "episodic constrained policy optimisation: per-stage clipped surrogates and damped penalty"),
-    "Saute-Lagrangian": ("docs/algorithms/saute.md",
-                         "PPO-Lagrangian on the state augmented with the remaining budget"),
+    "cpo": ("CPO", "docs/algorithms/cpo.md", "baseline: one stationary network, trust-region step with a cost constraint"),
+    "saute": ("Saute-Lagrangian", "docs/algorithms/saute.md",
+              "PPO-Lagrangian on the state augmented with the remaining budget"),
 }
 
 MARK = {"learners": ("<!-- learners -->", "<!-- /learners -->"), "speed": ("<!-- speed -->", "<!-- /speed -->")}
 
 
 def learner_table(results: Path = RESULTS) -> str:
-    """The README's learner table, from the default-gridworld comparison (reproduce_paper.json)."""
-    path = results / "reproduce_paper.json"
-    data = json.loads(path.read_text()) if path.is_file() else {"runs": []}
-    runs: dict[str, list[dict]] = {}
-    for run in data.get("runs", []):
-        runs.setdefault(run["label"], []).append(run)
+    """The README's learner table, from the robustness benchmark (robustness.json): each
+    learner's plain ``Config()`` on the default gridworld (worst and best seed's % of the
+    optimum, seeds over 1.02 alpha) and over the suite's exactly judged tasks (feasible seeds)."""
+    path = results / "robustness.json"
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    cells, runs = robustness_cells(data)
+    by = {(c["learner"], c["task"]): c for c in cells}
+    exact = [t for t, r in data.get("tasks", {}).items() if r.get("judgement") == "exact"]
 
-    def result(run: dict) -> str:
-        ex = run["exact"]
-        fr = ex.get("fraction_of_optimum") or {}
-        if "mean" not in fr:
-            return "no exact result in reproduce_paper.json"
-        n = ex.get("judgement", {}).get("seeds", data.get("seeds"))
-        where = f"{run['observation']}: " if run.get("observation") else ""
-        return (f"{where}{pct(fr['mean'])}% ({pct(fr['min'])}-{pct(fr['max'])}), "
-                f"{ex['violating_seeds']}/{n} over")
+    def gridworld(name: str) -> str:
+        c = by.get((name, "gridworld"))
+        if c is None or c.get("error") or not c.get("seeds"):
+            return "not in robustness.json" if c is None else "error"
+        p = [sd["percent"] for sd in c["seeds"]]
+        return f"{min(p):.1f}-{max(p):.1f}%, {c['num_seeds'] - c['feasible_seeds']}/{c['num_seeds']} over"
 
-    rows = []
-    for label, (page, what) in LEARNERS.items():
-        cell = "; ".join(result(r) for r in runs[label]) if label in runs else "not in reproduce_paper.json"
-        rows.append([f"[{label}]({page})", what, cell])
-    opt = data.get("optimum", {})
-    head = (f"exact result: % of the optimum {num(opt['reward'])} (per-seed range), seeds over 1.02 alpha"
-            if opt else "exact result on the default gridworld")
-    lines = table(["learner", "what it is", head], rows)
-    if data.get("runs"):
-        lines += ["", f"Default configs, {data['seeds']} seeds per run, each final policy judged exactly "
-                  f"({provenance_text(data)}); "
-                  "all runs and intervals: [docs/benchmarks.md](docs/benchmarks.md)."]
+    def suite_cell(name: str) -> str:
+        cells = [by[(name, t)] for t in exact if (name, t) in by and not by[(name, t)].get("error")]
+        if not cells:
+            return "not in robustness.json"
+        ok = sum(c["feasible_seeds"] for c in cells)
+        n = sum(c["num_seeds"] for c in cells)
+        errors = sum(1 for t in exact if by.get((name, t), {}).get("error"))
+        return f"{ok}/{n} seeds feasible on {len(cells)} tasks" + (f" ({errors} refused)" if errors else "")
+
+    rows = [[f"[{label}]({page})", what, gridworld(name), suite_cell(name)]
+            for name, (label, page, what) in LEARNERS.items()]
+    lines = table(["learner", "what it is", "default gridworld: % of the optimum, seeds over 1.02 alpha",
+                   "robustness suite (exact tasks)"], rows)
+    if cells:
+        lines += ["", "Plain `Config()`, 5 seeds per task, each returned policy judged exactly "
+                  f"({'; '.join(provenance_text(r) for r in runs.values())}); every task: "
+                  "[docs/benchmarks.md](docs/benchmarks.md)."]
     return "\n".join(lines)
 
 

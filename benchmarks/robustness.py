@@ -231,7 +231,7 @@ def merge(path: Path, run_id: str, run: dict, refs: dict, cells: dict) -> dict:
     data.setdefault("benchmark", "robustness: every learner's Config() x every suite task x seeds (benchmarks/robustness.py)")
     data["protocol"] = {"seed_keys": f"jax.random.fold_in(jax.random.key({SEED_BASE}), i)",
                         "feasible": "every cost <= alpha + 0.02 |alpha| (Monte-Carlo: the upper 95% bound)",
-                        "judged_policy": "each seed's final reported policy",
+                        "judged_policy": "each seed's returned policy (TrainResult.state: the learner's selection by its own estimates)",
                         "monte_carlo_key": JUDGE_KEY}
     data.setdefault("tasks", {}).update(refs)
     data.setdefault("runs", {})[run_id] = run

@@ -36,12 +36,41 @@ def test_every_results_file_has_a_renderer_and_provenance():
     assert "20" + "26-" not in page  # dates stay inside the JSON
 
 
+def _seed(percent, feasible, silent=False):
+    return {"percent": percent, "reward": 1.0, "costs": [0.5], "feasible": feasible, "silent_infeasible": silent}
+
+
+def _robustness() -> dict:
+    """A robustness.json in the schema benchmarks/robustness.py writes."""
+    run = {"command": "python benchmarks/robustness.py", "jax": "0.10.2",
+           "machine": {"cpu": {"model": "Test CPU", "logical_cores": 2}, "device": {"platform": "cpu"},
+                       "timestamp": "x"}}
+    cell = lambda seeds, **kw: {"seeds": seeds, "num_seeds": len(seeds),  # noqa: E731
+                                "feasible_seeds": sum(s["feasible"] for s in seeds), "compile_s": 2.0, "run_s": 10.0,
+                                "run": "r1", **kw}
+    return {
+        "tasks": {"gridworld": {"judgement": "exact", "nu_star": [0.47]},
+                  "garnet": {"judgement": "exact", "nu_star": [0.6]},
+                  "pendulum": {"judgement": "budget", "nu_star": None}},
+        "runs": {"r1": run},
+        "results": {
+            "fh_constrained": {"gridworld": cell([_seed(97.0, True), _seed(95.5, False, True)]),
+                               "garnet": cell([_seed(99.0, True), _seed(98.0, True)]),
+                               "pendulum": {"error": "make_train: ValueError: fh_constrained takes discrete actions only",
+                                            "run": "r1"}},
+            "cpo": {"gridworld": cell([_seed(20.0, True), _seed(30.0, True)]),
+                    "pendulum": cell([_seed(None, True), _seed(None, False)])},
+        },
+    }
+
+
 @pytest.fixture
 def results(tmp_path: Path) -> Path:
     out = tmp_path / "results"
     out.mkdir()
     shutil.copy(report.RESULTS / "reproduce_paper.json", out)
     shutil.copy(report.RESULTS / "fh_constrained.json", out)
+    (out / "robustness.json").write_text(json.dumps(_robustness()))
     return out
 
 
@@ -50,9 +79,9 @@ def test_check_fails_on_a_stale_page_and_names_it(results, tmp_path, capsys):
     readme.write_text("# x\n<!-- learners -->\nold\n<!-- /learners -->\n<!-- speed -->\n<!-- /speed -->\n")
     assert report.main([], results=results, page=page, readme=readme) == 0
     assert report.main(["--check"], results=results, page=page, readme=readme) == 0
-    data = json.loads((results / "reproduce_paper.json").read_text())
-    data["runs"][0]["exact"]["fraction_of_optimum"]["mean"] = 0.5
-    (results / "reproduce_paper.json").write_text(json.dumps(data))
+    data = json.loads((results / "robustness.json").read_text())
+    data["results"]["cpo"]["gridworld"]["seeds"][0]["percent"] = 50.0
+    (results / "robustness.json").write_text(json.dumps(data))
     capsys.readouterr()
     assert report.main(["--check"], results=results, page=page, readme=readme) == 1
     err = capsys.readouterr().err
@@ -62,36 +91,18 @@ def test_check_fails_on_a_stale_page_and_names_it(results, tmp_path, capsys):
 def test_unknown_files_are_listed_and_missing_numbers_said(results):
     (results / "mystery.json").write_text(json.dumps({"command": "python x.py"}))
     assert "`benchmarks/results/mystery.json`" in report.render_page(results)
-    data = json.loads((results / "reproduce_paper.json").read_text())
-    data["runs"] = [r for r in data["runs"] if r["label"] != "CPO"]
-    del data["runs"][0]["exact"]["fraction_of_optimum"]
-    (results / "reproduce_paper.json").write_text(json.dumps(data))
     rows = {line.split("|")[1].strip(): line for line in report.learner_table(results).splitlines()[2:8]}
-    assert "not in reproduce_paper.json" in rows["[CPO](docs/algorithms/cpo.md)"]
-    assert "no exact result" in rows["[FH-Constrained](docs/algorithms/fh_constrained.md)"]
-    assert "96.4%" not in report.learner_table(results)
+    assert "not in robustness.json" in rows["[NN-Constrained](docs/algorithms/nn_constrained.md)"]
+    assert "95.5-97.0%, 1/2 over" in rows["[FH-Constrained](docs/algorithms/fh_constrained.md)"]
+    assert "3/4 seeds feasible on 2 tasks" in rows["[FH-Constrained](docs/algorithms/fh_constrained.md)"]
+    assert "2/2 seeds feasible on 1 tasks" in rows["[CPO](docs/algorithms/cpo.md)"]
 
 
 def test_robustness_renderer_reads_its_schema(results):
-    seed = lambda p, ok: {"percent": p, "reward": 1.0, "costs": [0.5], "feasible": ok}  # noqa: E731
-    cells = [
-        {"learner": "fh-constrained", "task": "gridworld", "seeds": [seed(97.0, True), seed(95.5, False)],
-         "compile_s": 2.0, "run_s": 10.0, "error": None, "nu_star": [0.47]},
-        {"learner": "cpo", "task": "gridworld", "seeds": [seed(20.0, True), seed(30.0, True)],
-         "compile_s": 1.0, "run_s": 3.0, "error": None, "nu_star": [0.47]},
-        {"learner": "fh-constrained", "task": "pendulum", "seeds": [], "compile_s": 0.0, "run_s": 0.0,
-         "error": "box actions", "nu_star": None},
-        {"learner": "cpo", "task": "pendulum", "seeds": [seed(None, True), seed(None, False)],
-         "compile_s": 1.0, "run_s": 5.0, "error": None, "nu_star": None},
-    ]
-    data = {"command": "python benchmarks/robustness.py", "jax": "0.10.2", "date": "x",
-            "machine": {"cpu": {"model": "Test CPU", "logical_cores": 2}, "device": {"platform": "cpu"}},
-            "cells": cells}
-    (results / "robustness.json").write_text(json.dumps(data))
     page = report.render_page(results)
-    block = page[page.index("## Robustness"):]
-    assert "| task | fh-constrained | cpo |" in block
-    assert "| gridworld | 95.5% (1/2) | 20.0% (2/2) |" in block
-    assert "| pendulum | error | n/a (1/2) |" in block
-    assert "fh-constrained on pendulum: error: box actions" in block
-    assert "22 s" in block and "Test CPU, 2 cores" in block and "jax 0.10.2" in block
+    block = page[page.index("Robustness: every learner"):]
+    assert "| task | nu* | fh_constrained | cpo |" in block
+    assert "| gridworld | 0.47 | 95.5% (1/2, 1 unflagged) | 20.0% (2/2) |" in block
+    assert "| pendulum | - | refused | n/a (1/2) |" in block
+    assert "fh_constrained on pendulum: make_train: ValueError: fh_constrained takes discrete actions only" in block
+    assert "Test CPU, 2 cores" in block and "jax 0.10.2" in block

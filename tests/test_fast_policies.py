@@ -253,3 +253,25 @@ def test_learner_policies_use_the_fast_helpers():
     from fhc_jax.algos.learner import observation_policy
 
     assert isinstance(observation_policy(lambda obs, h: jnp.zeros(9)), SoftmaxPolicy)
+
+
+def test_invalid_distributions_and_traced_tables():
+    """NaN or all -inf logits give NO_ACTION (never a plausible action 0); a traced table is
+    checked once per rollout: its invalid rows make the returns NaN."""
+    from fhc_jax.rollout import NO_ACTION
+
+    policy = fhc.softmax_policy(lambda obs, h: jnp.where(obs[0] > 0.4, jnp.nan, 0.0) * jnp.ones(9))
+    key = jax.random.key(0)
+    assert int(policy(key, jnp.float32([0.5, 0.0]), jnp.int32(0))) == NO_ACTION
+    assert 0 <= int(policy(key, jnp.float32([0.0, 0.0]), jnp.int32(0))) < 9
+    masked = fhc.softmax_policy(lambda obs, h: jnp.where(jnp.arange(9) == h, 0.0, -jnp.inf))
+    assert int(masked(key, jnp.zeros(2), jnp.int32(3))) == 3 and int(masked(key, jnp.zeros(2), jnp.int32(9))) == NO_ACTION
+    with pytest.raises(ValueError, match=r"logits_fn returns logits of shape \(\)"):
+        fhc.softmax_policy(lambda obs, h: jnp.float32(0.0))(key, jnp.zeros(2), jnp.int32(0))
+    env = fhc.GridWorld(size=3, horizon=3)
+    params = env.default_params
+    good = np.full((3, 9, 9), 1 / 9, np.float32)
+    bad = good.copy()
+    bad[2, 5] = 0.0
+    run = jax.jit(lambda t, k: fhc.rollout_returns(k, env, params, fhc.table_policy(t, env), 16).rewards)
+    assert np.all(np.isfinite(run(good, key))) and np.all(np.isnan(run(bad, key)))

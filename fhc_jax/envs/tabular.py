@@ -66,10 +66,10 @@ class TabularEnv(Environment[TabularState, TabularCMDP]):
     is_tabular = property(lambda self: True)
 
     def _static_config(self) -> tuple:
-        return (id(self._cmdp), self._encoder.name)
+        return (id(self._cmdp), self.encoder.name)
 
     def __repr__(self) -> str:
-        return f"TabularEnv({self._cmdp!r}, observation={self._encoder.name!r})"
+        return f"{type(self).__name__}({self._cmdp!r}, observation={self.encoder.name!r})"
 
     def _check_param_values(self, params: TabularCMDP, owner: str) -> None:
         """A :class:`TabularCMDP` (its constructor and ``replace`` validate the values)."""

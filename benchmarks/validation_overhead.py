@@ -1,29 +1,34 @@
-"""What the boundary checks cost (docs/RELIABILITY.md, "API boundary"): ``rollout_returns`` at
-K = 4096 on the default gridworld, called as users call it, and a default FH-Constrained
-training run's time per iteration, each measured with the package before and after the checks.
+"""What the boundary checks cost (docs/RELIABILITY.md, "The API boundary"): ``rollout_returns``
+at K = 4096 on the default gridworld, called as users call it, and a default FH-Constrained
+training run's time per iteration, each with the package before and after the checks.
 
 Usage::
 
-    git archive <commit before the checks> | tar -x -C /tmp/before
+    git archive <commit before the checks> fhc_jax | tar -x -C /tmp/before
     python benchmarks/validation_overhead.py --before /tmp/before --after . \\
         --out benchmarks/results/validation_overhead.json
 
-Each measurement runs in its own process with ``PYTHONPATH`` set to the package copy under
-test; the two copies alternate for ``--rounds`` rounds (the machine's load changes over time:
-alternating puts both under the same conditions), and the report gives the median over rounds
-of each round's median. ``rollout_returns`` is called as
-``jax.jit(lambda k: fhc.rollout_returns(k, env, params, policy, 4096))`` with a fresh key each
-call (fresh outputs), ``--calls`` calls after one compiling call. Policies: the uniform policy,
-a ``softmax_policy`` of the observation (tabulated on the gridworld, K >= 2 S), a
-``table_policy``, and a policy of your own drawing with ``jax.random.categorical`` (the one
-whose actions are checked at every step); on the battery (not tabular) a ``softmax_policy``
-called at every step. FH-Constrained: its default ``Config`` with ``num_iterations`` reduced
-to ``--iterations`` (the learner's own tabular rollout; the checks are not on its path), the
-median of ``--train-runs`` compiled runs divided by the iterations.
+Both package copies are loaded into ONE process (the first is imported, its programs compiled,
+then the module is unloaded and the second imported and compiled; a compiled program keeps
+running after its module is gone), and the calls of the two alternate, so that both run under
+the same load on a shared machine: separate processes differed by more than the checks cost.
+``--processes`` such processes, the loading order alternating; each reports the median time
+per case and copy, and the report gives the median over processes.
 
-Timings on a shared machine are noisy, so each case also records whether the two copies
-compile to the same program (the optimised HLO with source locations and numbering removed):
-where they do, the checks cost nothing at run time whatever the timings say.
+``rollout_returns`` runs as ``jax.jit(lambda k: fhc.rollout_returns(k, env, params, policy,
+4096))`` with a fresh key each call (fresh outputs), compile excluded. Policies: the uniform
+policy, a ``softmax_policy`` of the observation (tabulated on the gridworld, K >= 2 S), the same
+with its weights an argument of the jitted function (its table, and the table's check, computed
+at run time instead of folded into a constant), a ``table_policy``, and a policy of your own
+drawing with ``jax.random.categorical`` (the one whose actions are checked at every step); on
+the battery (not tabular) a ``softmax_policy`` called at every step (the path of the learners
+that roll out through ``fhc_jax.rollout``). FH-Constrained: its default ``Config`` with
+``num_iterations`` reduced to ``--iterations`` (it rolls out through its own tabular rollout),
+the median of its runs divided by the iterations, compile excluded.
+
+Each case also records whether the two copies compile to the same program (the optimised HLO
+with source locations and numbering removed): where they do, the checks cost nothing at run
+time, whatever the timings say.
 """
 
 from __future__ import annotations
@@ -41,9 +46,21 @@ import numpy as np
 K = 4096
 
 
+def _load(path: str):
+    """Import the fhc_jax package found under ``path`` (unloading any other copy first)."""
+    for name in [n for n in sys.modules if n == "fhc_jax" or n.startswith("fhc_jax.")]:
+        del sys.modules[name]
+    sys.path.insert(0, os.path.abspath(path))
+    try:
+        import fhc_jax
+    finally:
+        sys.path.pop(0)
+    return fhc_jax
+
+
 def _program_digest(compiled) -> str:
     """A digest of a compiled program's optimised HLO with source locations and instruction
-    numbering removed: equal digests mean the same program, whatever the timings say."""
+    numbering removed: equal digests mean the same program."""
     import hashlib
     import re
 
@@ -53,132 +70,114 @@ def _program_digest(compiled) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _time_calls(run, args_of, calls: int) -> float:
-    import jax
+def _cases(fhc, iterations: int) -> dict[str, tuple]:
+    """name -> (compiled program, arguments of call i, divisor) for one package copy."""
+    import dataclasses
 
-    jax.block_until_ready(run(*args_of(10_000)))
-    times = []
-    for i in range(calls):
-        args = args_of(i)
-        t0 = time.perf_counter()
-        jax.block_until_ready(run(*args))
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
-def _worker_rollout(calls: int) -> dict[str, float]:
     import jax
     import jax.numpy as jnp
 
-    import fhc_jax as fhc
-
+    from_copy = fhc.__file__
     env = fhc.GridWorld()
     params = env.default_params
     rng = np.random.default_rng(0)
     weights = jnp.asarray(rng.normal(size=(env.horizon, 2, 9)), jnp.float32)
-    logits_fn = lambda obs, h: obs @ weights[h]
     table = rng.dirichlet(np.ones(9), size=(env.horizon, env.num_states)).astype(np.float32)
     own_logits = jnp.asarray(rng.normal(size=9), jnp.float32)
     battery = fhc.BatteryStorage()
     battery_w = jnp.asarray(rng.normal(size=(3, battery.num_actions)), jnp.float32)
-    cases = {
+    by_key = {
         "gridworld_uniform": (env, params, fhc.uniform_random_policy(9)),
-        "gridworld_softmax_tabulated": (env, params, fhc.softmax_policy(logits_fn)),
+        "gridworld_softmax_tabulated": (env, params, fhc.softmax_policy(lambda obs, h: obs @ weights[h])),
         "gridworld_table_policy": (env, params, fhc.table_policy(table, env)),
         "gridworld_own_categorical": (env, params, lambda key, obs, h: jax.random.categorical(key, own_logits)),
         "battery_softmax_per_step": (battery, battery.default_params,
                                      fhc.softmax_policy(lambda obs, h: obs @ battery_w)),
     }
-    out = {}
-    for name, (e, p, policy) in cases.items():
+    key0 = jax.random.key(0)
+    cases = {}
+    for name, (e, p, policy) in by_key.items():
         run = jax.jit(lambda k, e=e, p=p, policy=policy: fhc.rollout_returns(k, e, p, policy, K))
-        out[name] = _time_calls(run, lambda i: (jax.random.key(i),), calls)
-        out[name + "/program"] = _program_digest(run.lower(jax.random.key(0)).compile())
-    # the softmax policy's weights as an argument: its table (and the table's check) is computed
-    # at run time instead of being folded into a constant
+        cases[name] = (run.lower(key0).compile(), lambda i: (jax.random.key(i),), 1)
     traced = jax.jit(lambda k, w: fhc.rollout_returns(k, env, params, fhc.softmax_policy(lambda o, h: o @ w[h]), K))
-    name = "gridworld_softmax_tabulated_traced_weights"
-    out[name] = _time_calls(traced, lambda i: (jax.random.key(i), weights + i), calls)
-    out[name + "/program"] = _program_digest(traced.lower(jax.random.key(0), weights).compile())
-    return out
-
-
-def _worker_train(iterations: int, runs: int) -> dict[str, float]:
-    import dataclasses
-
-    import jax
-
-    import fhc_jax as fhc
+    cases["gridworld_softmax_tabulated_traced_weights"] = (
+        traced.lower(key0, weights).compile(), lambda i: (jax.random.key(i), weights + i), 1)
     from fhc_jax.algos import fh_constrained as fc
 
-    env = fhc.GridWorld()
-    params = env.default_params
+    assert fc.__file__.startswith(os.path.dirname(from_copy))
     config = dataclasses.replace(fc.Config(), num_iterations=iterations)
-    compiled = jax.jit(fc.make_train(env, params, config)).lower(jax.random.key(0)).compile()
-    times = []
-    for r in range(runs):
-        t0 = time.perf_counter()
-        jax.block_until_ready(compiled(jax.random.key(r)))
-        times.append(time.perf_counter() - t0)
-    return {"fh_constrained_per_iteration": float(np.median(times)) / iterations,
-            "fh_constrained_per_iteration/program": _program_digest(compiled)}
+    train = jax.jit(fc.make_train(env, params, config)).lower(key0).compile()
+    cases["fh_constrained_per_iteration"] = (train, lambda i: (jax.random.key(i),), iterations)
+    return cases
 
 
-def _run(path: str, args: list[str]) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": os.path.abspath(path)}
-    done = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def _worker(before: str, after: str, order: str, calls: int, train_calls: int, iterations: int) -> dict:
+    import jax
+
+    copies = {}
+    for which in (("before", "after") if order == "before" else ("after", "before")):
+        copies[which] = _cases(_load(before if which == "before" else after), iterations)
+    out = {}
+    for name in copies["before"]:
+        n = train_calls if name.startswith("fh_") else calls
+        times = {"before": [], "after": []}
+        for which in ("before", "after"):  # one call each to warm up
+            program, args_of, _ = copies[which][name]
+            jax.block_until_ready(program(*args_of(10_000)))
+        for i in range(n):
+            for which in (("before", "after") if i % 2 == 0 else ("after", "before")):
+                program, args_of, divisor = copies[which][name]
+                args = args_of(i)
+                t0 = time.perf_counter()
+                jax.block_until_ready(program(*args))
+                times[which].append((time.perf_counter() - t0) / divisor)
+        out[name] = {which: float(np.median(times[which])) for which in times}
+        out[name]["same_compiled_program"] = (_program_digest(copies["before"][name][0])
+                                              == _program_digest(copies["after"][name][0]))
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", help="package copy without the checks (a directory holding fhc_jax/)")
+    parser.add_argument("--before", required=True, help="package copy without the checks (a directory holding fhc_jax/)")
     parser.add_argument("--after", default=".", help="package copy with the checks")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--calls", type=int, default=30)
+    parser.add_argument("--processes", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=100, help="calls of each rollout case and copy per process")
+    parser.add_argument("--train-calls", type=int, default=5, help="training runs per copy and process")
     parser.add_argument("--iterations", type=int, default=200)
-    parser.add_argument("--train-runs", type=int, default=3)
     parser.add_argument("--out", default="benchmarks/results/validation_overhead.json")
-    parser.add_argument("--worker", choices=("rollout", "train"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=("before", "after"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.worker == "rollout":
-        print(json.dumps(_worker_rollout(args.calls)))
+    if args.worker:
+        print(json.dumps(_worker(args.before, args.after, args.worker, args.calls, args.train_calls, args.iterations)))
         return
-    if args.worker == "train":
-        print(json.dumps(_worker_train(args.iterations, args.train_runs)))
-        return
-    if not args.before:
-        parser.error("--before is required")
-    rounds: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
-    for r in range(args.rounds):
-        for which in (("before", "after") if r % 2 == 0 else ("after", "before")):
-            path = args.before if which == "before" else args.after
-            got = {**_run(path, ["--worker", "rollout", "--calls", str(args.calls)]),
-                   **_run(path, ["--worker", "train", "--iterations", str(args.iterations),
-                                 "--train-runs", str(args.train_runs)])}
-            for name, value in got.items():
-                rounds[which].setdefault(name, []).append(value)
-            print(f"round {r} {which}: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in got.items()
-                                                     if not k.endswith("/program")), flush=True)
+    per_process = []
+    for p in range(args.processes):
+        order = "before" if p % 2 == 0 else "after"
+        done = subprocess.run([sys.executable, __file__, "--before", args.before, "--after", args.after, "--worker", order,
+                               "--calls", str(args.calls), "--train-calls", str(args.train_calls),
+                               "--iterations", str(args.iterations)],
+                              capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ""})
+        per_process.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        print(f"process {p} ({order} loaded first): " + ", ".join(
+            f"{k} {v['before'] * 1e3:.3f} -> {v['after'] * 1e3:.3f} ms" for k, v in per_process[-1].items()), flush=True)
     table = {}
-    for name in rounds["before"]:
-        if name.endswith("/program"):
-            continue
-        before, after = float(np.median(rounds["before"][name])), float(np.median(rounds["after"][name]))
-        same = set(rounds["before"][name + "/program"]) == set(rounds["after"][name + "/program"])
+    for name in per_process[0]:
+        before = float(np.median([r[name]["before"] for r in per_process]))
+        after = float(np.median([r[name]["after"] for r in per_process]))
         table[name] = {"before_ms": before * 1e3, "after_ms": after * 1e3, "overhead_percent": 100 * (after / before - 1),
-                       "same_compiled_program": same,
-                       "rounds_before_ms": [x * 1e3 for x in rounds["before"][name]],
-                       "rounds_after_ms": [x * 1e3 for x in rounds["after"][name]]}
-        print(f"{name}: before {before * 1e3:.3f} ms, after {after * 1e3:.3f} ms, "
-              f"{table[name]['overhead_percent']:+.1f}%{' (the same compiled program)' if same else ''}")
+                       "same_compiled_program": all(r[name]["same_compiled_program"] for r in per_process),
+                       "per_process_ms": [[r[name]["before"] * 1e3, r[name]["after"] * 1e3] for r in per_process]}
+        print(f"{name}: before {before * 1e3:.3f} ms, after {after * 1e3:.3f} ms, {table[name]['overhead_percent']:+.1f}%"
+              f"{' (the same compiled program)' if table[name]['same_compiled_program'] else ''}")
     result = {
         "command": "python " + " ".join([os.path.relpath(__file__), *sys.argv[1:]]),
-        "what": "median over rounds of each round's median time; rollout_returns at K = 4096 per call "
-                "(jax.jit(lambda k: fhc.rollout_returns(k, env, params, policy, 4096)), fresh key each call, "
-                "compile excluded); FH-Constrained default Config per iteration (compile excluded)",
-        "K": K, "rounds": args.rounds, "calls": args.calls, "train_iterations": args.iterations,
-        "train_runs": args.train_runs, "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared)",
+        "what": "median over processes of each process's median time per call, the two package copies loaded into "
+                "one process and called alternately; rollout_returns at K = 4096 per call (jax.jit(lambda k: "
+                "fhc.rollout_returns(k, env, params, policy, 4096)), fresh key each call, compile excluded); "
+                "FH-Constrained default Config per iteration (compile excluded)",
+        "K": K, "processes": args.processes, "calls": args.calls, "train_calls": args.train_calls,
+        "train_iterations": args.iterations, "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared)",
         "results": table,
     }
     with open(args.out, "w") as f:

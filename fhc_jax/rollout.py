@@ -41,7 +41,7 @@ per rollout, never a host transfer unless something is wrong:
   eagerly it is raised directly; inside your ``jax.jit`` (e.g. ``jax.jit(lambda k:
   rollout(k, env, params, policy, 4096))``) it comes from a host callback that runs only when
   an action was out of range, and reaches you as ``jax.errors.JaxRuntimeError`` (a
-  ``RuntimeError``) ending with the same line; under ``jax.vmap`` the batch is reduced first,
+  ``RuntimeError``) whose message contains the same line; under ``jax.vmap`` the batch is reduced first,
   one report per call (``fhc_jax.envs.validation``). The library's own policies
   (``softmax_policy``, ``table_policy``, ``uniform_random_policy``, the battery's reference)
   draw in range by construction and skip this check;

@@ -439,7 +439,7 @@ def test_exact_layer_rejects_bad_inputs():
 # ----------------------------------------------------------------------------- the API boundary (issue 33)
 # docs/RELIABILITY.md, "The API boundary": every case ends in the correct result or an error
 # naming the bad value and what is valid; inside a user's jax.jit, an action error arrives as
-# jax.errors.JaxRuntimeError whose message ends with the same line.
+# jax.errors.JaxRuntimeError whose message contains the same line.
 
 from fhc_jax.envs.validation import InvalidActionError  # noqa: E402
 from fhc_jax.rollout import NO_ACTION, episode  # noqa: E402

@@ -1,7 +1,8 @@
 """Functional (gymnax-style) finite-horizon constrained environments.
 
 ``Environment`` (typed generic base), ``GridWorld`` (the paper's Section 5 gridworld),
-``TabularEnv`` (any ``TabularCMDP``) and the observation encoders.
+``TabularEnv`` (any ``TabularCMDP``), the observation encoders, and the boundary checks'
+errors (``InvalidActionError``).
 """
 
 from fhc_jax.envs.base import Environment, TabularState, sample_index
@@ -11,6 +12,7 @@ from fhc_jax.envs.encoders import (
     Encoder,
     IndexEncoder,
     OneHotEncoder,
+    OwnObservation,
     XYEncoder,
     XYTEncoder,
     make_encoder,
@@ -19,6 +21,7 @@ from fhc_jax.envs.gridworld import MOVES, GridParams, GridState, GridWorld, make
 from fhc_jax.envs.gymnax_interop import GymnaxEnv, from_gymnax, to_gymnax
 from fhc_jax.envs.spaces import ActionSpace, Box, Discrete
 from fhc_jax.envs.tabular import TabularEnv
+from fhc_jax.envs.validation import InvalidActionError
 
 __all__ = [
     "ActionSpace",
@@ -37,8 +40,10 @@ __all__ = [
     "GridState",
     "GridWorld",
     "IndexEncoder",
+    "InvalidActionError",
     "MOVES",
     "OneHotEncoder",
+    "OwnObservation",
     "TabularEnv",
     "TabularState",
     "XYEncoder",

@@ -288,11 +288,13 @@ class Environment(abc.ABC, Generic[State, Params]):
     # ------------------------------------------------------------------ params validation
     def _param_spec(self) -> tuple[Any, tuple[tuple[str, tuple[int, ...]], ...]]:
         """(pytree structure, ((leaf path, shape), ...)) of ``default_params``, computed once."""
-        spec = self.__dict__.get("_cached_param_spec")
+        cache = getattr(self, "__dict__", None)  # None: a class with __slots__ (computed each time)
+        spec = None if cache is None else cache.get("_cached_param_spec")
         if spec is None:
             flat, treedef = jax.tree_util.tree_flatten_with_path(self.default_params)
             spec = (treedef, tuple((jax.tree_util.keystr(path), tuple(np.shape(x))) for path, x in flat))
-            self.__dict__["_cached_param_spec"] = spec
+            if cache is not None:
+                cache["_cached_param_spec"] = spec
         return spec
 
     def check_params(self, params: Params, owner: str | None = None) -> None:

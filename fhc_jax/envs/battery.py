@@ -582,6 +582,15 @@ class DiscretizedPolicy:
     def __init__(self, cdf: Array, soc_grid: Array, dev_grid: Array):
         self.cdf, self.soc_grid, self.dev_grid = cdf, soc_grid, dev_grid  # (H, S, A), (n_soc,), (n_dev,) in sd units
 
+    def check_actions(self, env, observation: Any, h: Array) -> None:
+        """Its actions are indices of the table's A rates: refuse, while tracing, an environment
+        with another number of discrete actions (or box actions: use
+        :class:`DiscretizedRatePolicy`)."""
+        a = self.cdf.shape[-1]
+        if env.has_box_actions or env.action_space.n != a:
+            raise ValueError(f"BatteryStorage.discretized_policy: the table draws {a} discrete actions; {env.name} "
+                             f"takes {env.action_space}")
+
     def cell(self, obs: Array) -> Array:
         """Grid index (int32) of the grid point nearest to the observation's (soc, d)."""
         i = jnp.argmin(jnp.abs(self.soc_grid - obs[0]))

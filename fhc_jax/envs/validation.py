@@ -11,7 +11,7 @@ are checked where they are known:
   reports it through a host callback that runs only when the status is bad (a ``lax.cond`` on
   one scalar: nothing crosses to the host otherwise). JAX hands the callback's
   :class:`InvalidActionError` back to the caller as a ``jax.errors.JaxRuntimeError`` (a
-  ``RuntimeError``) whose message ends with the same line; the computation's result is not
+  ``RuntimeError``) whose message contains the same line (its last line on CPU); the computation's result is not
   returned. Under ``jax.vmap`` the batched status is first reduced over the batch (a custom
   batching rule), so a vmapped call makes at most one callback, naming one offending element.
 """

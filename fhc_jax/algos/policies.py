@@ -73,8 +73,18 @@ def _softmax_draw(logits: Array, u: Array) -> tuple[Array, Array]:
     logits = jnp.asarray(logits, dtype)
     u = jnp.asarray(u, dtype)
     if logits.shape[-1] > _UNROLL_ACTIONS:
-        return _draw(softmax_cumulative(logits), u), logits_valid(logits)
-    return _count_below(_unrolled_cumulative(logits), u), logits_valid(logits)
+        cumulative, top = _cumulative_and_top(logits)
+        return _draw(cumulative, u), _valid(top, cumulative[..., -1])
+    columns, top = _unrolled_cumulative_and_top(logits)
+    return _count_below(columns, u), _valid(top, columns[-1])
+
+
+def _valid(top: Array, total: Array) -> Array:
+    """Whether a row defines a distribution, from its largest logit and its total weight
+    C_{A-1}: both finite (:func:`logits_valid`). Either test alone catches every invalid row
+    (NaN, +inf or all -inf logits) in exact arithmetic; both are kept so that no compiler
+    simplification of one (e.g. of exp(c - max(c)) when every c is the same) hides a row."""
+    return jnp.isfinite(top) & jnp.isfinite(total)
 
 
 def logits_valid(logits: Array) -> Array:
@@ -87,6 +97,11 @@ def logits_valid(logits: Array) -> Array:
 def _unrolled_cumulative(logits: Array) -> list[Array]:
     """C_i = sum_{j <= i} exp(logits_j - max(logits)) as A arrays of the leading shape,
     unrolled into elementwise operations (A <= ``_UNROLL_ACTIONS``)."""
+    return _unrolled_cumulative_and_top(logits)[0]
+
+
+def _unrolled_cumulative_and_top(logits: Array) -> tuple[list[Array], Array]:
+    """(:func:`_unrolled_cumulative`, the maximum logit it subtracts, of the leading shape)."""
     columns = [logits[..., i] for i in range(logits.shape[-1])]
     top = columns[0]
     for c in columns[1:]:
@@ -94,7 +109,13 @@ def _unrolled_cumulative(logits: Array) -> list[Array]:
     cumulative = [jnp.exp(columns[0] - top)]
     for c in columns[1:]:
         cumulative.append(cumulative[-1] + jnp.exp(c - top))
-    return cumulative
+    return cumulative, top
+
+
+def _cumulative_and_top(logits: Array) -> tuple[Array, Array]:
+    """(C (..., A) = cumsum(exp(logits - max)), the maximum (...)), for long rows."""
+    top = jnp.max(logits, axis=-1, keepdims=True)
+    return jnp.cumsum(jnp.exp(logits - top), axis=-1), top[..., 0]
 
 
 def _draw(cumulative: Array, u: Array) -> Array:
@@ -134,11 +155,14 @@ class SoftmaxPolicy:
         Raises:
             ValueError: logits that are not a vector (e.g. shape (A, 1)).
         """
-        shape = tuple(jax.eval_shape(self.logits_fn, observation, h).shape)
-        if len(shape) != 1:
-            raise ValueError(f"softmax_policy: logits_fn returns logits of shape {shape}; expected (A,), one logit "
-                             "per action (flatten them, e.g. .reshape(-1))")
-        return shape
+        return tuple(self._abstract_logits(observation, h).shape)
+
+    def _abstract_logits(self, observation: Any, h: Array) -> jax.ShapeDtypeStruct:
+        abstract = jax.eval_shape(self.logits_fn, observation, h)
+        if len(abstract.shape) != 1:
+            raise ValueError(f"softmax_policy: logits_fn returns logits of shape {tuple(abstract.shape)}; expected "
+                             "(A,), one logit per action (flatten them, e.g. .reshape(-1))")
+        return abstract
 
     def check_actions(self, env, observation: Any, h: Array) -> None:
         """Refuse, while tracing, logits whose length is not ``env``'s A (or an environment
@@ -155,8 +179,7 @@ class SoftmaxPolicy:
         """``logits_fn(observation, h)``, (A,), computed inside a ``lax.cond`` on ``h >= 0``
         (always true): XLA never fuses across a conditional, so the logits are computed once
         per step as their own kernels instead of being recomputed inside each consumer."""
-        shape = jax.eval_shape(self.logits_fn, observation, h)
-        self.logits_shape(observation, h)
+        shape = self._abstract_logits(observation, h)
         return jax.lax.cond(jnp.asarray(h) >= 0, lambda: jnp.asarray(self.logits_fn(observation, h)),
                             lambda: jnp.zeros(shape.shape, shape.dtype))
 
@@ -207,16 +230,23 @@ class SoftmaxPolicy:
 
         logits = jax.vmap(logits_at)(stages)  # (H, S, A)
         dtype = jnp.promote_types(jnp.result_type(logits), jnp.float32)
-        logits = jnp.asarray(logits, dtype)
-        return StateSoftmaxTable(jnp.moveaxis(softmax_cumulative(logits), -1, 1), logits_valid(logits))
+        cumulative, valid = _softmax_cumulative_and_valid(jnp.asarray(logits, dtype))
+        return StateSoftmaxTable(jnp.moveaxis(cumulative, -1, 1), valid)
 
 
 def softmax_cumulative(logits: Array) -> Array:
     """The cumulative weights C (..., A) that :func:`softmax_inverse_cdf` draws from:
     C_i = sum_{j <= i} exp(logits_j - max(logits)), computed with the same operations."""
+    return _softmax_cumulative_and_valid(logits)[0]
+
+
+def _softmax_cumulative_and_valid(logits: Array) -> tuple[Array, Array]:
+    """(:func:`softmax_cumulative`, :func:`logits_valid`) from one pass over the logits."""
     if logits.shape[-1] > _UNROLL_ACTIONS:
-        return jnp.cumsum(jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True)), axis=-1)
-    return jnp.stack(_unrolled_cumulative(logits), axis=-1)
+        cumulative, top = _cumulative_and_top(logits)
+        return cumulative, _valid(top, cumulative[..., -1])
+    columns, top = _unrolled_cumulative_and_top(logits)
+    return jnp.stack(columns, axis=-1), _valid(top, columns[-1])
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

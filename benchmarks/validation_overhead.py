@@ -13,7 +13,8 @@ then the module is unloaded and the second imported and compiled; a compiled pro
 running after its module is gone), and the calls of the two alternate, so that both run under
 the same load on a shared machine: separate processes differed by more than the checks cost.
 ``--processes`` such processes, the loading order alternating; each reports the median time
-per case and copy, and the report gives the median over processes.
+per case and copy (wall clock, and the process's CPU time, which the load of other processes
+disturbs less), and the report gives the median over processes.
 
 ``rollout_returns`` runs as ``jax.jit(lambda k: fhc.rollout_returns(k, env, params, policy,
 4096))`` with a fresh key each call (fresh outputs), compile excluded. Policies: the uniform
@@ -121,6 +122,7 @@ def _worker(before: str, after: str, order: str, calls: int, train_calls: int, i
     for name in copies["before"]:
         n = train_calls if name.startswith("fh_") else calls
         times = {"before": [], "after": []}
+        cpu = {"before": [], "after": []}
         for which in ("before", "after"):  # one call each to warm up
             program, args_of, _ = copies[which][name]
             jax.block_until_ready(program(*args_of(10_000)))
@@ -128,10 +130,12 @@ def _worker(before: str, after: str, order: str, calls: int, train_calls: int, i
             for which in (("before", "after") if i % 2 == 0 else ("after", "before")):
                 program, args_of, divisor = copies[which][name]
                 args = args_of(i)
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 jax.block_until_ready(program(*args))
                 times[which].append((time.perf_counter() - t0) / divisor)
+                cpu[which].append((time.process_time() - c0) / divisor)
         out[name] = {which: float(np.median(times[which])) for which in times}
+        out[name].update({f"{which}_cpu": float(np.median(cpu[which])) for which in cpu})
         out[name]["same_compiled_program"] = (_program_digest(copies["before"][name][0])
                                               == _program_digest(copies["after"][name][0]))
     return out
@@ -160,19 +164,28 @@ def main() -> None:
                               capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ""})
         per_process.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"process {p} ({order} loaded first): " + ", ".join(
-            f"{k} {v['before'] * 1e3:.3f} -> {v['after'] * 1e3:.3f} ms" for k, v in per_process[-1].items()), flush=True)
+            f"{k} {v['before_cpu'] * 1e3:.3f} -> {v['after_cpu'] * 1e3:.3f} ms CPU" for k, v in per_process[-1].items()),
+            flush=True)
     table = {}
     for name in per_process[0]:
-        before = float(np.median([r[name]["before"] for r in per_process]))
-        after = float(np.median([r[name]["after"] for r in per_process]))
-        table[name] = {"before_ms": before * 1e3, "after_ms": after * 1e3, "overhead_percent": 100 * (after / before - 1),
+        med = {key: float(np.median([r[name][key] for r in per_process]))
+               for key in ("before", "after", "before_cpu", "after_cpu")}
+        table[name] = {"before_ms": med["before"] * 1e3, "after_ms": med["after"] * 1e3,
+                       "overhead_percent": 100 * (med["after"] / med["before"] - 1),
+                       "before_cpu_ms": med["before_cpu"] * 1e3, "after_cpu_ms": med["after_cpu"] * 1e3,
+                       "cpu_overhead_percent": 100 * (med["after_cpu"] / med["before_cpu"] - 1),
                        "same_compiled_program": all(r[name]["same_compiled_program"] for r in per_process),
-                       "per_process_ms": [[r[name]["before"] * 1e3, r[name]["after"] * 1e3] for r in per_process]}
-        print(f"{name}: before {before * 1e3:.3f} ms, after {after * 1e3:.3f} ms, {table[name]['overhead_percent']:+.1f}%"
-              f"{' (the same compiled program)' if table[name]['same_compiled_program'] else ''}")
+                       "per_process_ms": [[r[name]["before"] * 1e3, r[name]["after"] * 1e3] for r in per_process],
+                       "per_process_cpu_ms": [[r[name]["before_cpu"] * 1e3, r[name]["after_cpu"] * 1e3]
+                                              for r in per_process]}
+        print(f"{name}: wall {med['before'] * 1e3:.3f} -> {med['after'] * 1e3:.3f} ms "
+              f"({table[name]['overhead_percent']:+.1f}%), CPU {med['before_cpu'] * 1e3:.3f} -> "
+              f"{med['after_cpu'] * 1e3:.3f} ms ({table[name]['cpu_overhead_percent']:+.1f}%)"
+              f"{', the same compiled program' if table[name]['same_compiled_program'] else ''}")
     result = {
         "command": "python " + " ".join([os.path.relpath(__file__), *sys.argv[1:]]),
-        "what": "median over processes of each process's median time per call, the two package copies loaded into "
+        "what": "median over processes of each process's median time per call (wall clock, and CPU time of the "
+                "process, which another process's load disturbs less), the two package copies loaded into "
                 "one process and called alternately; rollout_returns at K = 4096 per call (jax.jit(lambda k: "
                 "fhc.rollout_returns(k, env, params, policy, 4096)), fresh key each call, compile excluded); "
                 "FH-Constrained default Config per iteration (compile excluded)",

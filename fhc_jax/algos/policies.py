@@ -68,22 +68,26 @@ def softmax_inverse_cdf(logits: Array, u: Array) -> Array:
 
 def _softmax_draw(logits: Array, u: Array) -> tuple[Array, Array]:
     """(:func:`softmax_inverse_cdf`'s action, whether the logits define a distribution): the
-    largest logit is finite (no NaN, no +inf, not all -inf; :func:`logits_valid`)."""
+    largest logit, which the draw computes anyway, is finite (it is NaN if a logit is, +inf if
+    one is, -inf if all are). Nothing else of the draw is read: further consumers of its
+    exponentials (the total weight) or a separate reduction over the short action axis make
+    XLA split the per-step draw into more kernels."""
     dtype = jnp.promote_types(jnp.result_type(logits), jnp.float32)
     logits = jnp.asarray(logits, dtype)
     u = jnp.asarray(u, dtype)
     if logits.shape[-1] > _UNROLL_ACTIONS:
         cumulative, top = _cumulative_and_top(logits)
-        return _draw(cumulative, u), _valid(top, cumulative[..., -1])
+        return _draw(cumulative, u), jnp.isfinite(top)
     columns, top = _unrolled_cumulative_and_top(logits)
-    return _count_below(columns, u), _valid(top, columns[-1])
+    return _count_below(columns, u), jnp.isfinite(top)
 
 
 def _valid(top: Array, total: Array) -> Array:
-    """Whether a row defines a distribution, from its largest logit and its total weight
-    C_{A-1}: both finite (:func:`logits_valid`). Either test alone catches every invalid row
-    (NaN, +inf or all -inf logits) in exact arithmetic; both are kept so that no compiler
-    simplification of one (e.g. of exp(c - max(c)) when every c is the same) hides a row."""
+    """Whether the rows of a table (computed once per rollout) define distributions, from
+    their largest logits and total weights C_{A-1}: both finite (:func:`logits_valid`).
+    Either test alone catches every invalid row (NaN, +inf or all -inf logits) in exact
+    arithmetic; both are kept so that no compiler simplification of one (e.g. of
+    exp(c - max(c)) when every c is the same) hides a row."""
     return jnp.isfinite(top) & jnp.isfinite(total)
 
 

@@ -137,3 +137,33 @@ def test_registry_and_policy_table_shape():
         env.discretized_policy(np.ones((48, 7, 5)), params, (3, 2))
     with pytest.raises(ValueError, match=r"resolution\[1\] \(n_dev\) must be an integer >= 1, found 0"):
         env.to_cmdp(params, (3, 0))
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("capacity", 0.0, r"params.capacity must be > 0 \(MWh\), found 0"),
+    ("power", -1.0, r"params.power must be > 0 \(MW\), found -1"),
+    ("eta", 1.2, r"params.eta must be in \(0, 1\] \(one-way efficiency"),
+    ("eta", 0.0, r"params.eta must be in \(0, 1\]"),
+    ("ar_coef", -1.0, r"params.ar_coef must be in \(-1, 1\)"),
+    ("noise_sd", float("nan"), r"params.noise_sd must be >= 0 \(EUR/MWh\), found nan"),
+    ("initial_soc", 1.5, r"params.initial_soc must be in \[0, 1\], found 1.5"),
+    ("penalty", -1.0, r"params.penalty must be >= 0"),
+    ("thresholds", np.array([-1.0]), r"params.thresholds \(alpha\) must be >= 0, found \[-1.0\]"),
+    ("rates", np.array([-1.0, -0.5, 0.0, 0.5, 2.0]), r"params.rates must lie in \[-1, 1\]"),
+])
+def test_params_are_validated_where_they_are_used(field, value, match):
+    """Issue 33 item 4: the constructor's ranges hold for params too, checked by reset (the
+    public step and the rollouts), grids and to_cmdp, naming the field."""
+    env = BatteryStorage()
+    params = env.default_params.replace(**{field: jnp.asarray(value, jnp.float32)})
+    with pytest.raises(ValueError, match="BatteryStorage.reset: " + match):
+        env.reset(jax.random.key(0), params)
+    with pytest.raises(ValueError, match="BatteryStorage.to_cmdp: " + match):
+        env.to_cmdp(params, (3, 2))
+    with pytest.raises(ValueError, match="BatteryStorage.grids: " + match):
+        env.grids(params)
+    # traced params: shapes only (documented); the same values go through jit unchecked
+    obs, _ = jax.jit(env.reset)(jax.random.key(0), env.default_params)
+    assert obs.shape == (3,)
+    with pytest.raises(ValueError, match=r"params.rates has shape \(3,\); BatteryStorage\(.*\) expects \(5,\)"):
+        jax.jit(env.reset)(jax.random.key(0), env.default_params.replace(rates=jnp.zeros(3)))

@@ -353,9 +353,8 @@ def test_policy_for_rollout_matches_table():
     tab_xy = np.asarray(cpo.policy_table(st_xy, env_oh, params))
     np.testing.assert_allclose(tab_xy[0], tab_xy[3], rtol=1e-6)
     act_xy = cpo.policy(st_xy, env_oh, params)
-    obs = jax.nn.one_hot(4, 9)
     u = jnp.linspace(0.0, 0.999, 50)
-    got = jax.vmap(lambda x: act_xy.action_from_uniform(x, obs, 2))(u)
+    got = jax.vmap(lambda x: act_xy.action_from_state(x, jnp.int32(4), 2))(u)  # state 4, stage 2
     want = tabular_rollout.inverse_cdf(jnp.broadcast_to(jnp.cumsum(tab_xy[2, 4]), (50, 9)), u, 8)
     np.testing.assert_array_equal(got, want)
     # batched states give batched tables

@@ -205,10 +205,11 @@ def test_table_policy_on_a_gridworld_matches_the_table(observation):
     pvalues = [_pooled_chisquare(counts[h, x], table[h, x]) for h in range(3) for x in range(9) if counts[h, x].sum() > 1000]
     assert len(pvalues) >= 15
     assert stats.combine_pvalues(pvalues).pvalue > ALPHA
-    # the protocol's contract
-    obs, _ = env.reset(jax.random.key(10), params)
+    # the protocol's contract, on the tabular state index (never the observation)
+    _, state = env.reset(jax.random.key(10), params)
+    index = env.state_index(state)
     for key in jax.random.split(jax.random.key(11), 10):
-        assert int(policy(key, obs, jnp.int32(1))) == int(policy.action_from_uniform(jax.random.uniform(key), obs, jnp.int32(1)))
+        assert int(policy(key, index, jnp.int32(1))) == int(policy.action_from_state(jax.random.uniform(key), index, jnp.int32(1)))
 
 
 def test_table_policy_validation():
@@ -227,10 +228,16 @@ def test_table_policy_validation():
     battery = fhc.BatteryStorage()
     with pytest.raises(ValueError, match="no tabular states"):
         fhc.table_policy(good, battery)
-    # inside a jitted function the table may be traced (only its shape is checked)
-    out = jax.jit(lambda t, key: fhc.table_policy(t, env)(key, jnp.float32([0.5, 0.5]), jnp.int32(0)))(
+    # inside a jitted function the table may be traced (its shape is checked at once, its rows
+    # once per rollout); the policy takes the state index, and refuses an observation
+    out = jax.jit(lambda t, key: fhc.table_policy(t, env)(key, jnp.int32(4), jnp.int32(0)))(
         jnp.asarray(good, jnp.float32), jax.random.key(0))
     assert 0 <= int(out) < 9
+    with pytest.raises(ValueError, match="tabular state index"):
+        fhc.table_policy(good, env)(jax.random.key(0), jnp.float32([0.5, 0.5]), jnp.int32(0))
+    with pytest.raises(ValueError, match=r"the table has shape \(H, S, A\) = \(3, 9, 9\); GridWorld has \(H, S, A\) = \(3, 16, 9\)"):
+        fhc.rollout_returns(jax.random.key(0), fhc.GridWorld(size=4, horizon=3), fhc.GridWorld(size=4, horizon=3).default_params,
+                            fhc.table_policy(good, env), 4)
 
 
 def test_learner_policies_use_the_fast_helpers():
@@ -246,3 +253,25 @@ def test_learner_policies_use_the_fast_helpers():
     from fhc_jax.algos.learner import observation_policy
 
     assert isinstance(observation_policy(lambda obs, h: jnp.zeros(9)), SoftmaxPolicy)
+
+
+def test_invalid_distributions_and_traced_tables():
+    """NaN or all -inf logits give NO_ACTION (never a plausible action 0); a traced table is
+    checked once per rollout: its invalid rows make the returns NaN."""
+    from fhc_jax.rollout import NO_ACTION
+
+    policy = fhc.softmax_policy(lambda obs, h: jnp.where(obs[0] > 0.4, jnp.nan, 0.0) * jnp.ones(9))
+    key = jax.random.key(0)
+    assert int(policy(key, jnp.float32([0.5, 0.0]), jnp.int32(0))) == NO_ACTION
+    assert 0 <= int(policy(key, jnp.float32([0.0, 0.0]), jnp.int32(0))) < 9
+    masked = fhc.softmax_policy(lambda obs, h: jnp.where(jnp.arange(9) == h, 0.0, -jnp.inf))
+    assert int(masked(key, jnp.zeros(2), jnp.int32(3))) == 3 and int(masked(key, jnp.zeros(2), jnp.int32(9))) == NO_ACTION
+    with pytest.raises(ValueError, match=r"logits_fn returns logits of shape \(\)"):
+        fhc.softmax_policy(lambda obs, h: jnp.float32(0.0))(key, jnp.zeros(2), jnp.int32(0))
+    env = fhc.GridWorld(size=3, horizon=3)
+    params = env.default_params
+    good = np.full((3, 9, 9), 1 / 9, np.float32)
+    bad = good.copy()
+    bad[2, 5] = 0.0
+    run = jax.jit(lambda t, k: fhc.rollout_returns(k, env, params, fhc.table_policy(t, env), 16).rewards)
+    assert np.all(np.isfinite(run(good, key))) and np.all(np.isnan(run(bad, key)))

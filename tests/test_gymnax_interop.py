@@ -234,3 +234,25 @@ def test_to_gymnax_matches_exact_evaluation():
                                                    terminal_costs=0 * params.terminal_costs)), jnp.full((h, 9, 9), 1 / 9))
     assert abs(ep_r.mean() - float(bare.reward)) > 20 * ep_r.std() / np.sqrt(ep_r.size)
     assert abs(ep_c.mean() - float(bare.costs[0])) > 20 * ep_c.std() / np.sqrt(ep_c.size)
+
+
+def test_params_and_static_configuration_are_checked():
+    """Issue 33 items 4 and 7: from_gymnax's params are checked where they come in (reset,
+    step, the rollouts), and to_gymnax refuses an environment whose horizon is not an int."""
+    gx, gx_params = gymnax.make("CartPole-v1")
+    env = from_gymnax(gx, gx_params, horizon=5, cost_fn=position_cost, alpha=1.0)
+    params = env.default_params
+    with pytest.raises(ValueError, match=r"from_gymnax.reset: params.thresholds \(alpha\) must be finite and >= 0"):
+        env.reset(jax.random.key(0), params.replace(thresholds=jnp.array([-1.0])))
+    with pytest.raises(ValueError, match=r"params.thresholds has shape \(2,\); .* expects \(1,\)"):
+        fhc.rollout_returns(jax.random.key(0), env, params.replace(thresholds=jnp.ones(2)),
+                            fhc.random_policy(env), 4)
+    with pytest.raises(ValueError, match="params must be a GymnaxParams pytree"):
+        env.reset(jax.random.key(0), gx_params)
+
+    class FloatHorizon(fhc.GridWorld):
+        horizon = property(lambda self: 3.0)
+
+    floating = FloatHorizon.__new__(FloatHorizon)
+    with pytest.raises(ValueError, match=r"to_gymnax: FloatHorizon.horizon must be a positive int, found 3.0"):
+        to_gymnax(floating)

@@ -365,13 +365,13 @@ def test_policy_for_rollout_matches_table():
     ev = fhc.evaluate(env.to_cmdp(params), pl.policy_table(state, env, params))
     se = float(np.std(np.asarray(traj.episode_rewards))) / np.sqrt(4000)
     assert abs(float(np.mean(np.asarray(traj.episode_rewards))) - float(ev.reward)) < 4 * se + 1e-3
-    # an environment emitting other observations: the state index is decoded, same table
+    # an environment emitting other observations: the policy plays the same table from the state index
     env_oh = GridWorld(size=3, horizon=4, num_constraints=2, alpha=[1.0, 1.5], num_hotspots=1, num_quiet=1,
                        num_phases=2, observation="one_hot")
     table = pl.policy_table(state, env_oh, params)
     act_oh = pl.policy(state, env_oh, params)
     u = jnp.linspace(0.0, 0.999, 50)
-    got = jax.vmap(lambda x: act_oh.action_from_uniform(x, jax.nn.one_hot(4, 9), 2))(u)
+    got = jax.vmap(lambda x: act_oh.action_from_state(x, jnp.int32(4), 2))(u)
     want = tabular_rollout.inverse_cdf(jnp.broadcast_to(jnp.cumsum(table[2, 4]), (50, 9)), u, 8)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     with pytest.raises(ValueError, match="state of one seed"):

@@ -365,3 +365,35 @@ def test_non_tabular_environment_records_observations_from_states():
     assert batch.states.dtype == jnp.int32 and batch.actions.dtype == jnp.int32
     np.testing.assert_array_equal(batch.states[:-1].T, traj.states)
     np.testing.assert_array_equal(batch.states[-1], traj.final_states)
+
+
+class _StatePolicy:
+    """A user's policy of the tabular state (the documented ``reads_state`` kind): action =
+    state index mod A, whatever the observation."""
+
+    reads_state = True
+
+    def action_from_state(self, u, index, h):
+        return (index % 9).astype(jnp.int32)
+
+
+def test_a_reads_state_policy_gets_the_state_index_on_both_paths(env, params):
+    """The rollouts pass env.state_index(s_h) to a reads_state policy, on the fast path and on
+    the key path (TabularEnv has no one-uniform noise), and refuse it without tabular states."""
+    traj = rollout(jax.random.key(1), env, params, _StatePolicy(), 16, record=("states", "actions"))
+    np.testing.assert_array_equal(np.asarray(traj.actions), np.asarray(traj.states) % 9)
+    tab = fhc.TabularEnv(env.to_cmdp(params), observation="one_hot")
+    traj = rollout(jax.random.key(1), tab, tab.default_params, _StatePolicy(), 16, record=("states", "actions"))
+    np.testing.assert_array_equal(np.asarray(traj.actions), np.asarray(traj.states) % 9)
+    battery = fhc.BatteryStorage()
+    with pytest.raises(ValueError, match=r"_StatePolicy plays from tabular state indices \(reads_state\); "
+                                         "BatteryStorage has none"):
+        rollout(jax.random.key(1), battery, battery.default_params, _StatePolicy(), 4)
+
+
+def test_episode_shares_the_checks(env, params):
+    """episode(...) refuses what rollout refuses (one episode: no episode index)."""
+    with pytest.raises(ValueError, match="episode: the policy returned action 9 at stage 0; GridWorld takes"):
+        episode(jax.random.key(0), env, params, lambda k, o, h: jnp.int32(9))
+    with pytest.raises(ValueError, match=r"episode: params.reward_map has shape"):
+        episode(jax.random.key(0), env, GridWorld(size=4, horizon=H).default_params, uniform_random_policy(9))

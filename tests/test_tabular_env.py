@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+import fhc_jax as fhc
 from conftest import random_cmdp, random_policy
 
 from fhc_jax.cmdp.evaluate import evaluate
@@ -89,3 +91,66 @@ def test_basics_and_validation():
         TabularEnv(cmdp, observation="xy")
     with pytest.raises(ValueError, match="cmdp must be a TabularCMDP"):
         TabularEnv(np.zeros((3, 4, 2)))
+
+
+class OwnObservationEnv(TabularEnv):
+    """A tabular environment with an observation of its own, (s / (S - 1), h / H), and no
+    encoder: it never calls ``_init_encoder`` (issue 30: a user's own environment)."""
+
+    def __init__(self, cmdp):
+        self._cmdp = cmdp
+
+    def observation(self, state, params):
+        return jnp.stack([state.index / (self.num_states - 1), state.time / self.horizon]).astype(jnp.float32)
+
+
+class MirroredObservationEnv(TabularEnv):
+    """Declares the "one_hot" encoder but observes the mirrored state, one_hot(S - 1 - s): an
+    observation that disagrees with the declared encoder."""
+
+    def observation(self, state, params):
+        return jax.nn.one_hot(self.num_states - 1 - state.index, self.num_states, dtype=jnp.float32)
+
+
+@pytest.mark.parametrize("make", [OwnObservationEnv, MirroredObservationEnv])
+def test_policy_tables_play_from_the_state_index_whatever_the_observation(make, x64):
+    """fhc.table_policy (and every learner's policy on a tabular exact model) plays its table
+    at env.state_index(s_h), never at a state read off the observation: Monte-Carlo returns
+    match fhc.evaluate of the table within 4 standard errors. Before, an environment without an
+    encoder raised AttributeError ('_encoder'), and the mirrored one silently played the table
+    at the mirrored state (its value is far outside the bounds: checked below)."""
+    cmdp = random_cmdp(11, num_states=6, num_actions=3, horizon=5, num_constraints=2)
+    env = make(cmdp)
+    assert env.observation_shape == ((2,) if make is OwnObservationEnv else (6,))
+    rng = np.random.default_rng(12)
+    table = rng.dirichlet(np.full(3, 0.2), size=(5, 6))  # peaked rows: the state read matters
+    exact = evaluate(cmdp, jnp.asarray(table))
+    misread = evaluate(cmdp, jnp.asarray(table[:, ::-1]))  # the table played at the mirrored state
+    n = 20_000
+    ret = jax.jit(lambda k: fhc.rollout_returns(k, env, cmdp, fhc.table_policy(table, env), n))(jax.random.key(13))
+    samples = [(np.asarray(ret.rewards), exact.reward, misread.reward)] + [
+        (np.asarray(ret.costs)[:, k], exact.costs[k], misread.costs[k]) for k in range(2)]
+    for sample, want, wrong in samples:
+        se = float(np.std(sample)) / np.sqrt(n)
+        assert abs(float(np.mean(sample)) - float(want)) < 4 * se, (float(np.mean(sample)), float(want), se)
+    assert max(abs(float(want) - float(wrong)) / (float(np.std(s)) / np.sqrt(n)) for s, want, wrong in samples) > 20
+    # the same through the key path (TabularEnv draws its noise from keys) and through rollout
+    traj = fhc.rollout(jax.random.key(14), env, cmdp, fhc.table_policy(table, env), 64, record=("states", "actions"))
+    assert traj.actions.shape == (64, 5)
+
+
+def test_learner_policy_and_monte_carlo_judging_on_an_own_observation():
+    """A learner's policy() on an environment with its own observation is a table policy that
+    plays from the state index, and the experiment layer's Monte-Carlo judge runs it."""
+    from fhc_jax.algos import fh_constrained as fc
+    from fhc_jax.experiment import judge
+
+    cmdp = random_cmdp(15, num_states=4, num_actions=2, horizon=3)
+    env = OwnObservationEnv(cmdp)
+    out = jax.jit(fc.make_train(env, cmdp, fc.Config(num_iterations=3, episodes_per_iteration=8, eval_every=0)))(
+        jax.random.key(0))
+    policy = fc.policy(out.state, env, cmdp)
+    table = fc.policy_table(out.state, env, cmdp)
+    values = judge.monte_carlo(env, cmdp, [policy], episodes=20_000)
+    exact = evaluate(cmdp, table)
+    assert abs(values["reward"][0] - float(exact.reward)) < 2 * values["reward_half_width"][0] + 1e-6

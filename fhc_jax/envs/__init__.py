@@ -2,7 +2,8 @@
 
 ``Environment`` (typed generic base), ``GridWorld`` (the paper's Section 5 gridworld),
 ``TabularEnv`` (any ``TabularCMDP``), ``InventoryEnv`` (a tabular environment with its own
-observation), the observation encoders, and ``fhc_jax.envs.suite`` (the robustness suite's tasks).
+observation), the observation encoders, ``fhc_jax.envs.suite`` (the robustness suite's tasks) and
+the boundary checks' errors (``InvalidActionError``).
 """
 
 from fhc_jax.envs.base import Environment, TabularState, sample_index
@@ -12,6 +13,7 @@ from fhc_jax.envs.encoders import (
     Encoder,
     IndexEncoder,
     OneHotEncoder,
+    OwnObservation,
     XYEncoder,
     XYTEncoder,
     make_encoder,
@@ -21,6 +23,7 @@ from fhc_jax.envs.gymnax_interop import GymnaxEnv, from_gymnax, to_gymnax
 from fhc_jax.envs.inventory import InventoryEnv, InventoryParams
 from fhc_jax.envs.spaces import ActionSpace, Box, Discrete
 from fhc_jax.envs.tabular import TabularEnv
+from fhc_jax.envs.validation import InvalidActionError
 
 __all__ = [
     "ActionSpace",
@@ -39,10 +42,12 @@ __all__ = [
     "GridState",
     "GridWorld",
     "IndexEncoder",
+    "InvalidActionError",
     "InventoryEnv",
     "InventoryParams",
     "MOVES",
     "OneHotEncoder",
+    "OwnObservation",
     "TabularEnv",
     "TabularState",
     "XYEncoder",

@@ -41,11 +41,29 @@ flag                   promises
                        Monte-Carlo judgement where there is no tabular exact model
 =====================  ==========================================================================
 
+**Params.** :meth:`Environment.check_params` validates a ``params`` pytree wherever one comes
+in from outside (``rollout``, the public ``step``, the built-in environments' ``reset`` and
+``to_cmdp``): its pytree structure and every leaf's shape must be those of ``default_params``
+(checked also for traced params, shapes being static: params of another configuration, e.g. a
+size-4 gridworld's in a size-3 one, are refused), and, when its values are concrete, each
+environment's :meth:`Environment._check_param_values` checks their ranges. Traced params (a
+``jax.vmap`` over params, arguments of the caller's ``jax.jit``) are checked for structure and
+shapes only.
+
 **Actions.** :attr:`Environment.action_space` declares them (``fhc_jax.envs.spaces``):
 ``Discrete(A)`` (the default, from ``num_actions``; actions are int32 indices) or ``Box(low,
 high)`` (float32 vectors of shape (d,)). A box environment overrides ``action_space``, clips
 the actions it receives into the bounds itself, and raises from ``num_actions`` (there is no
-count of actions; :meth:`Environment.box_actions_error` words it).
+count of actions; :meth:`Environment.box_actions_error` words it). The public :meth:`Environment.step`
+refuses a discrete action that is not an integer (at trace time) or lies outside [0, A) (see
+``fhc_jax.envs.validation``: at once when concrete, through a host callback inside the
+caller's ``jax.jit``); ``transition`` itself does not check.
+
+**Observations.** An environment either calls :meth:`Environment._init_encoder` with one of
+its ``supported_observations`` (``fhc_jax.envs.encoders``) or overrides :meth:`Environment.observation`
+itself (its :attr:`Environment.encoder` is then :class:`~fhc_jax.envs.encoders.OwnObservation`,
+shape and dtype read from ``reset``). Nothing in the library derives a tabular state from an
+observation: policy tables are played from :meth:`Environment.state_index`.
 """
 
 from __future__ import annotations
@@ -59,8 +77,9 @@ import numpy as np
 from flax import struct
 
 from fhc_jax.cmdp.model import TabularCMDP
-from fhc_jax.envs.encoders import Encoder, make_encoder
+from fhc_jax.envs.encoders import Encoder, OwnObservation, make_encoder
 from fhc_jax.envs.spaces import ActionSpace, Box, Discrete
+from fhc_jax.envs.validation import check_action, check_action_value, check_static, is_concrete
 
 Array = jax.Array
 
@@ -106,8 +125,8 @@ def check_int(owner: str, name: str, value: Any, low: int, high: int | None = No
 class Environment(abc.ABC, Generic[State, Params]):
     """Base class of finite-horizon constrained environments (static config only).
 
-    Subclasses set ``self._encoder`` (via :meth:`_init_encoder`), implement the abstract
-    members, and declare each optional capability they have by overriding its flag (module
+    Subclasses set ``self._encoder`` (via :meth:`_init_encoder`) or override
+    :meth:`observation`, implement the abstract members, and declare each optional capability they have by overriding its flag (module
     docstring) and the methods it promises. Equality and hashing use :meth:`_static_config`,
     so two environments with the same configuration share ``jax.jit`` caches when passed as
     static arguments.
@@ -176,18 +195,26 @@ class Environment(abc.ABC, Generic[State, Params]):
         """The environment's name in messages (its class name; wrappers report the wrapped one)."""
         return type(self).__name__
 
+    def describe(self) -> str:
+        """The environment in messages: its ``repr`` when the class defines one (the built-in
+        environments show their configuration), else its name."""
+        return repr(self) if type(self).__repr__ is not object.__repr__ else self.name
+
     @property
     def encoder(self) -> Encoder:
-        """The observation encoder chosen at construction."""
-        return self._encoder
+        """The observation encoder chosen at construction (:class:`~fhc_jax.envs.encoders.
+        OwnObservation` for an environment that computes its own observation)."""
+        encoder = getattr(self, "_encoder", None)
+        return OwnObservation() if encoder is None else encoder
 
     @property
     def observation_shape(self) -> tuple[int, ...]:
-        return self._encoder.shape(self)
+        return self.encoder.shape(self)
 
     @property
     def observation_dtype(self):
-        return self._encoder.dtype
+        encoder = self.encoder
+        return encoder.observation_dtype(self) if isinstance(encoder, OwnObservation) else encoder.dtype
 
     # ------------------------------------------------------------------ required: dynamics
     @abc.abstractmethod
@@ -224,7 +251,19 @@ class Environment(abc.ABC, Generic[State, Params]):
         Returns:
             (observation of X_{h+1}, next state with time h+1, reward r_h (), costs g_h (M,),
             done () bool = (h+1 == H), info dict).
+        Raises:
+            ValueError: params that do not fit this environment (:meth:`check_params`); a
+                discrete action that is not an integer scalar (at trace time).
+            InvalidActionError: a discrete action outside [0, A): at once when concrete; inside
+                the caller's ``jax.jit`` from a host callback that runs only then, reaching the
+                caller as ``jax.errors.JaxRuntimeError`` with the same message
+                (``fhc_jax.envs.validation``).
         """
+        owner = f"{self.name}.step"
+        check_static(self, owner)
+        self.check_params(params, owner)
+        action = check_action(self, action, owner)
+        check_action_value(self, action, owner)
         return self.transition(self.noise(key, params), state, action, params)
 
     def terminal_reward(self, state: State, params: Params) -> Array:
@@ -241,9 +280,56 @@ class Environment(abc.ABC, Generic[State, Params]):
         """Encode ``state`` with the environment's encoder; shape ``observation_shape``.
 
         ``reset`` and ``transition`` return this encoding of the new state (rollouts rely on
-        it: they record ``observation(s_h)`` computed after the loop)."""
+        it: they record ``observation(s_h)`` computed after the loop). An environment with an
+        observation of its own overrides this method."""
         del params
-        return self._encoder(self, state)
+        return self.encoder(self, state)
+
+    # ------------------------------------------------------------------ params validation
+    def _param_spec(self) -> tuple[Any, tuple[tuple[str, tuple[int, ...]], ...]]:
+        """(pytree structure, ((leaf path, shape), ...)) of ``default_params``, computed once."""
+        cache = getattr(self, "__dict__", None)  # None: a class with __slots__ (computed each time)
+        spec = None if cache is None else cache.get("_cached_param_spec")
+        if spec is None:
+            flat, treedef = jax.tree_util.tree_flatten_with_path(self.default_params)
+            spec = (treedef, tuple((jax.tree_util.keystr(path), tuple(np.shape(x))) for path, x in flat))
+            if cache is not None:
+                cache["_cached_param_spec"] = spec
+        return spec
+
+    def check_params(self, params: Params, owner: str | None = None) -> None:
+        """Validate a ``params`` pytree against this environment (module docstring, "Params").
+
+        Always (also for traced params): the pytree structure and every leaf's shape must be
+        those of :attr:`default_params`. When every leaf is concrete: the values' ranges
+        (:meth:`_check_param_values`).
+
+        Args:
+            params: the params pytree.
+            owner: who checks, for the message (default: the environment's name).
+        Raises:
+            ValueError: naming the field, the shape or range expected and what was found.
+        """
+        owner = owner or self.name
+        treedef, shapes = self._param_spec()
+        flat, found = jax.tree_util.tree_flatten_with_path(params)
+        if found != treedef:
+            default = type(jax.tree_util.tree_unflatten(treedef, [0] * treedef.num_leaves)).__name__
+            raise ValueError(f"{owner}: params must be a {default} pytree with the fields of {self.describe()}'s "
+                             f"default_params, found a {type(params).__name__} of another structure")
+        for (path, leaf), (_, shape) in zip(flat, shapes):
+            if tuple(np.shape(leaf)) != shape:
+                raise ValueError(f"{owner}: params{jax.tree_util.keystr(path)} has shape {tuple(np.shape(leaf))}; "
+                                 f"{self.describe()} expects {shape}: params of another configuration (build them with "
+                                 "this environment's default_params, or its own make_params)")
+        if is_concrete(params):
+            self._check_param_values(params, owner)
+
+    def _check_param_values(self, params: Params, owner: str) -> None:
+        """Check the ranges of concrete ``params`` (whose structure and shapes are already
+        checked); raise ``ValueError`` naming the field, its range and the value found.
+        Default: nothing to check. Environments with constrained params override it."""
+        del params, owner
 
     def thresholds(self, params: Params) -> Array:
         """alpha^(k), the constraint thresholds, (M,). Default: those of :meth:`to_cmdp`; an

@@ -93,7 +93,7 @@ optimum is 73.10 EUR (model (161, 41); executed 72.91 +- 0.10 at costs (0.999, 0
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -374,6 +374,34 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
         """alpha^(k) = (cycle budget[, peak-period import budget]), ``params.thresholds``, (M,)."""
         return params.thresholds
 
+    def _check_param_values(self, params: BatteryParams, owner: str) -> None:
+        """The ranges of the constructor's arguments, on the params themselves: capacity > 0,
+        power > 0, one-way efficiency eta in (0, 1], |ar_coef| < 1, noise_sd >= 0,
+        initial_soc in [0, 1], penalty >= 0, thresholds >= 0, rates in [-1, 1], prices finite."""
+        p = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
+        for name in ("base_price", "peak", "rates", "thresholds"):
+            value = getattr(p, name)
+            if not np.all(np.isfinite(value)):
+                raise ValueError(f"{owner}: params.{name} must be finite, found {value.tolist()}")
+
+        def scalar(name: str, ok: Callable[[float], bool], valid: str, unit: str = "") -> None:
+            x = float(getattr(p, name))
+            if not (np.isfinite(x) and ok(x)):
+                raise ValueError(f"{owner}: params.{name} must be {valid}{unit}, found {x:g}")
+
+        scalar("capacity", lambda x: x > 0, "> 0", " (MWh)")
+        scalar("power", lambda x: x > 0, "> 0", " (MW)")
+        scalar("eta", lambda x: 0 < x <= 1, "in (0, 1]", " (one-way efficiency, the square root of the round trip)")
+        scalar("ar_coef", lambda x: abs(x) < 1, "in (-1, 1) (|ar_coef| < 1: a stationary AR(1) price deviation)")
+        scalar("noise_sd", lambda x: x >= 0, ">= 0", " (EUR/MWh)")
+        scalar("initial_soc", lambda x: 0 <= x <= 1, "in [0, 1]")
+        scalar("penalty", lambda x: x >= 0, ">= 0", " (EUR/MWh)")
+        if np.any(p.thresholds < 0):
+            raise ValueError(f"{owner}: params.thresholds (alpha) must be >= 0, found {p.thresholds.tolist()}")
+        if np.any(np.abs(p.rates) > 1):
+            raise ValueError(f"{owner}: params.rates must lie in [-1, 1] (fractions of the power), found "
+                             f"{p.rates.tolist()}")
+
     # ------------------------------------------------------------------ dynamics
     def observation(self, state: BatteryState, params: BatteryParams) -> Array:
         """(soc, d / sd_stationary, h / H) ("sdt") or its first two entries ("sd"), float32."""
@@ -384,7 +412,8 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
         return jnp.stack([jnp.asarray(x, jnp.float32) for x in parts])
 
     def reset(self, key: Array, params: BatteryParams) -> tuple[Array, BatteryState]:
-        """soc_0 = ``initial_soc``, d_0 ~ N(0, sd_stationary^2)."""
+        """soc_0 = ``initial_soc``, d_0 ~ N(0, sd_stationary^2) (``params`` checked: :meth:`check_params`)."""
+        self.check_params(params, "BatteryStorage.reset")
         d0 = params.stationary_sd * jax.random.normal(key, (), jnp.float32)
         state = BatteryState(soc=jnp.asarray(params.initial_soc, jnp.float32), deviation=d0,
                              time=jnp.zeros((), jnp.int32))
@@ -424,7 +453,9 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
 
     # ------------------------------------------------------------------ discretized exact model
     def grids(self, params: BatteryParams, resolution: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(soc grid (n_soc,), deviation grid (n_dev,)) of the discretized model, float64."""
+        """(soc grid (n_soc,), deviation grid (n_dev,)) of the discretized model, float64
+        (``params`` checked: :meth:`check_params`)."""
+        self.check_params(params, "BatteryStorage.grids")
         n_soc, n_dev = self._check_resolution("BatteryStorage.grids", self.resolution if resolution is None else resolution)
         sd = float(np.asarray(params.stationary_sd))
         dev = np.zeros(1) if n_dev == 1 else np.linspace(-DEVIATION_SPAN * sd, DEVIATION_SPAN * sd, n_dev)
@@ -445,6 +476,7 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
 
     def _discretized_model(self, params: BatteryParams, resolution: tuple[int, int] | None) -> TabularCMDP:
         """:meth:`to_cmdp` of the discrete ``rates``, whichever the action space."""
+        self.check_params(params, "BatteryStorage.to_cmdp")
         soc_grid, dev_grid = self.grids(params, resolution)
         p = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
         n_s, n_d, a, m = soc_grid.size, dev_grid.size, self.num_rates, self.num_constraints
@@ -549,6 +581,15 @@ class DiscretizedPolicy:
 
     def __init__(self, cdf: Array, soc_grid: Array, dev_grid: Array):
         self.cdf, self.soc_grid, self.dev_grid = cdf, soc_grid, dev_grid  # (H, S, A), (n_soc,), (n_dev,) in sd units
+
+    def check_actions(self, env, observation: Any, h: Array) -> None:
+        """Its actions are indices of the table's A rates: refuse, while tracing, an environment
+        with another number of discrete actions (or box actions: use
+        :class:`DiscretizedRatePolicy`)."""
+        a = self.cdf.shape[-1]
+        if env.has_box_actions or env.action_space.n != a:
+            raise ValueError(f"BatteryStorage.discretized_policy: the table draws {a} discrete actions; {env.name} "
+                             f"takes {env.action_space}")
 
     def cell(self, obs: Array) -> Array:
         """Grid index (int32) of the grid point nearest to the observation's (soc, d)."""

@@ -98,6 +98,31 @@ class IndexEncoder(Encoder):
         return ()
 
 
+@dataclasses.dataclass(frozen=True)
+class OwnObservation(Encoder):
+    """The stand-in encoder of an environment that computes its own observation (it overrides
+    ``observation(state, params)`` and never calls ``_init_encoder``): shape and dtype are those
+    of the observation its ``reset`` returns under ``default_params`` (read with
+    ``jax.eval_shape``, nothing is computed). It cannot encode a state itself, and no state
+    index is ever derived from such observations."""
+
+    name: ClassVar[str] = "own"
+
+    def __call__(self, env, state) -> Array:
+        raise NotImplementedError(f"{env.name} has no observation encoder: override observation(state, params) "
+                                  "or call self._init_encoder(name) in the constructor")
+
+    def _abstract(self, env):
+        return jax.eval_shape(env.reset, jax.random.key(0), env.default_params)[0]
+
+    def shape(self, env) -> tuple[int, ...]:
+        return tuple(self._abstract(env).shape)
+
+    def observation_dtype(self, env):
+        """The dtype of the environment's own observations."""
+        return self._abstract(env).dtype
+
+
 ENCODERS: dict[str, type[Encoder]] = {
     cls.name: cls for cls in (XYEncoder, XYTEncoder, OneHotEncoder, IndexEncoder)
 }

@@ -42,7 +42,7 @@ import numpy as np
 from flax import struct
 
 from fhc_jax.cmdp import transitions as tr
-from fhc_jax.cmdp.model import TabularCMDP
+from fhc_jax.cmdp.model import TabularCMDP, probability_tolerance
 from fhc_jax.cmdp.transitions import SparseTransitions
 from fhc_jax.envs.base import Environment, check_int, sample_index
 
@@ -360,8 +360,30 @@ class GridWorld(Environment[GridState, GridParams]):
             slip=jnp.asarray(slip, f),
         )
 
+    def _check_param_values(self, params: GridParams, owner: str) -> None:
+        """Maps finite, thresholds >= 0, slip in [0, 1], initial_distribution a distribution."""
+        for name in ("reward_map", "cost_map", "terminal_rewards", "terminal_costs", "thresholds"):
+            value = np.asarray(getattr(params, name), np.float64)
+            if not np.all(np.isfinite(value)):
+                raise ValueError(f"{owner}: params.{name} must be finite, found {int(np.sum(~np.isfinite(value)))} "
+                                 "non-finite entries")
+        thresholds = np.asarray(params.thresholds, np.float64)
+        if np.any(thresholds < 0):
+            raise ValueError(f"{owner}: params.thresholds (alpha) must be >= 0, found {thresholds.tolist()}")
+        slip = float(np.asarray(params.slip, np.float64))
+        if not 0.0 <= slip <= 1.0:  # NaN fails too
+            raise ValueError(f"{owner}: params.slip must be a probability in [0, 1], found {slip}")
+        beta = np.asarray(params.initial_distribution)
+        tol = probability_tolerance(beta.dtype, beta.size)
+        values = beta.astype(np.float64)
+        if not np.all(np.isfinite(values)) or np.any(values < 0) or abs(values.sum() - 1.0) > tol:
+            raise ValueError(f"{owner}: params.initial_distribution must be non-negative and sum to 1 (tolerance "
+                             f"{tol:.3g}), found min {np.min(values):.3g}, sum {values.sum():.9g}")
+
     # ------------------------------------------------------------------ dynamics
     def reset(self, key: Array, params: GridParams) -> tuple[Array, GridState]:
+        """X_0 ~ ``params.initial_distribution`` (``params`` checked: :meth:`check_params`)."""
+        self.check_params(params, "GridWorld.reset")
         state = GridState(index=sample_index(key, params.initial_distribution), time=jnp.zeros((), jnp.int32))
         return self.observation(state, params), state
 
@@ -433,7 +455,11 @@ class GridWorld(Environment[GridState, GridParams]):
 
     def to_cmdp(self, params: GridParams) -> TabularCMDP:
         """Exact :class:`TabularCMDP`: sparse kernel (S, 9, 9), expected rewards
-        r_h(s, a) = sum_j p(s, a, j) R[h, s'_j], (H, S, A), and costs (M, H, S, A)."""
+        r_h(s, a) = sum_j p(s, a, j) R[h, s'_j], (H, S, A), and costs (M, H, S, A).
+
+        Raises:
+            ValueError: params that do not fit this gridworld (:meth:`check_params`)."""
+        self.check_params(params, "GridWorld.to_cmdp")
         kernel = self.transition_kernel(params)
         return TabularCMDP(
             transitions=kernel,

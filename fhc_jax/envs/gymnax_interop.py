@@ -79,6 +79,7 @@ from flax import struct
 from fhc_jax.envs.base import Environment, check_int
 from fhc_jax.envs.encoders import Encoder
 from fhc_jax.envs.spaces import ActionSpace, Box, Discrete
+from fhc_jax.envs.validation import check_static
 
 Array = jax.Array
 
@@ -252,8 +253,16 @@ class GymnaxEnv(Environment[GymnaxState, GymnaxParams]):
         """The stored gymnax observation, ``observation_shape``."""
         return state.obs
 
+    def _check_param_values(self, params: GymnaxParams, owner: str) -> None:
+        """Thresholds finite and >= 0 (gymnax's own params are gymnax's business)."""
+        alpha = np.asarray(params.thresholds, np.float64)
+        if not np.all(np.isfinite(alpha)) or np.any(alpha < 0):
+            raise ValueError(f"{owner}: params.thresholds (alpha) must be finite and >= 0, found {alpha.tolist()}")
+
     def reset(self, key: Array, params: GymnaxParams) -> tuple[Array, GymnaxState]:
-        """gymnax ``reset_env(key, env_params)``; stage 0, not terminated."""
+        """gymnax ``reset_env(key, env_params)``; stage 0, not terminated (``params`` checked:
+        :meth:`check_params`)."""
+        self.check_params(params, "from_gymnax.reset")
         obs, env_state = self._env.reset_env(key, params.env_params)
         env_state = jax.tree.map(jnp.asarray, env_state)
         obs = jnp.asarray(obs, self._obs_dtype)
@@ -421,6 +430,7 @@ def _view_classes() -> tuple[type, type, type]:
             return ViewParams(max_steps_in_episode=self.env.horizon, env_params=self.env.default_params)
 
         def reset_env(self, key: Array, params: ViewParams) -> tuple[Array, ViewState]:
+            self.env.check_params(params.env_params, f"to_gymnax({self.env.name}).reset")
             obs, inner = self.env.reset(key, params.env_params)
             return obs, ViewState(time=jnp.asarray(inner.time, jnp.int32), inner=inner)
 
@@ -442,10 +452,12 @@ def _view_classes() -> tuple[type, type, type]:
             return f"fhc_jax:{type(self.env).__name__}"
 
         def _action(self, action: Array) -> Array:
+            """Box actions as float32 (d,) (the environment clips them); discrete ones as they
+            come: ``env.step`` refuses a non-integer or out-of-range action."""
             space = self.env.action_space
-            if isinstance(space, Box):  # float32 (d,); the environment clips it
+            if isinstance(space, Box):
                 return jnp.asarray(action, jnp.float32).reshape(space.shape)
-            return jnp.asarray(action, jnp.int32)
+            return action
 
         @property
         def num_actions(self) -> int:
@@ -489,11 +501,16 @@ def to_gymnax(env: Environment) -> Any:
     environment's ``gx.action_space(params)`` is ``gymnax.environments.spaces.Box(low, high,
     (d,), float32)``; its actions (any shape with d entries) are clipped by the environment.
 
+    Its ``step`` is the environment's public ``step``: a discrete action that is not an integer,
+    or lies outside [0, A), is refused (``fhc_jax.envs.validation``; inside gymnax's jitted
+    ``step`` through a host callback that runs only then, as ``jax.errors.JaxRuntimeError``),
+    and params that do not fit the environment are refused (``Environment.check_params``).
+
     Raises:
-        ValueError: ``env`` is not an fhc_jax Environment.
+        ValueError: ``env`` is not an fhc_jax Environment, or declares a horizon, number of
+            constraints or number of actions that is not a positive int.
     """
-    if not isinstance(env, Environment):
-        raise ValueError(f"to_gymnax: env must be an fhc_jax.envs.Environment, found {type(env).__name__}")
+    check_static(env, "to_gymnax")
     return _view_classes()[2](env)
 
 

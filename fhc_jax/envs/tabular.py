@@ -66,12 +66,19 @@ class TabularEnv(Environment[TabularState, TabularCMDP]):
     is_tabular = property(lambda self: True)
 
     def _static_config(self) -> tuple:
-        return (id(self._cmdp), self._encoder.name)
+        return (id(self._cmdp), self.encoder.name)
 
     def __repr__(self) -> str:
-        return f"TabularEnv({self._cmdp!r}, observation={self._encoder.name!r})"
+        return f"{type(self).__name__}({self._cmdp!r}, observation={self.encoder.name!r})"
+
+    def _check_param_values(self, params: TabularCMDP, owner: str) -> None:
+        """A :class:`TabularCMDP` (its constructor and ``replace`` validate the values)."""
+        if not isinstance(params, TabularCMDP):
+            raise ValueError(f"{owner}: params must be a TabularCMDP, found {type(params).__name__}")
 
     def reset(self, key: Array, params: TabularCMDP) -> tuple[Array, TabularState]:
+        """X_0 ~ ``params.initial_distribution`` (``params`` checked: :meth:`check_params`)."""
+        self.check_params(params, "TabularEnv.reset")
         state = TabularState(index=sample_index(key, params.initial_distribution), time=jnp.zeros((), jnp.int32))
         return self.observation(state, params), state
 
@@ -104,4 +111,6 @@ class TabularEnv(Environment[TabularState, TabularCMDP]):
         return params.terminal_costs[:, state.index]
 
     def to_cmdp(self, params: TabularCMDP) -> TabularCMDP:
+        """``params`` itself, once checked against this environment's shapes (:meth:`check_params`)."""
+        self.check_params(params, "TabularEnv.to_cmdp")
         return params

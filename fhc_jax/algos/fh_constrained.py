@@ -46,6 +46,9 @@ COMBINE_RULES = ("visits", "mean", "mass")
 UPDATE_FORMS = ("auto", "table", "samples")
 
 PATHS = ("auto", "tabular", "sampled")
+#: a visited (stage, state) subtracts its samples' mean advantage from two samples on
+#: (``returns.state_baseline``): one sample moves its action by its critic-baselined delta
+BASELINE_SAMPLES = 2
 _FEATURE_SPECS = (feat.OneHot, feat.RadialBasis, feat.TileCoding, feat.Custom, feat.Auto)
 
 
@@ -372,7 +375,7 @@ def _advantage_increment_from_sums(count_sa: Array, total_sa: Array, features: F
     is A_hat itself. ``count_s``, ``total_s``: the sums of both over the actions, (H, S),
     when the caller has them (else summed here)."""
     count_s = count_sa.sum(-1) if count_s is None else count_s  # (H, S)
-    adv = visit_averaged_advantages(count_sa, total_sa, count_s, total_s)
+    adv = visit_averaged_advantages(count_sa, total_sa, count_s, total_s, BASELINE_SAMPLES)
     active = features.project(count_s) if mass else features.project_active(count_s)
     return _combine(features.project(adv * count_s[..., None]), active, k, visits)
 
@@ -412,7 +415,7 @@ def _advantage_weights(states: Array, actions: Array, delta: Array, num_actions:
     s = states.astype(jnp.int32)
     sum_s, count_s = _group_sums(s, delta)
     sum_sa, count_sa = _group_sums(s * num_actions + actions.astype(jnp.int32), delta)  # counts >= 1
-    adv = sum_sa / count_sa - state_baseline(count_s, sum_s)
+    adv = sum_sa / count_sa - state_baseline(count_s, sum_s, BASELINE_SAMPLES)
     return adv * count_s / count_sa, count_s
 
 

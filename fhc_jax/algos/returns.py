@@ -71,7 +71,7 @@ def advantages_and_targets(batch: "Batch", values: Array, gamma: Array, lam: Arr
 
 
 def visit_averaged_advantages(count_sa: Array, total_sa: Array, count_s: Array | None = None,
-                              total_s: Array | None = None) -> Array:
+                              total_s: Array | None = None, baseline_samples: int = 1) -> Array:
     """Per-cell advantage estimates from a batch scattered into (stage, state, action) cells:
     A_hat_h(s, a) = (mean of the samples' advantage signals that took a in s at stage h) -
     (mean over all samples in (h, s), :func:`state_baseline`); 0 for actions not taken and
@@ -81,20 +81,24 @@ def visit_averaged_advantages(count_sa: Array, total_sa: Array, count_s: Array |
         count_sa: visits n_h(s, a), (H, S, A). total_sa: sum of the signals per cell, (H, S, A).
         count_s, total_s: their sums over the actions, (H, S), when the caller has them
             (else summed here).
+        baseline_samples: the samples a state needs for its empirical baseline
+            (:func:`state_baseline`; 1: always subtracted).
     Returns:
         A_hat, (H, S, A).
     """
     count_s = count_sa.sum(-1, keepdims=True) if count_s is None else count_s[..., None]
     total_s = total_sa.sum(-1, keepdims=True) if total_s is None else total_s[..., None]
-    return jnp.where(count_sa > 0, total_sa / jnp.maximum(count_sa, 1.0) - state_baseline(count_s, total_s), 0.0)
+    baseline = state_baseline(count_s, total_s, baseline_samples)
+    return jnp.where(count_sa > 0, total_sa / jnp.maximum(count_sa, 1.0) - baseline, 0.0)
 
 
-def state_baseline(count_s: Array, total_s: Array) -> Array:
+def state_baseline(count_s: Array, total_s: Array, min_samples: int = 1) -> Array:
     """The empirical baseline of a visited (stage, state): the mean of its samples' advantage
-    signals where it has two samples or more, else 0 (the signal is then the critic-baselined
-    delta = G - v(s) itself: with one sample, subtracting its own mean would leave nothing, and
-    one episode per update (K = 1) would never learn). count_s, total_s: (...)."""
-    return jnp.where(count_s >= 2, total_s / jnp.maximum(count_s, 1.0), 0.0)
+    signals where it has at least ``min_samples`` of them, else 0. FH-Constrained asks for two:
+    a state sampled once then moves its sampled action by the critic-baselined delta
+    = G - v(s) itself, where subtracting its own mean would leave nothing (one episode per
+    update, K = 1, would never learn). count_s, total_s: (...)."""
+    return jnp.where(count_s >= min_samples, total_s / jnp.maximum(count_s, 1.0), 0.0)
 
 
 def lagrangian_targets(batch: "Batch", values: Array, multipliers: Array, thresholds: Array, paper: bool,

@@ -16,7 +16,11 @@ patched back in, every array was bit-identical. FH-Constrained's "samples" case 
 re-recorded once, when the per-sample advantage weights became group sums over a sort
 (O(H K log K)) instead of pairwise comparisons (O(H K^2)): the policy moved by at most 7.5e-9
 (6.7e-8 relative, summation order), every other array was bit-identical
-(tests/test_fh_constrained.py checks the weights against the pairwise form).
+(tests/test_fh_constrained.py checks the weights against the pairwise form). Every learner
+was re-recorded when the multipliers moved on the relative violation (C - alpha) / d and the
+learners trained in units of the signals' magnitudes (issue 30), which changed every learner's
+numbers; e-COP and Saute-Lagrangian were pinned then, and the returned policy (``out.state``)
+is the selection, pinned beside the final iterate's policy and the selected iteration.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.algos import cpo, fh_constrained as fc, features, nn_constrained as nc, ppo_lagrangian as pl
+from fhc_jax.algos import cpo, ecop, fh_constrained as fc, features, nn_constrained as nc, ppo_lagrangian as pl, saute
 
 DATA = pathlib.Path(__file__).parent / "data" / "pinned_learners.npz"
 
@@ -49,15 +53,18 @@ def _cases():
         "ppo_lagrangian_xyt": (pl, pl.Config(**small, observation="xyt", multiplier_method="lagrangian")),
         "cpo_xy": (cpo, cpo.Config(**small)),
         "cpo_xyt": (cpo, cpo.Config(**small, observation="xyt")),
+        "ecop": (ecop, ecop.Config(**small)),
+        "saute": (saute, saute.Config(**small)),
     }
 
 
 def _run(module, config) -> dict[str, np.ndarray]:
     params = ENV.default_params
     out = jax.jit(module.make_train(ENV, params, config))(jax.random.key(7))
-    table = module.policy_table(out.state, ENV, params)
     values = {
-        "policy": table,
+        "policy": module.policy_table(out.state, ENV, params),
+        "final_policy": module.policy_table(out.final_state, ENV, params),
+        "selected_iteration": out.selection.iteration,
         "multipliers": out.state.multipliers,
         "reward": out.metrics.reward,
         "costs": out.metrics.costs,

@@ -45,7 +45,7 @@ from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_poli
 from fhc_jax.algos.networks import ACTIVATIONS, MLP, Stacked
 from fhc_jax.algos.nn_losses import (
     advantage_targets, batch_targets, cell_stats, gaussian_actor_loss, gaussian_sample_targets, improved_actor_loss,
-    sample_advantage_targets, sample_cross_entropy, sample_losses, table_losses,
+    sample_advantage_targets, sample_cross_entropy, sample_losses, table_losses, visit_weights,
 )
 from fhc_jax.rollout import rollout as rollout_episodes
 from fhc_jax.algos.tabular_rollout import (
@@ -360,7 +360,7 @@ def policy_setup(env, params, train_state: TrainState) -> Setup:
     return _setup(env, params, train_state, "auto", None, None, "table")
 
 
-def _multiplier_update(config: Config, n: Array) -> multipliers.MultiplierUpdate:
+def _multiplier_law(config: Config, n: Array) -> multipliers.MultiplierUpdate:
     """(algo7) with the improved variant's proportional term (gain 0 in the paper variant)."""
     gain = 0.0 if config.variant == "paper" else config.multiplier_gain
     return multipliers.projected_gradient(config.multiplier_step(n), config.multiplier_max, gain)
@@ -383,7 +383,7 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         actor_opt=_optimizer(config, config.actor_step).init(actor),
         critic_opt=_optimizer(config, config.critic_step).init((critic, cost_critic)),
         multipliers=nu,
-        multiplier_state=_multiplier_update(config, 0).init(setup.num_constraints, nu),
+        multiplier_state=_multiplier_law(config, 0).init(setup.num_constraints, nu),
         step=jnp.zeros((), jnp.int32),
         observation=config.observation, width=config.width, depth=config.depth,
         activation=config.activation, normalize_inputs=config.normalize_inputs,
@@ -436,10 +436,126 @@ def _values_at(nets: Networks, state: TrainState, obs_table: Array, states: Arra
     return jnp.concatenate([v, w], axis=-1)
 
 
+def _values(train_state: TrainState, batch: Batch, setup: Setup) -> tuple[Array, Array | None, Any]:
+    """The critics before the update at the batch's visited states, [V_h(s_h), W_h(s_h)]
+    (H+1, K, 1+M); the networks' inputs at the samples (standardised recorded observations on
+    the sampled path, rows of the input table in the "samples" form; None in the "table"
+    form), (H+1, K, D); and on the sampled path the VJP of the critics' predictions (the
+    critic step's gradient, :func:`update_critics`), else None."""
+    nets, obs_table = setup.nets, setup.obs_table
+    if setup.sampled:  # the critics' predictions at the samples, once, with their VJP
+        observations = setup.normalize(batch.observations.astype(jnp.float32))
+        values, predictions_vjp = jax.vjp(lambda c: jnp.concatenate(
+            [nets.critic.apply(c[0], observations), nets.cost_critic.apply(c[1], observations)], axis=-1),
+            (train_state.critic, train_state.cost_critic))
+        return values, observations, predictions_vjp
+    observations = None if setup.form == "table" else batch_observations(obs_table, batch.states)
+    return _values_at(nets, train_state, obs_table, batch.states, setup.form, observations), observations, None
+
+
+def update_critics(train_state: TrainState, losses: Any, values: Array, fixed: Any, predictions_vjp: Any,
+                   config: Config) -> tuple[tuple[Any, Any], Any, Array]:
+    """The critic step: one optimizer step of (V, W) at rate a(n) on CL + CCL, summed over the
+    stages (``losses``: ``state -> (critic loss, actor loss)`` of the batch; on the sampled path
+    the same loss, sum (targets - predictions)^2 / K, differentiated through
+    ``predictions_vjp`` of :func:`_values`).
+
+    Returns:
+        ((critic, cost_critic) params, the critics' optimizer state, the loss before the step ()).
+    """
+    crit = (train_state.critic, train_state.cost_critic)
+    if predictions_vjp is not None:
+        k = values.shape[1]
+        residuals = values - fixed.targets
+        critic_loss = jnp.sum(residuals ** 2) / k
+        (critic_grads,) = predictions_vjp(2.0 * residuals / k)
+    else:
+        critic_loss, critic_grads = jax.value_and_grad(
+            lambda c: losses(train_state.replace(critic=c[0], cost_critic=c[1]))[0])(crit)
+    updates, critic_opt = _optimizer(config, config.critic_step).update(critic_grads, train_state.critic_opt, crit)
+    return optax.apply_updates(crit, updates), critic_opt, critic_loss
+
+
+def _improved_regression(train_state: TrainState, batch: Batch, setup: Setup, observations: Array | None, fixed: Any,
+                         stats: Any, config: Config) -> Any:
+    """The improved actor's regression loss ``actor -> ()``: the targets of a mirror-descent
+    step of size eta in logit space (the sampled path: per sample; box actions: the Gaussian's
+    natural-gradient step) onto which the actor regresses (module docstring)."""
+    nets = setup.nets
+    if setup.sampled:  # per-sample targets; the samples as columns (Stacked.apply_columns)
+        inputs_t = jnp.swapaxes(observations[:-1], 1, 2)  # (H, D, K)
+        out = jnp.swapaxes(nets.actor.apply_columns(train_state.actor, inputs_t), 1, 2)  # (H, K, outputs)
+        if isinstance(setup.head, Categorical):  # each sample's advantage moves the logit of its action
+            onehot = jax.nn.one_hot(batch.actions, setup.num_actions, dtype=fixed.advantages.dtype)
+            q = sample_advantage_targets(out, onehot, fixed.advantages, config.logit_step)
+            loss = sample_cross_entropy
+        else:  # a natural-gradient step in the Gaussian's parameters, regressed by squared error
+            q = gaussian_sample_targets(setup.head, out, batch.actions, fixed.advantages, config.logit_step)
+            loss = gaussian_actor_loss
+        q_t = jnp.swapaxes(q, 1, 2)
+        return lambda actor: loss(nets, actor, inputs_t, q_t)
+    obs_table = setup.obs_table
+    q = advantage_targets(nets.actor.apply(train_state.actor, obs_table[:-1]), stats, config.logit_step)
+    weights = visit_weights(stats, config.visit_weight_power).astype(q.dtype)
+    return lambda actor: improved_actor_loss(nets, actor, obs_table, q, weights)
+
+
+def update_actor(train_state: TrainState, batch: Batch, setup: Setup, observations: Array | None, fixed: Any,
+                 stats: Any, losses: Any, config: Config) -> tuple[Any, Any]:
+    """The actor step at rate b(n): the paper's AL by one optimizer step (``losses`` as in
+    :func:`update_critics`), or the improved variant's ``actor_epochs`` optimizer steps on the
+    regression of :func:`_improved_regression`.
+
+    Returns:
+        (actor params, the actor's optimizer state).
+    """
+    paper = config.variant == "paper"
+    act_opt = _optimizer(config, config.actor_step, 1 if paper else config.actor_epochs)
+    if paper:
+        actor_grads = jax.grad(lambda actor: losses(train_state.replace(actor=actor))[1])(train_state.actor)
+        actor_updates, actor_opt = act_opt.update(actor_grads, train_state.actor_opt, train_state.actor)
+        return optax.apply_updates(train_state.actor, actor_updates), actor_opt
+    regression = _improved_regression(train_state, batch, setup, observations, fixed, stats, config)
+
+    def epoch(carry, _):
+        actor, opt_state = carry
+        grads = jax.grad(regression)(actor)
+        updates, opt_state = act_opt.update(grads, opt_state, actor)
+        return (optax.apply_updates(actor, updates), opt_state), None
+
+    (actor, actor_opt), _ = jax.lax.scan(epoch, (train_state.actor, train_state.actor_opt), None,
+                                         length=config.actor_epochs)
+    return actor, actor_opt
+
+
+def update_multipliers(train_state: TrainState, batch: Batch, setup: Setup, values: Array,
+                       config: Config) -> tuple[Array, multipliers.MultiplierState, Array]:
+    """The multiplier step at rate c(n), (algo7) on the relative violation: of the constraint
+    critics' estimate mean_i W_0(s_0^i) in the paper variant, of the batch's mean episode cost
+    (with the safety margin, :func:`~fhc_jax.algos.multipliers.relative_violation`) in the
+    improved one, whose law adds the proportional term.
+
+    Returns:
+        (penalties nu (M,), the law's state, the critics' estimate of the expected total cost
+        (+ alpha in the paper variant) (M,)).
+    """
+    critic_estimate = jnp.mean(values[0, :, 1:], axis=0)  # mean_i W_0(s_0^i), (M,)
+    if config.variant == "paper":
+        violation, critic_costs = critic_estimate / setup.violation_units, critic_estimate + setup.thresholds
+    else:
+        violation = multipliers.relative_violation(batch.episode_costs, setup.thresholds, setup.violation_units,
+                                                   config.eval_episodes)
+        critic_costs = critic_estimate
+    nu, multiplier_state = _multiplier_law(config, train_state.step).update(train_state.multiplier_state, violation)
+    return nu, multiplier_state, critic_costs
+
+
 def update(
     train_state: TrainState, batch: Batch, key: Array | None, setup: Setup, config: Config
 ) -> tuple[TrainState, dict[str, Array]]:
-    """One NN-Constrained update from K trajectories: critic, actor and multiplier steps.
+    """One NN-Constrained update from K trajectories: the critic, actor and multiplier steps
+    (:func:`update_critics`, :func:`update_actor`, :func:`update_multipliers`) from the same
+    fixed targets.
 
     Args:
         train_state: parameters at iteration n (the batch was generated under its actor).
@@ -453,86 +569,24 @@ def update(
         critic_costs (M,), critic_loss ()).
     """
     del key
-    nets, obs_table, thresholds, form = setup.nets, setup.obs_table, setup.thresholds, setup.form
+    nets, form, paper = setup.nets, setup.form, config.variant == "paper"
     k = batch.actions.shape[1]
-    num_states, num_actions = setup.num_states, setup.num_actions
-    paper = config.variant == "paper"
-    n = train_state.step
-    crit = (train_state.critic, train_state.cost_critic)
-    if setup.sampled:  # the critics' predictions at the samples, once, with their VJP for the critic step
-        observations = setup.normalize(batch.observations.astype(jnp.float32))
-        values, predictions_vjp = jax.vjp(lambda c: jnp.concatenate(
-            [nets.critic.apply(c[0], observations), nets.cost_critic.apply(c[1], observations)], axis=-1), crit)
-    else:
-        observations = None if form == "table" else batch_observations(obs_table, batch.states)
-        values = _values_at(nets, train_state, obs_table, batch.states, form, observations)
-    fixed = batch_targets(values, batch, train_state.multipliers, thresholds, config.variant, config.trace)
-
+    values, observations, predictions_vjp = _values(train_state, batch, setup)
+    fixed = batch_targets(values, batch, train_state.multipliers, setup.thresholds, config.variant, config.trace)
+    stats = None
     if form == "table" or not (paper or setup.sampled):
-        stats = cell_stats(batch.states, batch.actions, fixed, num_states, num_actions, counts_sa=not paper)
+        stats = cell_stats(batch.states, batch.actions, fixed, setup.num_states, setup.num_actions,
+                           counts_sa=not paper)
     if form == "table":
-        loss_fn = lambda st: table_losses(nets, st, obs_table, stats, k)
+        losses = lambda st: table_losses(nets, st, setup.obs_table, stats, k)
     else:
         head = setup.head if setup.sampled else None  # the tabular path is discrete: softmax
-        loss_fn = lambda st: sample_losses(nets, st, observations, batch.actions, fixed, head)
+        losses = lambda st: sample_losses(nets, st, observations, batch.actions, fixed, head)
 
-    def critic_objective(crit):
-        st = train_state.replace(critic=crit[0], cost_critic=crit[1])
-        return loss_fn(st)[0]
-
-    def actor_objective(actor):
-        return loss_fn(train_state.replace(actor=actor))[1]
-
-    if setup.sampled:  # the critic loss of sample_losses, sum (targets - pred)^2 / K, and its gradient
-        residuals = values - fixed.targets
-        critic_loss = jnp.sum(residuals ** 2) / k
-        (critic_grads,) = predictions_vjp(2.0 * residuals / k)
-    else:
-        critic_loss, critic_grads = jax.value_and_grad(critic_objective)(crit)
-    crit_opt = _optimizer(config, config.critic_step)
-    crit_updates, critic_opt = crit_opt.update(critic_grads, train_state.critic_opt, crit)
-    crit = optax.apply_updates(crit, crit_updates)
-    act_opt = _optimizer(config, config.actor_step, 1 if paper else config.actor_epochs)
-    if paper:
-        actor_grads = jax.grad(actor_objective)(train_state.actor)
-        actor_updates, actor_opt = act_opt.update(actor_grads, train_state.actor_opt, train_state.actor)
-        actor = optax.apply_updates(train_state.actor, actor_updates)
-    else:
-        if setup.sampled:  # per-sample targets; the samples as columns (Stacked.apply_columns)
-            inputs_t = jnp.swapaxes(observations[:-1], 1, 2)  # (H, D, K)
-            out = jnp.swapaxes(nets.actor.apply_columns(train_state.actor, inputs_t), 1, 2)  # (H, K, outputs)
-            if isinstance(setup.head, Categorical):  # each sample's advantage moves the logit of its action
-                onehot = jax.nn.one_hot(batch.actions, num_actions, dtype=fixed.advantages.dtype)
-                q = sample_advantage_targets(out, onehot, fixed.advantages, config.logit_step)
-                loss = sample_cross_entropy
-            else:  # a natural-gradient step in the Gaussian's parameters, regressed by squared error
-                q = gaussian_sample_targets(setup.head, out, batch.actions, fixed.advantages, config.logit_step)
-                loss = gaussian_actor_loss
-            q_t = jnp.swapaxes(q, 1, 2)
-            regression = lambda actor: loss(nets, actor, inputs_t, q_t)
-        else:
-            q, weights = advantage_targets(nets.actor.apply(train_state.actor, obs_table[:-1]), stats, config.logit_step)
-            visits = stats.advantage_counts.sum(-1)
-            weights = jnp.where(visits > 0, visits ** config.visit_weight_power, 0.0).astype(q.dtype)
-            regression = lambda actor: improved_actor_loss(nets, actor, obs_table, q, weights)
-
-        def epoch(carry, _):
-            actor, opt_state = carry
-            grads = jax.grad(regression)(actor)
-            updates, opt_state = act_opt.update(grads, opt_state, actor)
-            return (optax.apply_updates(actor, updates), opt_state), None
-
-        (actor, actor_opt), _ = jax.lax.scan(epoch, (train_state.actor, train_state.actor_opt), None, length=config.actor_epochs)
-
-    critic_estimate = jnp.mean(values[0, :, 1:], axis=0)  # mean_i W_0(s_0^i), (M,)
-    episode_costs = batch.episode_costs
-    if paper:
-        violation, critic_costs = critic_estimate / setup.violation_units, critic_estimate + thresholds
-    else:
-        violation = multipliers.relative_violation(episode_costs, thresholds, setup.violation_units,
-                                                   config.eval_episodes)
-        critic_costs = critic_estimate
-    nu, multiplier_state = _multiplier_update(config, n).update(train_state.multiplier_state, violation)
+    crit, critic_opt, critic_loss = update_critics(train_state, losses, values, fixed, predictions_vjp, config)
+    actor, actor_opt = update_actor(train_state, batch, setup, observations, fixed, stats, losses, config)
+    nu, multiplier_state, critic_costs = update_multipliers(train_state, batch, setup, values, config)
+    beta = config.policy_averaging
     new_state = train_state.replace(
         actor=actor,
         critic=crit[0],
@@ -541,11 +595,8 @@ def update(
         critic_opt=critic_opt,
         multipliers=nu,
         multiplier_state=multiplier_state,
-        step=n + 1,
-        actor_average=jax.tree.map(
-            lambda avg, new: config.policy_averaging * avg + (1.0 - config.policy_averaging) * new,
-            train_state.actor_average, actor,
-        ),
+        step=train_state.step + 1,
+        actor_average=jax.tree.map(lambda avg, new: beta * avg + (1.0 - beta) * new, train_state.actor_average, actor),
     )
     metrics = {
         "multipliers": nu,

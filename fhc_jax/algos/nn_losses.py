@@ -147,9 +147,10 @@ def table_losses(nets: Networks, state: TrainState, obs_table: Array, stats: Cel
     return critic_loss, actor_loss
 
 
-def advantage_targets(logits: Array, stats: CellStats, logit_step: Array) -> tuple[Array, Array]:
+def advantage_targets(logits: Array, stats: CellStats, logit_step: Array) -> Array:
     """Target policies of the improved actor: the tabular improved FH-Constrained step taken in
-    logit space, q_h(s, .) = softmax(z_h(s, .) + eta A_hat_h(s, .)), at every visited (h, s).
+    logit space, q_h(s, .) = softmax(z_h(s, .) + eta A_hat_h(s, .)), at every (h, s) (the
+    regression weighs them by :func:`visit_weights`).
 
     A_hat_h(s, a) is the visit-averaged advantage of a at (h, s) (mean advantage of the samples
     that took a, minus the mean over all samples in (h, s); 0 for actions not taken), as in
@@ -160,11 +161,18 @@ def advantage_targets(logits: Array, stats: CellStats, logit_step: Array) -> tup
         stats: :class:`CellStats` with ``advantage_counts``.
         logit_step: eta.
     Returns:
-        (q (H, S, A), visited indicator 1[n_h(s) > 0] (H, S)).
+        q, (H, S, A) (stop-gradient).
     """
     adv = visit_averaged_advantages(stats.advantage_counts, stats.advantage_sums)
-    q = jax.nn.softmax(logits + logit_step * adv, axis=-1)
-    return jax.lax.stop_gradient(q), (stats.advantage_counts.sum(-1) > 0).astype(logits.dtype)
+    return jax.lax.stop_gradient(jax.nn.softmax(logits + logit_step * adv, axis=-1))
+
+
+def visit_weights(stats: CellStats, power: Array) -> Array:
+    """The weight n_h(s)^p of each (h, s) in the improved actor's regression
+    (:func:`improved_actor_loss`), 0 where the batch has no visit; n_h(s) the visits,
+    :class:`CellStats` with ``advantage_counts``. (H, S)."""
+    visits = stats.advantage_counts.sum(-1)
+    return jnp.where(visits > 0, visits ** power, 0.0)
 
 
 def sample_advantage_targets(logits: Array, onehot_actions: Array, advantages: Array, logit_step: Array) -> Array:
@@ -188,13 +196,13 @@ def sample_advantage_targets(logits: Array, onehot_actions: Array, advantages: A
     return jax.lax.stop_gradient(jax.nn.softmax(logits + logit_step * advantages[..., None] * onehot_actions, axis=-1))
 
 
-def improved_actor_loss(nets: Networks, actor: Any, obs_table: Array, q: Array, visited: Array) -> Array:
-    """Cross-entropy of the actor to the targets q over the visited (h, s), each (h, s) weighted
-    equally (the "visits" combination of FH-Constrained): sum_{h,s} 1[visited] CE(q, mu) /
-    max(#visited, 1). The sampled path's form (every sample weighted 1, samples as columns) is
-    :func:`sample_cross_entropy`."""
+def improved_actor_loss(nets: Networks, actor: Any, obs_table: Array, q: Array, weights: Array) -> Array:
+    """Cross-entropy of the actor to the targets q over the (h, s), each weighted by
+    ``weights`` (H, S) (:func:`visit_weights`; power 0 weighs every visited (h, s) equally, the
+    "visits" combination of FH-Constrained): sum_{h,s} w CE(q, mu) / max(sum w, 1). The sampled
+    path's form (every sample weighted 1, samples as columns) is :func:`sample_cross_entropy`."""
     logp = jax.nn.log_softmax(nets.actor.apply(actor, obs_table[:-1]), axis=-1)
-    return -jnp.sum(visited[..., None] * q * logp) / jnp.maximum(jnp.sum(visited), 1.0)
+    return -jnp.sum(weights[..., None] * q * logp) / jnp.maximum(jnp.sum(weights), 1.0)
 
 
 def sample_cross_entropy(nets: Networks, actor: Any, inputs_t: Array, q_t: Array) -> Array:

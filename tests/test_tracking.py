@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
-import time
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -313,17 +313,22 @@ def test_trackers_log_each_iteration_once_and_resume_after_the_checkpoint(monkey
 
 
 def test_close_does_not_wait_forever_for_a_hung_tracker(monkeypatch, tmp_path, capsys):
+    release, finished = threading.Event(), threading.Event()
+
     class Hung(_Recorder):
         def close(self):
-            time.sleep(3)
+            release.wait(60)  # hung until the test lets it go
+            finished.set()
 
     monkeypatch.setitem(tracking.TRACKERS, "wandb", Hung)
     t = tracking.Trackers(("wandb",), tmp_path, name="x", config={}, run_labels=["seed_0"], stream=sys.stderr)
     t.log_chunk(_state(2, runs=1))
-    t0 = time.perf_counter()
-    t.close(timeout=0.3)
-    assert time.perf_counter() - t0 < 2.5
-    assert "did not finish within 0.3 s" in capsys.readouterr().err
+    try:
+        t.close(timeout=0.3)
+        assert not finished.is_set()  # close returned while the tracker's close was still hung
+        assert "did not finish within 0.3 s" in capsys.readouterr().err
+    finally:
+        release.set()
 
 
 def test_sweep_logs_every_configuration_and_seed(tmp_path):
@@ -357,15 +362,32 @@ def test_unreachable_wandb_server_only_disables_wandb(offline_env, monkeypatch, 
     monkeypatch.setenv("WANDB_API_KEY", "a" * 40)
     monkeypatch.setitem(tracking.WANDB_SETTINGS, "init_timeout", 3.0)
     assert tracking.wandb_mode() is None
-    t = tracking.Trackers(("wandb", "tensorboard"), tmp_path, name="x", config={"a": 1},
-                          run_labels=["seed_0", "seed_1"], stream=sys.stderr)
-    t0 = time.perf_counter()
-    t.log_chunk(_state(4))
-    assert time.perf_counter() - t0 < 0.5  # the training thread does not wait for W&B
+    import wandb
+
+    release, initialised, threads = threading.Event(), threading.Event(), []
+    init = wandb.init
+
+    def gated_init(*args, **kwargs):  # the real wandb.init, once the test lets it start
+        threads.append(threading.current_thread())
+        release.wait(60)
+        try:
+            return init(*args, **kwargs)
+        finally:
+            initialised.set()
+
+    monkeypatch.setattr(wandb, "init", gated_init)
+    try:
+        t = tracking.Trackers(("wandb", "tensorboard"), tmp_path, name="x", config={"a": 1},
+                              run_labels=["seed_0", "seed_1"], stream=sys.stderr)
+        t.log_chunk(_state(4))
+        assert not initialised.is_set()  # the training thread does not wait for W&B
+    finally:
+        release.set()
     t.log_summary({"complete": True})
     t.close()
     warnings = [line for line in capsys.readouterr().err.splitlines() if "logging disabled" in line]
     assert len(warnings) == 1 and "wandb logging disabled" in warnings[0]
+    assert threads and threads[0] is not threading.main_thread()
     ea = _events(tmp_path / "tensorboard")
     assert [e.step for e in ea.Scalars("seed_1/reward")] == [1, 2, 3, 4]
     assert ea.Scalars("summary/complete")[0].value == 1.0

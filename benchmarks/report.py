@@ -514,6 +514,15 @@ def render_tracking(name: str, data: dict) -> list[str]:
         ["logger", "run (total - compile)", "wall vs none", "tracking CPU (% of the run)"], rows)
 
 
+def render_validation_overhead(name: str, data: dict) -> list[str]:
+    """``benchmarks/validation_overhead.py``: the API boundary's checks, before against after."""
+    rows = [[case, f"{r['before_ms']:.3f} ms", f"{r['after_ms']:.3f} ms", f"{r['overhead_percent']:+.1f}%",
+             f"{r['cpu_overhead_percent']:+.1f}%", "yes" if r.get("same_compiled_program") else "no"]
+            for case, r in data["results"].items()]
+    return ["Cost of the boundary checks", provenance(name, data), "", data["what"] + ".", ""] + table(
+        ["case", "before", "after", "wall", "CPU time", "same compiled program"], rows)
+
+
 #: results file pattern (relative to benchmarks/results, fnmatch) -> renderer; the first match
 #: wins, and the page follows this order.
 RENDERERS: dict[str, Renderer] = {
@@ -536,6 +545,7 @@ RENDERERS: dict[str, Renderer] = {
     "gymnax_interop.json": render_gymnax,
     "chunked_training.json": render_chunked,
     "tracking_overhead.json": render_tracking,
+    "validation_overhead.json": render_validation_overhead,
     "gpu_*/env_throughput.json": render_env_throughput,
     "gpu_*/fh_constrained.json": render_learner,
     "gpu_*/nn_constrained.json": render_learner,

@@ -41,6 +41,7 @@ import platform
 import subprocess
 import sys
 import time
+from importlib.metadata import version
 
 import numpy as np
 
@@ -191,6 +192,7 @@ def main() -> None:
                 "FH-Constrained default Config per iteration (compile excluded)",
         "K": K, "processes": args.processes, "calls": args.calls, "train_calls": args.train_calls,
         "train_iterations": args.iterations, "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared)",
+        "hardware_line": f"{platform.machine()} CPU, {os.cpu_count()} cores (shared)", "jax": version("jax"),
         "results": table,
     }
     with open(args.out, "w") as f:

@@ -339,3 +339,31 @@ def test_status_flags_a_trending_multiplier_and_a_cost_above_alpha():
     assert bool(high.above[0]) and not bool(high.ok)
     line = describe_status(high, alpha)
     assert line.startswith("constraint not yet met: mean episode cost 26 > alpha 25") and "upper 95%" in line
+
+
+def test_train_states_are_checked_against_the_learner_and_the_environment():
+    """Issue 33 item 5: ``policy`` and ``policy_table`` refuse a train state of another learner,
+    a TrainResult, and a state trained on an environment of another H, S or action count
+    (the state records ``trained_on``); the environment it was trained on still plays it."""
+    from fhc_jax.algos import fh_constrained as fc, nn_constrained as nn, ppo_lagrangian as pl
+    from fhc_jax.algos.learner import environment_signature
+    from fhc_jax.envs.gridworld import GridWorld
+
+    g3 = GridWorld(size=3, horizon=5)
+    res = fc.make_train(g3, g3.default_params, fc.Config(num_iterations=2, episodes_per_iteration=4))(jax.random.key(0))
+    assert res.state.trained_on == environment_signature(g3) == (5, 9, 9, 1)
+    assert res.final_state.trained_on == res.state.trained_on
+    assert fc.policy_table(res.state, g3).shape == (5, 9, 9)
+    for other, what in ((GridWorld(size=4, horizon=5), "number of states S = 9, GridWorld has 16"),
+                        (GridWorld(size=3, horizon=6), "horizon H = 5, GridWorld has 6")):
+        for fn in (fc.policy_table, fc.policy):
+            with pytest.raises(ValueError, match=f"trained on an environment with {what}: pass the environment"):
+                fn(res.state, other)
+    with pytest.raises(ValueError, match=r"^nn_constrained.policy_table: the train state is a "
+                                         r"fhc_jax.algos.fh_constrained.TrainState, not a fhc_jax.algos.nn_constrained"
+                                         r".TrainState; use fhc_jax.algos.fh_constrained.policy_table$"):
+        nn.policy_table(res.state, g3)
+    with pytest.raises(ValueError, match=r"^ppo_lagrangian.policy: the train state is a fhc_jax.algos.fh_constrained"):
+        pl.policy(res.state, g3)
+    with pytest.raises(ValueError, match=r"pass the train state \(result.state\), not the TrainResult"):
+        fc.policy(res, g3)

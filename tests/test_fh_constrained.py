@@ -412,9 +412,10 @@ def test_reported_policy_is_the_polyak_average():
 def test_advantage_weights_match_the_pairwise_form(seed):
     """The sort-based per-sample weights (O(H K log K)) equal the pairwise definition written
     here: w_hk = (mean of delta over the stage's samples in cell (s_k, a_k) - mean over the
-    samples in state s_k) n_h(s_k) / n_h(s_k, a_k)."""
+    samples in state s_k) n_h(s_k) / n_h(s_k, a_k), where the state's mean is subtracted only
+    from a state with at least BASELINE_SAMPLES samples (a lone sample keeps its delta)."""
     rng = np.random.default_rng(seed)
-    h, k, s, a = 5, 64, 7, 3
+    h, k, s, a = 5, 64, 40, 3  # S large enough that some states have one sample
     states = rng.integers(0, s, (h, k)).astype(np.int8)
     actions = rng.integers(0, a, (h, k)).astype(np.int8)
     delta = rng.normal(size=(h, k)).astype(np.float32)
@@ -422,6 +423,8 @@ def test_advantage_weights_match_the_pairwise_form(seed):
     same_sa = same_s & (actions[:, :, None] == actions[:, None, :])
     n_s, n_sa = same_s.sum(-1), same_sa.sum(-1)
     mean_s = (same_s * delta[:, None, :]).sum(-1) / n_s
+    mean_s = np.where(n_s >= fc.BASELINE_SAMPLES, mean_s, 0.0)
+    assert np.any(n_s < fc.BASELINE_SAMPLES)  # both branches are exercised
     mean_sa = (same_sa * delta[:, None, :]).sum(-1) / n_sa
     w, count = fc._advantage_weights(jnp.asarray(states), jnp.asarray(actions), jnp.asarray(delta), a)
     np.testing.assert_allclose(count, n_s)

@@ -20,7 +20,11 @@ re-recorded once, when the per-sample advantage weights became group sums over a
 was re-recorded when the multipliers moved on the relative violation (C - alpha) / d and the
 learners trained in units of the signals' magnitudes (issue 30), which changed every learner's
 numbers; e-COP and Saute-Lagrangian were pinned then, and the returned policy (``out.state``)
-is the selection, pinned beside the final iterate's policy and the selected iteration.
+is the selection, pinned beside the final iterate's policy and the selected iteration. Re-recorded
+then for NN-Constrained's improved variant (it kept the one-sample state baseline when
+FH-Constrained moved to two); every other array was bit-identical, PPO-Lagrangian's too after
+its PID gains became K_P = 1, K_I = 0.25 (the short pinned run never exceeds its threshold, so
+its multiplier stays 0).
 """
 
 from __future__ import annotations

@@ -57,9 +57,10 @@ ACTOR_OUTPUT_SCALE = 0.01  # the actor starts near the uniform policy
 
 @hyperparameters
 class Config:
-    """Hyperparameters of CPO. Defaults are tuned for the default ``GridWorld`` (10x10, H = 100,
-    alpha = 25) within a budget of about a minute for 5 vmapped seeds on a 2-core CPU; see
-    ``benchmarks/cpo.py``. Choices made for that budget: 32 x 32 tanh networks (64 x 64 costs
+    """Hyperparameters of CPO. Defaults were chosen on the default ``GridWorld`` (10x10, H = 100,
+    alpha = 25) for a short run (5 vmapped seeds train in about a minute on a CPU) and hold on
+    the robustness suite (``docs/benchmarks.md``); CPO's multiplier is the dual of each update's
+    subproblem, so it needs no unit-dependent gain. Choices made for that budget: 32 x 32 tanh networks (64 x 64 costs
     about 3.5x more per update with "xyt", whose 10,000 distinct inputs make the network the
     bottleneck), a subsampled Fisher matrix (``fisher_samples = 1024``), a larger trust region
     than TRPO's usual 0.01 (``max_kl = 0.05``; the batches of 512 episodes are large) and
@@ -154,6 +155,9 @@ class TrainState:
     activation: str = struct.field(pytree_node=False, default="tanh")
     log_std: str = struct.field(pytree_node=False, default="state_independent")
     initial_log_std: float = struct.field(pytree_node=False, default=math.log(0.5))
+    #: the environment it was trained on (static; ``fhc_jax.algos.learner.environment_signature``),
+    #: checked by ``policy`` and ``policy_table``; None for a state built outside ``make_learner``
+    trained_on: tuple | None = struct.field(pytree_node=False, default=None)
 
 
 @struct.dataclass

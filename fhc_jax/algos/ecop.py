@@ -170,6 +170,9 @@ class TrainState:
     normalize_inputs: bool = struct.field(pytree_node=False, default=True)
     log_std: str = struct.field(pytree_node=False, default="state_independent")
     initial_log_std: float = struct.field(pytree_node=False, default=math.log(0.5))
+    #: the environment it was trained on (static; ``fhc_jax.algos.learner.environment_signature``),
+    #: checked by ``policy`` and ``policy_table``; None for a state built outside ``make_learner``
+    trained_on: tuple | None = struct.field(pytree_node=False, default=None)
 
 
 @struct.dataclass

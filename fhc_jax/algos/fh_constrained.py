@@ -54,10 +54,11 @@ _FEATURE_SPECS = (feat.OneHot, feat.RadialBasis, feat.TileCoding, feat.Custom, f
 
 @hyperparameters
 class Config:
-    """Hyperparameters of FH-Constrained. Defaults are tuned for the default ``GridWorld``
-    (10x10, H = 100, alpha = 25) by vmapped grid searches (``fhc-jax sweep``, up to 480 runs
-    per program, 10-20 seeds per setting; ``benchmarks/gpu/``), judged exactly; see
-    ``benchmarks/fh_constrained.py`` for the quality they reach.
+    """Hyperparameters of FH-Constrained. The step sizes were chosen on the default
+    ``GridWorld`` (10x10, H = 100, alpha = 25) by vmapped grid searches (``fhc-jax sweep``),
+    judged exactly; the learner trains in units of the signals' magnitudes and its multiplier
+    law acts on the relative violation, so the defaults carry to other tasks (the robustness
+    suite, ``docs/benchmarks.md``; ``docs/algorithms/fh_constrained.md``, Known limits).
 
     Static fields (set shapes or code paths; part of the compilation cache key):
         num_iterations: updates per training run (N >= 1). Default (``EnvDefault``): 2500 on
@@ -172,6 +173,9 @@ class TrainState:
     step: Array
     theta_average: Array
     features: FeatureSpec = struct.field(pytree_node=False, default=OneHot())
+    #: the environment it was trained on (static; ``fhc_jax.algos.learner.environment_signature``),
+    #: checked by ``policy`` and ``policy_table``; None for a state built outside ``make_learner``
+    trained_on: tuple | None = struct.field(pytree_node=False, default=None)
 
     @property
     def v(self) -> Array:

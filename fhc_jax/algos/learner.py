@@ -31,6 +31,7 @@ from fhc_jax.algos.hyperparameters import resolve_env_defaults, resolve_hyperpar
 from fhc_jax.algos.policies import softmax_policy, table_policy
 from fhc_jax.algos.tabular_rollout import Batch
 from fhc_jax.cmdp.evaluate import evaluate
+from fhc_jax.envs.spaces import Box
 from fhc_jax.envs.wrappers import ScaledSignals, signal_scales
 from fhc_jax.rollout import random_policy, rollout, rollout_returns
 
@@ -259,7 +260,9 @@ def constraint_status(multipliers: Array, costs: Array, thresholds: Any, violati
     Args:
         multipliers: nu after each update, (N, M), environment's units.
         costs: the batch's mean episode costs, (N, M).
-        thresholds, violation_units, multiplier_units: (M,) each (:class:`Learner`).
+        thresholds: alpha, (M,) (:class:`Learner`).
+        violation_units: d of the relative violation, (M,) (:class:`Learner`).
+        multiplier_units: one training unit of nu in the environment's units, (M,) (:class:`Learner`).
         met: :attr:`Selection.feasible` of the run, bool ().
     """
     n = multipliers.shape[0]
@@ -481,6 +484,7 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
     _check(algo, env, params, config)
     scale_r, scale_c = signal_scales(env, params)  # train in units of the signals' magnitudes
     train_env = ScaledSignals(env, scale_r, scale_c)
+    signature = environment_signature(env)  # stamped on every train state (check_train_state)
     setup = algo.setup(train_env, params, config)
     scale_c = np.asarray(scale_c, np.float32)
     unscale = {"reward": scale_r, "costs": jnp.asarray(scale_c), "critic_costs": jnp.asarray(scale_c),
@@ -503,7 +507,7 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
     def init_fn(key: Array, cfg: Any) -> Carry:
         cfg = resolve_hyperparameters(config, cfg)  # EnvDefault fields of hparams -> config's values
         k_init, k_loop = jax.random.split(key)
-        state = algo.init(k_init, setup, cfg)
+        state = algo.init(k_init, setup, cfg).replace(trained_on=signature)
         m = thresholds.shape[0]
         selection = Selection(state=state, iteration=jnp.asarray(-1, jnp.int32), reward=jnp.asarray(-jnp.inf),
                               costs=jnp.full((m,), jnp.inf), upper=jnp.full((m,), jnp.inf),
@@ -516,6 +520,7 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
         batch = algo.rollout(keys[1], carry.state, setup, cfg)
         k_update = None if algo.update_keys == 0 else keys[2] if algo.update_keys == 1 else keys[2:]
         state, metrics = algo.update(carry.state, batch, k_update, setup, cfg)
+        state = state.replace(trained_on=signature)  # an update that builds a new state keeps the stamp
         totals = {"reward": jnp.mean(batch.episode_rewards), "costs": jnp.mean(batch.episode_costs, axis=0)}
         metrics = {**totals, **metrics}
         metrics = {k: v * unscale[k] if k in unscale else v for k, v in metrics.items()}  # environment's units
@@ -583,10 +588,47 @@ def make_train(algo: Algorithm, env, params, config: Any) -> Callable[..., Train
     return train
 
 
+def environment_signature(env) -> tuple:
+    """What a train state must match to play on ``env``: (H, S or None where ``env`` has no
+    tabular states, the action count or ("box", action shape), M). Recorded in every learner's
+    ``TrainState.trained_on`` by :func:`make_learner`."""
+    space = env.action_space
+    actions = ("box", tuple(int(d) for d in space.shape)) if isinstance(space, Box) else int(env.num_actions)
+    return (int(env.horizon), int(env.num_states) if env.is_tabular else None, actions, int(env.num_constraints))
+
+
+_SIGNATURE_NAMES = ("horizon H", "number of states S", "actions", "number of constraints M")
+
+
+def check_train_state(algo: Algorithm, train_state: Any, env, where: str) -> None:
+    """Raise a one-line ``ValueError`` unless ``train_state`` is this learner's and was trained
+    on an environment with ``env``'s H, S, actions and M (issue: a state of another learner or
+    environment gave an AttributeError or a table of the wrong shape). ``where`` names the
+    public function (e.g. "policy_table")."""
+    owner = type(train_state).__module__
+    mine = f"fhc_jax.algos.{algo.name}"
+    if isinstance(train_state, TrainResult):
+        raise ValueError(f"{algo.name}.{where}: pass the train state (result.state), not the TrainResult")
+    if owner != mine:
+        other = owner.rsplit(".", 1)[-1]
+        hint = f"; use fhc_jax.algos.{other}.{where}" if owner.startswith("fhc_jax.algos.") else ""
+        raise ValueError(f"{algo.name}.{where}: the train state is a {owner}.{type(train_state).__name__}, "
+                         f"not a {mine}.TrainState{hint}")
+    trained = getattr(train_state, "trained_on", None)
+    if trained is None:  # a state built outside make_learner (e.g. by the learner's own init)
+        return
+    now = environment_signature(env)
+    for name, was, is_ in zip(_SIGNATURE_NAMES, trained, now):
+        if was is not None and is_ is not None and was != is_:
+            raise ValueError(f"{algo.name}.{where}: the train state was trained on an environment with {name} = "
+                             f"{was}, {env.name} has {is_}: pass the environment (and params) it was trained on")
+
+
 def policy_table(algo: Algorithm, train_state: Any, env, params: Any = None) -> Array:
     """The reported policy mu_h(s, a) at every stage and state, (H, S, A); a batched state
     (leading seed axes on ``train_state.step``) gives a batched table. Everything needed to
     rebuild the policy is in the train state (its static fields), so no config is passed."""
+    check_train_state(algo, train_state, env, "policy_table")
     if not env.is_tabular:
         raise ValueError(f"{algo.name}.policy_table: {env.name} has no tabular states to tabulate the policy over; "
                          f"use {algo.name}.policy(train_state, env, params) with fhc_jax.rollout_returns")
@@ -606,6 +648,7 @@ def policy(algo: Algorithm, train_state: Any, env, params: Any = None) -> Callab
     Raises:
         ValueError: a batched (multi-seed) state: index the leading axes first.
     """
+    check_train_state(algo, train_state, env, "policy")
     if jnp.ndim(train_state.step):
         raise ValueError(f"{algo.name}.policy: pass the state of one seed (index the leading axes first)")
     if judged_exactly(env):

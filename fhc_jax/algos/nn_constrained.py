@@ -64,9 +64,11 @@ PATHS = ("auto", "tabular", "sampled")
 
 @hyperparameters
 class Config:
-    """Hyperparameters of NN-Constrained. Defaults are tuned for the default ``GridWorld``
-    (10x10, H = 100, alpha = 25) by vmapped grid searches (``fhc-jax sweep``, 5-10 seeds per
-    setting; ``benchmarks/gpu/``), judged exactly; see ``benchmarks/nn_constrained.py``.
+    """Hyperparameters of NN-Constrained. The step sizes were chosen on the default
+    ``GridWorld`` (10x10, H = 100, alpha = 25) by vmapped grid searches (``fhc-jax sweep``),
+    judged exactly; the learner trains in units of the signals' magnitudes and its multiplier
+    law acts on the relative violation, so the defaults carry to other tasks (the robustness
+    suite, ``docs/benchmarks.md``; ``docs/algorithms/nn_constrained.md``, Known limits).
 
     Static fields:
         num_iterations: updates per training run (N >= 1).
@@ -189,6 +191,9 @@ class TrainState:
     normalize_inputs: bool = struct.field(pytree_node=False, default=True)
     log_std: str = struct.field(pytree_node=False, default="state_independent")
     initial_log_std: float = struct.field(pytree_node=False, default=math.log(0.5))
+    #: the environment it was trained on (static; ``fhc_jax.algos.learner.environment_signature``),
+    #: checked by ``policy`` and ``policy_table``; None for a state built outside ``make_learner``
+    trained_on: tuple | None = struct.field(pytree_node=False, default=None)
 
 
 @struct.dataclass

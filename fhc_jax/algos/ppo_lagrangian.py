@@ -53,9 +53,11 @@ UPDATE_FORMS = ("auto", "table", "samples")
 
 @hyperparameters
 class Config:
-    """Hyperparameters of PPO-Lagrangian. Defaults are tuned for the default ``GridWorld``
-    (10x10, H = 100, alpha = 25) within about a minute for 5 vmapped seeds on a 2-core CPU;
-    see ``benchmarks/ppo_lagrangian.py``. Networks: 32 x 32 tanh MLPs (actor and each critic).
+    """Hyperparameters of PPO-Lagrangian. The network and PPO defaults were chosen on the
+    default ``GridWorld`` (10x10, H = 100, alpha = 25) for a short run (5 vmapped seeds train
+    in about a minute on a CPU); the multiplier's gains act on the relative violation
+    (``fhc_jax.algos.multipliers.relative_violation``) in training units, so they carry to other
+    tasks (the robustness suite, ``docs/benchmarks.md``). Networks: 32 x 32 tanh MLPs (actor and each critic).
     Tuning notes (default gridworld, "xy"; sweeps over actor_lr, entropy_coef, gae_lambda,
     clip_eps/target_kl, K and both multiplier methods): 4 epochs x 4 minibatches (16 Adam steps
     on 1600 samples) at actor lr 1e-2 learn as fast as 8 x 16 steps at 1e-3 on 64 x 64 networks
@@ -141,8 +143,8 @@ class Config:
     multiplier_lr: float = numeric(0.01, low=0.0, low_open=True)
     initial_multiplier: float = numeric(0.0, low=0.0, high="multiplier_max")
     multiplier_max: float = numeric(100.0, low=0.0, low_open=True)
-    pid_kp: float = numeric(0.25, low=0.0)
-    pid_ki: float = numeric(0.025, low=0.0)
+    pid_kp: float = numeric(1.0, low=0.0)
+    pid_ki: float = numeric(0.25, low=0.0)
     pid_kd: float = numeric(0.0, low=0.0)
     pid_p_ema: float = numeric(0.9, low=0.0, high=1.0)
     pid_d_ema: float = numeric(0.95, low=0.0, high=1.0)
@@ -178,6 +180,9 @@ class TrainState:
     activation: str = struct.field(pytree_node=False, default="tanh")
     log_std: str = struct.field(pytree_node=False, default="state_independent")
     initial_log_std: float = struct.field(pytree_node=False, default=math.log(0.5))
+    #: the environment it was trained on (static; ``fhc_jax.algos.learner.environment_signature``),
+    #: checked by ``policy`` and ``policy_table``; None for a state built outside ``make_learner``
+    trained_on: tuple | None = struct.field(pytree_node=False, default=None)
 
 
 @struct.dataclass

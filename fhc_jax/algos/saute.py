@@ -94,7 +94,7 @@ UNIT_TOLERANCE = 1e-5
 class Config(ppo.Config):
     """PPO-Lagrangian's :class:`~fhc_jax.algos.ppo_lagrangian.Config` (every field, same
     meaning; ``observation`` is the input of the base state, the budget z is appended), with
-    its own defaults for K (256), N (300), ``pid_ki`` (0.075) and ``eval_every`` (50); the
+    its own defaults for K (256), N (300), ``pid_kp`` (0.25), ``pid_ki`` (0.075) and ``eval_every`` (50); the
     batch setting ``episodes_per_iteration=1024, num_epochs=8, num_minibatches=8,
     num_iterations=400`` learns more and costs about 6x more (docs/algorithms/saute.md).
     ``log_std`` and ``initial_log_std`` are unused: Saute-Lagrangian takes discrete actions
@@ -123,6 +123,7 @@ class Config(ppo.Config):
     episodes_per_iteration: int = static(256, low=1)
     observation: str = static("auto", choices=("auto", *OBSERVATIONS))
     eval_every: int = static(50, low=0)
+    pid_kp: float = numeric(0.25, low=0.0)
     pid_ki: float = numeric(0.075, low=0.0)
     unsafe_reward: float = numeric(0.0, low=0.0)
     budget: str = static("auto", choices=BUDGETS)
@@ -1048,6 +1049,7 @@ def policy(train_state: TrainState, env, params: Any = None) -> Callable[[Array,
             observations do not carry the budget: play the policy in ``BudgetEnv(env,
             observation=...)``, as the learner judges it).
     """
+    learner.check_train_state(ALGORITHM, train_state, env, "policy")
     if jnp.ndim(train_state.step):
         raise ValueError("saute.policy: pass the state of one seed (index the leading axes first)")
     params = env.default_params if params is None else params

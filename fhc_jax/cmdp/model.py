@@ -185,6 +185,14 @@ class TabularCMDP:
         _check_shape("initial_distribution", initial_distribution, ((s,),), "(S,)")
 
         probs = transitions.probabilities if not dense else transitions
+        leaves = jax.tree.leaves((transitions, rewards, costs, terminal_rewards, terminal_costs, thresholds,
+                                  initial_distribution))
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            # built while tracing (e.g. an environment's default_params read inside jit): the
+            # shapes are checked above; the values are checked wherever the model is concrete
+            self._assign(transitions, rewards, costs, terminal_rewards, terminal_costs, thresholds,
+                         initial_distribution)
+            return
         if not dense:
             nxt = np.asarray(transitions.next_states)
             if nxt.size and (nxt.min() < 0 or nxt.max() >= s):
@@ -204,14 +212,11 @@ class TabularCMDP:
             _check_finite(name, arr)
         _check_distribution("transitions", probs)
         _check_distribution("initial_distribution", initial_distribution)
+        self._assign(transitions, rewards, costs, terminal_rewards, terminal_costs, thresholds, initial_distribution)
 
-        self.transitions = transitions
-        self.rewards = rewards
-        self.costs = costs
-        self.terminal_rewards = terminal_rewards
-        self.terminal_costs = terminal_costs
-        self.thresholds = thresholds
-        self.initial_distribution = initial_distribution
+    def _assign(self, *values) -> None:
+        for f, v in zip(self._fields, values):
+            setattr(self, f, v)
 
     # -- pytree protocol: reconstruction bypasses validation (leaves may be tracers) --
     def tree_flatten(self):

@@ -17,7 +17,7 @@ configuration hash equals the run's, orbax reads every array, and every array's 
 checksum match. The manifest is the commit marker: a checkpoint without one was interrupted while
 saving and is never restored. CRC-32 detects every burst error
 up to 32 bits and any other damage with probability 1 - 2^-32; it runs at memory speed, so
-verification costs a small fraction of a checkpoint (README, "Reliability").
+verification costs a small fraction of a checkpoint (docs/RELIABILITY.md).
 
 **Fallback.** :func:`restore_verified` walks the checkpoints from the newest down and restores
 the first intact one; the ones it rejected (damaged, foreign or unfinished) are reported by name

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 #: every interval of this module is a 95% interval
 CONFIDENCE = 0.95
-#: bootstrap resamples (``resamples``): about 0.2 s per algorithm on one CPU core
+#: bootstrap resamples (``resamples``); each resample evaluates every algorithm's statistics at once
 DEFAULT_RESAMPLES = 2000
 #: seed of numpy's global generator during a bootstrap (reproducible intervals)
 DEFAULT_SEED = 0

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -138,7 +139,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                     loggers=args.logger)
     except ValueError as err:
         return _error("train", err)
-    if result.get("complete"):
+    if result.get("complete") and _writer():
         print(f"wrote {args.out}")
     return 0
 
@@ -179,15 +180,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import rundir, sweep
+    from fhc_jax.experiment import rundir, runner, sweep
 
-    if args.distributed:  # multi-host: every host runs the same command
-        import jax
-
-        jax.distributed.initialize()
-    import jax
-
-    writer = jax.process_index() == 0  # multi-host: process 0 writes the files
+    writer = _writer()  # several processes: process 0 writes the files
     try:
         from fhc_jax.experiment import tracking
 
@@ -198,26 +193,38 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         rundir.check(args.out, resume=False, overwrite=args.overwrite, can_resume=False)
     except ValueError as err:
         return _error("sweep", err)
-    lock = rundir.locked(args.out, f"fhc-jax sweep --out {args.out}") if writer else contextlib.nullcontext()
-    with lock:
+    with contextlib.ExitStack() as held:
         try:
-            if writer:
-                rundir.prepare(args.out, resume=False, overwrite=args.overwrite, can_resume=False)
-                rundir.write_json_atomic(Path(args.out) / rundir.CONFIG, sweep.sweep_config(spec, grid))
-            result = sweep.run_sweep(spec, grid, shard=not args.no_shard, quiet=args.quiet,
+            error = None
+            try:
+                if writer:
+                    held.enter_context(rundir.locked(args.out, f"fhc-jax sweep --out {args.out}"))
+                    rundir.prepare(args.out, resume=False, overwrite=args.overwrite, can_resume=False)
+                    rundir.write_json_atomic(Path(args.out) / rundir.CONFIG, sweep.sweep_config(spec, grid))
+            except Exception as err:  # noqa: BLE001 (raised on every process by agree)
+                error = err
+            runner.agree(error)
+            result = sweep.run_sweep(spec, grid, shard=not args.no_shard, quiet=args.quiet or not writer,
                                      loggers=loggers if writer else None, out=args.out)
         except ValueError as err:
             return _error("sweep", err)
+        error = None
         if writer:
-            sweep.write_sweep(args.out, spec, grid, result)
-    print(sweep.format_sweep(result))
-    print(f"wrote {args.out}")
+            try:
+                sweep.write_sweep(args.out, spec, grid, result)
+            except Exception as err:  # noqa: BLE001
+                error = err
+        runner.agree(error)
+    if writer:
+        print(sweep.format_sweep(result))
+        print(f"wrote {args.out}")
     return 0
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import compare, rundir
+    from fhc_jax.experiment import compare, rundir, runner
 
+    writer = _writer()  # several processes: process 0 writes the files and prints the progress
     try:  # validated before anything is compiled
         if args.seeds < 1:
             raise ValueError(f"--seeds must be an integer >= 1, found {args.seeds}")
@@ -234,19 +241,40 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             rundir.check_writable_file(Path(args.out) / f"{name}.{ext}")
     except ValueError as err:
         return _error("compare", err)
-    with rundir.locked(args.out, f"fhc-jax compare --out {args.out} --name {name}",
-                       lock_file=rundir.shared_lock_file(args.out, name)):
+    with contextlib.ExitStack() as held:
         try:
+            error = None
+            try:
+                if writer:
+                    held.enter_context(rundir.locked(args.out, f"fhc-jax compare --out {args.out} --name {name}",
+                                                     lock_file=rundir.shared_lock_file(args.out, name)))
+            except Exception as err:  # noqa: BLE001 (raised on every process by agree)
+                error = err
+            runner.agree(error)
             result = compare.run_comparison(runs, seeds=args.seeds, overrides=args.set or (), env=args.env,
-                                            study=study, quiet=args.quiet, loggers=loggers, log_dir=args.out,
-                                            log_name=name)
+                                            study=study, quiet=args.quiet or not writer,
+                                            loggers=loggers if writer else None, log_dir=args.out, log_name=name)
         except ValueError as err:
             return _error("compare", err)
-        paths = compare.write_outputs(result, args.out, stem=name)
-    print(compare.format_markdown(result))
-    for path in paths.values():
-        print(f"wrote {path}")
+        error, paths = None, {}
+        if writer:
+            try:
+                paths = compare.write_outputs(result, args.out, stem=name)
+            except Exception as err:  # noqa: BLE001
+                error = err
+        runner.agree(error)
+    if writer:
+        print(compare.format_markdown(result))
+        for path in paths.values():
+            print(f"wrote {path}")
     return 0
+
+
+def _writer() -> bool:
+    """Whether this process writes files and results (process 0 of a run over several)."""
+    from fhc_jax.experiment import runner
+
+    return runner.is_writer()
 
 
 def _add_logger_option(p: argparse.ArgumentParser) -> None:
@@ -282,6 +310,129 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
+def _add_cluster_options(p: argparse.ArgumentParser) -> None:
+    from fhc_jax.experiment.runner import HEARTBEAT_TIMEOUT_S, INIT_TIMEOUT_S
+
+    g = p.add_argument_group("several processes or hosts (jax.distributed; run the same command in every process)")
+    g.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                   help="address of process 0, which serves JAX's coordination service there")
+    g.add_argument("--num-processes", type=int, default=None, metavar="N", help="number of processes N")
+    g.add_argument("--process-id", type=int, default=None, metavar="I", help="this process's index in [0, N)")
+    g.add_argument("--distributed", action="store_true",
+                   help="join a run over several processes with everything the flags above leave out taken from "
+                        "the environment a cluster scheduler sets (SLURM, Open MPI, ...), as "
+                        "jax.distributed.initialize() detects it")
+    g.add_argument("--init-timeout", type=int, default=INIT_TIMEOUT_S, metavar="S",
+                   help=f"seconds to wait for every process to join (default {INIT_TIMEOUT_S})")
+    g.add_argument("--heartbeat-timeout", type=int, default=HEARTBEAT_TIMEOUT_S, metavar="S",
+                   help="seconds without a heartbeat after which a process counts as lost and the others stop "
+                        f"(default {HEARTBEAT_TIMEOUT_S})")
+
+
+#: the options that make a command join a run over several processes (:func:`_supervise`)
+_CLUSTER_FLAGS = ("--coordinator", "--num-processes", "--process-id", "--distributed")
+#: set in the worker process that :func:`_supervise` starts
+_WORKER_ENV = "FHC_JAX_DISTRIBUTED_WORKER"
+
+
+def _cluster(args: argparse.Namespace):
+    """The :class:`~fhc_jax.experiment.runner.Cluster` the options ask for, or None (one process)."""
+    from fhc_jax.experiment.runner import Cluster
+
+    if not any(getattr(args, name, None) not in (None, False)
+               for name in ("coordinator", "num_processes", "process_id", "distributed")):
+        return None
+    return Cluster(coordinator=args.coordinator, num_processes=args.num_processes, process_id=args.process_id,
+                   init_timeout_s=args.init_timeout, heartbeat_timeout_s=args.heartbeat_timeout)
+
+
+def _wants_cluster(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` names a cluster option (a scan before parsing, which imports JAX)."""
+    return any(a.split("=", 1)[0] in _CLUSTER_FLAGS for a in argv if a.startswith("--"))
+
+
+def _die_with_parent() -> None:  # pragma: no cover (runs in the child between fork and exec)
+    """Linux: the worker is killed when its supervising process dies (prctl PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+#: a log record of JAX's C++ runtime (absl/glog format): severity, date, time, thread, file:line]
+_RUNTIME_RECORD = re.compile(rb"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w./-]+:\d+\] ")
+
+
+def _supervise(argv: Sequence[str]) -> int:
+    """Run this command (which joins a run over several processes) in a worker process and say
+    how it ended.
+
+    JAX's distributed runtime ends a process whose peer is lost (missed heartbeats, the
+    coordinator gone, a process that never joined) by aborting it from C++, which Python
+    cannot catch; so the command runs in a child process, and this one forwards its output and
+    signals, holds back the runtime's log records once it reports an error, and when the
+    runtime has ended the child, prints one line: which process was lost and the command that
+    continues the run. The child dies with this process (Linux)."""
+    import signal
+    import subprocess
+
+    env = dict(os.environ, **{_WORKER_ENV: "1"})
+    proc = subprocess.Popen([sys.executable, "-m", "fhc_jax.cli", *argv], env=env, stderr=subprocess.PIPE,
+                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+
+    def forward(signum, frame):  # noqa: ARG001
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
+    held: list[bytes] = []  # the runtime's records (and what follows them) after it reported an error
+    for line in iter(proc.stderr.readline, b""):
+        if held or (_RUNTIME_RECORD.match(line) and line[:1] in (b"E", b"F")):
+            held.append(line)
+        else:
+            sys.stderr.write(line.decode("utf-8", "replace"))
+            sys.stderr.flush()
+    code = proc.wait()
+    log = b"".join(held).decode("utf-8", "replace")
+    line = _fault_line(argv, log) if held and code != 0 else None
+    if line is None or os.environ.get("FHC_JAX_TRACEBACK"):
+        sys.stderr.write(log)
+        sys.stderr.flush()
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)
+        return 1
+    return code if code >= 0 else 128 - code
+
+
+def _fault_line(argv: Sequence[str], log: str) -> str | None:
+    """The one line for a worker that JAX's runtime ended (None: the log holds no verdict):
+    which process is lost, where the run stands and the command that continues it."""
+    args = build_parser().parse_args(list(argv))
+    from fhc_jax.experiment import checkpoint, rundir, runner
+
+    cluster = _cluster(args)
+    verdict = runner.runtime_verdict(log, args.process_id, args.num_processes, args.init_timeout)
+    if verdict is None:
+        return None
+    flags = " ".join(cluster.flags())
+    each = " (each with its own --process-id)" if args.process_id is not None else ""
+    if args.command == "train" and (Path(args.out) / rundir.CONFIG).is_file():
+        last = checkpoint.latest_iteration(Path(args.out) / rundir.CHECKPOINTS)
+        where = "no checkpoint yet" if last is None else f"the last checkpoint (iteration {last}) is intact"
+        again = f"fhc-jax train --resume --out {args.out} {flags}"
+        return f"fhc-jax train: error: {verdict}; the run stopped ({where}); continue it on every process{each}: {again}"
+    started = Path(args.out).is_dir() and any(Path(args.out).iterdir())
+    overwrite = args.command in ("sweep", "train") and "--overwrite" not in argv and started
+    rerun = " ".join(["fhc-jax", *argv] + (["--overwrite"] if overwrite else []))
+    what = {"train": "run", "sweep": "sweep", "compare": "comparison"}[args.command]
+    return (f"fhc-jax {args.command}: error: {verdict}; the {what} {'stopped' if started else 'did not start'}; "
+            f"start it again on every process{each}: {rerun}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fhc-jax", description="Finite-horizon constrained RL in JAX.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -309,6 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-chunks", type=int, default=None, help="stop after this many chunks (resumable)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
     _add_logger_option(p)
+    _add_cluster_options(p)
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("plot", help="redraw the figures of a run directory")
@@ -337,9 +489,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2,...",
                    help="values of one numeric hyperparameter (repeatable: the grid is their product)")
     p.add_argument("--no-shard", action="store_true", help="keep all runs on the first device")
-    p.add_argument("--distributed", action="store_true",
-                   help="call jax.distributed.initialize() first (multi-host; run on every host)")
     _add_logger_option(p)
+    _add_cluster_options(p)
     p.set_defaults(func=_cmd_sweep)
 
     from fhc_jax.experiment.config import ALGORITHMS
@@ -367,25 +518,45 @@ def build_parser() -> argparse.ArgumentParser:
                    help="file name stem (default the study's name; the paper's comparison: reproduce_paper)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _add_logger_option(p)
+    _add_cluster_options(p)
     p.set_defaults(func=_cmd_compare)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit status (module docstring). Usage errors of the
-    argument syntax itself exit through argparse with status 2."""
+    argument syntax itself exit through argparse with status 2. A command that joins a run over
+    several processes (``--coordinator``, ``--num-processes``, ``--process-id``,
+    ``--distributed``) runs in a worker process that this one supervises (:func:`_supervise`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    worker = os.environ.get(_WORKER_ENV) == "1"
+    if _wants_cluster(argv) and not worker:
+        return _supervise(argv)
     args = build_parser().parse_args(argv)
     from fhc_jax.experiment import checkpoint, config, rundir, runner, training
 
     command = args.command
+    cluster = _cluster(args)
+    if cluster is not None:
+        if not worker:  # an abbreviated option the scan above did not recognise
+            return _supervise(argv)
+        try:
+            runner.initialize(cluster)
+        except ValueError as err:
+            return _error(command, err)
     try:
         return args.func(args)
     except training.TrainingInterrupted as err:
         print(f"fhc-jax {command}: {err}", file=sys.stderr)
-        return 130
+        return _interrupted(cluster)
     except KeyboardInterrupt:
         print(f"fhc-jax {command}: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted(cluster)
+    except runner.DistributedError as err:  # another process failed (its message), or one was lost
+        lost = err.process is None and command == "train"
+        hint = f"; continue it on every process with: fhc-jax train --resume --out {args.out} " \
+            + " ".join(cluster.flags()) if lost else ""
+        return _error(command, f"{err}{hint}", 1)
     except (rundir.RunInUseError, checkpoint.CheckpointError, runner.DivergenceError,
             config.EnvironmentFailure) as err:
         return _error(command, err, 1)
@@ -399,6 +570,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return _error(command, f"internal error: {type(err).__name__}: {_one_line(err)} "
                                "(set FHC_JAX_TRACEBACK=1 for the traceback)", 1)
+
+
+def _interrupted(cluster) -> int:
+    """Exit status 130; a process of a run over several ends at once (the others, not
+    interrupted, would otherwise wait for it at the end), and the others report it lost."""
+    import jax
+
+    if cluster is not None and jax.process_count() > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    return 130
 
 
 if __name__ == "__main__":

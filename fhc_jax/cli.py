@@ -15,6 +15,12 @@
 ``--env`` takes a registered name (:data:`fhc_jax.experiment.config.ENVIRONMENTS`) or
 ``module:ClassOrFactory`` of your own environment.
 
+``train``, ``sweep`` and ``compare`` run over several processes or hosts with ``--coordinator
+HOST:PORT --num-processes N --process-id I`` (or ``--distributed``: from a cluster scheduler's
+environment), the same command in every process (docs/distributed.md); such a command runs in a
+worker process that this one supervises (:func:`_supervise`), so that a lost process ends the
+others with one line naming it and the command that continues the run (exit status 1).
+
 Every failure is one line on stderr, ``fhc-jax COMMAND: error: ...``, naming the bad field or
 file and what to do, and the exit status says what kind it was (docs/RELIABILITY.md lists every
 case):
@@ -351,15 +357,20 @@ def _wants_cluster(argv: Sequence[str]) -> bool:
     return any(a.split("=", 1)[0] in _CLUSTER_FLAGS for a in argv if a.startswith("--"))
 
 
-def _die_with_parent() -> None:  # pragma: no cover (runs in the child between fork and exec)
-    """Linux: the worker is killed when its supervising process dies (prctl PR_SET_PDEATHSIG)."""
+def _die_with_parent(parent: int) -> None:
+    """Linux: this worker is killed when its supervising process ``parent`` dies (prctl
+    PR_SET_PDEATHSIG), and ends now if it has died already."""
+    if not sys.platform.startswith("linux"):
+        return
     try:
         import ctypes
         import signal
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
-        pass
+        return
+    if os.getppid() != parent:
+        os._exit(137)
 
 
 #: a log record of JAX's C++ runtime (absl/glog format): severity, date, time, thread, file:line]
@@ -372,31 +383,36 @@ def _supervise(argv: Sequence[str]) -> int:
 
     JAX's distributed runtime ends a process whose peer is lost (missed heartbeats, the
     coordinator gone, a process that never joined) by aborting it from C++, which Python
-    cannot catch; so the command runs in a child process, and this one forwards its output and
-    signals, holds back the runtime's log records once it reports an error, and when the
-    runtime has ended the child, prints one line: which process was lost and the command that
-    continues the run. The child dies with this process (Linux)."""
+    cannot catch. So the command runs in a child process; this one passes on its output,
+    forwards SIGTERM and SIGHUP (Ctrl-C reaches the child from the terminal), holds back the
+    runtime's log records once it reports an error, and when the runtime has ended the child,
+    prints one line: which process was lost and the command that continues the run. The child
+    dies with this process (Linux: :func:`_die_with_parent`)."""
     import signal
     import subprocess
 
-    env = dict(os.environ, **{_WORKER_ENV: "1"})
-    proc = subprocess.Popen([sys.executable, "-m", "fhc_jax.cli", *argv], env=env, stderr=subprocess.PIPE,
-                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+    env = dict(os.environ, **{_WORKER_ENV: str(os.getpid())})
+    proc = subprocess.Popen([sys.executable, "-m", "fhc_jax.cli", *argv], env=env, stderr=subprocess.PIPE)
 
     def forward(signum, frame):  # noqa: ARG001
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signum)
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, forward)
+    # a second Ctrl-C, forwarded, would interrupt the child's way out
+    handlers = {signal.SIGTERM: forward, signal.SIGHUP: forward, signal.SIGINT: lambda signum, frame: None}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     held: list[bytes] = []  # the runtime's records (and what follows them) after it reported an error
-    for line in iter(proc.stderr.readline, b""):
-        if held or (_RUNTIME_RECORD.match(line) and line[:1] in (b"E", b"F")):
-            held.append(line)
-        else:
-            sys.stderr.write(line.decode("utf-8", "replace"))
-            sys.stderr.flush()
-    code = proc.wait()
+    try:
+        for line in iter(proc.stderr.readline, b""):
+            if held or (_RUNTIME_RECORD.match(line) and line[:1] in (b"E", b"F")):
+                held.append(line)
+            else:
+                sys.stderr.write(line.decode("utf-8", "replace"))
+                sys.stderr.flush()
+        code = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     log = b"".join(held).decode("utf-8", "replace")
     line = _fault_line(argv, log) if held and code != 0 else None
     if line is None or os.environ.get("FHC_JAX_TRACEBACK"):
@@ -529,9 +545,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     several processes (``--coordinator``, ``--num-processes``, ``--process-id``,
     ``--distributed``) runs in a worker process that this one supervises (:func:`_supervise`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    worker = os.environ.get(_WORKER_ENV) == "1"
+    parent = os.environ.get(_WORKER_ENV, "")
+    worker = parent.isdigit()
     if _wants_cluster(argv) and not worker:
         return _supervise(argv)
+    if worker:
+        _die_with_parent(int(parent))
     args = build_parser().parse_args(argv)
     from fhc_jax.experiment import checkpoint, config, rundir, runner, training
 

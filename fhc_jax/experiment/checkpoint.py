@@ -25,6 +25,12 @@ and moved to ``rejected_checkpoints/`` next to ``checkpoints/`` (never deleted: 
 someone), so new checkpoints can take their place. Orbax's own temporary directories of an
 interrupted save hold nothing usable and are deleted. When checkpoints exist but none is intact,
 :class:`CheckpointError` says why for each and nothing is moved.
+
+**Several processes.** A checkpoint holds the carry gathered from every process (all R runs,
+unpadded), written by process 0 alone (orbax's ``MultiprocessingOptions`` with
+``active_processes={0}``); process 0 picks the checkpoint to restore (and alone moves or deletes
+anything), every process restores that one, verified, onto its own shard of the mesh. So a run
+resumes with any number of processes or devices.
 """
 
 from __future__ import annotations

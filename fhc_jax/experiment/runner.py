@@ -7,8 +7,17 @@ checkpoints between chunks. A chunk is ``jax.jit(jax.vmap(chunk))`` where ``chun
 of the result (:class:`fhc_jax.algos.learner.Learner`). The host sees the carry and the metrics
 only between chunks. The runs axis is sharded over all devices (``jax.sharding``: a one-axis
 ``Mesh`` named ``"runs"``, padded to a multiple of the device count), so the same code uses one
-CPU, several GPUs, or several hosts (after ``jax.distributed.initialize()``; every process
-builds the same global inputs).
+CPU, several GPUs, or several processes and hosts.
+
+**Several processes** (docs/distributed.md). After :func:`initialize` (``jax.distributed``)
+``jax.devices()`` is the global device list: the mesh spans every process, each process builds
+and steps only its addressable shard of the runs (``jax.make_array_from_callback`` of the same
+global inputs), inside the same compiled program, and host-side reads (metrics, evaluations,
+the carry for checkpoints and policies) gather the shards
+(``multihost_utils.process_allgather``), so every process holds the same results. Process 0
+writes (:func:`is_writer`); :func:`agree` makes a failure of work only some processes did
+(process 0's writes) an error on every process; a failed collective operation means a lost
+process, which JAX's runtime reports (:func:`runtime_verdict`).
 
 :class:`ChunkedTrainer` holds the compiled programs of one learner for R runs;
 :meth:`ChunkedTrainer.drive` is the driver: it starts the runs (from their keys, or restored
@@ -960,7 +969,7 @@ def runtime_verdict(log: str, process_id: int | None = None, num_processes: int 
         if found:
             who = ", ".join(str(i) for i in found)
             return f"process{'es' if len(found) > 1 else ''} {who}{of} stopped sending heartbeats (died or hung)"
-    if "RegisterTask" in log or ("DEADLINE_EXCEEDED" in log and "connect" in log.lower()):
+    if "RegisterTask" in log:  # the startup's registration timed out
         within = "" if init_timeout_s is None else f" within {init_timeout_s} s"
         if num_processes == 2 and process_id is not None:
             other = 1 - process_id

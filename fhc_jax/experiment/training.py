@@ -7,7 +7,8 @@ restored when resuming, progress line, metrics.csv rewritten atomically after ev
 checkpoint every ``run.checkpoint_every`` chunks and at the end), and finally judge the final
 policies (:mod:`fhc_jax.experiment.judge`: exactly against ``fhc_jax.solve``'s optimum on a
 tabular exact model, by Monte-Carlo against the environment's reference otherwise) and write
-summary.json, policy.npz and the plots.
+summary.json, policy.npz and the plots. Over several processes (docs/distributed.md) every
+process trains and judges, process 0 alone locks the directory, writes its files and prints.
 """
 
 from __future__ import annotations

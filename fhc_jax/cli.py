@@ -440,7 +440,8 @@ def _fault_line(argv: Sequence[str], log: str) -> str | None:
         last = checkpoint.latest_iteration(Path(args.out) / rundir.CHECKPOINTS)
         where = "no checkpoint yet" if last is None else f"the last checkpoint (iteration {last}) is intact"
         again = f"fhc-jax train --resume --out {args.out} {flags}"
-        return f"fhc-jax train: error: {verdict}; the run stopped ({where}); continue it on every process{each}: {again}"
+        return (f"fhc-jax train: error: {verdict}; the run stopped ({where}); continue it on every process{each}: "
+                f"{again}")
     started = Path(args.out).is_dir() and any(Path(args.out).iterdir())
     overwrite = args.command in ("sweep", "train") and "--overwrite" not in argv and started
     rerun = " ".join(["fhc-jax", *argv] + (["--overwrite"] if overwrite else []))

@@ -25,30 +25,13 @@ TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iteration
         "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0"]
 ROOT = Path(__file__).resolve().parents[1]
 
-# What JAX's runtime (jaxlib 0.10) wrote when it ended a process, recorded from real runs of 2
-# local processes (stack traces cut).
-PEER_DIED = """\
-E1127 12:10:59.484548    5782 coordination_service.cc:1549] [10397870994242985471] Use error polling to propagate the following error to all tasks: UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):
-1
-The tasks have crashed. Check the task logs for an earlier error, or scheduler events (e.g. preemption, eviction) to debug further. [type.googleapis.com/tensorflow.CoordinationServiceError='']
-E1127 12:10:59.485105    5793 coordination_service_agent.cc:289] Polled an error from coordination service (this can be an error from this or another task).
-F1127 12:10:59.485302    5793 client.h:80] Terminating process because the JAX distributed service detected fatal errors. This most likely indicates that another task died; see the other task logs for more details. Disable Python buffering, i.e. `python -u`, to be sure to see all the previous output. absl::Status: UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):
-1
-*** Check failure stack trace: ***
-"""
-COORDINATOR_DIED = """\
-E1127 12:11:26.780242    6015 coordination_service_agent.cc:289] Polled an error from coordination service (this can be an error from this or another task).
-F1127 12:11:26.780280    6015 client.h:80] Terminating process because the JAX distributed service detected fatal errors. This most likely indicates that another task died; see the other task logs for more details. Disable Python buffering, i.e. `python -u`, to be sure to see all the previous output. absl::Status: UNAVAILABLE: Failed to send RPC to coordination service. Either the leader task was preempted/died/restarted unexpectedly or this task is experiencing network issues. Check earlier logs from 1) this task, 2) the leader (usually slice 0 task 0), and 3) cluster scheduler to debug further.
-Additional GRPC error information from remote target coordination_service while calling /xla.coordination.CoordinationService/PollForError:
-:UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:"Socket closed"}
-*** Check failure stack trace: ***
-"""
-NEVER_JOINED = """\
-F1127 12:12:35.953448    6290 client.h:80] Terminating process because the JAX distributed service detected fatal errors. This most likely indicates that another task died; see the other task logs for more details. Disable Python buffering, i.e. `python -u`, to be sure to see all the previous output. absl::Status: DEADLINE_EXCEEDED: Deadline Exceeded
-
-RPC: /xla.coordination.CoordinationService/RegisterTask
-*** Check failure stack trace: ***
-"""
+# What JAX's runtime (jaxlib 0.10) wrote on stderr when it ended a process, recorded from real
+# runs of 2 local processes (stack traces cut): a peer killed, the coordinator killed, a peer
+# never started.
+_LOGS = Path(__file__).resolve().parent / "data" / "jax_runtime"
+PEER_DIED = (_LOGS / "peer_died.log").read_text()
+COORDINATOR_DIED = (_LOGS / "coordinator_died.log").read_text()
+NEVER_JOINED = (_LOGS / "never_joined.log").read_text()
 
 
 @pytest.mark.parametrize("fields, message", [

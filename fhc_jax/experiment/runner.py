@@ -953,7 +953,8 @@ def runtime_verdict(log: str, process_id: int | None = None, num_processes: int 
 
     Args:
         log: the runtime's log text (stderr of the process it ended).
-        process_id, num_processes: this process and N (for the wording; None: unknown).
+        process_id: this process's index (for the wording; None: unknown).
+        num_processes: N (for the wording; None: unknown).
         init_timeout_s: the startup timeout that was set (for the wording).
     """
     if FATAL not in log and "coordination_service" not in log:

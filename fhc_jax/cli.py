@@ -383,33 +383,52 @@ def _supervise(argv: Sequence[str]) -> int:
 
     JAX's distributed runtime ends a process whose peer is lost (missed heartbeats, the
     coordinator gone, a process that never joined) by aborting it from C++, which Python
-    cannot catch. So the command runs in a child process; this one passes on its output,
-    forwards SIGTERM and SIGHUP (Ctrl-C reaches the child from the terminal), holds back the
-    runtime's log records once it reports an error, and when the runtime has ended the child,
-    prints one line: which process was lost and the command that continues the run. The child
-    dies with this process (Linux: :func:`_die_with_parent`)."""
+    cannot catch. So the command runs in a child process (this interpreter forked, when no JAX
+    backend has started in it yet, so nothing is imported twice; else a new interpreter); this
+    one passes on its output, forwards SIGTERM and SIGHUP (Ctrl-C reaches the child from the
+    terminal), holds back the runtime's log records once it reports an error, and when the
+    runtime has ended the child, prints one line: which process was lost and the command that
+    continues the run. The child dies with this process (Linux: :func:`_die_with_parent`)."""
     import signal
-    import subprocess
 
-    env = dict(os.environ, **{_WORKER_ENV: str(os.getpid())})
-    proc = subprocess.Popen([sys.executable, "-m", "fhc_jax.cli", *argv], env=env, stderr=subprocess.PIPE)
+    read, write = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if _forkable():
+        pid = os.fork()
+        if pid == 0:  # the worker: stderr into the pipe, then the command
+            os.close(read)
+            os.dup2(write, 2)
+            os.close(write)
+            os.environ[_WORKER_ENV] = str(os.getppid())
+            os._exit(_work(argv))
+        wait = lambda: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])  # noqa: E731
+        send = lambda signum: os.kill(pid, signum)  # noqa: E731
+    else:
+        import subprocess
+
+        env = dict(os.environ, **{_WORKER_ENV: str(os.getpid())})
+        proc = subprocess.Popen([sys.executable, "-m", "fhc_jax.cli", *argv], env=env, stderr=write)
+        wait, send = proc.wait, proc.send_signal
+    os.close(write)
 
     def forward(signum, frame):  # noqa: ARG001
         with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signum)
+            send(signum)
 
     # a second Ctrl-C, forwarded, would interrupt the child's way out
     handlers = {signal.SIGTERM: forward, signal.SIGHUP: forward, signal.SIGINT: lambda signum, frame: None}
     previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     held: list[bytes] = []  # the runtime's records (and what follows them) after it reported an error
     try:
-        for line in iter(proc.stderr.readline, b""):
-            if held or (_RUNTIME_RECORD.match(line) and line[:1] in (b"E", b"F")):
-                held.append(line)
-            else:
-                sys.stderr.write(line.decode("utf-8", "replace"))
-                sys.stderr.flush()
-        code = proc.wait()
+        with os.fdopen(read, "rb") as pipe:
+            for line in iter(pipe.readline, b""):
+                if held or (_RUNTIME_RECORD.match(line) and line[:1] in (b"E", b"F")):
+                    held.append(line)
+                else:
+                    sys.stderr.write(line.decode("utf-8", "replace"))
+                    sys.stderr.flush()
+        code = wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -422,6 +441,42 @@ def _supervise(argv: Sequence[str]) -> int:
         print(line, file=sys.stderr, flush=True)
         return 1
     return code if code >= 0 else 128 - code
+
+
+def _forkable() -> bool:
+    """Whether this interpreter may fork the worker: POSIX, and no JAX backend (with its
+    threads) started yet (the ``fhc-jax`` command; a Python caller that has used JAX gets a new
+    interpreter instead)."""
+    if not hasattr(os, "fork"):
+        return False
+    try:
+        from jax._src.xla_bridge import backends_are_initialized
+    except ImportError:  # another JAX: the safe way
+        return False
+    return not backends_are_initialized()
+
+
+def _work(argv: Sequence[str]) -> int:
+    """The forked worker's whole life: the command, then JAX's distributed shutdown (what the
+    interpreter's exit would do; a forked worker ends with ``os._exit``); its exit status."""
+    code = 1
+    try:
+        code = main(argv)
+    except SystemExit as err:  # argparse's usage errors
+        code = err.code if isinstance(err.code, int) else (0 if err.code is None else 2)
+    except BaseException:  # noqa: BLE001 (main reports its errors; anything else is a bug)
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            import jax
+
+            jax.distributed.shutdown()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+    return code
 
 
 def _fault_line(argv: Sequence[str], log: str) -> str | None:

@@ -735,8 +735,9 @@ class RunsProgress:
 INIT_TIMEOUT_S = 300
 #: seconds without a heartbeat after which JAX's runtime declares a process lost and ends the others
 HEARTBEAT_TIMEOUT_S = 30
-#: seconds a process waits at the end for the others (``jax.distributed``'s shutdown timeout)
-SHUTDOWN_TIMEOUT_S = 300
+#: seconds a process waits at the end for the others (``jax.distributed``'s shutdown timeout; the
+#: processes leave their last agree() together)
+SHUTDOWN_TIMEOUT_S = 60
 #: seconds a process waits, after a collective operation failed, for JAX's runtime to end it
 #: (it does so once the lost process misses its heartbeats) before it reports the failure itself
 _VERDICT_MARGIN_S = 15

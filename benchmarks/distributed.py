@@ -6,8 +6,10 @@ its default Config and run settings, plots included) as a subprocess, with and w
 ``--coordinator localhost:PORT --num-processes 1 --process-id 0`` (which starts JAX's
 coordination service, the gloo collectives and the supervising process), ``--repeats`` times
 each, interleaved; the wall time of each command is measured from outside. The overhead is
-median(distributed) / median(plain) - 1 (target: at most 2%); metrics.csv and policy.npz must be
-the same bytes in both modes.
+median(distributed) / median(plain) - 1 (target: at most 2%), of the wall time and of the CPU
+time (user + system, of the command and its children): on a machine shared with other work the
+wall time measures how the scheduler shares the cores as much as the work done, so the CPU time
+is the direct measure. metrics.csv, policy.npz and summary.json must be the same in both modes.
 
 **Processes.** A small run (gridworld 3x3, H = 4, 40 updates of K = 8 episodes, 4 seeds, chunks
 of 5) by 1, 2 and 4 local processes on localhost (1 CPU device each), and by one process with 2
@@ -30,6 +32,7 @@ import argparse
 import csv
 import json
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -64,6 +67,12 @@ def _env(devices: int = 1) -> dict[str, str]:
 
 def _run(commands: list[list[str]], env: dict[str, str]) -> float:
     """Start the commands together; the wall seconds until the last one ends (each must exit 0)."""
+    return _run_timed(commands, env)[0]
+
+
+def _run_timed(commands: list[list[str]], env: dict[str, str]) -> tuple[float, float]:
+    """:func:`_run`, and the CPU seconds (user + system) of the commands and their children."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     procs = [subprocess.Popen([sys.executable, "-m", "fhc_jax.cli", *c], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True) for c in commands]
@@ -72,7 +81,8 @@ def _run(commands: list[list[str]], env: dict[str, str]) -> float:
     for p, err in zip(procs, errors):
         if p.returncode != 0:
             raise SystemExit(f"a command failed ({p.returncode}): {err[-2000:]}")
-    return wall
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def _cluster(n: int, i: int, port: int) -> list[str]:
@@ -117,20 +127,26 @@ def _training_identical(a: Path, b: Path) -> bool:
 
 def overhead(root: Path, repeats: int) -> dict:
     times: dict[str, list[float]] = {"plain": [], "distributed": []}
+    cpu: dict[str, list[float]] = {"plain": [], "distributed": []}
     for r in range(repeats):
         for mode in (("plain", "distributed") if r % 2 == 0 else ("distributed", "plain")):
             out = root / f"{mode}_{r}"
             cmd = ["train", "--seeds", "5", "--out", str(out)]
             if mode == "distributed":
                 cmd += _cluster(1, 0, _port())
-            times[mode].append(_run([cmd], _env()))
-            print(f"overhead: {mode} run {r}: {times[mode][-1]:.1f} s", flush=True)
+            wall, seconds = _run_timed([cmd], _env())
+            times[mode].append(wall)
+            cpu[mode].append(seconds)
+            print(f"overhead: {mode} run {r}: {wall:.1f} s wall, {seconds:.1f} s CPU", flush=True)
     same = _same(root / "plain_0", root / "distributed_0")
     median = {m: float(np.median(t)) for m, t in times.items()}
+    median_cpu = {m: float(np.median(t)) for m, t in cpu.items()}
     return {"command": "fhc-jax train --seeds 5 --out DIR [--coordinator localhost:PORT --num-processes 1 "
                        "--process-id 0]",
             "repeats": repeats, "wall_s": times, "median_wall_s": median,
-            "overhead": median["distributed"] / median["plain"] - 1, "identical_results": same}
+            "overhead": median["distributed"] / median["plain"] - 1,
+            "cpu_s": cpu, "median_cpu_s": median_cpu,
+            "cpu_overhead": median_cpu["distributed"] / median_cpu["plain"] - 1, "identical_results": same}
 
 
 def processes(root: Path) -> list[dict]:

@@ -374,7 +374,18 @@ def _die_with_parent(parent: int) -> None:
 
 
 #: a log record of JAX's C++ runtime (absl/glog format): severity, date, time, thread, file:line]
-_RUNTIME_RECORD = re.compile(rb"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w./-]+:\d+\] ")
+_RUNTIME_RECORD = re.compile(rb"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ ([\w./-]+):\d+\] ")
+#: the source files of the distributed runtime's records (others, e.g. XLA's compile-time alarms, pass)
+_DISTRIBUTED_SOURCE = re.compile(rb"coordination|client\.h|distributed|preemption|gloo")
+
+
+def _runtime_error(line: bytes) -> bool:
+    """Whether ``line`` starts a record in which JAX's runtime reports a fatal error, or an
+    error of the distributed runtime (what comes before it ends a process)."""
+    m = _RUNTIME_RECORD.match(line)
+    if m is None:
+        return False
+    return m.group(1) == b"F" or (m.group(1) == b"E" and _DISTRIBUTED_SOURCE.search(m.group(2)) is not None)
 
 
 def _supervise(argv: Sequence[str]) -> int:
@@ -423,7 +434,7 @@ def _supervise(argv: Sequence[str]) -> int:
     try:
         with os.fdopen(read, "rb") as pipe:
             for line in iter(pipe.readline, b""):
-                if held or (_RUNTIME_RECORD.match(line) and line[:1] in (b"E", b"F")):
+                if held or _runtime_error(line):
                     held.append(line)
                 else:
                     sys.stderr.write(line.decode("utf-8", "replace"))

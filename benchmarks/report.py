@@ -523,6 +523,43 @@ def render_validation_overhead(name: str, data: dict) -> list[str]:
         ["case", "before", "after", "wall", "CPU time", "same compiled program"], rows)
 
 
+def render_distributed(name: str, data: dict) -> list[str]:
+    """``benchmarks/distributed.py``: the distributed path at one process, and several local
+    processes against one."""
+    out = ["Several processes (jax.distributed)", provenance(name, data), ""]
+    o = data.get("overhead_one_process")
+    if o:
+        same = "identical" if all(o["identical_results"].values()) else "NOT identical"
+        out += [f"`{o['command']}` (FH-Constrained on the default gridworld, plots included), median of "
+                f"{o['repeats']} interleaved runs of the whole command; results {same} in both modes. The CPU time "
+                "(user + system) is the direct measure; the wall time on a shared machine also measures how the "
+                "scheduler shares the cores.", ""]
+        cpu = o.get("median_cpu_s")
+        out += table(["mode", "wall (median)", "vs plain", "CPU (median)", "vs plain"],
+                     [["plain", secs(o["median_wall_s"]["plain"]), "-", secs(cpu and cpu["plain"]), "-"],
+                      ["`--num-processes 1`", secs(o["median_wall_s"]["distributed"]), f"{100 * o['overhead']:+.1f}%",
+                       secs(cpu and cpu["distributed"]),
+                       "-" if not cpu else f"{100 * o['cpu_overhead']:+.1f}%"]])
+        out += [""]
+    rows = []
+    for r in data.get("processes") or []:
+        same = r.get("identical_to_one_process_same_devices")
+        vs_one = r.get("identical_to_one_device")
+        rows.append([r["layout"], secs(r["wall_s"]),
+                     "-" if same is None else ("yes" if all(same.values()) else "no"),
+                     "-" if vs_one is None else ("yes" if all(vs_one.values()) else
+                                                 ("training, policies and judgement; exact evaluations within "
+                                                  f"{r['exact_max_rel_diff_vs_one_device']:.1e}"
+                                                  if r.get("training_identical_to_one_device") and vs_one["policy_npz"]
+                                                  and vs_one["summary_json"] else "no"))])
+    if rows:
+        out += [f"{data.get('small_run', 'a small run')}, on localhost; the wall time of the slowest process, "
+                "compilation included (every process compiles); with fewer cores than processes it measures the "
+                "sharing of the cores.", ""]
+        out += table(["layout", "wall", "bit-identical to 1 process, same devices", "vs 1 process, 1 device"], rows)
+    return out
+
+
 #: results file pattern (relative to benchmarks/results, fnmatch) -> renderer; the first match
 #: wins, and the page follows this order.
 RENDERERS: dict[str, Renderer] = {
@@ -546,6 +583,7 @@ RENDERERS: dict[str, Renderer] = {
     "chunked_training.json": render_chunked,
     "tracking_overhead.json": render_tracking,
     "validation_overhead.json": render_validation_overhead,
+    "distributed.json": render_distributed,
     "gpu_*/env_throughput.json": render_env_throughput,
     "gpu_*/fh_constrained.json": render_learner,
     "gpu_*/nn_constrained.json": render_learner,

@@ -15,6 +15,12 @@
 ``--env`` takes a registered name (:data:`fhc_jax.experiment.config.ENVIRONMENTS`) or
 ``module:ClassOrFactory`` of your own environment.
 
+``train``, ``sweep`` and ``compare`` run over several processes or hosts with ``--coordinator
+HOST:PORT --num-processes N --process-id I`` (or ``--distributed``: from a cluster scheduler's
+environment), the same command in every process (docs/distributed.md); such a command runs in a
+worker process that this one supervises (:func:`_supervise`), so that a lost process ends the
+others with one line naming it and the command that continues the run (exit status 1).
+
 Every failure is one line on stderr, ``fhc-jax COMMAND: error: ...``, naming the bad field or
 file and what to do, and the exit status says what kind it was (docs/RELIABILITY.md lists every
 case):
@@ -34,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -138,7 +145,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                     loggers=args.logger)
     except ValueError as err:
         return _error("train", err)
-    if result.get("complete"):
+    if result.get("complete") and _writer():
         print(f"wrote {args.out}")
     return 0
 
@@ -179,15 +186,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import rundir, sweep
+    from fhc_jax.experiment import rundir, runner, sweep
 
-    if args.distributed:  # multi-host: every host runs the same command
-        import jax
-
-        jax.distributed.initialize()
-    import jax
-
-    writer = jax.process_index() == 0  # multi-host: process 0 writes the files
+    writer = _writer()  # several processes: process 0 writes the files
     try:
         from fhc_jax.experiment import tracking
 
@@ -198,26 +199,38 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         rundir.check(args.out, resume=False, overwrite=args.overwrite, can_resume=False)
     except ValueError as err:
         return _error("sweep", err)
-    lock = rundir.locked(args.out, f"fhc-jax sweep --out {args.out}") if writer else contextlib.nullcontext()
-    with lock:
+    with contextlib.ExitStack() as held:
         try:
-            if writer:
-                rundir.prepare(args.out, resume=False, overwrite=args.overwrite, can_resume=False)
-                rundir.write_json_atomic(Path(args.out) / rundir.CONFIG, sweep.sweep_config(spec, grid))
-            result = sweep.run_sweep(spec, grid, shard=not args.no_shard, quiet=args.quiet,
+            error = None
+            try:
+                if writer:
+                    held.enter_context(rundir.locked(args.out, f"fhc-jax sweep --out {args.out}"))
+                    rundir.prepare(args.out, resume=False, overwrite=args.overwrite, can_resume=False)
+                    rundir.write_json_atomic(Path(args.out) / rundir.CONFIG, sweep.sweep_config(spec, grid))
+            except Exception as err:  # noqa: BLE001 (raised on every process by agree)
+                error = err
+            runner.agree(error)
+            result = sweep.run_sweep(spec, grid, shard=not args.no_shard, quiet=args.quiet or not writer,
                                      loggers=loggers if writer else None, out=args.out)
         except ValueError as err:
             return _error("sweep", err)
+        error = None
         if writer:
-            sweep.write_sweep(args.out, spec, grid, result)
-    print(sweep.format_sweep(result))
-    print(f"wrote {args.out}")
+            try:
+                sweep.write_sweep(args.out, spec, grid, result)
+            except Exception as err:  # noqa: BLE001
+                error = err
+        runner.agree(error)
+    if writer:
+        print(sweep.format_sweep(result))
+        print(f"wrote {args.out}")
     return 0
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import compare, rundir
+    from fhc_jax.experiment import compare, rundir, runner
 
+    writer = _writer()  # several processes: process 0 writes the files and prints the progress
     try:  # validated before anything is compiled
         if args.seeds < 1:
             raise ValueError(f"--seeds must be an integer >= 1, found {args.seeds}")
@@ -234,19 +247,40 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             rundir.check_writable_file(Path(args.out) / f"{name}.{ext}")
     except ValueError as err:
         return _error("compare", err)
-    with rundir.locked(args.out, f"fhc-jax compare --out {args.out} --name {name}",
-                       lock_file=rundir.shared_lock_file(args.out, name)):
+    with contextlib.ExitStack() as held:
         try:
+            error = None
+            try:
+                if writer:
+                    held.enter_context(rundir.locked(args.out, f"fhc-jax compare --out {args.out} --name {name}",
+                                                     lock_file=rundir.shared_lock_file(args.out, name)))
+            except Exception as err:  # noqa: BLE001 (raised on every process by agree)
+                error = err
+            runner.agree(error)
             result = compare.run_comparison(runs, seeds=args.seeds, overrides=args.set or (), env=args.env,
-                                            study=study, quiet=args.quiet, loggers=loggers, log_dir=args.out,
-                                            log_name=name)
+                                            study=study, quiet=args.quiet or not writer,
+                                            loggers=loggers if writer else None, log_dir=args.out, log_name=name)
         except ValueError as err:
             return _error("compare", err)
-        paths = compare.write_outputs(result, args.out, stem=name)
-    print(compare.format_markdown(result))
-    for path in paths.values():
-        print(f"wrote {path}")
+        error, paths = None, {}
+        if writer:
+            try:
+                paths = compare.write_outputs(result, args.out, stem=name)
+            except Exception as err:  # noqa: BLE001
+                error = err
+        runner.agree(error)
+    if writer:
+        print(compare.format_markdown(result))
+        for path in paths.values():
+            print(f"wrote {path}")
     return 0
+
+
+def _writer() -> bool:
+    """Whether this process writes files and results (process 0 of a run over several)."""
+    from fhc_jax.experiment import runner
+
+    return runner.is_writer()
 
 
 def _add_logger_option(p: argparse.ArgumentParser) -> None:
@@ -282,6 +316,206 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
+def _add_cluster_options(p: argparse.ArgumentParser) -> None:
+    from fhc_jax.experiment.runner import HEARTBEAT_TIMEOUT_S, INIT_TIMEOUT_S
+
+    g = p.add_argument_group("several processes or hosts (jax.distributed; run the same command in every process)")
+    g.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                   help="address of process 0, which serves JAX's coordination service there")
+    g.add_argument("--num-processes", type=int, default=None, metavar="N", help="number of processes N")
+    g.add_argument("--process-id", type=int, default=None, metavar="I", help="this process's index in [0, N)")
+    g.add_argument("--distributed", action="store_true",
+                   help="join a run over several processes with everything the flags above leave out taken from "
+                        "the environment a cluster scheduler sets (SLURM, Open MPI, ...), as "
+                        "jax.distributed.initialize() detects it")
+    g.add_argument("--init-timeout", type=int, default=INIT_TIMEOUT_S, metavar="S",
+                   help=f"seconds to wait for every process to join (default {INIT_TIMEOUT_S})")
+    g.add_argument("--heartbeat-timeout", type=int, default=HEARTBEAT_TIMEOUT_S, metavar="S",
+                   help="seconds without a heartbeat after which a process counts as lost and the others stop "
+                        f"(default {HEARTBEAT_TIMEOUT_S})")
+
+
+#: the options that make a command join a run over several processes (:func:`_supervise`)
+_CLUSTER_FLAGS = ("--coordinator", "--num-processes", "--process-id", "--distributed")
+#: set in the worker process that :func:`_supervise` starts
+_WORKER_ENV = "FHC_JAX_DISTRIBUTED_WORKER"
+
+
+def _cluster(args: argparse.Namespace):
+    """The :class:`~fhc_jax.experiment.runner.Cluster` the options ask for, or None (one process)."""
+    from fhc_jax.experiment.runner import Cluster
+
+    if not any(getattr(args, name, None) not in (None, False)
+               for name in ("coordinator", "num_processes", "process_id", "distributed")):
+        return None
+    return Cluster(coordinator=args.coordinator, num_processes=args.num_processes, process_id=args.process_id,
+                   init_timeout_s=args.init_timeout, heartbeat_timeout_s=args.heartbeat_timeout)
+
+
+def _wants_cluster(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` names a cluster option (a scan before parsing, which imports JAX)."""
+    return any(a.split("=", 1)[0] in _CLUSTER_FLAGS for a in argv if a.startswith("--"))
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: this worker is killed when its supervising process ``parent`` dies (prctl
+    PR_SET_PDEATHSIG), and ends now if it has died already."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os._exit(137)
+
+
+#: a log record of JAX's C++ runtime (absl/glog format): severity, date, time, thread, file:line]
+_RUNTIME_RECORD = re.compile(rb"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ ([\w./-]+):\d+\] ")
+#: the source files of the distributed runtime's records (others, e.g. XLA's compile-time alarms, pass)
+_DISTRIBUTED_SOURCE = re.compile(rb"coordination|client\.h|distributed|preemption|gloo")
+
+
+def _runtime_error(line: bytes) -> bool:
+    """Whether ``line`` starts a record in which JAX's runtime reports a fatal error, or an
+    error of the distributed runtime (what comes before it ends a process)."""
+    m = _RUNTIME_RECORD.match(line)
+    if m is None:
+        return False
+    return m.group(1) == b"F" or (m.group(1) == b"E" and _DISTRIBUTED_SOURCE.search(m.group(2)) is not None)
+
+
+def _supervise(argv: Sequence[str]) -> int:
+    """Run this command (which joins a run over several processes) in a worker process and say
+    how it ended.
+
+    JAX's distributed runtime ends a process whose peer is lost (missed heartbeats, the
+    coordinator gone, a process that never joined) by aborting it from C++, which Python
+    cannot catch. So the command runs in a child process (this interpreter forked, when no JAX
+    backend has started in it yet, so nothing is imported twice; else a new interpreter); this
+    one passes on its output, forwards SIGTERM and SIGHUP (Ctrl-C reaches the child from the
+    terminal), holds back the runtime's log records once it reports an error, and when the
+    runtime has ended the child, prints one line: which process was lost and the command that
+    continues the run. The child dies with this process (Linux: :func:`_die_with_parent`)."""
+    import signal
+
+    read, write = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if _forkable():
+        pid = os.fork()
+        if pid == 0:  # the worker: stderr into the pipe, then the command
+            os.close(read)
+            os.dup2(write, 2)
+            os.close(write)
+            os.environ[_WORKER_ENV] = str(os.getppid())
+            os._exit(_work(argv))
+        wait = lambda: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])  # noqa: E731
+        send = lambda signum: os.kill(pid, signum)  # noqa: E731
+    else:
+        import subprocess
+
+        env = dict(os.environ, **{_WORKER_ENV: str(os.getpid())})
+        proc = subprocess.Popen([sys.executable, "-m", "fhc_jax.cli", *argv], env=env, stderr=write)
+        wait, send = proc.wait, proc.send_signal
+    os.close(write)
+
+    def forward(signum, frame):  # noqa: ARG001
+        with contextlib.suppress(ProcessLookupError):
+            send(signum)
+
+    # a second Ctrl-C, forwarded, would interrupt the child's way out
+    handlers = {signal.SIGTERM: forward, signal.SIGHUP: forward, signal.SIGINT: lambda signum, frame: None}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+    held: list[bytes] = []  # the runtime's records (and what follows them) after it reported an error
+    try:
+        with os.fdopen(read, "rb") as pipe:
+            for line in iter(pipe.readline, b""):
+                if held or _runtime_error(line):
+                    held.append(line)
+                else:
+                    sys.stderr.write(line.decode("utf-8", "replace"))
+                    sys.stderr.flush()
+        code = wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    log = b"".join(held).decode("utf-8", "replace")
+    line = _fault_line(argv, log) if held and code != 0 else None
+    if line is None or os.environ.get("FHC_JAX_TRACEBACK"):
+        sys.stderr.write(log)
+        sys.stderr.flush()
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)
+        return 1
+    return code if code >= 0 else 128 - code
+
+
+def _forkable() -> bool:
+    """Whether this interpreter may fork the worker: POSIX, and no JAX backend (with its
+    threads) started yet (the ``fhc-jax`` command; a Python caller that has used JAX gets a new
+    interpreter instead)."""
+    if not hasattr(os, "fork"):
+        return False
+    try:
+        from jax._src.xla_bridge import backends_are_initialized
+    except ImportError:  # another JAX: the safe way
+        return False
+    return not backends_are_initialized()
+
+
+def _work(argv: Sequence[str]) -> int:
+    """The forked worker's whole life: the command, then JAX's distributed shutdown (what the
+    interpreter's exit would do; a forked worker ends with ``os._exit``); its exit status."""
+    code = 1
+    try:
+        code = main(argv)
+    except SystemExit as err:  # argparse's usage errors
+        code = err.code if isinstance(err.code, int) else (0 if err.code is None else 2)
+    except BaseException:  # noqa: BLE001 (main reports its errors; anything else is a bug)
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            import jax
+
+            jax.distributed.shutdown()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+    return code
+
+
+def _fault_line(argv: Sequence[str], log: str) -> str | None:
+    """The one line for a worker that JAX's runtime ended (None: the log holds no verdict):
+    which process is lost, where the run stands and the command that continues it."""
+    args = build_parser().parse_args(list(argv))
+    from fhc_jax.experiment import checkpoint, rundir, runner
+
+    cluster = _cluster(args)
+    verdict = runner.runtime_verdict(log, args.process_id, args.num_processes, args.init_timeout)
+    if verdict is None:
+        return None
+    flags = " ".join(cluster.flags())
+    each = " (each with its own --process-id)" if args.process_id is not None else ""
+    if args.command == "train" and (Path(args.out) / rundir.CONFIG).is_file():
+        last = checkpoint.latest_iteration(Path(args.out) / rundir.CHECKPOINTS)
+        where = "no checkpoint yet" if last is None else f"the last checkpoint (iteration {last}) is intact"
+        again = f"fhc-jax train --resume --out {args.out} {flags}"
+        return (f"fhc-jax train: error: {verdict}; the run stopped ({where}); continue it on every process{each}: "
+                f"{again}")
+    started = Path(args.out).is_dir() and any(Path(args.out).iterdir())
+    overwrite = args.command in ("sweep", "train") and "--overwrite" not in argv and started
+    rerun = " ".join(["fhc-jax", *argv] + (["--overwrite"] if overwrite else []))
+    what = {"train": "run", "sweep": "sweep", "compare": "comparison"}[args.command]
+    return (f"fhc-jax {args.command}: error: {verdict}; the {what} {'stopped' if started else 'did not start'}; "
+            f"start it again on every process{each}: {rerun}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fhc-jax", description="Finite-horizon constrained RL in JAX.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -309,6 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-chunks", type=int, default=None, help="stop after this many chunks (resumable)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
     _add_logger_option(p)
+    _add_cluster_options(p)
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("plot", help="redraw the figures of a run directory")
@@ -337,9 +572,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2,...",
                    help="values of one numeric hyperparameter (repeatable: the grid is their product)")
     p.add_argument("--no-shard", action="store_true", help="keep all runs on the first device")
-    p.add_argument("--distributed", action="store_true",
-                   help="call jax.distributed.initialize() first (multi-host; run on every host)")
     _add_logger_option(p)
+    _add_cluster_options(p)
     p.set_defaults(func=_cmd_sweep)
 
     from fhc_jax.experiment.config import ALGORITHMS
@@ -367,25 +601,48 @@ def build_parser() -> argparse.ArgumentParser:
                    help="file name stem (default the study's name; the paper's comparison: reproduce_paper)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _add_logger_option(p)
+    _add_cluster_options(p)
     p.set_defaults(func=_cmd_compare)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit status (module docstring). Usage errors of the
-    argument syntax itself exit through argparse with status 2."""
+    argument syntax itself exit through argparse with status 2. A command that joins a run over
+    several processes (``--coordinator``, ``--num-processes``, ``--process-id``,
+    ``--distributed``) runs in a worker process that this one supervises (:func:`_supervise`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parent = os.environ.get(_WORKER_ENV, "")
+    worker = parent.isdigit()
+    if _wants_cluster(argv) and not worker:
+        return _supervise(argv)
+    if worker:
+        _die_with_parent(int(parent))
     args = build_parser().parse_args(argv)
     from fhc_jax.experiment import checkpoint, config, rundir, runner, training
 
     command = args.command
+    cluster = _cluster(args)
+    if cluster is not None:
+        if not worker:  # an abbreviated option the scan above did not recognise
+            return _supervise(argv)
+        try:
+            runner.initialize(cluster)
+        except ValueError as err:
+            return _error(command, err)
     try:
         return args.func(args)
     except training.TrainingInterrupted as err:
         print(f"fhc-jax {command}: {err}", file=sys.stderr)
-        return 130
+        return _interrupted(cluster)
     except KeyboardInterrupt:
         print(f"fhc-jax {command}: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted(cluster)
+    except runner.DistributedError as err:  # another process failed (its message), or one was lost
+        lost = err.process is None and command == "train"
+        hint = f"; continue it on every process with: fhc-jax train --resume --out {args.out} " \
+            + " ".join(cluster.flags()) if lost else ""
+        return _error(command, f"{err}{hint}", 1)
     except (rundir.RunInUseError, checkpoint.CheckpointError, runner.DivergenceError,
             config.EnvironmentFailure) as err:
         return _error(command, err, 1)
@@ -399,6 +656,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return _error(command, f"internal error: {type(err).__name__}: {_one_line(err)} "
                                "(set FHC_JAX_TRACEBACK=1 for the traceback)", 1)
+
+
+def _interrupted(cluster) -> int:
+    """Exit status 130; a process of a run over several ends at once (the others, not
+    interrupted, would otherwise wait for it at the end), and the others report it lost."""
+    import jax
+
+    if cluster is not None and jax.process_count() > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    return 130
 
 
 if __name__ == "__main__":

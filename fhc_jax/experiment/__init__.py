@@ -11,7 +11,8 @@ caches):
 * :mod:`~fhc_jax.experiment.runner`: the one chunked driver
   (:meth:`~fhc_jax.experiment.runner.ChunkedTrainer.drive`: ``jax.jit(jax.vmap(chunk))`` over a
   sharded runs axis, progress, divergence detection) that train, sweep, compare and eval share;
-  :func:`~fhc_jax.experiment.runner.train_seeds` is its one-call form.
+  :func:`~fhc_jax.experiment.runner.train_seeds` is its one-call form; runs over several
+  processes and hosts (:func:`~fhc_jax.experiment.runner.initialize`, ``jax.distributed``).
 * :mod:`~fhc_jax.experiment.checkpoint`: orbax checkpoints of the full carry with a verified
   manifest; bit-identical resume from the newest intact checkpoint.
 * :mod:`~fhc_jax.experiment.training`: ``fhc-jax train`` (:func:`~fhc_jax.experiment.training.train_run`).
@@ -33,8 +34,8 @@ from fhc_jax.experiment.config import (ALGORITHMS, ENVIRONMENTS, ConfigError, En
 from fhc_jax.experiment.judge import DEFAULT_TOLERANCE, Judgement
 from fhc_jax.experiment.checkpoint import CheckpointError
 from fhc_jax.experiment.rundir import RunDirectoryError, RunInUseError, machine_info
-from fhc_jax.experiment.runner import (ChunkedTrainer, ChunkState, Divergence, DivergenceError, RunResult,
-                                       parse_run_line, seed_keys, train_seeds)
+from fhc_jax.experiment.runner import (ChunkedTrainer, ChunkState, Cluster, DistributedError, Divergence,
+                                       DivergenceError, RunResult, parse_run_line, seed_keys, train_seeds)
 from fhc_jax.experiment.training import TrainingInterrupted
 from fhc_jax.experiment.evaluation import LoadedRun, evaluate_run, load_run
 
@@ -43,8 +44,10 @@ __all__ = [
     "CheckpointError",
     "ChunkState",
     "ChunkedTrainer",
+    "Cluster",
     "ConfigError",
     "DEFAULT_TOLERANCE",
+    "DistributedError",
     "Divergence",
     "DivergenceError",
     "ENVIRONMENTS",

@@ -25,6 +25,12 @@ and moved to ``rejected_checkpoints/`` next to ``checkpoints/`` (never deleted: 
 someone), so new checkpoints can take their place. Orbax's own temporary directories of an
 interrupted save hold nothing usable and are deleted. When checkpoints exist but none is intact,
 :class:`CheckpointError` says why for each and nothing is moved.
+
+**Several processes.** A checkpoint holds the carry gathered from every process (all R runs,
+unpadded), written by process 0 alone (orbax's ``MultiprocessingOptions`` with
+``active_processes={0}``); process 0 picks the checkpoint to restore (and alone moves or deletes
+anything), every process restores that one, verified, onto its own shard of the mesh. So a run
+resumes with any number of processes or devices.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from typing import Any, Callable, Iterator
 import jax
 import numpy as np
 
-from fhc_jax.experiment import rundir
+from fhc_jax.experiment import rundir, runner
 from fhc_jax.experiment.config import flatten
 from fhc_jax.experiment.runner import ChunkState, ChunkedTrainer
 
@@ -59,7 +65,16 @@ def _manager(directory: Path, max_to_keep: int = 2):
     import orbax.checkpoint as ocp
 
     logging.getLogger("absl").setLevel(logging.ERROR)  # orbax logs every save at INFO/WARNING
-    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False)
+    if jax.process_count() == 1:
+        options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False)
+        return ocp.CheckpointManager(Path(directory).absolute(), options=options)
+    # several processes: this process alone (process 0 writes, each process reads for itself),
+    # so orbax's barriers involve no other process
+    me = jax.process_index()
+    Path(directory).mkdir(parents=True, exist_ok=True)  # orbax does not create it for a subset of processes
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=max_to_keep, create=False, enable_async_checkpointing=False,
+        multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me}))
     return ocp.CheckpointManager(Path(directory).absolute(), options=options)
 
 
@@ -97,23 +112,37 @@ def save(directory: str | Path, trainer: ChunkedTrainer, state: ChunkState, max_
     Args:
         config_hash: the run's configuration hash, recorded for :func:`restore_verified`.
     """
+    directory = Path(directory)
+    payload = _payload(trainer, state)  # every process: the carry is gathered from all of them
+    step_dir = directory / str(state.iteration)
+    if jax.process_count() == 1:
+        _write(directory, payload, config_hash, step_dir, state.iteration, max_to_keep)
+        return step_dir
+    error = None
+    if runner.is_writer():  # several processes: process 0 writes, the others learn whether it could
+        try:
+            _write(directory, payload, config_hash, step_dir, state.iteration, max_to_keep)
+        except Exception as err:  # noqa: BLE001 (reported on every process)
+            error = err
+    runner.agree(error)
+    return step_dir
+
+
+def _write(directory: Path, payload: dict[str, Any], config_hash: str | None, step_dir: Path, iteration: int,
+           max_to_keep: int) -> None:
     import orbax.checkpoint as ocp
 
-    directory = Path(directory)
-    payload = _payload(trainer, state)
     man = manifest(payload, config_hash)
-    step_dir = directory / str(state.iteration)
     if step_dir.exists():  # an unfinished or rejected earlier attempt at this step (we hold the run's lock)
         shutil.rmtree(step_dir)
     with _interrupt_after():  # orbax's writer threads must not race a Ctrl-C's cleanup
         mngr = _manager(directory, max_to_keep)
         try:
-            mngr.save(state.iteration, args=ocp.args.StandardSave(payload), force=True)
+            mngr.save(iteration, args=ocp.args.StandardSave(payload), force=True)
             mngr.wait_until_finished()
         finally:
             mngr.close()
         rundir.write_json_atomic(step_dir / MANIFEST, man)  # the commit marker: written last
-    return step_dir
 
 
 @contextlib.contextmanager
@@ -275,11 +304,43 @@ def restore_verified(directory: str | Path, trainer: ChunkedTrainer, template: C
     Args:
         config_hash: the run's configuration hash (None: not checked).
         num_iterations: the configuration's N; a checkpoint beyond it is refused (None: not checked).
+    Several processes: process 0 walks the checkpoints as above (and alone moves or deletes
+    anything), then every other process restores, verified, the checkpoint process 0 chose; a
+    failure on any process is raised on every process.
+
     Raises:
         CheckpointError: checkpoints exist but none is intact (each one's reason is listed).
     """
     directory = Path(directory)
     say = say or (lambda msg: None)
+    if jax.process_count() > 1:
+        return _restore_everywhere(directory, trainer, template, config_hash, num_iterations, say)
+    return _restore_newest(directory, trainer, template, config_hash, num_iterations, say)
+
+
+def _restore_everywhere(directory: Path, trainer: ChunkedTrainer, template: ChunkState, config_hash: str | None,
+                        num_iterations: int | None, say: Callable[[str], None]) -> ChunkState | None:
+    state, error = None, None
+    if runner.is_writer():
+        try:
+            state = _restore_newest(directory, trainer, template, config_hash, num_iterations, say)
+        except Exception as err:  # noqa: BLE001 (raised on every process by share)
+            error = err
+    step = runner.share(-1 if state is None else state.iteration, error)
+    error = None
+    if not runner.is_writer() and step >= 0:
+        try:
+            state = _restore_step(directory, step, trainer, template, config_hash, num_iterations)
+        except Exception as err:  # noqa: BLE001
+            error = CheckpointError(f"checkpoint {directory / str(step)} cannot be read on process "
+                                    f"{jax.process_index()}: {_short(err)} (every process needs the run directory "
+                                    "on a shared file system)")
+    runner.agree(error)
+    return state
+
+
+def _restore_newest(directory: Path, trainer: ChunkedTrainer, template: ChunkState, config_hash: str | None,
+                    num_iterations: int | None, say: Callable[[str], None]) -> ChunkState | None:
     if not directory.is_dir():
         return None
     _quiet_orbax_shutdown()

@@ -6,9 +6,11 @@ fields must not vary, they set shapes and code paths). Configurations and seeds 
 into one runs axis of R = C x S (config-major: run = c * S + s; seed s uses the same key in
 every configuration), padded to a multiple of the device count and sharded over all devices
 (``NamedSharding(Mesh(jax.devices(), ("runs",)), PartitionSpec("runs"))``), then trained in
-chunks like ``fhc-jax train``. Multi-host: call ``jax.distributed.initialize()`` on every
-host before the sweep (``fhc-jax sweep --distributed``); ``jax.devices()`` then lists every
-host's devices, every process builds the same global inputs and gathers the results.
+chunks like ``fhc-jax train``. Several processes or hosts: ``fhc-jax sweep --coordinator
+HOST:PORT --num-processes N --process-id I`` (or ``--distributed`` under a cluster scheduler)
+in every process (:func:`fhc_jax.experiment.runner.initialize`); ``jax.devices()`` then lists
+every process's devices, every process builds the same global inputs and gathers the results,
+and process 0 writes them (docs/distributed.md).
 
 Every configuration's seeds are judged by :func:`fhc_jax.experiment.judge.judge` (one feasibility
 rule, ``run.feasibility_tolerance``). Configurations are ranked as the defaults were chosen: by the

@@ -7,21 +7,23 @@ restored when resuming, progress line, metrics.csv rewritten atomically after ev
 checkpoint every ``run.checkpoint_every`` chunks and at the end), and finally judge the final
 policies (:mod:`fhc_jax.experiment.judge`: exactly against ``fhc_jax.solve``'s optimum on a
 tabular exact model, by Monte-Carlo against the environment's reference otherwise) and write
-summary.json, policy.npz and the plots.
+summary.json, policy.npz and the plots. Over several processes (docs/distributed.md) every
+process trains and judges, process 0 alone locks the directory, writes its files and prints.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any, Sequence
+from typing import IO, Any, Callable, Sequence
 
 import jax
 import numpy as np
 
 from fhc_jax.algos.learner import describe_status, judged_exactly, play_environment
-from fhc_jax.experiment import checkpoint, config, judge, rundir, tracking
+from fhc_jax.experiment import checkpoint, config, judge, rundir, runner, tracking
 from fhc_jax.experiment.config import ExperimentSpec, load_spec
 from fhc_jax.experiment.runner import (ChunkedTrainer, ChunkState, DivergenceError, divergence_hint,
                                        env_steps_per_iteration, seed_keys)
@@ -111,6 +113,9 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
     loggers = tracking.resolve_loggers(loggers)  # a usage error before anything else
     out = Path(out)
     stream = sys.stderr if stream is None else stream
+    writer = runner.is_writer()  # several processes: process 0 writes the files and prints the progress
+    if not writer:
+        loggers, quiet, plots = [], True, False
     rundir.check(out, resume=resume, overwrite=overwrite)
     if resume:
         stored = rundir.read_run(out).spec
@@ -121,12 +126,20 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
     env, params = spec.make_env()
     learner = spec.module.make_learner(env, params, spec.learner)  # refuses an unsuitable env before any write
     _check_playable(spec, env, params, learner)
-    with rundir.locked(out, "fhc-jax train " + ("--resume " if resume else "") + f"--out {out}"):
-        if resume:  # read again under the lock: what we resume is what no one else is writing
-            _refuse_changes(rundir.read_run(out).spec, spec, out)
-        else:
-            rundir.prepare(out, resume=False, overwrite=overwrite)
-            rundir.write_json_atomic(out / rundir.CONFIG, config_payload(spec))
+    with contextlib.ExitStack() as held:
+        error = None
+        try:
+            if writer:  # several processes: process 0 alone locks, prepares and writes the directory
+                command = "fhc-jax train " + ("--resume " if resume else "") + f"--out {out}"
+                held.enter_context(rundir.locked(out, command))
+                if resume:  # read again under the lock: what we resume is what no one else is writing
+                    _refuse_changes(rundir.read_run(out).spec, spec, out)
+                else:
+                    rundir.prepare(out, resume=False, overwrite=overwrite)
+                    rundir.write_json_atomic(out / rundir.CONFIG, config_payload(spec))
+        except Exception as err:  # noqa: BLE001 (raised on every process by agree)
+            error = err
+        runner.agree(error)  # the others start once process 0 has prepared the directory
         trackers = tracking.Trackers(loggers, out, name=out.name, config=rundir.read_json(out / rundir.CONFIG),
                                      hparams=spec.settings(), run_labels=tracking.seed_labels(spec.seeds),
                                      steps_per_iteration=env_steps_per_iteration(spec.learner, env.horizon),
@@ -195,6 +208,8 @@ def _train(spec, out, resume, env, params, learner, stream, quiet, max_chunks, p
     last: dict[str, Any] = {"state": None, "chunks": 0, "start": 0}
 
     def write_metrics(st: ChunkState) -> None:
+        if not runner.is_writer():
+            return
         rundir.write_bytes_atomic(out / rundir.METRICS, rundir.metrics_csv(
             st.metrics, st.exact_iterations, st.exact_reward, st.exact_costs, st.iteration).encode())
 
@@ -236,7 +251,9 @@ def _train(spec, out, resume, env, params, learner, stream, quiet, max_chunks, p
     except KeyboardInterrupt:
         st = last["state"]
         iteration = 0 if st is None else st.iteration
-        if st is not None and st.divergence is None and iteration > (saved["iteration"] or 0):
+        # (several processes: no save, whose collectives the others, not interrupted, would not join)
+        if st is not None and st.divergence is None and iteration > (saved["iteration"] or 0) \
+                and jax.process_count() == 1:
             try:  # keep the last finished chunk: the resume continues from here
                 save(st)
             except BaseException:  # noqa: BLE001 (a second Ctrl-C, or a failed save: the older checkpoint stays)
@@ -251,6 +268,22 @@ def _train(spec, out, resume, env, params, learner, stream, quiet, max_chunks, p
                           last["start"])
     except KeyboardInterrupt:
         raise TrainingInterrupted(out, state.iteration, saved["iteration"]) from None
+
+
+def _written(write: Callable[[], None]) -> BaseException | None:
+    """Run ``write`` on the writing process (process 0; the only one in a run of one process,
+    where its exceptions propagate); returns the exception it raised on process 0 of several
+    (for :func:`fhc_jax.experiment.runner.agree`), else None."""
+    if jax.process_count() == 1:
+        write()
+        return None
+    if not runner.is_writer():
+        return None
+    try:
+        write()
+    except Exception as err:  # noqa: BLE001 (raised on every process by agree)
+        return err
+    return None
 
 
 def constraint_lines(statuses: list, thresholds: Any, multipliers: Any = None) -> list[str | None]:
@@ -282,7 +315,8 @@ def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, traine
     elif cmdp is None:  # no tabular exact model: Monte-Carlo judgement against the environment's reference
         result = head
         say(f"judging {spec.seeds} seeds by Monte-Carlo ({spec.eval_episodes} episodes each)")
-        returned = [jax.tree.map(lambda x, r=r: x[r], state.carry.selection.state) for r in range(spec.seeds)]
+        gathered = runner.gathered(state.carry.selection.state)  # the policies the learner returns
+        returned = [jax.tree.map(lambda x, r=r: x[r], gathered) for r in range(spec.seeds)]
         play_env, play_params = play_environment(spec.module, returned[0], env, params)  # the task, where it plays
         policies = [spec.module.policy(st, play_env, play_params) for st in returned]
         judged = judge.judge_monte_carlo(play_env, play_params, policies, spec.eval_episodes, multipliers=learned_nu,
@@ -315,19 +349,23 @@ def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, traine
         result["diverged_seeds"] = [{"seed": s, "first_iteration": i, "quantity": q}
                                     for s, i, q in zip(div.seeds, div.iterations, div.quantities)]
         result.update(machine=rundir.machine_info(), timing=timing)
-        rundir.write_json_atomic(out / rundir.SUMMARY, result)
+        runner.agree(_written(lambda: rundir.write_json_atomic(out / rundir.SUMMARY, result)))
         raise DivergenceError(message, div)
-    rundir.write_npz_atomic(out / rundir.POLICY, **npz)
     timing["resumed_from_iteration"] = start_iteration
     steps = env_steps_per_iteration(spec.learner, env.horizon)
     if steps and state.elapsed_s > 0:
         timing["env_steps_per_s"] = steps * spec.num_iterations * spec.seeds / state.elapsed_s
     result.update(machine=rundir.machine_info(), timing=timing)
-    rundir.write_json_atomic(out / rundir.SUMMARY, result)
-    if plots:
-        from fhc_jax.experiment import plots as plotting
 
-        plotting.plot_run(out)
+    def write() -> None:
+        rundir.write_npz_atomic(out / rundir.POLICY, **npz)
+        rundir.write_json_atomic(out / rundir.SUMMARY, result)
+        if plots:
+            from fhc_jax.experiment import plots as plotting
+
+            plotting.plot_run(out)
+
+    runner.agree(_written(write))  # several processes: the others end once process 0 has written the run
     say(judge.format_table(judged, result.get("statistics")))
     for line in (row["message"] for row in result.get("constraint_status", ()) if row["message"]):
         say(line)

@@ -211,6 +211,7 @@ def test_stack_rejects_static_differences():
     assert stacked.theta_bound.shape == (2,)
 
 
+@pytest.mark.slow
 def test_env_defaults_resolve_per_environment_and_explicit_values_hold():
     """FH-Constrained's features default is an EnvDefault: make_learner (and the experiment
     layer, which knows the environment) resolve it to one-hot on GridWorld and to
@@ -271,6 +272,7 @@ def test_env_defaults_resolve_per_environment_and_explicit_values_hold():
     assert stack([cfg, cfg.replace(features=features.OneHot())], env=grid).theta_bound.shape == (2,)
 
 
+@pytest.mark.slow
 def test_hparams_that_keep_an_env_default_take_the_trained_configs_value():
     """train(key, hparams): a field hparams leaves at its EnvDefault takes the value of the
     config make_train resolved (the environment's default, or the value set there)."""
@@ -286,6 +288,7 @@ def test_hparams_that_keep_an_env_default_take_the_trained_configs_value():
     assert out.metrics.multipliers.shape[:2] == (2, 2)
 
 
+@pytest.mark.slow
 def test_the_returned_policy_is_the_best_candidate_by_the_learners_own_estimates():
     """``TrainResult.state`` is the :class:`~fhc_jax.algos.learner.Selection`: the reported
     policy of one evaluation mark after the start, whose exact value is the in-training exact
@@ -341,6 +344,7 @@ def test_status_flags_a_trending_multiplier_and_a_cost_above_alpha():
     assert line.startswith("constraint not yet met: mean episode cost 26 > alpha 25") and "upper 95%" in line
 
 
+@pytest.mark.slow
 def test_train_states_are_checked_against_the_learner_and_the_environment():
     """Issue 33 item 5: ``policy`` and ``policy_table`` refuse a train state of another learner,
     a TrainResult, and a state trained on an environment of another H, S or action count

@@ -61,6 +61,7 @@ def test_a_run_that_measures_nothing_exits_1_beside_the_results(tmp_path):
     assert all("trajectory" in r["skipped"] for r in failed["learners"]["fh-constrained"]["K"])
 
 
+@pytest.mark.slow
 def test_points_are_skipped_with_their_reason():
     point = {"K": 64, "H": 10, "size": 4, "M": 1}
     big = scaling.learner_point("fh-constrained", point, 1, max_bytes=1.0, predicted_s=None,

@@ -71,6 +71,7 @@ def test_rollout_records_proposed_box_actions_and_the_environment_clips():
     np.testing.assert_allclose(np.asarray(ra.costs), np.asarray(a.episode_costs), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_random_policy_of_box_env_stays_in_bounds_and_scaling_wrapper_works():
     env = pendulum(horizon=20)
     params = env.default_params
@@ -126,6 +127,7 @@ def test_battery_continuous_step_equals_discrete_step_at_the_rates():
     assert float(half[1].soc) == pytest.approx(0.5 + 0.25 * 0.25 * np.sqrt(0.85), rel=1e-6)
 
 
+@pytest.mark.slow
 def test_battery_continuous_reference_matches_the_discrete_reference():
     resolution = (21, 9)
     cont = BatteryStorage(resolution=resolution, continuous_actions=True)

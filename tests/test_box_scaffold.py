@@ -39,6 +39,7 @@ def test_random_policy_is_uniform_in_the_box():
     assert fhc.random_policy(fhc.GridWorld()) == fhc.uniform_random_policy(9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ppo-lag", pytest.param("e-cop", marks=pytest.mark.slow)])
 def test_box_environment_trained_and_evaluated_from_the_cli(algo, tmp_path, capsys):
     """``fhc-jax train`` on a user's box-action environment with default inputs ("auto"

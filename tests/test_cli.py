@@ -28,6 +28,7 @@ def full_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_train_writes_complete_run_directory(full_run):
     cfg = json.loads((full_run / "config.json").read_text())
     assert cfg["algo"] == "fh-constrained" and cfg["seeds"] == 2 and cfg["chunk_size"] == 5
@@ -84,6 +85,7 @@ def test_plot_redraws_from_files(full_run, tmp_path, capsys):
     assert "learning_curves.png" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_resume_is_bit_identical(full_run, tmp_path, capsys):
     out = tmp_path / "resumed"
     assert main(["train", "--seeds", "2", *TINY, "--out", str(out), "--max-chunks", "2", "--quiet"]) == 0

@@ -86,6 +86,7 @@ def test_outputs_written_and_consistent(tiny):
     assert "Total wall time" in md and "load average" in md
 
 
+@pytest.mark.slow
 def test_exact_values_match_fhc_evaluate(tmp_path):
     """The exact columns are fhc_jax.evaluate of the returned final policies; the paper metric is
     the mean of the per-iteration batch means over the window. The statistics over seeds, their
@@ -252,6 +253,7 @@ def test_rows_of_a_study_must_share_one_environment(tmp_path):
         compare.build_specs(study.runs, 1, ["cpo.observation=xy"])
 
 
+@pytest.mark.slow
 def test_cli_runs_a_study_file(tmp_path, capsys):
     """fhc-jax compare STUDY: the study's rows, its name as the files' stem, its notes under the
     table."""

@@ -186,6 +186,7 @@ def _per_sample_objectives(setup, state, batch, config):
     return theta0, unravel, surrogates, mean_kl, c
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_update_matches_a_per_sample_computation(seed):
     """cpo.update on a tiny CMDP (exact Fisher, enough conjugate-gradient steps to converge):
@@ -282,6 +283,7 @@ def _bandit_result():
     return _bandit_train()(jax.random.split(jax.random.key(0), 2))
 
 
+@pytest.mark.slow
 def test_learning_on_bandit_cmdp_moves_to_the_threshold():
     """Judged exactly: cost rises from 1.0 to the threshold 1.5 (within 0.1) and the reward gains
     at least 0.25 of the 0.4 available over the initial (uniform) policy."""
@@ -312,6 +314,7 @@ def test_learning_on_bandit_cmdp_moves_to_the_threshold():
     assert np.any(np.asarray(m.multipliers) > 0)
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
     keys = jax.random.split(jax.random.key(0), 2)
     batched = _bandit_result()
@@ -323,6 +326,7 @@ def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
     jax.tree.map(np.testing.assert_array_equal, again, batched)
 
 
+@pytest.mark.slow
 def test_policy_for_rollout_matches_table():
     """``policy`` samples the table's distribution through fhc.rollout's fast path, both when the
     env's encoder is the network's input ("xyt") and when the state index is decoded ("xy"

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from fhc_jax.cli import build_parser
@@ -98,6 +99,7 @@ def test_docstring_rewrites():
     assert ext.rewrite(legend).startswith("H stages, M constraints.\n\nAttributes:\n    reward: J.")
 
 
+@pytest.mark.slow
 def test_site_builds_strict(tmp_path):
     """``mkdocs build --strict``: zero warnings (griffe docstring warnings, broken links and
     anchors, unresolved cross-references, pages missing from the nav all fail it)."""

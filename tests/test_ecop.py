@@ -112,6 +112,7 @@ def test_damping_factor_rule_by_hand():
     assert float(capped) == pytest.approx(0.8)
 
 
+@pytest.mark.slow
 def test_learning_regression_small_grid_judged_exactly():
     """Two seeds on a 5x5 grid (H = 12, alpha = 4, binding: the unconstrained optimum costs
     11.2), judged exactly: far better than the uniform policy, cost near alpha; the first

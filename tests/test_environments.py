@@ -110,6 +110,7 @@ def test_compare_refuses_inputs_the_environment_lacks():
         compare.build_specs(compare.select_runs(["fh-constrained", "ppo-lag"], ["xy"]), 2, env=TOY)
 
 
+@pytest.mark.slow
 def test_toy_environment_trained_from_the_cli_and_judged_exactly(tmp_path, monkeypatch, capsys):
     """The worked example: an environment defined outside fhc_jax, trained by ``fhc-jax train
     --env toy_env:ToyEnv``, its run directory judged against the exact optimum."""

@@ -68,6 +68,7 @@ def test_obs_only_for_network_learners():
         config.load_spec("fh-constrained", observation="xyt")
 
 
+@pytest.mark.slow
 def test_chunked_equals_make_train():
     """Chunks of a lax.scan end exactly where one monolithic scan ends (same step, same keys)."""
     env = fhc.GridWorld(3, 4)
@@ -81,6 +82,7 @@ def test_chunked_equals_make_train():
     assert res.policy.shape == (2, 4, 9, 9)
 
 
+@pytest.mark.slow
 def test_checkpoint_resume_bit_identical(tmp_path):
     """4 chunks in one go == 2 chunks, checkpoint, fresh trainer, restore, 2 more chunks."""
     spec = config.load_spec("fh-constrained", overrides=TINY, seeds=2)

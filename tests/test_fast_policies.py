@@ -161,6 +161,7 @@ def test_softmax_table_on_states_draws_what_the_policy_draws(num_actions):
             np.testing.assert_array_equal(np.asarray(direct(u, obs, h)), np.asarray(tabulated(u, s, h)))
 
 
+@pytest.mark.slow
 def test_rollout_of_a_tabulated_softmax_policy_is_the_per_step_rollout():
     """rollout and rollout_returns tabulate a softmax policy over (stage, state) when 2 S <= K:
     the episodes are those of the per-step draws (episode i depends on split(key, K)[i] only,

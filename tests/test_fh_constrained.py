@@ -89,6 +89,7 @@ def _random_state(rng, env, x, nu):
         (features.Custom(lambda h, s: jnp.stack([1.0, s / 8.0, h / 5.0, (s % 3) * (h + 1) / 10.0]), 4), "table", "visits"),
     ],
 )
+@pytest.mark.slow
 def test_k1_equals_paper_equations(spec, form, combine):
     env, params = SMALL, SMALL.default_params
     cfg = fc.Config(
@@ -131,6 +132,7 @@ def test_k1_equals_paper_equations(spec, form, combine):
     assert int(new.step) == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", [features.OneHot(), features.TileCoding(2, 2)])
 @pytest.mark.parametrize("combine", ["visits", "mean", "mass"])
 @pytest.mark.parametrize("variant", ["paper", "improved"])
@@ -209,6 +211,7 @@ def _tiny_result():
     return _tiny_train()(jax.random.split(jax.random.key(0), 2))
 
 
+@pytest.mark.slow
 def test_learning_regression_small_grid():
     """On a 4x4 grid with H = 8 the trained policy, judged exactly, meets the threshold and
     gains at least 1.5 (about 80% of the constrained optimum's gain) over the initial policy."""
@@ -246,6 +249,7 @@ def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
     jax.tree.map(np.testing.assert_array_equal, again, batched)
 
 
+@pytest.mark.slow
 def test_vmap_over_hyperparameters():
     """Numeric hyperparameters are pytree leaves: one compiled call sweeps them."""
     cfg = TINY_CONFIG.replace(num_iterations=20, eval_every=0)
@@ -259,6 +263,7 @@ def test_vmap_over_hyperparameters():
         train(jax.random.key(0), cfg.replace(variant="paper"))
 
 
+@pytest.mark.slow
 def test_policy_for_rollout_matches_table():
     params = TINY.default_params
     state = jax.tree.map(lambda x: x[0], _tiny_result().state)
@@ -280,6 +285,7 @@ def test_policy_for_rollout_matches_table():
     np.testing.assert_allclose(batch.episode_rewards, traj.episode_rewards, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_works_with_tabular_env_and_two_constraints():
     from conftest import random_cmdp
 

@@ -36,6 +36,7 @@ def _models(m: int):
     return models + ([grid.to_cmdp(grid.default_params)] if m >= 1 else [])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("m", [0, 1, 2])
 def test_kernel_operations_agree_with_the_reference_forms(x64, m):
     for cmdp in _models(m):
@@ -57,6 +58,7 @@ def test_kernel_operations_agree_with_the_reference_forms(x64, m):
             np.testing.assert_allclose(jnp.sum(w * values[0][idx], -1), jnp.sum(pi * full[0], -1), rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("m", [0, 1, 2])
 def test_fused_evaluation_equals_the_reference(x64, m):
     for i, cmdp in enumerate(_models(m)):

@@ -137,6 +137,7 @@ def test_gaussian_improved_targets_against_numpy(seed):
     assert not np.any(np.asarray(grad))
 
 
+@pytest.mark.slow
 def test_paper_actor_loss_is_the_gaussian_score_function():
     """The paper variant's AL with a Gaussian head: -1/K sum_hk log N(a_hk; mu, sigma^2) A_hk,
     against the density written out in numpy, on a batch of Reach."""
@@ -193,6 +194,7 @@ def test_ecop_sampled_path_errors_before_compiling():
                           REACH.default_params)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log_std", ["state_independent", "state_dependent"])
 @pytest.mark.parametrize("module", [nc, ecop])
 def test_policy_returns_float32_actions(module, log_std):

@@ -45,6 +45,7 @@ def _monte_carlo(policy, num_episodes: int = 4096) -> tuple[float, float, float,
 # ----------------------------------------------------------------------------- learning
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ppo", "cpo"])
 def test_learns_reach_within_the_budget(name):
     """From the initial Gaussian (reward -10.4, cost 1.8) to a policy that earns far more
@@ -114,6 +115,7 @@ def test_policy_acts_with_float32_box_actions_and_the_recorded_head(name):
         module.policy_table(state, ENV, PARAMS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ppo", "cpo"])
 @pytest.mark.parametrize("log_std", ["state_independent", "state_dependent"])
 def test_actor_outputs_for_both_log_std_forms(name, log_std):
@@ -137,6 +139,7 @@ def test_actor_outputs_for_both_log_std_forms(name, log_std):
                                 for s in (state, new)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ppo", "cpo"])
 def test_observation_options_on_a_box_environment(name):
     """On the sampled path the networks see "env" (Reach's (x, h / H)) or "env_t" (with h / H
@@ -176,6 +179,7 @@ def _gaussian_fisher(head: DiagonalGaussian, out: np.ndarray, weights: np.ndarra
     return np.diag((weights[:, None] * diag).reshape(-1))
 
 
+@pytest.mark.slow
 def test_gaussian_fisher_vector_product_is_the_closed_form_fisher():
     """Parameters = the outputs themselves (J = I): the head's Fisher-vector product is the
     closed-form Fisher of the diagonal Gaussian (two dimensions with different half ranges,
@@ -217,6 +221,7 @@ def test_gaussian_fisher_vector_product_through_a_network_is_the_hessian_of_the_
     np.testing.assert_allclose(fvp(theta, v), hvp, rtol=2e-3, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_cpo_update_keeps_the_gaussian_kl_in_the_trust_region():
     """One CPO update on Reach: the reported KL is the head's mean KL between the old and the new
     Gaussian policies at the batch's samples, within max_kl (the line search's check)."""

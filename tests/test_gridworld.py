@@ -183,6 +183,7 @@ def test_reset_samples_initial_distribution(env):
     assert np.all(np.abs(freq - beta) < 4 * np.sqrt(beta * (1 - beta) / 4000) + 1e-9)
 
 
+@pytest.mark.slow
 def test_jit_vmap_and_key_reproducibility(env):
     params = env.default_params
     state = _state(env, 5, 1)

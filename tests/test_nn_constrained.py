@@ -42,6 +42,7 @@ def _small_batch(config: nc.Config, k: int = 6, seed: int = 1):
     return state, batch, nets, obs_table
 
 
+@pytest.mark.slow
 def test_stacked_parameter_shapes():
     cfg = nc.Config(width=7, depth=3)
     state = nc.init(jax.random.key(0), nc.setup(SMALL, SMALL.default_params, cfg), cfg)
@@ -57,6 +58,7 @@ def test_stacked_parameter_shapes():
     assert state.multipliers.shape == (m,)
 
 
+@pytest.mark.slow
 def test_stacked_equals_separate_modules():
     """Stacked.init gives stage l the params module.init(split(key)[l]); Stacked.apply applies
     stage l's params to stage l's inputs, exactly as H separate modules would."""
@@ -78,6 +80,7 @@ def test_stacked_equals_separate_modules():
     (MLP(outputs=2, depth=0), 4),  # linear
     (MLP(outputs=5, width=6, depth=2, activation="elu"), 20),  # wider than UNROLL_MAX: the batched dot
 ])
+@pytest.mark.slow
 def test_feature_major_stacked_computes_the_same_function_and_gradients(module, dim):
     """Stacked(feature_major=True) (the sampled path's layout, with its hand-written VJP) gives
     vmap(module.apply)'s outputs and parameter / input gradients up to float rounding, for any
@@ -152,6 +155,7 @@ def reference_losses(nets, state, batch, obs_table, thresholds, nu):
     return cl + ccl, -al
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["samples", "table"])
 def test_losses_equal_direct_reference(form):
     cfg = nc.Config(variant="paper", loss_form=form, width=6)
@@ -170,6 +174,7 @@ def test_losses_equal_direct_reference(form):
     np.testing.assert_allclose(float(act), ref_act, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["paper", "improved"])
 def test_loss_forms_give_the_same_update(variant):
     """The table form is a speed choice: the same update as the per-sample form."""
@@ -220,6 +225,7 @@ def _tiny_result():
     return _tiny_train()(jax.random.split(jax.random.key(0), 2))
 
 
+@pytest.mark.slow
 def test_learning_regression_small_grid():
     """On a 4x4 grid with H = 8 and coordinate inputs the trained networks, judged exactly,
     meet the threshold (2% slack) and gain at least 60% of the constrained optimum's gain over
@@ -267,6 +273,7 @@ def test_policy_for_rollout_samples_the_table():
     assert abs(returns.mean() - float(exact.reward)) <= 4 * returns.std() / np.sqrt(returns.size)
 
 
+@pytest.mark.slow
 def test_tabular_env_one_hot_input_and_hyperparameter_vmap():
     env = TabularEnv(random_cmdp(3, num_states=4, num_actions=2, horizon=3, num_constraints=2, thresholds=[1.2, 1.5]))
     cfg = nc.Config(num_iterations=5, episodes_per_iteration=8, observation="one_hot", eval_every=0, width=4, actor_epochs=4)
@@ -311,6 +318,7 @@ def test_unsupported_observation_is_refused_before_compiling():
         nc.make_train(env, env.default_params, nc.Config(observation="xy"))
 
 
+@pytest.mark.slow
 def test_reported_actor_is_the_polyak_average():
     cfg = TINY_CONFIG.replace(num_iterations=3, eval_every=0, policy_averaging=0.5)
     learner = nc.make_learner(TINY, TINY.default_params, cfg)

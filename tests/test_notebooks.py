@@ -26,6 +26,7 @@ def code_of(path: Path) -> str:
 
 @pytest.mark.parametrize("name,expect", [("quickstart", "exact reward"), ("custom_cmdp", "exact reward"),
                                          pytest.param("bring_your_own_env", "position cost", marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_notebook_executes(name, expect, tmp_path):
     script = tmp_path / f"{name}.py"
     script.write_text(code_of(NOTEBOOKS / f"{name}.ipynb"))

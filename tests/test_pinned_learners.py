@@ -88,6 +88,7 @@ def record() -> None:
     print(f"recorded {len(arrays) - 1} arrays with jax {jax.__version__} to {DATA}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(_cases()))
 def test_learner_numbers_pinned(name):
     pinned = np.load(DATA)

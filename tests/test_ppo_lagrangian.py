@@ -243,6 +243,7 @@ def _bandit_result(method: str):
     return train(jax.random.split(jax.random.key(1), 2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["lagrangian", "pid"])
 def test_learning_on_bandit_cmdp_with_binding_constraint(method):
     """Judged exactly: the final cost is within 0.2 ("lagrangian") / 0.1 ("pid") of
@@ -306,6 +307,7 @@ def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
         np.testing.assert_allclose(np.asarray(batched.metrics.exact.costs[i, -1]), np.asarray(ev.costs), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_update_forms_agree():
     """"table" (networks on the distinct inputs, gathered) and "samples" give the same update."""
     env, params = TINY_GRID, TINY_GRID.default_params
@@ -352,6 +354,7 @@ def test_critic_time_inputs():
         pl.Config(critic_time=1)
 
 
+@pytest.mark.slow
 def test_policy_for_rollout_matches_table():
     """policy() samples policy_table through fhc.rollout's fast path (Monte-Carlo returns agree
     with the exact value of the table), whatever observation the environment emits."""

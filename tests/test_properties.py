@@ -54,6 +54,7 @@ def min_costs(cmdp: fhc.TabularCMDP) -> np.ndarray:
 fraction = st.floats(-0.5, 1.5).filter(lambda t: abs(t) > 1e-3)  # away from the exact boundary
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(dims, st.integers(1, 2), st.integers(0, 2**31 - 1), st.tuples(fraction, fraction))
 def test_dual_equals_lp_and_infeasibility_is_exact(shape, m, seed, fractions):

@@ -226,6 +226,7 @@ def test_second_writer_is_refused_at_once(good_run, tmp_path, capsys, monkeypatc
 # ----------------------------------------------------------------------------- divergence
 
 
+@pytest.mark.slow
 def test_divergence_stops_with_message_and_incomplete_summary(tmp_path, capsys):
     """The issue's case 3 (there critic_step.init = 10 on a 4x4 grid, H = 10; here a smaller and
     faster instance that diverges the same way)."""
@@ -272,6 +273,7 @@ def test_finite_seeds_keep_their_results(tmp_path, monkeypatch, capsys):
     assert summary["diverged_seeds"][0]["seed"] == 1
 
 
+@pytest.mark.slow
 def test_python_api_reports_divergence():
     spec = config.load_spec(overrides=["critic_step.init=20", "env.size=3", "env.horizon=5",
                                           "num_iterations=40", "episodes_per_iteration=8"])
@@ -388,6 +390,7 @@ def test_bad_inputs_are_one_line_errors(good_run, tmp_path, capsys, monkeypatch)
     assert "metrics.csv, line 4" in one_line_error(capsys.readouterr().err)
 
 
+@pytest.mark.slow
 def test_infeasible_threshold_is_reported_before_training(tmp_path, capsys):
     """The issue's case 5: alpha = 0 on a 4x4 grid; training proceeds and the summary says so."""
     out = tmp_path / "inf"
@@ -465,6 +468,7 @@ def _constant(action):
     return lambda key, obs, h: jnp.asarray(action)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("action, shown", [(9, "action 9"), (-1, "action -1"), (100, "action 100")])
 def test_out_of_range_actions_are_refused_eagerly_and_inside_jit(action, shown):
     """Issue 33 item 2: A, -1 or 100 on the 9-action gridworld was executed (as move 0 of the
@@ -529,6 +533,7 @@ def test_environment_step_and_to_gymnax_refuse_bad_actions():
     assert np.isfinite(float(reward))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [8, 64])  # 64 >= 2 S: the policy is played from its table over states
 @pytest.mark.parametrize("fill", [np.nan, -np.inf])
 def test_invalid_logits_raise_eagerly_and_poison_traced_returns(k, fill):
@@ -609,6 +614,7 @@ class _PaysNaN(fhc.GridWorld):
         return obs, nxt, jnp.where(state.time == 2, jnp.nan, reward), costs, done, info
 
 
+@pytest.mark.slow
 def test_a_users_environment_mistakes_are_named():
     """Issue 33 item 7: a float horizon ('internal error: Shapes must be 1D sequences...'),
     costs of the wrong shape (a raw scan carry error), an environment paying NaN (diagnosed

@@ -65,6 +65,7 @@ def _no_compilation(monkeypatch) -> None:
     monkeypatch.setattr(runner.ChunkedTrainer, "advance", lambda *a, **k: pytest.fail("trained before refusing"))
 
 
+@pytest.mark.slow
 def test_eval_refuses_a_changed_observation_encoder(trained, tmp_path, monkeypatch, capsys):
     """Issue 33 item 6: the policies cannot follow another observation encoder; judging them
     under the label [changed: observation=xyt] gave the as-trained numbers."""

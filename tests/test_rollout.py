@@ -119,6 +119,7 @@ def test_matches_step_by_step_reference(env, params):
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_fast_path_matches_step_by_step_reference(env, params):
     """Fast path: one threefry block per stage, its two words for the policy and the env."""
     policy = uniform_random_policy(9)
@@ -137,6 +138,7 @@ def test_fast_path_matches_step_by_step_reference(env, params):
         assert int(policy(k, None, 0)) == int(policy.action_from_uniform(jax.random.uniform(k), None, 0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fast", [True, False])
 def test_rollout_returns_are_the_rollout_totals(env, params, fast):
     """Same key -> the same K episodes as ``rollout``: totals equal its ``episode_rewards`` /
@@ -164,6 +166,7 @@ def test_uniform_from_bits_is_jax_uniform():
     assert float(u[0]) == 0.0 and float(u[1]) == 1.0 - 2.0**-23
 
 
+@pytest.mark.slow
 def test_keys_reproducible_and_independent_of_batch_size(env, params):
     policy = uniform_random_policy(9)
     a = fast_rollout(jax.random.key(2), env, params, policy, 6)
@@ -272,6 +275,7 @@ def test_index_dtype_is_the_narrowest_exact_signed_integer():
 COMPACT = [("states", "actions", "rewards", "costs"), ("actions",), ("observations", "actions"), ()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fast", [True, False])
 def test_compact_records_hold_exactly_the_full_values(env, params, fast):
     """Every subset of fields holds exactly the full trajectory's values (same key), the rest
@@ -329,6 +333,7 @@ def test_record_is_validated_before_compiling(env, params):
     assert traj.actions.shape == (4, H) and traj.states is None
 
 
+@pytest.mark.slow
 def test_trajectory_observations_needs_tabular_states(params):
     env = GridWorld(size=3, horizon=H, num_constraints=2, observation="one_hot")
     traj = fast_rollout(jax.random.key(3), env, params, uniform_random_policy(9), 5)
@@ -342,6 +347,7 @@ def test_trajectory_observations_needs_tabular_states(params):
         trajectory_observations(traj, battery, battery.default_params)
 
 
+@pytest.mark.slow
 def test_non_tabular_environment_records_observations_from_states():
     """Without tabular states the rollout keeps the state pytree for the observations; the
     compact record without them holds the same values."""
@@ -377,6 +383,7 @@ class _StatePolicy:
         return (index % 9).astype(jnp.int32)
 
 
+@pytest.mark.slow
 def test_a_reads_state_policy_gets_the_state_index_on_both_paths(env, params):
     """The rollouts pass env.state_index(s_h) to a reads_state policy, on the fast path and on
     the key path (TabularEnv has no one-uniform noise), and refuse it without tabular states."""

@@ -60,6 +60,7 @@ CONFIGS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_sampled_update_equals_the_tabular_update_on_the_same_batch(name):
     """The same batch (its observations recorded) and key: the sampled path's per-sample sums
@@ -144,6 +145,7 @@ def test_sampled_path_errors(module):
         module.Config(path="exact")
 
 
+@pytest.mark.slow
 def test_policy_and_observation_logits_without_an_exact_model():
     """policy_setup rebuilds what observation_logits needs on an environment without tabular
     states; the policy samples softmax(observation_logits)."""

@@ -128,6 +128,7 @@ def test_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld():
     assert abs(c_t.mean() - c_s.mean()) < 3 * max(c_t.std(), c_s.std(), 0.05), (c_t, c_s)
 
 
+@pytest.mark.slow
 def test_sampled_path_errors():
     with pytest.raises(ValueError, match="Drift has no tabular states to tabulate the policy over"):
         nc.policy_table(nc.init(jax.random.key(0), nc.setup(DRIFT, DRIFT.default_params, nc.Config()), nc.Config()),
@@ -138,6 +139,7 @@ def test_sampled_path_errors():
         nc.make_train(DRIFT, DRIFT.default_params, nc.Config(observation="xy"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", [fhc.algos.features.RadialBasis(5), fhc.algos.features.TileCoding(4, 2)])
 def test_fh_constrained_with_features_of_continuous_observations(spec):
     """FH-Constrained's linear critics and Gibbs actors on a coarse map of the observation
@@ -154,6 +156,7 @@ def test_fh_constrained_with_features_of_continuous_observations(spec):
         assert c + c_half <= 2.0 * 1.1, c
 
 
+@pytest.mark.slow
 def test_stage_inputs_false_drops_the_components_that_only_tell_the_stage_and_auto_sizes_the_map():
     """``stage_inputs=False`` maps only the observation components that vary within a stage:
     on BatteryStorage, (soc, d / sd) of (soc, d / sd, h / H), which is exactly the map of the
@@ -280,6 +283,7 @@ def test_learners_train_in_the_signals_units_and_report_in_the_environments():
     np.testing.assert_allclose(outs[1].metrics.exact.reward, 100.0 * outs[0].metrics.exact.reward, rtol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("floor", [1e-4, 0.3])
 def test_fh_importance_floor_in_the_sampled_actor_increment(floor):
     """Without tabular states the improved actor's increment is b(n) sum_k phi_hk (delta_hk

@@ -131,6 +131,7 @@ def test_detect_cost_unit(values, unit):
     assert (got is None) if unit is None else got == pytest.approx(unit, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_budget_representation_and_default_observation():
     """"auto": cost counts where the exact model's stage costs are integer multiples of a unit
     (the gridworld: "xy"; a model paying 0 or 2 counts in units of 2, also once its signals
@@ -190,6 +191,7 @@ def _sharpened(state, key, scale=3.0):
     return state.replace(params={**state.params, "actor": actor})
 
 
+@pytest.mark.slow
 def test_estimated_markov_policy_matches_the_budget_policy_played_in_budget_env():
     """Continuous budget on a Garnet CMDP (costs U(0, 1)): the reported Markov table, estimated
     from 10000 episodes of a budget-dependent policy, judged exactly, equals the Monte-Carlo
@@ -216,6 +218,7 @@ def test_estimated_markov_policy_matches_the_budget_policy_played_in_budget_env(
     _within(r_table, exact.reward)
 
 
+@pytest.mark.slow
 def test_learning_regression_small_grid_judged_exactly():
     """Stage-aware Saute-Lagrangian ("xyt" + z) on a 5x5 grid (H = 12, alpha = 4): the
     scaffold's exact metric is the exact value of the budget-dependent policy (it equals the
@@ -239,6 +242,7 @@ def test_learning_regression_small_grid_judged_exactly():
     _within(costs[:, 0], aug.costs[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", ["count", "continuous"])
 def test_training_is_invariant_to_units(budget):
     """Rewards x 100 and costs with their threshold x 0.01 (a model whose costs count in units

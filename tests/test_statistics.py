@@ -297,6 +297,7 @@ TINY = ["env.size=3", "env.horizon=4", "env.alpha=3.0", "num_iterations=6", "epi
         "run.chunk_size=3"]
 
 
+@pytest.mark.slow
 def test_sweep_rows_have_statistics_and_one_progress_line_per_setting(tmp_path):
     spec = config.load_spec(overrides=TINY, seeds=2)
     stream = _Stream(tty=False)

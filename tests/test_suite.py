@@ -51,6 +51,7 @@ def test_registry_names_judgements_and_errors():
     assert suite.task("inventory").make()[0] is env  # built once: jit caches are shared
 
 
+@pytest.mark.slow
 def test_every_exact_threshold_binds(solved):
     for name, (cmdp, best, (least, free)) in solved.items():
         alpha = np.asarray(cmdp.thresholds, np.float64)
@@ -206,6 +207,7 @@ def _play_table(table: np.ndarray, max_stock: int):
     return policy
 
 
+@pytest.mark.slow
 def test_inventory_monte_carlo_matches_exact_evaluation(solved):
     """The constrained optimum played in the own environment: Monte-Carlo means agree with
     fhc.evaluate of its exact model within Z standard errors."""

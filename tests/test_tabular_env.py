@@ -37,6 +37,7 @@ def test_random_cmdp_monte_carlo_matches_evaluate(x64):
     _assert_mc_matches_exact(env, env.default_params, table, jax.random.key(0))
 
 
+@pytest.mark.slow
 def test_per_next_state_rewards_and_sparse_kernel(x64):
     # (H, S, A, S) rewards/costs: the realised r_h(s, a, s') is paid
     base = random_cmdp(2, num_states=4, num_actions=2, horizon=3, time_varying=False)
@@ -112,6 +113,7 @@ class MirroredObservationEnv(TabularEnv):
         return jax.nn.one_hot(self.num_states - 1 - state.index, self.num_states, dtype=jnp.float32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [OwnObservationEnv, MirroredObservationEnv])
 def test_policy_tables_play_from_the_state_index_whatever_the_observation(make, x64):
     """fhc.table_policy (and every learner's policy on a tabular exact model) plays its table
@@ -139,6 +141,7 @@ def test_policy_tables_play_from_the_state_index_whatever_the_observation(make, 
     assert traj.actions.shape == (64, 5)
 
 
+@pytest.mark.slow
 def test_learner_policy_and_monte_carlo_judging_on_an_own_observation():
     """A learner's policy() on an environment with its own observation is a table policy that
     plays from the state index, and the experiment layer's Monte-Carlo judge runs it."""

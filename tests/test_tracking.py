@@ -331,6 +331,7 @@ def test_close_does_not_wait_forever_for_a_hung_tracker(monkeypatch, tmp_path, c
         release.set()
 
 
+@pytest.mark.slow
 def test_sweep_logs_every_configuration_and_seed(tmp_path):
     out = tmp_path / "sweep"
     assert main(["sweep", "--seeds", "1", *TINY, "--grid", "trace=0.5,0.6", "--out", str(out), "--quiet",

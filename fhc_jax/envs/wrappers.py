@@ -55,6 +55,7 @@ class ScaledSignals(Environment):
     observation_dtype = property(lambda self: self.env.observation_dtype)
     supported_observations = property(lambda self: self.env.supported_observations)
     encoder = property(lambda self: self.env.encoder)
+    observes_by_encoder = property(lambda self: self.env.observes_by_encoder)  # observation() passes through
     name = property(lambda self: self.env.name)
     # capabilities of the wrapped environment (fhc_jax.envs.base)
     has_uniform_noise = property(lambda self: self.env.has_uniform_noise)

@@ -31,6 +31,7 @@ import optax
 
 import fhc_jax as fhc
 from fhc_jax.algos import nn_constrained as nc
+from fhc_jax.algos.networks import NetworkSpec
 from fhc_jax.envs import GridWorld
 from judge import machine_info, train_and_judge
 from timing import command_line, compile_and_time
@@ -55,7 +56,8 @@ def capacity(env, params, config: nc.Config, steps: int = 4000) -> dict:
     best = fhc.solve(cmdp)
     target = jnp.asarray(best.policy, jnp.float32)
     occ = jnp.asarray(fhc.evaluate(cmdp, target).occupancy[:-1], jnp.float32)
-    nets = nc.Networks.build(env.horizon, env.num_actions, env.num_constraints, config, config.output_scale)
+    nets = nc.Networks.build(env.horizon, env.num_actions, env.num_constraints, NetworkSpec.of(config),
+                             config.output_scale)
     table = nc.setup(env, params, config).obs_table
     actor = nets.actor.init(jax.random.key(0), table[0, 0])
     opt = optax.adam(1e-2)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import flax
 import numpy as np
 import pytest
 
@@ -371,3 +372,31 @@ def test_train_states_are_checked_against_the_learner_and_the_environment():
         pl.policy(res.state, g3)
     with pytest.raises(ValueError, match=r"pass the train state \(result.state\), not the TrainResult"):
         fc.policy(res, g3)
+
+
+def test_neural_train_states_record_one_static_network_spec():
+    """Issue 31 item 6: every neural learner's train state records its network shape as one
+    static NetworkSpec (the Config's fields, ``observation`` resolved), part of the tree
+    structure and never a leaf; the policy is rebuilt from it (another width does not fit
+    the parameters)."""
+    from fhc_jax.algos import cpo, ecop, nn_constrained as nn, ppo_lagrangian as pl, saute
+    from fhc_jax.algos.networks import NetworkSpec
+
+    grid = GridWorld(size=3, horizon=5, alpha=2.0)
+    params = grid.default_params
+    cases = ((nn, nn.Config(width=7, depth=1, normalize_inputs=False), "env", False),
+             (ecop, ecop.Config(width=7, activation="relu"), "xy", True),
+             (pl, pl.Config(width=7, initial_log_std=-1.0), "xy", False),
+             (cpo, cpo.Config(width=7, observation="xyt"), "xyt", False),
+             (saute, saute.Config(width=7), "xy", False))
+    for module, cfg, observation, normalized in cases:
+        state = module.init(jax.random.key(0), module.setup(grid, params, cfg), cfg)
+        assert state.network == NetworkSpec.of(cfg, observation=observation), module.__name__
+        assert state.network.normalize_inputs is normalized and hash(state.network) == hash(state.network)
+        assert not any(isinstance(leaf, NetworkSpec) for leaf in jax.tree.leaves(state))
+        wider = state.replace(network=state.network.replace(width=8))
+        assert jax.tree.structure(wider) != jax.tree.structure(state)
+        logits = module.ALGORITHM.logits(state, module.policy_setup(grid, params, state))
+        assert logits.shape[0] == 5 and bool(jnp.all(jnp.isfinite(logits))), module.__name__
+        with pytest.raises(flax.errors.ScopeParamShapeError):  # width-8 networks, width-7 parameters
+            module.ALGORITHM.logits(state, module.policy_setup(grid, params, wider))

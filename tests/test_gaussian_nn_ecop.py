@@ -201,7 +201,7 @@ def test_policy_returns_float32_actions(module, log_std):
     cfg = module.Config(observation="env", log_std=log_std, initial_log_std=-1.0)
     setup = module.setup(REACH, REACH.default_params, cfg)
     state = jax.jit(lambda k: module.init(k, setup, cfg))(jax.random.key(0))
-    assert state.log_std == log_std and state.initial_log_std == -1.0
+    assert state.network.log_std == log_std and state.network.initial_log_std == -1.0
     actor = state.actor["params"]
     width = cfg.width
     last = [k for k in actor if k.startswith("Dense")][-1]

@@ -101,7 +101,7 @@ def test_policy_acts_with_float32_box_actions_and_the_recorded_head(name):
     cfg = cfg.replace(initial_log_std=-1.0)
     setup = module.setup(ENV, PARAMS, cfg)
     state = module.init(jax.random.key(0), setup, cfg)
-    assert state.log_std == "state_independent" and state.initial_log_std == -1.0
+    assert state.network.log_std == "state_independent" and state.network.initial_log_std == -1.0
     head = module.ALGORITHM.action_head(module.policy_setup(ENV, PARAMS, state))
     assert isinstance(head, DiagonalGaussian) and head.initial_log_std == -1.0 and head.low == (-1.0,)
     act = module.policy(state, ENV, PARAMS)

@@ -139,7 +139,7 @@ def test_budget_representation_and_default_observation():
     units (alpha / unit) does not depend on the units of the costs."""
     grid = fhc.GridWorld(size=4, horizon=6, alpha=3.0)
     st = saute.init(jax.random.key(0), saute.setup(grid, grid.default_params, saute.Config()), saute.Config())
-    assert (st.budget, st.budget_units, st.observation) == ("count", 3.0, "xy")
+    assert (st.budget, st.budget_units, st.network.observation) == ("count", 3.0, "xy")
     cmdp = _chain()
     for scale in (1.0, 2.0, 0.01):
         env = fhc.TabularEnv(suite.rescale(cmdp, 1.0, scale))
@@ -151,10 +151,10 @@ def test_budget_representation_and_default_observation():
     garnet = fhc.TabularEnv(suite.garnet(6, 2, 3, 2, 0))
     setup = saute.setup(garnet, garnet.default_params, saute.Config())
     st = saute.init(jax.random.key(0), setup, saute.Config())
-    assert (st.budget, st.observation, setup.env.observation_shape) == ("continuous", "env", (7,))
+    assert (st.budget, st.network.observation, setup.env.observation_shape) == ("continuous", "env", (7,))
     st = saute.init(jax.random.key(0), saute.setup(grid, grid.default_params, saute.Config(budget="continuous")),
                     saute.Config())
-    assert (st.budget, st.observation) == ("continuous", "xy")  # the grid's coordinates, then z
+    assert (st.budget, st.network.observation) == ("continuous", "xy")  # the grid's coordinates, then z
     with pytest.raises(ValueError, match=r"Config.observation must be one of 'one_hot', 'env', 'env_t' or 'auto' "
                                          r"for TabularEnv, found 'xy'"):
         saute.setup(garnet, garnet.default_params, saute.Config(observation="xy"))
@@ -294,7 +294,7 @@ def test_starts_and_learns_on_inventory():
     env, params = suite.task("inventory").make()
     cfg = saute.Config(num_iterations=40, episodes_per_iteration=128, eval_every=20, eval_episodes=1024)
     out = jax.jit(saute.make_train(env, params, cfg))(jax.random.key(0))
-    assert (out.state.budget, out.state.observation) == ("continuous", "env")
+    assert (out.state.budget, out.state.network.observation) == ("continuous", "env")
     _improves(out, env, params, 40.0)  # the initial (uniform) policy earns 23%
 
 
@@ -339,8 +339,9 @@ def test_continuous_budget_without_exact_model_is_judged_by_monte_carlo_in_budge
     rewards, costs = _mc(benv, params, saute.policy(out.final_state, benv, params), 20_000, key=9)
     _within(rewards, out.metrics.exact.reward[-1], other_episodes=cfg.eval_episodes)
     _within(costs[:, 0], out.metrics.exact.costs[-1, 0], other_episodes=cfg.eval_episodes)
+    one_hot = out.final_state.replace(network=out.final_state.network.replace(observation="one_hot"))
     with pytest.raises(ValueError, match=r"gives 'env'; build it as saute.BudgetEnv\(env, observation='one_hot'\)"):
-        saute.policy(out.final_state.replace(observation="one_hot"), benv, params)
+        saute.policy(one_hot, benv, params)
 
 
 def test_config_and_environment_validation():

@@ -38,7 +38,7 @@ from fhc_jax.algos import learner
 from fhc_jax.algos.distributions import LOG_STD_FORMS, ActionHead, check_initial_log_std, config_head
 from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy
-from fhc_jax.algos.networks import ACTIVATIONS, MLP, Stacked
+from fhc_jax.algos.networks import ACTIVATIONS, MLP, NetworkSpec, Stacked
 from fhc_jax.algos.returns import advantages_and_targets
 from fhc_jax.algos.trust_region import (  # noqa: F401 (public here)
     CellStatistics, SampleStatistics, sampled_trust_region_step, trust_region_step,
@@ -139,9 +139,9 @@ class TrainState:
         critic_opt: the critics' Adam state.
         multipliers: nu*, the dual variable of the last update's linearised cost constraint, (M,).
         step: number of updates done, int32 ().
-        observation, width, depth, activation: the actor's input and architecture (static).
-        log_std, initial_log_std: the Gaussian head's form on box action spaces (static;
-            ``fhc_jax.algos.distributions.config_head`` rebuilds the head from them).
+        network: the networks' input, architecture and Gaussian head form
+            (:class:`~fhc_jax.algos.networks.NetworkSpec`, static), so the policy can be
+            rebuilt from the state alone.
     """
 
     actor: Any
@@ -149,12 +149,7 @@ class TrainState:
     critic_opt: Any
     multipliers: Array
     step: Array
-    observation: str = struct.field(pytree_node=False, default="xy")
-    width: int = struct.field(pytree_node=False, default=32)
-    depth: int = struct.field(pytree_node=False, default=2)
-    activation: str = struct.field(pytree_node=False, default="tanh")
-    log_std: str = struct.field(pytree_node=False, default="state_independent")
-    initial_log_std: float = struct.field(pytree_node=False, default=math.log(0.5))
+    network: NetworkSpec = struct.field(pytree_node=False)
     #: the environment it was trained on (static; ``fhc_jax.algos.learner.environment_signature``),
     #: checked by ``policy`` and ``policy_table``; None for a state built outside ``make_learner``
     trained_on: tuple | None = struct.field(pytree_node=False, default=None)
@@ -186,11 +181,12 @@ class Metrics:
     exact: ExactMetrics
 
 
-def _modules(spec: TrainState | Config, head: ActionHead, num_channels: int) -> tuple[MLP, Stacked]:
+def _modules(spec: NetworkSpec, head: ActionHead, num_channels: int) -> tuple[MLP, Stacked]:
+    """(actor, critics) of the ``spec``'s architecture: the actor has ``head``'s outputs, the
+    ``num_channels`` critics (reward, then costs) one output each, stacked."""
     computed, free = head.network_outputs  # (A, 0) for a softmax policy
-    actor = MLP(outputs=computed, free_outputs=free, width=spec.width, depth=spec.depth, activation=spec.activation,
-                output_scale=ACTOR_OUTPUT_SCALE)
-    critic = Stacked(MLP(outputs=1, width=spec.width, depth=spec.depth, activation=spec.activation), num_channels)
+    actor = spec.mlp(computed, free_outputs=free, output_scale=ACTOR_OUTPUT_SCALE)
+    critic = Stacked(spec.mlp(1), num_channels)
     return actor, critic
 
 
@@ -248,8 +244,8 @@ class Setup:
         return x.reshape(-1, x.shape[-1])
 
 
-def _sampled_setup(env, params, spec, config: Config | None) -> Setup:
-    """The sampled path's setup (``config`` None: only what :func:`logits` and
+def _sampled_setup(env, params, spec: NetworkSpec, config: Config | None) -> Setup:
+    """The sampled path's setup of the networks ``spec`` (``config`` None: only what :func:`logits` and
     :func:`observation_logits` need); distinct inputs only where there are tabular states."""
     head = config_head(env, spec)
     actor, critic = _modules(spec, head, 1 + env.num_constraints)
@@ -283,7 +279,7 @@ def setup(env, params, config: Config) -> Setup:
         if config.critic_minibatches > n:
             raise ValueError(f"cpo: Config.critic_minibatches must be at most H K = {n} samples per iteration on "
                              f"the sampled path, found {config.critic_minibatches}")
-        return _sampled_setup(env, params, config, config)
+        return _sampled_setup(env, params, NetworkSpec.of(config), config)
     if config.observation not in (*env.supported_observations, *ENV_OBSERVATIONS):
         raise ValueError(
             f"cpo: Config.observation = {config.observation!r} is not supported by {env.name}; "
@@ -296,8 +292,9 @@ def setup(env, params, config: Config) -> Setup:
             f"cpo: Config.critic_minibatches must be at most the number of distinct observations "
             f"({inputs.shape[0]} for observation {config.observation!r}), found {config.critic_minibatches}"
         )
-    head = config_head(env, config)  # Categorical(A): box environments have no tabular path
-    actor, critic = _modules(config, head, 1 + m)
+    spec = NetworkSpec.of(config)
+    head = config_head(env, spec)  # Categorical(A): box environments have no tabular path
+    actor, critic = _modules(spec, head, 1 + m)
     return Setup(
         actor=actor, critic=critic, inputs=jnp.asarray(inputs), cell=jnp.asarray(cell), model=model,
         threshold=jnp.asarray(env.thresholds(params), jnp.float32)[0],
@@ -307,12 +304,14 @@ def setup(env, params, config: Config) -> Setup:
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
     """What :func:`logits` needs (the actor and its distinct inputs), or :func:`observation_logits`
-    where there is no tabular exact model, from the train state."""
+    where there is no tabular exact model, from the train state's
+    :class:`~fhc_jax.algos.networks.NetworkSpec`."""
+    spec = train_state.network
     if not judged_exactly(env):
-        return _sampled_setup(env, params, train_state, None)
-    head = config_head(env, train_state)
-    actor, critic = _modules(train_state, head, 1 + env.num_constraints)
-    inputs, cell = distinct_inputs(env, params, train_state.observation)
+        return _sampled_setup(env, params, spec, None)
+    head = config_head(env, spec)
+    actor, critic = _modules(spec, head, 1 + env.num_constraints)
+    inputs, cell = distinct_inputs(env, params, spec.observation)
     return Setup(actor=actor, critic=critic, inputs=jnp.asarray(inputs), cell=jnp.asarray(cell), head=head)
 
 
@@ -334,12 +333,7 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         critic_opt=optax.adam(1.0).init(critics),
         multipliers=jnp.zeros((setup.critic.num_stages - 1,), jnp.float32),
         step=jnp.zeros((), jnp.int32),
-        observation=config.observation,
-        width=config.width,
-        depth=config.depth,
-        activation=config.activation,
-        log_std=config.log_std,
-        initial_log_std=config.initial_log_std,
+        network=NetworkSpec.of(config),
     )
 
 

@@ -200,6 +200,7 @@ def action_head(env, log_std: str = "state_independent", initial_log_std: float 
 
 
 def config_head(env, spec: Any) -> ActionHead:
-    """:func:`action_head` of ``env`` with the ``log_std`` and ``initial_log_std`` fields of a
-    neural learner's ``Config`` or ``TrainState`` (which records them to rebuild its policy)."""
+    """:func:`action_head` of ``env`` with the ``log_std`` and ``initial_log_std`` fields of
+    ``spec``: a :class:`~fhc_jax.algos.networks.NetworkSpec` (a neural learner's train state
+    records one to rebuild its policy) or a neural learner's ``Config``."""
     return action_head(env, spec.log_std, spec.initial_log_std)

@@ -46,7 +46,7 @@ from fhc_jax.algos import learner, multipliers
 from fhc_jax.algos.distributions import LOG_STD_FORMS, ActionHead, Categorical, check_initial_log_std, config_head
 from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy, observation_sample
-from fhc_jax.algos.networks import ACTIVATIONS, MLP, Stacked
+from fhc_jax.algos.networks import ACTIVATIONS, NetworkSpec, Stacked
 from fhc_jax.algos.returns import advantages_and_targets
 from fhc_jax.algos.sampled_inputs import critic_value_scale, resolve_observation
 from fhc_jax.algos.tabular_rollout import (
@@ -150,9 +150,9 @@ class TrainState:
         opt_state: optax state of both families. actor_average: Polyak average of the actor.
         multipliers: lambda_{t,i} >= 0, (H, M). multiplier_state: its update's state.
         damping: beta, (). step: updates done, int32 ().
-        observation, width, depth, activation, normalize_inputs: input and architecture (static).
-        log_std, initial_log_std: the Gaussian head's form on box action spaces (static;
-            ``fhc_jax.algos.distributions.config_head`` rebuilds the head from them).
+        network: the networks' resolved input, architecture and Gaussian head form
+            (:class:`~fhc_jax.algos.networks.NetworkSpec`, static), so the policy can be
+            rebuilt from the state alone.
     """
 
     actor: Any
@@ -163,13 +163,7 @@ class TrainState:
     multiplier_state: multipliers.MultiplierState
     damping: Array
     step: Array
-    observation: str = struct.field(pytree_node=False, default="xy")
-    width: int = struct.field(pytree_node=False, default=16)
-    depth: int = struct.field(pytree_node=False, default=2)
-    activation: str = struct.field(pytree_node=False, default="tanh")
-    normalize_inputs: bool = struct.field(pytree_node=False, default=True)
-    log_std: str = struct.field(pytree_node=False, default="state_independent")
-    initial_log_std: float = struct.field(pytree_node=False, default=math.log(0.5))
+    network: NetworkSpec = struct.field(pytree_node=False)
     #: the environment it was trained on (static; ``fhc_jax.algos.learner.environment_signature``),
     #: checked by ``policy`` and ``policy_table``; None for a state built outside ``make_learner``
     trained_on: tuple | None = struct.field(pytree_node=False, default=None)
@@ -304,16 +298,15 @@ class Setup:
         return (jnp.asarray(x, jnp.float32) - self.shift) / self.scale
 
 
-def _networks(horizon: int, head: ActionHead | int, num_constraints: int, spec, output_scale: Any = 0.1,
-              feature_major: bool = False):
-    """(actor, critic) stacked families; the actor has ``head``'s outputs (an int A:
-    ``Categorical(A)``); ``feature_major``: the layout for the sampled path's per-sample batches
-    (:class:`~fhc_jax.algos.networks.Stacked`)."""
+def _networks(horizon: int, head: ActionHead | int, num_constraints: int, spec: NetworkSpec,
+              output_scale: Any = 0.1, feature_major: bool = False) -> tuple[Stacked, Stacked]:
+    """(actor, critic) stacked families of the ``spec``'s architecture; the actor has ``head``'s
+    outputs (an int A: ``Categorical(A)``); ``feature_major``: the layout for the sampled path's
+    per-sample batches (:class:`~fhc_jax.algos.networks.Stacked`)."""
     head = Categorical(head) if isinstance(head, int) else head
     outputs, free = head.network_outputs
-    arch = {"width": spec.width, "depth": spec.depth, "activation": spec.activation}
-    return (Stacked(MLP(outputs=outputs, free_outputs=free, output_scale=output_scale, **arch), horizon, feature_major),
-            Stacked(MLP(outputs=1 + num_constraints, **arch), horizon, feature_major))
+    return (Stacked(spec.mlp(outputs, free_outputs=free, output_scale=output_scale), horizon, feature_major),
+            Stacked(spec.mlp(1 + num_constraints), horizon, feature_major))
 
 
 def _inputs(env, params, observation: str, normalize: bool) -> Array:
@@ -344,7 +337,7 @@ def _is_sampled(env, path: str, observation: str) -> bool:
     return sampled
 
 
-def _sampled_setup(env, params, spec: Any, full: bool) -> Setup:
+def _sampled_setup(env, params, spec: NetworkSpec, full: bool) -> Setup:
     """The sampled path's setup (``full=False``: only what :func:`observation_logits` needs).
     Inputs are standardised over the tabulated observations of a tabular environment, else over
     the observations of 64 episodes of the uniform policy."""
@@ -375,27 +368,29 @@ def setup(env, params, config: Config) -> Setup:
         ValueError: an observation the environment does not support, ``path="tabular"``
             without a tabular exact model, or non-flat observations on the sampled path.
     """
-    config = config.replace(observation=resolve_observation(env, config.path, config.observation))
-    if _is_sampled(env, config.path, config.observation):
-        return _sampled_setup(env, params, config, full=True)
-    obs = _inputs(env, params, config.observation, config.normalize_inputs)
-    head = config_head(env, config)  # Categorical(A): box environments have no tabular path
-    actor, critic = _networks(env.horizon, head, env.num_constraints, config)
+    spec = NetworkSpec.of(config, observation=resolve_observation(env, config.path, config.observation))
+    if _is_sampled(env, config.path, spec.observation):
+        return _sampled_setup(env, params, spec, full=True)
+    obs = _inputs(env, params, spec.observation, spec.normalize_inputs)
+    head = config_head(env, spec)  # Categorical(A): box environments have no tabular path
+    actor, critic = _networks(env.horizon, head, env.num_constraints, spec)
     model = tabular_model(env, params)
     return Setup(actor=actor, critic=critic, obs_table=obs, horizon=env.horizon, num_states=env.num_states,
                  num_actions=env.num_actions, model=model,
                  thresholds=jnp.asarray(env.thresholds(params), jnp.float32),
-                 value_scale=jnp.asarray(critic_value_scale(env, params)), head=head, observation=config.observation)
+                 value_scale=jnp.asarray(critic_value_scale(env, params)), head=head, observation=spec.observation)
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
     """What :func:`logits` (tabular exact models) or :func:`observation_logits` (any other
-    environment) needs, from the input and architecture recorded in the train state."""
+    environment) needs, from the input and architecture recorded in the train state (its
+    :class:`~fhc_jax.algos.networks.NetworkSpec`)."""
+    spec = train_state.network
     if not judged_exactly(env):
-        return _sampled_setup(env, params, train_state, full=False)
-    obs = _inputs(env, params, train_state.observation, train_state.normalize_inputs)
-    head = config_head(env, train_state)
-    actor, critic = _networks(env.horizon, head, env.num_constraints, train_state)
+        return _sampled_setup(env, params, spec, full=False)
+    obs = _inputs(env, params, spec.observation, spec.normalize_inputs)
+    head = config_head(env, spec)
+    actor, critic = _networks(env.horizon, head, env.num_constraints, spec)
     return Setup(actor=actor, critic=critic, obs_table=obs, horizon=env.horizon, num_states=env.num_states,
                  num_actions=env.num_actions, head=head)
 
@@ -416,7 +411,8 @@ def _multiplier_update(cfg: Config, beta: Array) -> multipliers.MultiplierUpdate
 
 def init(key: Array, setup: Setup, config: Config) -> TrainState:
     """Per-stage networks each from its own key; lambda_t = initial_multiplier; beta = damping."""
-    actor_net, critic_net = _networks(setup.horizon, setup.head, setup.thresholds.shape[0], config,
+    network = NetworkSpec.of(config, observation=setup.observation)
+    actor_net, critic_net = _networks(setup.horizon, setup.head, setup.thresholds.shape[0], network,
                                       config.output_scale)
     x = jnp.zeros(setup.shift.shape if setup.sampled else setup.obs_table.shape[-1:], jnp.float32)
     ka, kc = jax.random.split(key)
@@ -427,9 +423,7 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         actor=actor, critic=critic, opt_state=_optimizer(config).init({"actor": actor, "critic": critic}),
         actor_average=actor, multipliers=lam,
         multiplier_state=_multiplier_update(config, config.damping).init(h * m, config.initial_multiplier),
-        damping=jnp.asarray(config.damping, jnp.float32), step=jnp.zeros((), jnp.int32),
-        observation=setup.observation, width=config.width, depth=config.depth, activation=config.activation,
-        normalize_inputs=config.normalize_inputs, log_std=config.log_std, initial_log_std=config.initial_log_std,
+        damping=jnp.asarray(config.damping, jnp.float32), step=jnp.zeros((), jnp.int32), network=network,
     )
 
 

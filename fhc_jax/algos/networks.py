@@ -7,11 +7,15 @@
   actors, H + 1 for the critics): ``init`` and ``apply`` are ``jax.vmap`` over that axis, so
   stage h's parameters are applied to the batch of inputs seen at stage h, and all stages run
   as one batched computation (no Python list of H networks).
+* :class:`NetworkSpec`: the networks' shape as a neural learner's train state records it
+  (input, width, depth, activation, input standardisation, Gaussian head form), one static
+  field from which the policy is rebuilt.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -58,6 +62,51 @@ class MLP(nn.Module):
             free = self.param("free", nn.initializers.zeros, (self.free_outputs,), jnp.float32)
             out = jnp.concatenate([out, jnp.broadcast_to(free, out.shape[:-1] + (self.free_outputs,))], axis=-1)
         return out
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkSpec:
+    """The shape of a neural learner's networks, built from its ``Config`` by :meth:`of` and
+    held by its train state as one static field (frozen and hashable: part of the train
+    state's tree structure, never a leaf), so the policy can be rebuilt from the state alone.
+
+    Attributes:
+        observation: the resolved network input (``Config.observation`` with "auto" resolved
+            on the environment; Saute-Lagrangian: the input of the base state).
+        width, depth, activation: every MLP of the learner (:class:`MLP`).
+        normalize_inputs: the inputs are standardised by a fixed affine map (NN-Constrained,
+            e-COP); False for learners whose ``Config`` has no such field.
+        log_std: box action spaces only: "state_independent" or "state_dependent", the form of
+            the Gaussian head's log-std (``fhc_jax.algos.distributions.config_head``).
+        initial_log_std: box action spaces only: log(sigma / half range) of the initial policy.
+    """
+
+    observation: str = "env"
+    width: int = 10
+    depth: int = 2
+    activation: str = "tanh"
+    normalize_inputs: bool = False
+    log_std: str = "state_independent"
+    initial_log_std: float = math.log(0.5)
+
+    @classmethod
+    def of(cls, config: Any, **changes: Any) -> "NetworkSpec":
+        """The spec of a neural learner's ``config`` (its ``observation``, ``width``,
+        ``depth``, ``activation``, ``log_std``, ``initial_log_std`` and, where it has one,
+        ``normalize_inputs``), with ``changes`` (e.g. the resolved ``observation``) applied."""
+        fields = dict(observation=config.observation, width=config.width, depth=config.depth,
+                      activation=config.activation, normalize_inputs=getattr(config, "normalize_inputs", False),
+                      log_std=config.log_std, initial_log_std=config.initial_log_std)
+        return cls(**{**fields, **changes})
+
+    def replace(self, **changes: Any) -> "NetworkSpec":
+        """A copy with ``changes`` (field name -> value)."""
+        return dataclasses.replace(self, **changes)
+
+    def mlp(self, outputs: int, **kw: Any) -> MLP:
+        """An :class:`MLP` of this width, depth and activation with ``outputs`` outputs
+        (``kw``: ``output_scale``, ``free_outputs``)."""
+        return MLP(outputs=outputs, width=self.width, depth=self.depth, activation=self.activation, **kw)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,7 +42,7 @@ from fhc_jax.algos import learner, multipliers
 from fhc_jax.algos.distributions import LOG_STD_FORMS, ActionHead, Categorical, check_initial_log_std, config_head
 from fhc_jax.algos.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
 from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy, observation_sample
-from fhc_jax.algos.networks import ACTIVATIONS, MLP, Stacked
+from fhc_jax.algos.networks import ACTIVATIONS, NetworkSpec, Stacked
 from fhc_jax.algos.nn_losses import (
     advantage_targets, batch_targets, cell_stats, gaussian_actor_loss, gaussian_sample_targets, improved_actor_loss,
     sample_advantage_targets, sample_cross_entropy, sample_losses, table_losses, visit_weights,
@@ -169,10 +169,9 @@ class TrainState:
         step: updates done, n, int32 ().
         actor_average: exponential Polyak average of the actor params (weight
             ``Config.policy_averaging``): the reported policy.
-        observation, width, depth, activation, normalize_inputs: the networks' input and
-            architecture (static), so the policy can be rebuilt from the state alone.
-        log_std, initial_log_std: the Gaussian head's form on box action spaces (static;
-            ``fhc_jax.algos.distributions.config_head`` rebuilds the head from them).
+        network: the networks' input, architecture and Gaussian head form
+            (:class:`~fhc_jax.algos.networks.NetworkSpec`, static), so the policy can be
+            rebuilt from the state alone.
     """
 
     actor: Any
@@ -184,13 +183,7 @@ class TrainState:
     multiplier_state: multipliers.MultiplierState
     step: Array
     actor_average: Any
-    observation: str = struct.field(pytree_node=False, default="xy")
-    width: int = struct.field(pytree_node=False, default=10)
-    depth: int = struct.field(pytree_node=False, default=2)
-    activation: str = struct.field(pytree_node=False, default="tanh")
-    normalize_inputs: bool = struct.field(pytree_node=False, default=True)
-    log_std: str = struct.field(pytree_node=False, default="state_independent")
-    initial_log_std: float = struct.field(pytree_node=False, default=math.log(0.5))
+    network: NetworkSpec = struct.field(pytree_node=False)
     #: the environment it was trained on (static; ``fhc_jax.algos.learner.environment_signature``),
     #: checked by ``policy`` and ``policy_table``; None for a state built outside ``make_learner``
     trained_on: tuple | None = struct.field(pytree_node=False, default=None)
@@ -228,20 +221,17 @@ class Networks:
     cost_critic: Stacked
 
     @classmethod
-    def build(cls, horizon: int, head: ActionHead | int, num_constraints: int, spec: Any,
+    def build(cls, horizon: int, head: ActionHead | int, num_constraints: int, spec: NetworkSpec,
               output_scale: Any = 1.0, feature_major: bool = False) -> "Networks":
-        """From a ``spec`` with ``width``, ``depth``, ``activation`` (a Config or TrainState);
-        ``head`` the action head (an int A: ``Categorical(A)``); ``output_scale`` only sets
+        """From the ``spec``'s width, depth and activation; ``head`` the action head (an int A: ``Categorical(A)``); ``output_scale`` only sets
         the actors' initialisation; ``feature_major`` the layout of the stacked networks
         (:class:`~fhc_jax.algos.networks.Stacked`: the sampled path's per-sample batches)."""
         head = Categorical(head) if isinstance(head, int) else head
         outputs, free = head.network_outputs
-        arch = dict(width=spec.width, depth=spec.depth, activation=spec.activation)
         return cls(
-            actor=Stacked(MLP(outputs=outputs, free_outputs=free, output_scale=output_scale, **arch), horizon,
-                          feature_major),
-            critic=Stacked(MLP(outputs=1, **arch), horizon + 1, feature_major),
-            cost_critic=Stacked(MLP(outputs=num_constraints, **arch), horizon + 1, feature_major),
+            actor=Stacked(spec.mlp(outputs, free_outputs=free, output_scale=output_scale), horizon, feature_major),
+            critic=Stacked(spec.mlp(1), horizon + 1, feature_major),
+            cost_critic=Stacked(spec.mlp(num_constraints), horizon + 1, feature_major),
         )
 
 
@@ -322,7 +312,7 @@ def _input_stats(env, params, observation: str, normalize: bool) -> tuple[Array 
     return table, jnp.mean(flat, axis=0), jnp.where(std > 0, std, 1.0)
 
 
-def _setup(env, params, spec: Any, path: str, model: TabularModel | None, thresholds: Array | None, form: str) -> Setup:
+def _setup(env, params, spec: NetworkSpec, path: str, model: TabularModel | None, thresholds: Array | None, form: str) -> Setup:
     sampled = path == "sampled" or (path == "auto" and not judged_exactly(env))
     if spec.observation != "env" and (sampled or spec.observation not in env.supported_observations):
         valid = ", ".join(map(repr, ("env", *(env.supported_observations if not sampled else ()))))
@@ -354,15 +344,15 @@ def setup(env, params, config: Config) -> Setup:
         raise ValueError(f"Config.path = 'tabular' needs a tabular exact model, which {env.name} does not declare")
     tabular = config.path != "sampled" and judged_exactly(env)
     thresholds = jnp.asarray(env.thresholds(params), jnp.float32)
-    out = _setup(env, params, config, config.path, tabular_model(env, params) if tabular else None, thresholds,
+    out = _setup(env, params, NetworkSpec.of(config), config.path, tabular_model(env, params) if tabular else None, thresholds,
                  resolve_loss_form(config, env.num_states) if tabular else "samples")
     return dataclasses.replace(out, violation_units=multipliers.violation_units(thresholds, env.horizon))
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
     """What :func:`logits` and :func:`observation_logits` need, from the input and architecture
-    recorded in the train state."""
-    return _setup(env, params, train_state, "auto", None, None, "table")
+    recorded in the train state (its :class:`~fhc_jax.algos.networks.NetworkSpec`)."""
+    return _setup(env, params, train_state.network, "auto", None, None, "table")
 
 
 def _multiplier_law(config: Config, n: Array) -> multipliers.MultiplierUpdate:
@@ -373,7 +363,8 @@ def _multiplier_law(config: Config, n: Array) -> multipliers.MultiplierUpdate:
 
 def init(key: Array, setup: Setup, config: Config) -> TrainState:
     """Initial parameters: per-stage networks each from its own key, nu = initial_multiplier."""
-    nets = Networks.build(setup.horizon, setup.head, setup.num_constraints, config, config.output_scale)
+    network = NetworkSpec.of(config)
+    nets = Networks.build(setup.horizon, setup.head, setup.num_constraints, network, config.output_scale)
     obs = jnp.zeros(setup.shift.shape, jnp.float32)
     ka, kv, kw = jax.random.split(key, 3)
     actor = nets.actor.init(ka, obs)
@@ -390,9 +381,7 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         multipliers=nu,
         multiplier_state=_multiplier_law(config, 0).init(setup.num_constraints, nu),
         step=jnp.zeros((), jnp.int32),
-        observation=config.observation, width=config.width, depth=config.depth,
-        activation=config.activation, normalize_inputs=config.normalize_inputs,
-        log_std=config.log_std, initial_log_std=config.initial_log_std,
+        network=network,
     )
 
 

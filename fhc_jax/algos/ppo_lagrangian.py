@@ -37,7 +37,7 @@ from fhc_jax.algos import learner, multipliers
 from fhc_jax.algos.distributions import LOG_STD_FORMS, check_initial_log_std, config_head
 from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.learner import ExactMetrics, observation_policy
-from fhc_jax.algos.networks import ACTIVATIONS
+from fhc_jax.algos.networks import ACTIVATIONS, NetworkSpec
 from fhc_jax.algos.ppo_networks import OBSERVATIONS, Setup, _actor_rows, _modules, _optimizer  # noqa: F401 (public here)
 from fhc_jax.algos.returns import advantages_and_targets
 from fhc_jax.algos.sampled_inputs import PATHS, critic_value_scale, resolve_observation, resolve_path, with_stage
@@ -164,9 +164,9 @@ class TrainState:
         multipliers: penalties nu^(k) >= 0 used in the latest update, (M,).
         multiplier_state: state of :func:`multiplier_update` (PID terms or optimizer state).
         step: iterations done, n, int32 ().
-        observation, width, depth, activation: the actor's input and architecture (static).
-        log_std, initial_log_std: the Gaussian head's form on box action spaces (static;
-            ``fhc_jax.algos.distributions.config_head`` rebuilds the head from them).
+        network: the networks' resolved input, architecture and Gaussian head form
+            (:class:`~fhc_jax.algos.networks.NetworkSpec`, static), so the policy can be
+            rebuilt from the state alone.
     """
 
     params: dict[str, Any]
@@ -174,12 +174,7 @@ class TrainState:
     multipliers: Array
     multiplier_state: multipliers.MultiplierState
     step: Array
-    observation: str = struct.field(pytree_node=False, default="xy")
-    width: int = struct.field(pytree_node=False, default=32)
-    depth: int = struct.field(pytree_node=False, default=2)
-    activation: str = struct.field(pytree_node=False, default="tanh")
-    log_std: str = struct.field(pytree_node=False, default="state_independent")
-    initial_log_std: float = struct.field(pytree_node=False, default=math.log(0.5))
+    network: NetworkSpec = struct.field(pytree_node=False)
     #: the environment it was trained on (static; ``fhc_jax.algos.learner.environment_signature``),
     #: checked by ``policy`` and ``policy_table``; None for a state built outside ``make_learner``
     trained_on: tuple | None = struct.field(pytree_node=False, default=None)
@@ -248,9 +243,10 @@ def multiplier_update(config: Config) -> multipliers.MultiplierUpdate:
 # ----------------------------------------------------------------------------- networks and setup
 
 
-def _sampled_setup(env, params, spec, config: Config | None) -> Setup:
-    """The sampled path's setup (``config`` None: only what :func:`observation_logits` and
-    :func:`logits` need); input rows only where there are tabular states (for :func:`logits`)."""
+def _sampled_setup(env, params, spec: NetworkSpec, config: Config | None) -> Setup:
+    """The sampled path's setup of the networks ``spec`` (``config`` None: only what
+    :func:`observation_logits` and :func:`logits` need); input rows only where there are
+    tabular states (for :func:`logits`)."""
     rows = per_stage = None
     if env.is_tabular:
         _, rows, per_stage = _actor_rows(env, params, spec.observation)
@@ -276,6 +272,7 @@ def setup(env, params, config: Config) -> Setup:
     """
     config = config.replace(observation=resolve_observation(env, config.path, config.observation))
     sampled = resolve_path("ppo_lagrangian", env, config.path, config.observation)
+    spec = NetworkSpec.of(config)
     h = env.horizon
     if config.num_minibatches > h * config.episodes_per_iteration:
         raise ValueError(
@@ -283,7 +280,7 @@ def setup(env, params, config: Config) -> Setup:
             f"per iteration, found {config.num_minibatches}"
         )
     if sampled:
-        return _sampled_setup(env, params, config, config)
+        return _sampled_setup(env, params, spec, config)
     table, rows, per_stage = _actor_rows(env, params, config.observation)
     s = env.num_states
     if config.critic_time and not per_stage:
@@ -300,9 +297,9 @@ def setup(env, params, config: Config) -> Setup:
         return "table" if config.num_minibatches * u <= n_samples else "samples"
 
     model = tabular_model(env, params)
-    head = config_head(env, config)  # Categorical(A): box environments have no tabular path
+    head = config_head(env, spec)  # Categorical(A): box environments have no tabular path
     return Setup(
-        modules=_modules(head, env.num_constraints, config),
+        modules=_modules(head, env.num_constraints, spec),
         rows=jnp.asarray(rows, jnp.float32), per_stage=per_stage,
         critic_rows=jnp.asarray(critic_rows, jnp.float32), critic_per_stage=critic_per_stage,
         horizon=h, num_states=s, num_actions=env.num_actions,
@@ -317,13 +314,15 @@ def setup(env, params, config: Config) -> Setup:
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
     """What :func:`logits` (and :func:`observation_logits` where there is no tabular exact
-    model) needs: the actor and its inputs, from the train state's observation and architecture."""
-    if resolve_path("ppo_lagrangian", env, "auto", train_state.observation):
-        return _sampled_setup(env, params, train_state, None)
-    _, rows, per_stage = _actor_rows(env, params, train_state.observation)
+    model) needs: the actor and its inputs, from the train state's observation and architecture
+    (its :class:`~fhc_jax.algos.networks.NetworkSpec`)."""
+    spec = train_state.network
+    if resolve_path("ppo_lagrangian", env, "auto", spec.observation):
+        return _sampled_setup(env, params, spec, None)
+    _, rows, per_stage = _actor_rows(env, params, spec.observation)
     rows = jnp.asarray(rows, jnp.float32)
-    head = config_head(env, train_state)
-    return Setup(_modules(head, env.num_constraints, train_state), rows, per_stage, rows, per_stage,
+    head = config_head(env, spec)
+    return Setup(_modules(head, env.num_constraints, spec), rows, per_stage, rows, per_stage,
                  env.horizon, env.num_states, env.num_actions, form="table", critic_form="table", head=head)
 
 
@@ -348,12 +347,7 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         multipliers=nu,
         multiplier_state=multiplier_update(config).init(m, config.initial_multiplier),
         step=jnp.zeros((), jnp.int32),
-        observation=setup.observation,
-        width=config.width,
-        depth=config.depth,
-        activation=config.activation,
-        log_std=config.log_std,
-        initial_log_std=config.initial_log_std,
+        network=NetworkSpec.of(config, observation=setup.observation),
     )
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import optax
 
 from fhc_jax.algos.distributions import ActionHead, Categorical
-from fhc_jax.algos.networks import MLP
+from fhc_jax.algos.networks import MLP, NetworkSpec
 from fhc_jax.algos.sampled_inputs import ENV_OBSERVATIONS, input_table, stage_inputs
 from fhc_jax.algos.tabular_rollout import TabularModel
 
@@ -21,18 +21,17 @@ Array = jax.Array
 
 OBSERVATIONS = ("xy", "xyt", "one_hot", *ENV_OBSERVATIONS)
 
-def _modules(head: ActionHead | int, num_constraints: int, spec) -> dict[str, MLP]:
+def _modules(head: ActionHead | int, num_constraints: int, spec: NetworkSpec) -> dict[str, MLP]:
     """The actor (outputs ``head.network_outputs``: A logits, or a Gaussian's mean with its
-    log-std as a free per-network vector or as outputs) and the reward and cost critics;
-    ``head`` an int A means ``Categorical(A)``."""
+    log-std as a free per-network vector or as outputs) and the reward and cost critics, of the
+    ``spec``'s architecture; ``head`` an int A means ``Categorical(A)``."""
     head = Categorical(head) if isinstance(head, int) else head
-    arch = dict(width=spec.width, depth=spec.depth, activation=spec.activation)
     computed, free = head.network_outputs
     return {
         # near-uniform initial policy (Gaussian: mean at the box's centre, sigma from initial_log_std)
-        "actor": MLP(outputs=computed, free_outputs=free, output_scale=0.01, **arch),
-        "reward_critic": MLP(outputs=1, **arch),
-        "cost_critic": MLP(outputs=num_constraints, **arch),
+        "actor": spec.mlp(computed, free_outputs=free, output_scale=0.01),
+        "reward_critic": spec.mlp(1),
+        "cost_critic": spec.mlp(num_constraints),
     }
 
 

@@ -53,6 +53,7 @@ from fhc_jax.algos import ppo_lagrangian as ppo
 from fhc_jax.algos.distributions import check_initial_log_std
 from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.learner import judged_exactly
+from fhc_jax.algos.networks import NetworkSpec
 from fhc_jax.algos.policies import table_policy
 from fhc_jax.algos.sampled_inputs import ENV_OBSERVATIONS, input_table
 from fhc_jax.algos.tabular_rollout import (
@@ -623,9 +624,10 @@ def resolve_budget(env: Environment, params: Any, config: Config) -> tuple[str, 
     return "continuous", 0.0
 
 
-def _count_setup(env: Environment, params: Any, spec: Any, units: float, config: Config | None) -> Setup:
-    """The count representation's setup: PPO's tabular path over the augmented states (s, c),
-    rows = (x_h(s), z(c)), and the marginalisation kernel (host-side)."""
+def _count_setup(env: Environment, params: Any, spec: NetworkSpec, units: float, config: Config | None) -> Setup:
+    """The count representation's setup: PPO's tabular path of the networks ``spec`` (its
+    ``observation`` Saute's) over the augmented states (s, c), rows = (x_h(s), z(c)), and the
+    marginalisation kernel (host-side)."""
     alpha = float(_thresholds(env, params)[0])
     senv = SauteEnv(env, alpha, cost_unit=alpha / units)
     h, s, b = senv.horizon, env.num_states, senv.levels
@@ -672,8 +674,10 @@ def _network_observation(observation: str) -> tuple[str, str]:
     return observation, "env"
 
 
-def _continuous_setup(env: Environment, params: Any, spec: Any, table_episodes: int, config: Config | None) -> Setup:
-    """The continuous representation's setup: PPO's sampled path over :class:`BudgetEnv`
+def _continuous_setup(env: Environment, params: Any, spec: NetworkSpec, table_episodes: int,
+                      config: Config | None) -> Setup:
+    """The continuous representation's setup: PPO's sampled path of the networks ``spec`` (its
+    ``observation`` Saute's) over :class:`BudgetEnv`
     (``env`` itself when it already is one), and on tabular states the base inputs of the
     estimated Markov policy (host-side)."""
     base_obs, net_obs = _network_observation(spec.observation)
@@ -689,8 +693,7 @@ def _continuous_setup(env: Environment, params: Any, spec: Any, table_episodes: 
     if config is not None and config.num_minibatches > env.horizon * config.episodes_per_iteration:
         raise ValueError(f"saute: Config.num_minibatches must be <= H K = {env.horizon * config.episodes_per_iteration}, "
                          f"found {config.num_minibatches}")
-    net_spec = (config if config is not None else _Spec.of(spec)).replace(observation=net_obs)
-    setup_ppo = ppo._sampled_setup(train_env, params, net_spec, None if config is None else net_spec)
+    setup_ppo = ppo._sampled_setup(train_env, params, spec.replace(observation=net_obs), config)
     base_inputs = None
     base = benv.env
     if base.is_tabular:
@@ -699,27 +702,6 @@ def _continuous_setup(env: Environment, params: Any, spec: Any, table_episodes: 
         base_inputs = base_inputs.reshape(base.horizon, base.num_states, -1)
     return Setup(ppo=setup_ppo, env=train_env, budget="continuous", base_inputs=base_inputs,
                  table_episodes=table_episodes)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Spec:
-    """The fields of a train state that rebuild PPO's networks (``replace`` like a Config)."""
-
-    observation: str
-    width: int
-    depth: int
-    activation: str
-    log_std: str
-    initial_log_std: float
-    critic_time: bool = False
-
-    @classmethod
-    def of(cls, source: Any) -> "_Spec":
-        return cls(source.observation, source.width, source.depth, source.activation, source.log_std,
-                   source.initial_log_std)
-
-    def replace(self, **changes) -> "_Spec":
-        return dataclasses.replace(self, **changes)
 
 
 def _kernel(senv: SauteEnv, params) -> tuple[tuple, np.ndarray]:
@@ -764,13 +746,13 @@ def setup(env, params, config: Config) -> Setup:
         if config.budget == "count" or config.path == "tabular" or config.cost_unit > 0:
             raise ValueError(f"saute: {env.name} has no tabular exact model: its budget is continuous; leave "
                              "Config.budget, path and cost_unit at their defaults")
-        return _continuous_setup(env, params, config, config.eval_episodes, config)
+        return _continuous_setup(env, params, NetworkSpec.of(config), config.eval_episodes, config)
     _check_observation(env, observation)
     _thresholds(env, params)
     budget, units = resolve_budget(env, params, config)
     if budget == "count":
-        return _count_setup(env, params, config, units, config)
-    return _continuous_setup(env, params, config, config.eval_episodes, config)
+        return _count_setup(env, params, NetworkSpec.of(config), units, config)
+    return _continuous_setup(env, params, NetworkSpec.of(config), config.eval_episodes, config)
 
 
 def box_actions_refusal(env) -> str:
@@ -785,8 +767,8 @@ def policy_setup(env, params, train_state) -> Setup:
     (budget representation, input and architecture) and ``params`` (the threshold fixes the
     budget levels)."""
     if train_state.budget == "count" and _budget_env(env) is None:
-        return _count_setup(env, params, _Spec.of(train_state), train_state.budget_units, None)
-    return _continuous_setup(env, params, _Spec.of(train_state), train_state.table_episodes, None)
+        return _count_setup(env, params, train_state.network, train_state.budget_units, None)
+    return _continuous_setup(env, params, train_state.network, train_state.table_episodes, None)
 
 
 # ----------------------------------------------------------------------------- the algorithm
@@ -795,7 +777,7 @@ def policy_setup(env, params, train_state) -> Setup:
 @struct.dataclass
 class TrainState(ppo.TrainState):
     """PPO-Lagrangian's train state over the augmented inputs, plus the budget's representation
-    (static): ``observation`` is Saute's input of the base state (z appended), ``budget``
+    (static): ``network.observation`` is Saute's input of the base state (z appended), ``budget``
     "count" or "continuous", ``budget_units`` alpha / unit of the counts (the budget in cost
     units, unit-free; 0 for "continuous"), ``table_episodes`` the episodes of the estimated
     Markov policy ("continuous")."""
@@ -809,7 +791,7 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
     """PPO-Lagrangian's initial state on the augmented inputs."""
     st = ppo.init(key, setup.ppo, config)
     return TrainState(**{**{f.name: getattr(st, f.name) for f in dataclasses.fields(st)},
-                         "observation": _saute_observation(setup)},
+                         "network": st.network.replace(observation=_saute_observation(setup))},
                       budget=setup.budget, budget_units=float(setup.budget_units), table_episodes=setup.table_episodes)
 
 
@@ -972,7 +954,7 @@ def play_env(train_state: TrainState, env: Environment, params: Any) -> tuple[En
     rewards, costs and dynamics; the budget appended to the observation)."""
     if env.is_tabular or _budget_env(env) is not None:
         return env, params
-    base_obs = _network_observation(train_state.observation)[0]
+    base_obs = _network_observation(train_state.network.observation)[0]
     return BudgetEnv(env, _thresholds(env, params), base_obs), params
 
 
@@ -1061,7 +1043,7 @@ def policy(train_state: TrainState, env, params: Any = None) -> Callable[[Array,
         return learner.observation_policy(partial(observation_logits, train_state, setup_))
     if env.is_tabular:
         return table_policy(policy_table(train_state, env, params), env)
-    base_obs = _network_observation(train_state.observation)[0]
+    base_obs = _network_observation(train_state.network.observation)[0]
     raise ValueError(f"saute.policy: the Saute policy acts on the remaining budget, which {env.name}'s observations "
                      "do not carry and its states are not tabular (no Markov policy to report); play it in "
                      f"fhc_jax.algos.saute.BudgetEnv(env, observation={base_obs!r}) (the same rewards and costs, the "

@@ -319,3 +319,19 @@ def test_fh_importance_floor_in_the_sampled_actor_increment(floor):
     assert fc.Config().importance_floor == 0.05  # the fixed floor of earlier versions
     with pytest.raises(ValueError, match=r"importance_floor must lie in \(0, 1\], found 0"):
         fc.Config(importance_floor=0.0)
+
+
+@pytest.mark.slow
+def test_fh_policy_built_inside_the_program_that_plays_it():
+    """FH-Constrained's policy on an environment without a tabular model rebuilds its feature
+    box from a fixed uniform-policy sample; built inside the caller's jit (the train state an
+    argument, as the robustness benchmark judges seeds), the sample is still computed at once
+    (it raised TracerArrayConversionError), and the program plays the same policy as outside."""
+    fc = fhc.algos.fh_constrained
+    env = fhc.BatteryStorage()
+    params = env.default_params
+    state = fc.make_train(env, params, fc.Config(num_iterations=2, episodes_per_iteration=8))(jax.random.key(0)).state
+    key = jax.random.key(3)
+    inside = jax.jit(lambda s: fhc.rollout_returns(key, env, params, fc.policy(s, env, params), 64))(state)
+    outside = jax.jit(lambda: fhc.rollout_returns(key, env, params, fc.policy(state, env, params), 64))()
+    np.testing.assert_allclose(np.asarray(inside.rewards), np.asarray(outside.rewards), rtol=1e-6)

@@ -427,12 +427,15 @@ def observation_policy(logits_of: Callable[[Array, Array], Array], head: Any = N
     return softmax_policy(logits_of) if head is None else head.policy(logits_of)
 
 
-def observation_sample_by_stage(env, params, num_episodes: int = 64) -> Array:
+def observation_sample_by_stage(env, params, num_episodes: int = 64) -> np.ndarray:
     """Raw observations of s_0..s_H in ``num_episodes`` episodes of the uniform policy (fixed
-    key), (N, H+1, D), stage by stage (host-side)."""
-    traj = jax.jit(rollout, static_argnums=(1, 3, 4))(
-        jax.random.key(EVALUATION_KEY), env, params, random_policy(env), num_episodes)
-    return jnp.concatenate([traj.observations, traj.final_observations[:, None]], axis=1).astype(jnp.float32)
+    key), (N, H+1, D), stage by stage (host-side: computed at once even while a caller's
+    ``jit`` traces, e.g. a learner's ``policy`` built inside the program that plays it, as long
+    as ``params`` are concrete)."""
+    with jax.ensure_compile_time_eval():
+        traj = jax.jit(rollout, static_argnums=(1, 3, 4))(
+            jax.random.key(EVALUATION_KEY), env, params, random_policy(env), num_episodes)
+        return np.asarray(jnp.concatenate([traj.observations, traj.final_observations[:, None]], axis=1), np.float32)
 
 
 def observation_sample(env, params, num_episodes: int = 64) -> Array:

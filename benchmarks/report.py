@@ -342,6 +342,12 @@ def render_robustness(name: str, data: dict) -> list[str]:
             out += ["", f"{c['learner']} on {c['task']}: {c['error']}"]
     total = sum((c.get("compile_s") or 0.0) + (c.get("run_s") or 0.0) for c in cells)
     out += ["", f"Total wall time of the {len(cells)} cells: {total / 60:.0f} minutes (compilation included)."]
+    from fhc_jax.envs import suite  # the suite's tasks this file has no results for yet
+
+    missing = [t for t in suite.TASKS if t not in tasks]
+    if missing:
+        out += ["", f"Not measured yet: {', '.join(f'`{t}`' for t in missing)} "
+                "(`python benchmarks/robustness.py --tasks ...` merges them into this file)."]
     return out
 
 

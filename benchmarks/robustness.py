@@ -236,7 +236,9 @@ def merge(path: Path, run_id: str, run: dict, refs: dict, cells: dict) -> dict:
     # the file's provenance (benchmarks/report.py): the full command, the latest run's machine
     # and jax; each cell names the run (its slice's command) it came from
     data["command"] = "python benchmarks/robustness.py"
-    data["machine"], data["jax"] = run["machine"], run["jax"]
+    for key in ("machine", "jax"):
+        if key in run:
+            data[key] = run[key]
     data.setdefault("tasks", {}).update(refs)
     data.setdefault("runs", {})[run_id] = run
     results = data.setdefault("results", {})

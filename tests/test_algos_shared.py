@@ -374,6 +374,7 @@ def test_train_states_are_checked_against_the_learner_and_the_environment():
         fc.policy(res, g3)
 
 
+@pytest.mark.slow
 def test_neural_train_states_record_one_static_network_spec():
     """Issue 31 item 6: every neural learner's train state records its network shape as one
     static NetworkSpec (the Config's fields, ``observation`` resolved), part of the tree

@@ -154,6 +154,7 @@ def test_update_forms_agree(spec, combine, variant):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), out[0], out[1])
 
 
+@pytest.mark.slow
 def test_mass_combine_divides_by_the_summed_activations():
     """``combine="mass"`` divides each feature's summed increment by the batch's summed
     activation of that feature, sum_k phi_j(s_hk) (floored at 1), where "visits" divides by the
@@ -236,6 +237,7 @@ def test_learning_regression_small_grid():
     assert np.all(np.asarray(out.metrics.multipliers) >= 0)
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
     keys = jax.random.split(jax.random.key(0), 2)
     batched = _tiny_result()

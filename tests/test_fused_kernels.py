@@ -69,6 +69,7 @@ def test_fused_evaluation_equals_the_reference(x64, m):
             np.testing.assert_allclose(getattr(fused, field), getattr(ref, field), rtol=1e-12, atol=1e-12, err_msg=field)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("m", [1, 2])
 def test_oracle_values_and_mixture_occupancy(x64, m):
     for cmdp in _models(m):

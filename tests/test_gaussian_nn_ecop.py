@@ -182,6 +182,7 @@ def test_bad_log_std_is_refused_before_compiling(module, changes, match, monkeyp
         module.Config().replace(**changes)
 
 
+@pytest.mark.slow
 def test_ecop_sampled_path_errors_before_compiling():
     with pytest.raises(ValueError, match="observation must be 'env' for Reach on the sampled path"):
         ecop.make_train(REACH, REACH.default_params, ecop.Config(observation="xy"))

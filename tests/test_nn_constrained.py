@@ -194,6 +194,7 @@ def test_loss_forms_give_the_same_update(variant):
             )
 
 
+@pytest.mark.slow
 def test_paper_multiplier_uses_constraint_critic():
     """Paper (algo7): nu <- clip(nu + c(n) mean_i W_0(s_0^i) / d, 0, -P), W including -alpha,
     d = max(|alpha|, H / 100) the violation unit (fhc_jax.algos.multipliers)."""
@@ -264,6 +265,7 @@ def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
     jax.tree.map(np.testing.assert_array_equal, again, _tiny_result())
 
 
+@pytest.mark.slow
 def test_policy_for_rollout_samples_the_table():
     params = TINY.default_params
     state = jax.tree.map(lambda x: x[0], _tiny_result().state)
@@ -336,6 +338,7 @@ def test_reported_actor_is_the_polyak_average():
     assert not np.allclose(table, last)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("power", [0.5])  # p = 0 is pinned bit-identically (test_pinned_learners)
 def test_improved_actor_weights_visited_cells_by_visits_to_the_power(power, monkeypatch):
     """``visit_weight_power`` p: the improved actor's regression weighs each (h, s) by n_h(s)^p,

@@ -488,6 +488,7 @@ def test_out_of_range_actions_are_refused_eagerly_and_inside_jit(action, shown):
         jax.block_until_ready(jax.jit(lambda key: fhc.rollout(key, GRID, GRID_PARAMS, policy, 4096))(KEY))
 
 
+@pytest.mark.slow
 def test_action_errors_under_vmap_name_one_offender_and_valid_actions_pass():
     """Under the user's vmap (here inside jit) the batch is reduced to one report; a policy
     whose actions are valid runs as before (the mean of 8 uniform episodes is a number)."""

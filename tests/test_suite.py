@@ -65,6 +65,7 @@ def test_every_exact_threshold_binds(solved):
     assert nus.max() / nus.min() >= 1e4
 
 
+@pytest.mark.slow
 def test_small_sizes_and_time_varying_garnets(solved):
     for name, (cmdp, _, _) in solved.items():
         if name != "gridworld":
@@ -221,6 +222,7 @@ def test_inventory_monte_carlo_matches_exact_evaluation(solved):
     assert abs(c.mean() - float(exact.costs[0])) <= Z * c.std() / np.sqrt(c.size), (c.mean(), exact.costs)
 
 
+@pytest.mark.slow
 def test_inventory_docstring_numbers(solved):
     """The numbers the inventory module's docstring quotes."""
     cmdp, best, (least, free) = solved["inventory"]

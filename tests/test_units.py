@@ -54,6 +54,7 @@ def _check(module, scales):
         np.testing.assert_array_equal(np.asarray(out2.selection.iteration), np.asarray(out.selection.iteration))
 
 
+@pytest.mark.slow
 def test_fh_constrained_is_invariant_to_units():
     _check(fh_constrained, [(4.0, 0.25), (100.0, 0.01), (0.01, 100.0)])
 

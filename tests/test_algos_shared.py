@@ -401,3 +401,22 @@ def test_neural_train_states_record_one_static_network_spec():
         assert logits.shape[0] == 5 and bool(jnp.all(jnp.isfinite(logits))), module.__name__
         with pytest.raises(flax.errors.ScopeParamShapeError):  # width-8 networks, width-7 parameters
             module.ALGORITHM.logits(state, module.policy_setup(grid, params, wider))
+
+
+def test_hyperparameters_are_resolved_once_per_run_with_a_runs_axis():
+    """``Learner.resolve`` gives ``init``/``step`` their hyperparameters once per run: an
+    environment-dependent default kept by ``stack`` takes the learner's value, broadcast over the
+    runs axis (the chunked runner resolves stacked hparams this way, not per iteration)."""
+    from fhc_jax.algos import fh_constrained as fh
+    from fhc_jax.algos.hyperparameters import EnvDefault
+
+    env = fhc.envs.GridWorld(size=3, horizon=4)
+    cfg = fh.Config(num_iterations=4, eval_every=2)
+    lrn = learner.make_learner(fh.ALGORITHM, env, env.default_params, cfg)
+    stacked = stack([cfg, cfg.replace(num_iterations=4)])
+    assert isinstance(stacked.trace, EnvDefault)
+    resolved = lrn.resolve(stacked, (2,))
+    np.testing.assert_array_equal(resolved.trace, np.full((2,), lrn.config.trace, np.float32))
+    assert lrn.resolve(None) is lrn.config
+    with pytest.raises(ValueError, match="same static"):
+        lrn.resolve(fh.Config(num_iterations=4, eval_every=2, episodes_per_iteration=8))  # a static field differs

@@ -25,7 +25,6 @@ and the differences from the reference implementations are in docs/algorithms/cp
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import jax
@@ -35,16 +34,16 @@ import optax
 from flax import struct
 
 from fhc_jax.algos import learner
-from fhc_jax.algos.distributions import LOG_STD_FORMS, ActionHead, check_initial_log_std, config_head
+from fhc_jax.algos.distributions import ActionHead, check_initial_log_std, config_head
 from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy
-from fhc_jax.algos.networks import ACTIVATIONS, MLP, NetworkSpec, Stacked
+from fhc_jax.algos.networks import ACTIVATIONS, NetworkConfig, MLP, NetworkSpec, Stacked
 from fhc_jax.algos.returns import advantages_and_targets
 from fhc_jax.algos.trust_region import (  # noqa: F401 (public here)
     CellStatistics, SampleStatistics, sampled_trust_region_step, trust_region_step,
 )
 from fhc_jax.algos.sampled_inputs import (
-    ENV_OBSERVATIONS, PATHS, critic_value_scale, input_table, resolve_path, stage_inputs, with_stage,
+    ENV_OBSERVATIONS, critic_value_scale, input_table, resolve_path, stage_inputs, with_stage,
 )
 from fhc_jax.algos.tabular_rollout import Batch, TabularModel, batch_from_trajectory, rollout_policy_table, tabular_model, value_scale
 from fhc_jax.rollout import rollout as rollout_episodes
@@ -56,7 +55,7 @@ ACTOR_OUTPUT_SCALE = 0.01  # the actor starts near the uniform policy
 
 
 @hyperparameters
-class Config:
+class Config(NetworkConfig):
     """Hyperparameters of CPO. Defaults were chosen on the default ``GridWorld`` (10x10, H = 100,
     alpha = 25) for a short run (5 vmapped seeds train in about a minute on a CPU) and hold on
     the robustness suite (``docs/benchmarks.md``); CPO's multiplier is the dual of each update's
@@ -87,11 +86,9 @@ class Config:
         eval_episodes: episodes of each Monte-Carlo evaluation where there is no tabular exact model.
         path: "tabular" (exact model, distinct-input statistics), "sampled" (``fhc_jax.rollout``,
             per-sample statistics; any environment) or "auto" (tabular where possible).
-        log_std: box action spaces only: the Gaussian's log-std is a learned vector
-            independent of the input ("state_independent") or an output of the actor network
-            ("state_dependent").
-        initial_log_std: box action spaces only: log(sigma / half range) of the initial
-            policy, a float in [-5, 1] (default log 0.5).
+        log_std, initial_log_std: box action spaces only: the form of the Gaussian head's
+            log-std and log(sigma / half range) of the initial policy
+            (:class:`~fhc_jax.algos.networks.NetworkSpec`).
 
     Numeric fields (pytree leaves: ``jax.vmap`` over them without recompiling):
         max_kl: trust-region radius delta on the mean KL. damping: F + damping I.
@@ -110,11 +107,6 @@ class Config:
     critic_epochs: int = static(4, low=0)
     critic_minibatches: int = static(2, low=1)
     fisher_samples: int = static(1024, low=0)
-    eval_every: int = static(25, low=0)
-    eval_episodes: int = static(4096, low=1)
-    path: str = static("auto", choices=PATHS)
-    log_std: str = static("state_independent", choices=LOG_STD_FORMS)
-    initial_log_std: float = static(math.log(0.5), types=(float,), description="a float in [-5, 1]")
     max_kl: float = numeric(0.05, low=0.0, low_open=True)
     damping: float = numeric(0.1, low=0.0)
     backtrack_ratio: float = numeric(0.8, low=0.0, high=1.0, low_open=True, high_open=True)
@@ -127,7 +119,7 @@ class Config:
 
 
 @struct.dataclass
-class TrainState:
+class TrainState(learner.NetworkState):
     """Learner parameters (M = 1 constraint).
 
     Attributes:
@@ -139,9 +131,6 @@ class TrainState:
         critic_opt: the critics' Adam state.
         multipliers: nu*, the dual variable of the last update's linearised cost constraint, (M,).
         step: number of updates done, int32 ().
-        network: the networks' input, architecture and Gaussian head form
-            (:class:`~fhc_jax.algos.networks.NetworkSpec`, static), so the policy can be
-            rebuilt from the state alone.
     """
 
     actor: Any
@@ -149,10 +138,6 @@ class TrainState:
     critic_opt: Any
     multipliers: Array
     step: Array
-    network: NetworkSpec = struct.field(pytree_node=False)
-    #: the environment it was trained on (static; ``fhc_jax.algos.learner.environment_signature``),
-    #: checked by ``policy`` and ``policy_table``; None for a state built outside ``make_learner``
-    trained_on: tuple | None = struct.field(pytree_node=False, default=None)
 
 
 @struct.dataclass

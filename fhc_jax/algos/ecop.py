@@ -34,7 +34,6 @@ rest of the algorithm is unchanged.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import jax
@@ -42,11 +41,11 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from fhc_jax.algos import learner, multipliers
-from fhc_jax.algos.distributions import LOG_STD_FORMS, ActionHead, Categorical, check_initial_log_std, config_head
+from fhc_jax.algos import learner, multipliers, ppo_lagrangian
+from fhc_jax.algos.distributions import ActionHead, Categorical, check_initial_log_std, config_head
 from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
-from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy, observation_sample
-from fhc_jax.algos.networks import ACTIVATIONS, NetworkSpec, Stacked
+from fhc_jax.algos.learner import judged_exactly, observation_policy, observation_sample
+from fhc_jax.algos.networks import ACTIVATIONS, NetworkConfig, NetworkSpec, Stacked
 from fhc_jax.algos.returns import advantages_and_targets
 from fhc_jax.algos.sampled_inputs import critic_value_scale, resolve_observation
 from fhc_jax.algos.tabular_rollout import (
@@ -63,11 +62,10 @@ from fhc_jax.rollout import rollout as rollout_episodes
 Array = jax.Array
 
 OBSERVATIONS = ("xy", "xyt", "one_hot", "env")
-PATHS = ("auto", "tabular", "sampled")
 
 
 @hyperparameters
-class Config:
+class Config(NetworkConfig):
     """Hyperparameters of e-COP. Defaults tuned briefly for the default ``GridWorld`` (10x10,
     H = 100, alpha = 25) by vmapped sweeps judged exactly (``benchmarks/ecop.py``,
     docs/algorithms/ecop.md).
@@ -88,11 +86,9 @@ class Config:
         path: "tabular" (the exact model's fast rollout and input tables), "sampled"
             (``fhc_jax.rollout`` and the recorded observations, any environment) or "auto"
             (default: "tabular" where the environment has a tabular exact model).
-        log_std: box action spaces only: the Gaussian actor's log-std is a learned per-stage
-            vector independent of the input ("state_independent") or a second output of the
-            actor network ("state_dependent").
-        initial_log_std: box action spaces only: log(sigma / half range) of the initial policy,
-            a float in [-5, 1] (default log 0.5: sigma is half the box's half range).
+        log_std, initial_log_std: box action spaces only: the form of the Gaussian head's
+            log-std and log(sigma / half range) of the initial policy
+            (:class:`~fhc_jax.algos.networks.NetworkSpec`).
 
     Numeric fields (pytree leaves; ``vmap`` over them without recompiling):
         actor_lr, critic_lr: Adam step sizes. max_grad_norm: gradient clipping per family.
@@ -117,11 +113,6 @@ class Config:
     activation: str = static("tanh", choices=tuple(ACTIVATIONS))
     normalize_inputs: bool = static(True)
     num_epochs: int = static(16, low=1)
-    eval_every: int = static(25, low=0)
-    eval_episodes: int = static(4096, low=1)
-    path: str = static("auto", choices=PATHS)
-    log_std: str = static("state_independent", choices=LOG_STD_FORMS)
-    initial_log_std: float = static(math.log(0.5), types=(float,), description="a float in [-5, 1]")
     actor_lr: float = numeric(1e-2, low=0.0, low_open=True)
     critic_lr: float = numeric(3e-3, low=0.0, low_open=True)
     max_grad_norm: float = numeric(10.0, low=0.0, low_open=True)
@@ -142,7 +133,7 @@ class Config:
 
 
 @struct.dataclass
-class TrainState:
+class TrainState(learner.NetworkState):
     """Learner state (H stages, M constraints); network leaves carry a leading stage axis H.
 
     Attributes:
@@ -150,9 +141,6 @@ class TrainState:
         opt_state: optax state of both families. actor_average: Polyak average of the actor.
         multipliers: lambda_{t,i} >= 0, (H, M). multiplier_state: its update's state.
         damping: beta, (). step: updates done, int32 ().
-        network: the networks' resolved input, architecture and Gaussian head form
-            (:class:`~fhc_jax.algos.networks.NetworkSpec`, static), so the policy can be
-            rebuilt from the state alone.
     """
 
     actor: Any
@@ -163,39 +151,24 @@ class TrainState:
     multiplier_state: multipliers.MultiplierState
     damping: Array
     step: Array
-    network: NetworkSpec = struct.field(pytree_node=False)
-    #: the environment it was trained on (static; ``fhc_jax.algos.learner.environment_signature``),
-    #: checked by ``policy`` and ``policy_table``; None for a state built outside ``make_learner``
-    trained_on: tuple | None = struct.field(pytree_node=False, default=None)
 
 
 @struct.dataclass
-class Metrics:
-    """Per-iteration metrics (N iterations, M constraints).
+class Metrics(ppo_lagrangian.Metrics):
+    """Per-iteration metrics (N iterations, M constraints): PPO-Lagrangian's
+    (:class:`fhc_jax.algos.ppo_lagrangian.Metrics`: reward, costs, approx_kl, entropy,
+    clip_fraction, value_loss, epochs, exact) and
 
     Attributes:
-        reward, costs: mean total episode reward (N,) and costs (N, M) of the batch.
         multipliers: mean over stages of lambda_t after the update, (N, M).
         penalty_weight: mean over stages of the weight of stage t's cost surrogate in the
             gradient of L~_t, lambda_t 1[Psi_t > 0] + max(0, lambda_t + beta Psi_t), at the
             last epoch, (N, M) (the effective multiplier, comparable with nu*).
         damping: beta after the update, (N,).
-        approx_kl, entropy, clip_fraction, value_loss, epochs: as in PPO-Lagrangian (the
-            entropy of a Gaussian policy is differential: it may be negative).
-        exact: exact reward and costs of the reported policy every ``eval_every`` updates.
     """
 
-    reward: Array
-    costs: Array
-    multipliers: Array
     penalty_weight: Array
     damping: Array
-    approx_kl: Array
-    entropy: Array
-    clip_fraction: Array
-    value_loss: Array
-    epochs: Array
-    exact: ExactMetrics
 
 
 # ----------------------------------------------------------------------------- the loss (tested by hand)

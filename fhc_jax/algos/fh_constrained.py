@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from fhc_jax.algos import features as feat, learner, multipliers
-from fhc_jax.algos.hyperparameters import (EnvDefault, PowerSchedule, hyperparameters, numeric, resolve_env_defaults,
+from fhc_jax.algos.hyperparameters import (EnvDefault, PowerSchedule, RunConfig, hyperparameters, numeric, resolve_env_defaults,
                                            schedule, static)
 from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy, observation_sample_by_stage
 from fhc_jax.algos.policies import observation_to_index
@@ -45,7 +45,6 @@ VARIANTS = ("paper", "improved")
 COMBINE_RULES = ("visits", "mean", "mass")
 UPDATE_FORMS = ("auto", "table", "samples")
 
-PATHS = ("auto", "tabular", "sampled")
 #: a visited (stage, state) subtracts its samples' mean advantage from two samples on
 #: (``returns.state_baseline``): one sample moves its action by its critic-baselined delta
 BASELINE_SAMPLES = 2
@@ -53,7 +52,7 @@ _FEATURE_SPECS = (feat.OneHot, feat.RadialBasis, feat.TileCoding, feat.Custom, f
 
 
 @hyperparameters
-class Config:
+class Config(RunConfig):
     """Hyperparameters of FH-Constrained. The step sizes were chosen on the default
     ``GridWorld`` (10x10, H = 100, alpha = 25) by vmapped grid searches (``fhc-jax sweep``),
     judged exactly; the learner trains in units of the signals' magnitudes and its multiplier
@@ -134,8 +133,6 @@ class Config:
     combine: str = static(EnvDefault(tabular="visits", non_tabular="mass"), choices=COMBINE_RULES)
     update_form: str = static("auto", choices=UPDATE_FORMS)
     eval_every: int = static(100, low=0)
-    eval_episodes: int = static(4096, low=1)
-    path: str = static("auto", choices=PATHS)
     check_step_sizes: bool = static(True)
     critic_step: PowerSchedule = schedule(PowerSchedule(init=1.0, power=0.55, decay=100.0))
     actor_step: PowerSchedule = schedule(PowerSchedule(init=3.0, power=0.6, decay=100.0))
@@ -150,7 +147,7 @@ class Config:
 
 
 @struct.dataclass
-class TrainState:
+class TrainState(learner.StampedState):
     """Learner parameters (H stages, X features, A actions, M constraints).
 
     Attributes:
@@ -173,9 +170,6 @@ class TrainState:
     step: Array
     theta_average: Array
     features: FeatureSpec = struct.field(pytree_node=False, default=OneHot())
-    #: the environment it was trained on (static; ``fhc_jax.algos.learner.environment_signature``),
-    #: checked by ``policy`` and ``policy_table``; None for a state built outside ``make_learner``
-    trained_on: tuple | None = struct.field(pytree_node=False, default=None)
 
     @property
     def v(self) -> Array:
@@ -638,11 +632,7 @@ def update(
         theta=theta, critics=critics, multipliers=new_nu, multiplier_state=multiplier_state, step=n + 1,
         theta_average=beta * train_state.theta_average + (1.0 - beta) * theta,
     )
-    metrics = {
-        "multipliers": new_nu,
-        "critic_costs": critic_costs,
-    }
-    return new_state, metrics
+    return new_state, {"multipliers": new_nu, "critic_costs": critic_costs}
 
 
 ALGORITHM = learner.Algorithm(

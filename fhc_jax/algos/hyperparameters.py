@@ -380,11 +380,12 @@ def stack(configs: Sequence[Any], env: Any = None) -> Any:
     return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x, jnp.float32) for x in xs]), *configs)
 
 
-def resolve_hyperparameters(config: Any, hparams: Any | None) -> Any:
+def resolve_hyperparameters(config: Any, hparams: Any | None, batch_shape: tuple[int, ...] = ()) -> Any:
     """``hparams`` if given (numeric leaves possibly traced or vmapped), else ``config``.
 
     ``config`` is the one ``make_train`` resolved for its environment; a field that ``hparams``
-    leaves at an environment-dependent default (:class:`EnvDefault`) takes ``config``'s value.
+    leaves at an environment-dependent default (:class:`EnvDefault`) takes ``config``'s value,
+    broadcast to ``batch_shape`` (the leading runs axis of hparams from :func:`stack`).
 
     Raises:
         ValueError: ``hparams`` whose static fields differ from ``config``'s (they set shapes
@@ -394,7 +395,9 @@ def resolve_hyperparameters(config: Any, hparams: Any | None) -> Any:
         return config
     if dataclasses.is_dataclass(hparams) and has_env_defaults(hparams):
         # a default left unset in hparams takes the value config has for this environment
-        hparams = _with_fields(hparams, {f.name: getattr(config, f.name) for f in dataclasses.fields(hparams)
+        statics = getattr(type(config), "_static_fields", ())
+        value = lambda name, v: v if not batch_shape or name in statics else np.full(batch_shape, v, np.float32)
+        hparams = _with_fields(hparams, {f.name: value(f.name, getattr(config, f.name)) for f in dataclasses.fields(hparams)
                                          if isinstance(getattr(hparams, f.name), EnvDefault)})
     if jax.tree.structure(hparams) != jax.tree.structure(config):
         statics = ", ".join(type(config)._static_fields)
@@ -403,3 +406,26 @@ def resolve_hyperparameters(config: Any, hparams: Any | None) -> Any:
             f"fields ({statics}) as the {type(config).__module__}.{type(config).__name__} given to make_train"
         )
     return hparams
+
+
+#: rollout paths of every learner: "tabular" (the exact model's fast rollout), "sampled"
+#: (``fhc_jax.rollout``, any environment) or "auto" ("tabular" where there is a tabular model)
+PATHS = ("auto", "tabular", "sampled")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """The ``Config`` fields every learner shares (static), declared once; a learner's
+    ``Config`` derives from it and may redeclare a field to change its default.
+
+    Attributes:
+        eval_every: exact evaluation (and a candidate for the returned policy) every this
+            many updates (0: initial and final only).
+        eval_episodes: episodes of each Monte-Carlo estimate (the returned policy's
+            selection; the evaluation on environments without a tabular exact model).
+        path: "tabular", "sampled" or "auto" (:data:`PATHS`).
+    """
+
+    eval_every: int = static(25, low=0)
+    eval_episodes: int = static(4096, low=1)
+    path: str = static("auto", choices=PATHS)

@@ -28,6 +28,7 @@ from flax import struct
 
 from fhc_jax.algos import multipliers as multiplier_laws
 from fhc_jax.algos.hyperparameters import resolve_env_defaults, resolve_hyperparameters
+from fhc_jax.algos.networks import NetworkSpec
 from fhc_jax.algos.policies import softmax_policy, table_policy
 from fhc_jax.algos.tabular_rollout import Batch
 from fhc_jax.cmdp.evaluate import evaluate
@@ -36,6 +37,32 @@ from fhc_jax.envs.wrappers import ScaledSignals, signal_scales
 from fhc_jax.rollout import random_policy, rollout, rollout_returns
 
 Array = jax.Array
+
+
+@struct.dataclass
+class StampedState:
+    """Base of every learner's ``TrainState``: the environment it was trained on.
+
+    Attributes:
+        trained_on: (H, S or None, actions, M) of the environment (static;
+            :func:`environment_signature`), stamped by :func:`make_learner` and checked by
+            ``policy`` and ``policy_table``; None for a state built outside ``make_learner``.
+    """
+
+    trained_on: tuple | None = struct.field(pytree_node=False, default=None, kw_only=True)
+
+
+@struct.dataclass
+class NetworkState(StampedState):
+    """Base of the train state of a learner with neural networks.
+
+    Attributes:
+        network: the networks' resolved input, architecture and Gaussian head form
+            (:class:`~fhc_jax.algos.networks.NetworkSpec`, static), so the policy can be
+            rebuilt from the state alone.
+    """
+
+    network: NetworkSpec = struct.field(pytree_node=False, kw_only=True)
 
 
 @struct.dataclass
@@ -170,9 +197,11 @@ class Learner:
 
     Attributes:
         config: the learner's frozen ``Config`` (static fields fixed here).
-        init: ``(key, hparams) -> Carry``: initial train state and loop key.
-        step: ``(carry, hparams) -> (carry, metrics)``: one rollout + update; ``metrics`` is a
-            dict of small per-iteration arrays (independent of K and H).
+        init: ``(key, cfg) -> Carry``: initial train state and loop key; ``cfg`` is
+            ``config`` (or None for it) or hyperparameters resolved once by :meth:`resolve`.
+        step: ``(carry, cfg) -> (carry, metrics)``: one rollout + update (``cfg`` as for
+            ``init``); ``metrics`` is a dict of small per-iteration arrays (independent of K
+            and H).
         mark: ``carry -> carry`` at every evaluation mark after the start: the reported policy
             becomes a candidate of the :class:`Selection` (the policy the run returns).
         evaluate: ``carry -> (reward (), costs (M,))`` of the reported policy: exact on
@@ -196,6 +225,17 @@ class Learner:
     violation_units: np.ndarray
     multiplier_units: np.ndarray
 
+    def resolve(self, hparams: Any | None, batch_shape: tuple[int, ...] = ()) -> Any:
+        """The hyperparameters ``init`` and ``step`` take: ``config`` when ``hparams`` is None,
+        else ``hparams`` with its environment-dependent defaults set to ``config``'s values
+        (broadcast to ``batch_shape`` for hparams stacked over runs). Called once per training
+        run (:func:`run`, the chunked runner), never per iteration.
+
+        Raises:
+            ValueError: ``hparams`` whose static fields differ from ``config``'s.
+        """
+        return resolve_hyperparameters(self.config, hparams, batch_shape)
+
 
 def run(learner: Learner, key: Array, hparams: Any | None = None) -> tuple[Carry, dict[str, Array], ExactMetrics]:
     """A whole training run in one ``lax.scan`` (jit it, vmap it over keys/hyperparameters).
@@ -208,7 +248,7 @@ def run(learner: Learner, key: Array, hparams: Any | None = None) -> tuple[Carry
         (final :class:`Carry`, per-iteration metrics dict with leading axis
         ``num_iterations``, :class:`ExactMetrics` every ``config.eval_every`` updates).
     """
-    cfg = resolve_hyperparameters(learner.config, hparams)
+    cfg = learner.resolve(hparams)
     carry = learner.init(key, cfg)
     return scan_with_evaluation(lambda c, _: learner.step(c, cfg), carry, cfg.num_iterations, cfg.eval_every,
                                 learner.evaluate, learner.mark)
@@ -508,7 +548,7 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
         return observation_policy(partial(algo.observation_logits, state, setup), head)
 
     def init_fn(key: Array, cfg: Any) -> Carry:
-        cfg = resolve_hyperparameters(config, cfg)  # EnvDefault fields of hparams -> config's values
+        cfg = config if cfg is None else cfg
         k_init, k_loop = jax.random.split(key)
         state = algo.init(k_init, setup, cfg).replace(trained_on=signature)
         m = thresholds.shape[0]
@@ -518,7 +558,7 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
         return Carry(state=state, key=k_loop, selection=selection)
 
     def step_fn(carry: Carry, cfg: Any) -> tuple[Carry, dict[str, Array]]:
-        cfg = resolve_hyperparameters(config, cfg)
+        cfg = config if cfg is None else cfg
         keys = jax.random.split(carry.key, 2 + algo.update_keys)
         batch = algo.rollout(keys[1], carry.state, setup, cfg)
         k_update = None if algo.update_keys == 0 else keys[2] if algo.update_keys == 1 else keys[2:]

@@ -22,6 +22,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from fhc_jax.algos.distributions import LOG_STD_FORMS
+from fhc_jax.algos.hyperparameters import RunConfig, static
+
 Array = jax.Array
 
 ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
@@ -217,3 +220,20 @@ def mlp_feature_major(module: MLP, params: Any, x: Array) -> Array:
     lead = x.shape[:-1]
     out = mlp_columns(module, params, jnp.swapaxes(x.reshape(lead[0], -1, x.shape[-1]), 1, 2))
     return jnp.swapaxes(out, 1, 2).reshape(lead + (out.shape[1],))
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkConfig(RunConfig):
+    """The ``Config`` fields of every neural learner's Gaussian head (box action spaces only;
+    static), declared once beside :class:`RunConfig`'s.
+
+    Attributes:
+        log_std: the Gaussian actor's log-std is a learned per-stage vector independent of the
+            input ("state_independent") or a second output of the actor network
+            ("state_dependent").
+        initial_log_std: log(sigma / half range) of the initial policy, a float in [-5, 1]
+            (default log 0.5: sigma is half the box's half range).
+    """
+
+    log_std: str = static("state_independent", choices=LOG_STD_FORMS)
+    initial_log_std: float = static(math.log(0.5), types=(float,), description="a float in [-5, 1]")

@@ -30,7 +30,6 @@ a departure from the discrete form, documented in docs/algorithms/nn_constrained
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import jax
@@ -39,10 +38,10 @@ import optax
 from flax import struct
 
 from fhc_jax.algos import learner, multipliers
-from fhc_jax.algos.distributions import LOG_STD_FORMS, ActionHead, Categorical, check_initial_log_std, config_head
+from fhc_jax.algos.distributions import ActionHead, Categorical, check_initial_log_std, config_head
 from fhc_jax.algos.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
 from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy, observation_sample
-from fhc_jax.algos.networks import ACTIVATIONS, NetworkSpec, Stacked
+from fhc_jax.algos.networks import ACTIVATIONS, NetworkConfig, NetworkSpec, Stacked
 from fhc_jax.algos.nn_losses import (
     advantage_targets, batch_targets, cell_stats, gaussian_actor_loss, gaussian_sample_targets, improved_actor_loss,
     sample_advantage_targets, sample_cross_entropy, sample_losses, table_losses, visit_weights,
@@ -59,16 +58,15 @@ VARIANTS = ("paper", "improved")
 OPTIMIZERS = ("adam", "sgd")
 LOSS_FORMS = ("auto", "table", "samples")
 OBSERVATIONS = ("env", "xy", "xyt", "one_hot")
-PATHS = ("auto", "tabular", "sampled")
 
 
 @hyperparameters
-class Config:
-    """Hyperparameters of NN-Constrained. The step sizes were chosen on the default
-    ``GridWorld`` (10x10, H = 100, alpha = 25) by vmapped grid searches (``fhc-jax sweep``),
-    judged exactly; the learner trains in units of the signals' magnitudes and its multiplier
-    law acts on the relative violation, so the defaults carry to other tasks (the robustness
-    suite, ``docs/benchmarks.md``; ``docs/algorithms/nn_constrained.md``, Known limits).
+class Config(NetworkConfig):
+    """Hyperparameters of NN-Constrained. Defaults: vmapped grid searches (``fhc-jax sweep``)
+    on the default ``GridWorld`` (10x10, H = 100, alpha = 25), judged exactly. Training runs
+    in units of the signals' magnitudes and the multiplier law acts on the relative
+    violation, so they carry to other tasks: ``docs/benchmarks.md`` (robustness suite) and
+    ``docs/algorithms/nn_constrained.md`` (Known limits).
 
     Static fields:
         num_iterations: updates per training run (N >= 1).
@@ -91,11 +89,9 @@ class Config:
             the networks to the recorded observations (any environment); "auto" (default)
             takes "tabular" where the environment has a tabular exact model.
         check_step_sizes: validate the schedules against Assumption 3 (default True).
-        log_std: box action spaces only: the Gaussian actor's log-std is a learned per-stage
-            vector independent of the input ("state_independent") or a second output of the
-            actor network ("state_dependent").
-        initial_log_std: box action spaces only: log(sigma / half range) of the initial policy,
-            a float in [-5, 1] (default log 0.5: sigma is half the box's half range).
+        log_std, initial_log_std: box action spaces only: the form of the Gaussian head's
+            log-std and log(sigma / half range) of the initial policy
+            (:class:`~fhc_jax.algos.networks.NetworkSpec`).
 
     Numeric fields (pytree leaves; ``vmap`` over them without recompiling):
         critic_step: a(n), learning rate of V and W (fastest).
@@ -134,11 +130,7 @@ class Config:
     loss_form: str = static("auto", choices=LOSS_FORMS)
     actor_epochs: int = static(8, low=1)
     eval_every: int = static(100, low=0)
-    eval_episodes: int = static(4096, low=1)
-    path: str = static("auto", choices=PATHS)
     check_step_sizes: bool = static(True)
-    log_std: str = static("state_independent", choices=LOG_STD_FORMS)
-    initial_log_std: float = static(math.log(0.5), types=(float,), description="a float in [-5, 1]")
     critic_step: PowerSchedule = schedule(PowerSchedule(init=0.05, power=0.55, decay=500.0))
     actor_step: PowerSchedule = schedule(PowerSchedule(init=0.03, power=0.7, decay=500.0))
     multiplier_step: PowerSchedule = schedule(PowerSchedule(init=0.025, power=0.8, decay=1000.0))
@@ -156,7 +148,7 @@ class Config:
 
 
 @struct.dataclass
-class TrainState:
+class TrainState(learner.NetworkState):
     """Learner parameters (H stages, M constraints); every network leaf has a leading stage axis.
 
     Attributes:
@@ -169,9 +161,6 @@ class TrainState:
         step: updates done, n, int32 ().
         actor_average: exponential Polyak average of the actor params (weight
             ``Config.policy_averaging``): the reported policy.
-        network: the networks' input, architecture and Gaussian head form
-            (:class:`~fhc_jax.algos.networks.NetworkSpec`, static), so the policy can be
-            rebuilt from the state alone.
     """
 
     actor: Any
@@ -183,10 +172,6 @@ class TrainState:
     multiplier_state: multipliers.MultiplierState
     step: Array
     actor_average: Any
-    network: NetworkSpec = struct.field(pytree_node=False)
-    #: the environment it was trained on (static; ``fhc_jax.algos.learner.environment_signature``),
-    #: checked by ``policy`` and ``policy_table``; None for a state built outside ``make_learner``
-    trained_on: tuple | None = struct.field(pytree_node=False, default=None)
 
 
 @struct.dataclass

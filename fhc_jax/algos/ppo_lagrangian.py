@@ -24,7 +24,6 @@ equations, the multiplier laws and the tuning notes are in docs/algorithms/ppo_l
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import jax
@@ -34,13 +33,13 @@ import optax
 from flax import struct
 
 from fhc_jax.algos import learner, multipliers
-from fhc_jax.algos.distributions import LOG_STD_FORMS, check_initial_log_std, config_head
+from fhc_jax.algos.distributions import check_initial_log_std, config_head
 from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.learner import ExactMetrics, observation_policy
-from fhc_jax.algos.networks import ACTIVATIONS, NetworkSpec
+from fhc_jax.algos.networks import ACTIVATIONS, NetworkConfig, NetworkSpec
 from fhc_jax.algos.ppo_networks import OBSERVATIONS, Setup, _actor_rows, _modules, _optimizer  # noqa: F401 (public here)
 from fhc_jax.algos.returns import advantages_and_targets
-from fhc_jax.algos.sampled_inputs import PATHS, critic_value_scale, resolve_observation, resolve_path, with_stage
+from fhc_jax.algos.sampled_inputs import critic_value_scale, resolve_observation, resolve_path, with_stage
 from fhc_jax.algos.tabular_rollout import Batch, batch_from_trajectory, rollout_policy_table, tabular_model, value_scale
 from fhc_jax.rollout import rollout as rollout_episodes
 
@@ -52,7 +51,7 @@ UPDATE_FORMS = ("auto", "table", "samples")
 
 
 @hyperparameters
-class Config:
+class Config(NetworkConfig):
     """Hyperparameters of PPO-Lagrangian. The network and PPO defaults were chosen on the
     default ``GridWorld`` (10x10, H = 100, alpha = 25) for a short run (5 vmapped seeds train
     in about a minute on a CPU); the multiplier's gains act on the relative violation
@@ -93,11 +92,9 @@ class Config:
         critic_time: the critics also receive h / H when the actor's input does not depend
             on the stage (a standard variance reduction: the finite-horizon value depends on
             the stage even under a stationary policy); the actor still sees ``observation``.
-        log_std: box action spaces only: the Gaussian's log-std is a learned vector
-            independent of the input ("state_independent") or an output of the actor network
-            ("state_dependent").
-        initial_log_std: box action spaces only: log(sigma / half range) of the initial
-            policy, a float in [-5, 1] (default log 0.5: sigma is half the box's half range).
+        log_std, initial_log_std: box action spaces only: the form of the Gaussian head's
+            log-std and log(sigma / half range) of the initial policy
+            (:class:`~fhc_jax.algos.networks.NetworkSpec`).
 
     Numeric fields (pytree leaves: ``jax.vmap`` over them without recompiling):
         actor_lr, critic_lr: Adam step sizes. max_grad_norm: clipping per network.
@@ -126,12 +123,7 @@ class Config:
     normalize_advantages: bool = static(True)
     anneal_lr: bool = static(True)
     update_form: str = static("auto", choices=UPDATE_FORMS)
-    eval_every: int = static(25, low=0)
     critic_time: bool = static(True)
-    eval_episodes: int = static(4096, low=1)
-    path: str = static("auto", choices=PATHS)
-    log_std: str = static("state_independent", choices=LOG_STD_FORMS)
-    initial_log_std: float = static(math.log(0.5), types=(float,), description="a float in [-5, 1]")
     actor_lr: float = numeric(1e-2, low=0.0, low_open=True)
     critic_lr: float = numeric(1e-3, low=0.0, low_open=True)
     clip_eps: float = numeric(0.2, low=0.0, high=1.0)
@@ -155,7 +147,7 @@ class Config:
 
 
 @struct.dataclass
-class TrainState:
+class TrainState(learner.NetworkState):
     """Learner state (M constraints).
 
     Attributes:
@@ -164,9 +156,6 @@ class TrainState:
         multipliers: penalties nu^(k) >= 0 used in the latest update, (M,).
         multiplier_state: state of :func:`multiplier_update` (PID terms or optimizer state).
         step: iterations done, n, int32 ().
-        network: the networks' resolved input, architecture and Gaussian head form
-            (:class:`~fhc_jax.algos.networks.NetworkSpec`, static), so the policy can be
-            rebuilt from the state alone.
     """
 
     params: dict[str, Any]
@@ -174,10 +163,6 @@ class TrainState:
     multipliers: Array
     multiplier_state: multipliers.MultiplierState
     step: Array
-    network: NetworkSpec = struct.field(pytree_node=False)
-    #: the environment it was trained on (static; ``fhc_jax.algos.learner.environment_signature``),
-    #: checked by ``policy`` and ``policy_table``; None for a state built outside ``make_learner``
-    trained_on: tuple | None = struct.field(pytree_node=False, default=None)
 
 
 @struct.dataclass

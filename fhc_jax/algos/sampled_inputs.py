@@ -20,7 +20,6 @@ from fhc_jax.rollout import random_policy, rollout
 
 Array = jax.Array
 
-PATHS = ("auto", "tabular", "sampled")
 ENV_OBSERVATIONS = ("env", "env_t")
 
 

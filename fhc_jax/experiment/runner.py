@@ -256,6 +256,7 @@ class ChunkedTrainer:
         self.batched = hparams is not None
         self.hparams = None
         if self.batched:
+            hparams = learner.resolve(hparams, (self.num_runs,))  # once for the whole run
             leaves = jax.tree.leaves(hparams)
             if any(np.shape(x)[:1] != (self.num_runs,) for x in leaves):
                 raise ValueError(f"hparams: every numeric leaf needs a leading axis of R = {self.num_runs} runs")

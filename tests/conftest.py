@@ -1,14 +1,14 @@
 """Shared fixtures: float64 on demand and seeded random CMDPs; one compilation cache per run.
 
-**Compilation cache.** The suite's time is mostly XLA compilation, and different test files
-compile some of the same programs (the same learner on the same small task). Each run
-therefore gives JAX's persistent compilation cache a fresh temporary directory, shared by the
-pytest-xdist workers and removed when the run ends. A program compiled by one worker is
-loaded, not recompiled, by the other. The cached executable is the compiled one, so numbers
-are unchanged (the pinned-learner tests pass bit for bit). Measured on this 2-core machine,
-default tier with ``-n 2`` on one day: 10:08 without the cache, 9:13 with it. A run starts empty, so its
-timing stays honest. ``FHC_JAX_TEST_JIT_CACHE=0`` turns the cache off; a ``JAX_COMPILATION_CACHE_DIR``
-already set is left alone.
+**Compilation cache.** The suite's time is mostly XLA compilation, and different tests compile
+some of the same programs (the same learner on the same small task, in this process or in a
+CLI, notebook or distributed subprocess). Each run therefore gives JAX's persistent
+compilation cache a fresh temporary directory, shared by the pytest-xdist workers and, through
+``JAX_COMPILATION_CACHE_DIR``, by the subprocesses they start; it is removed when the run
+ends. The cached executable is the compiled one, so numbers are unchanged (the pinned-learner
+tests pass bit for bit). A run starts empty, so its timing stays honest.
+``FHC_JAX_TEST_JIT_CACHE=0`` turns the cache off; a ``JAX_COMPILATION_CACHE_DIR`` set by the
+user is left alone.
 """
 
 from __future__ import annotations
@@ -27,16 +27,19 @@ _CACHE_KEY = "fhc_jax_jit_cache"
 
 
 def _cache_wanted() -> bool:
-    return os.environ.get("FHC_JAX_TEST_JIT_CACHE", "1") != "0" and not os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    return os.environ.get("FHC_JAX_TEST_JIT_CACHE", "1") != "0"
 
 
 def pytest_configure(config):
     """The controller (or a run without xdist) makes the run's cache directory; each xdist
-    worker receives it through ``workerinput`` (:func:`pytest_configure_node`)."""
+    worker receives it through ``workerinput`` (:func:`pytest_configure_node`); subprocesses
+    inherit it through the environment."""
     if not _cache_wanted():
         return
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
+        if os.environ.get("JAX_COMPILATION_CACHE_DIR"):  # the user's own cache: left alone
+            return
         config._fhc_jit_cache = tempfile.mkdtemp(prefix="fhc_jax_test_jit_cache_")
         directory = config._fhc_jit_cache
     else:
@@ -44,6 +47,8 @@ def pytest_configure(config):
     if directory:
         jax.config.update("jax_compilation_cache_dir", directory)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = directory
+        os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.3"
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without xdist (then no workers)

@@ -40,8 +40,7 @@ def test_random_policy_is_uniform_in_the_box():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["ppo-lag", pytest.param("e-cop", marks=pytest.mark.slow)])
-def test_box_environment_trained_and_evaluated_from_the_cli(algo, tmp_path, capsys):
+def test_box_environment_trained_and_evaluated_from_the_cli(tmp_path, capsys, algo="ppo-lag"):
     """``fhc-jax train`` on a user's box-action environment with default inputs ("auto"
     observation): Monte-Carlo judgement in summary.json, then ``fhc-jax eval`` of the run."""
     import json

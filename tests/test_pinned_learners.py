@@ -89,6 +89,7 @@ def record() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.as_users_compile  # the numbers users get (tests/conftest.py)
 @pytest.mark.parametrize("name", list(_cases()))
 def test_learner_numbers_pinned(name):
     pinned = np.load(DATA)

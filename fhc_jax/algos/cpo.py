@@ -37,7 +37,7 @@ from fhc_jax.algos import learner
 from fhc_jax.algos.distributions import ActionHead, check_initial_log_std, config_head
 from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy
-from fhc_jax.algos.networks import ACTIVATIONS, NetworkConfig, MLP, NetworkSpec, Stacked
+from fhc_jax.algos.networks import ACTIVATIONS, MLP, NetworkConfig, NetworkSpec, Stacked
 from fhc_jax.algos.returns import advantages_and_targets
 from fhc_jax.algos.trust_region import (  # noqa: F401 (public here)
     CellStatistics, SampleStatistics, sampled_trust_region_step, trust_region_step,

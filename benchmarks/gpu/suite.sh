@@ -12,8 +12,8 @@ step() { local t=$1; shift; echo "=== $*"; timeout "$t" "$@"; echo "=== rc=$?"; 
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   $PY -c "import jax, flax, optax; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, jax.devices())"
-  step 60 $PY benchmarks/env_throughput.py --batch-sizes 1,4096,65536,262144 --out $OUT/env_throughput.json
-  step 100 $PY benchmarks/fh_constrained.py --skip-quality --batch-sizes 1,256,4096,65536 --out $OUT/fh_constrained.json
+  step 180 $PY benchmarks/env_throughput.py --batch-sizes 1,4096,65536,262144 --repeats 5 --out $OUT/env_throughput.json
+  step 200 $PY benchmarks/fh_constrained.py --skip-quality --batch-sizes 1,256,4096,65536 --out $OUT/fh_constrained.json
   step 100 $PY benchmarks/nn_constrained.py --skip-quality --batch-sizes 256,4096,65536 --out $OUT/nn_constrained.json
   step 200 $PY benchmarks/battery.py --learners nn-constrained,fh-constrained --batch-sizes 65536,262144 \
       --speed-iterations 5 --repeats 3 --out $OUT/battery_large.json

@@ -136,7 +136,7 @@ class Config(NetworkConfig):
     multiplier_step: PowerSchedule = schedule(PowerSchedule(init=0.025, power=0.8, decay=1000.0))
     multiplier_max: float = numeric(20.0, low=0.0, low_open=True)
     initial_multiplier: float = numeric(0.0, low=0.0, high="multiplier_max")
-    trace: float = numeric(0.4, low=0.0, high=1.0)
+    trace: float = numeric(0.6, low=0.0, high=1.0)
     multiplier_gain: float = numeric(1.25, low=0.0)
     output_scale: float = numeric(0.1, low=0.0, low_open=True)
     logit_step: float = numeric(1.0, low=0.0, low_open=True)

@@ -386,7 +386,7 @@ def test_neural_train_states_record_one_static_network_spec():
     grid = GridWorld(size=3, horizon=5, alpha=2.0)
     params = grid.default_params
     cases = ((nn, nn.Config(width=7, depth=1, normalize_inputs=False), "env", False),
-             (ecop, ecop.Config(width=7, activation="relu"), "xy", True),
+             (ecop, ecop.Config(width=7, activation="relu"), "one_hot", True),
              (pl, pl.Config(width=7, initial_log_std=-1.0), "xy", False),
              (cpo, cpo.Config(width=7, observation="xyt"), "xyt", False),
              (saute, saute.Config(width=7), "xy", False))

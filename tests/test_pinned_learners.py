@@ -26,7 +26,8 @@ FH-Constrained moved to two); every other array was bit-identical, PPO-Lagrangia
 its PID gains became K_P = 1, K_I = 0.25 (the short pinned run never exceeds its threshold, so
 its multiplier stays 0). NN-Constrained's improved variant was re-recorded once more when its
 default ``trace`` went from 0.4 to 0.6 (issue 30: the 0.4 critic targets left ``inventory_own``
-infeasible); every other array was bit-identical.
+infeasible); every other array was bit-identical. e-COP was re-recorded when its "auto" input
+became one-hot states on the tabular path (was "xy"); every other array was bit-identical.
 """
 
 from __future__ import annotations

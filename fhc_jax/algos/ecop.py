@@ -3,7 +3,7 @@ NeurIPS 2024, arXiv 2406.09563), for finite-horizon tabular CMDPs, compiled as o
 
 Per-stage (non-stationary) policies as the paper intends: the actors pi_h = softmax(f_{theta_h})
 and the critics [V_h, V_{C,h}] are two :class:`~fhc_jax.algos.networks.Stacked` MLP families
-with a leading stage axis, on the observation o_h(s) ("xy" by default, standardised). Per
+with a leading stage axis, on the observation o_h(s) (one-hot states by default on the tabular path, standardised). Per
 iteration: roll out K episodes, finite-horizon GAE per signal (exact terminal values, no
 bootstrapping past H), the per-stage multipliers lambda_t by the paper's eq. (7), then
 ``num_epochs`` full-batch Adam steps on the paper's loss (8) for every stage t at once:
@@ -74,8 +74,9 @@ class Config(NetworkConfig):
         num_iterations: N updates. episodes_per_iteration: K episodes per update.
         observation: network input, "xy", "xyt" or "one_hot" (encoders the environment must
             support; tabular path), "env" (the environment's own observation; the only input
-            of the sampled path), or "auto" (the default: "xy" on the tabular path of a spatial
-            environment, else "env"; :func:`~fhc_jax.algos.sampled_inputs.resolve_observation`).
+            of the sampled path), or "auto" (the default: "one_hot" on the tabular path of an
+            environment that supports it, else "env";
+            :func:`~fhc_jax.algos.sampled_inputs.resolve_observation`).
         width, depth, activation: the per-stage MLPs (actor and critic).
         normalize_inputs: standardise the inputs over all (stage, state) (on environments
             without tabular states: over the observations of 64 episodes of the uniform policy).
@@ -341,7 +342,7 @@ def setup(env, params, config: Config) -> Setup:
         ValueError: an observation the environment does not support, ``path="tabular"``
             without a tabular exact model, or non-flat observations on the sampled path.
     """
-    spec = NetworkSpec.of(config, observation=resolve_observation(env, config.path, config.observation))
+    spec = NetworkSpec.of(config, observation=resolve_observation(env, config.path, config.observation, "one_hot"))
     if _is_sampled(env, config.path, spec.observation):
         return _sampled_setup(env, params, spec, full=True)
     obs = _inputs(env, params, spec.observation, spec.normalize_inputs)

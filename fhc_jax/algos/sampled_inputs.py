@@ -23,15 +23,16 @@ Array = jax.Array
 ENV_OBSERVATIONS = ("env", "env_t")
 
 
-def resolve_observation(env, path: str, observation: str) -> str:
-    """``Config.observation = "auto"`` resolved on ``env``: "xy" (the paper's Env 1) on the
-    tabular path of an environment that supports it, the environment's own observation "env"
-    everywhere else (the sampled path, box actions, non-spatial models); any other value is
-    returned unchanged (and validated by the learner)."""
+def resolve_observation(env, path: str, observation: str, tabular: str = "xy") -> str:
+    """``Config.observation = "auto"`` resolved on ``env``: ``tabular`` (a learner's choice of
+    encoder: "xy", the paper's Env 1, by default) on the tabular path of an environment that
+    supports it, the environment's own observation "env" everywhere else (the sampled path, box
+    actions, environments without that encoder); any other value is returned unchanged (and
+    validated by the learner)."""
     if observation != "auto":
         return observation
-    tabular = path != "sampled" and judged_exactly(env)
-    return "xy" if tabular and "xy" in env.supported_observations else "env"
+    on_table = path != "sampled" and judged_exactly(env)
+    return tabular if on_table and tabular in env.supported_observations else "env"
 
 
 def resolve_path(name: str, env, path: str, observation: str) -> bool:

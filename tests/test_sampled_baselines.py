@@ -158,3 +158,23 @@ def test_policy_and_observation_logits_without_an_exact_model():
         assert z.shape == (3,) and np.all(np.isfinite(np.asarray(z)))
         act = module.policy(out.state, DRIFT, PARAMS)
         assert 0 <= int(act(jax.random.key(1), jnp.asarray([0.3]), jnp.asarray(5))) < 3
+
+
+def test_auto_observation_takes_the_learners_tabular_encoder():
+    """``Config.observation = "auto"``: the learner's tabular encoder on the tabular path of an
+    environment that has it ("xy" for PPO-Lagrangian and CPO, "one_hot" for e-COP), the
+    environment's own observation on the sampled path and where the encoder is missing; an
+    explicit choice is kept."""
+    from fhc_jax.algos import ecop
+    from fhc_jax.algos.sampled_inputs import resolve_observation
+
+    grid = fhc.GridWorld(size=3, horizon=4, alpha=2.0)
+    battery = fhc.BatteryStorage()
+    assert resolve_observation(grid, "auto", "auto") == "xy"
+    assert resolve_observation(grid, "auto", "auto", "one_hot") == "one_hot"
+    assert resolve_observation(grid, "sampled", "auto", "one_hot") == "env"
+    assert resolve_observation(battery, "auto", "auto", "one_hot") == "env"
+    assert resolve_observation(grid, "auto", "xyt", "one_hot") == "xyt"
+    params = grid.default_params
+    assert ecop.setup(grid, params, ecop.Config()).observation == "one_hot"
+    assert pl.setup(grid, params, pl.Config()).observation == "xy"

@@ -3,9 +3,10 @@ NeurIPS 2024, arXiv 2406.09563), for finite-horizon tabular CMDPs, compiled as o
 
 Per-stage (non-stationary) policies as the paper intends: the actors pi_h = softmax(f_{theta_h})
 and the critics [V_h, V_{C,h}] are two :class:`~fhc_jax.algos.networks.Stacked` MLP families
-with a leading stage axis, on the observation o_h(s) (one-hot states by default on the tabular path, standardised). Per
-iteration: roll out K episodes, finite-horizon GAE per signal (exact terminal values, no
-bootstrapping past H), the per-stage multipliers lambda_t by the paper's eq. (7), then
+with a leading stage axis, on the observation o_h(s) (by default one-hot states on the
+tabular path, standardised). Per iteration: roll out K episodes, finite-horizon GAE per
+signal (exact terminal values, no bootstrapping past H), the per-stage multipliers lambda_t
+by the paper's eq. (7), then
 ``num_epochs`` full-batch Adam steps on the paper's loss (8) for every stage t at once:
 
     L~_t = -sum_{h>=t} S_h(theta_h) + sum_i [ lambda_{t,i} max(0, Psi_{t,i})

@@ -6,8 +6,8 @@ and the critics [V_h, V_{C,h}] are two :class:`~fhc_jax.algos.networks.Stacked` 
 with a leading stage axis, on the observation o_h(s) (by default one-hot states on the
 tabular path, standardised). Per iteration: roll out K episodes, finite-horizon GAE per
 signal (exact terminal values, no bootstrapping past H), the per-stage multipliers lambda_t
-by the paper's eq. (7), then
-``num_epochs`` full-batch Adam steps on the paper's loss (8) for every stage t at once:
+by the paper's eq. (7), then ``num_epochs`` full-batch Adam steps on the paper's loss (8) for
+every stage t at once:
 
     L~_t = -sum_{h>=t} S_h(theta_h) + sum_i [ lambda_{t,i} max(0, Psi_{t,i})
            + beta/2 (max(0, Psi_{t,i} + lambda_{t,i}/beta)^2 - lambda_{t,i}^2/beta^2) ],

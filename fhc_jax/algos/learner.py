@@ -451,7 +451,7 @@ def _check(algo: Algorithm, env, params: Any, config: Any) -> None:
         raise ValueError(
             f"{algo.name} takes discrete actions only (a softmax policy over a finite action set), but "
             f"{env.name} has continuous (box) actions; use a learner with Gaussian policies "
-            "(nn_constrained, ecop, ppo_lagrangian, cpo) or a discrete version of the environment")
+            "(nn_constrained, ecop, ppo_lagrangian, cpo, saute) or a discrete version of the environment")
     if not judged_exactly(env) and algo.observation_logits is None:
         raise ValueError(
             f"{algo.name}: {env.name} declares no tabular exact model (is_tabular and "

@@ -1,6 +1,6 @@
 """Saute-Lagrangian: PPO-Lagrangian on the Saute state augmentation (Sootla et al., "Saute RL:
 Almost Surely Safe RL Using State Augmentation", ICML 2022, arXiv 2202.06558), compiled as one
-program, on any environment with discrete actions.
+program, on any environment (discrete actions, or box actions with a Gaussian policy).
 
 The state is augmented with the remaining budget z_h = (alpha - cost so far) / alpha (z_0 = 1,
 z_{h+1} = z_h - g_h / alpha, one budget per constraint) and the reward is reshaped as in the
@@ -98,8 +98,9 @@ class Config(ppo.Config):
     its own defaults for K (256), N (300), ``pid_kp`` (0.25), ``pid_ki`` (0.075) and ``eval_every`` (50); the
     batch setting ``episodes_per_iteration=1024, num_epochs=8, num_minibatches=8,
     num_iterations=400`` learns more and costs about 6x more (docs/algorithms/saute.md).
-    ``log_std`` and ``initial_log_std`` are unused: Saute-Lagrangian takes discrete actions
-    only and refuses environments with box actions before compiling. ``eval_episodes`` also
+    ``log_std`` and ``initial_log_std`` set the Gaussian head on box action spaces (as in
+    PPO-Lagrangian; the budget is then continuous and the policy is judged by Monte-Carlo in
+    :class:`BudgetEnv`). ``eval_episodes`` also
     sets how many episodes estimate the reported Markov policy of a continuous budget. Plus:
 
     Static fields:
@@ -733,11 +734,12 @@ def setup(env, params, config: Config) -> Setup:
     model and (counts) marginalisation kernel (host-side).
 
     Raises:
-        ValueError: an environment with box (continuous) actions, an unsupported observation,
-            thresholds that are not > 0, counts asked for where they do not apply (the
-            reason), too many minibatches.
+        ValueError: box actions on an environment with tabular states (its reported Markov
+            policy needs finitely many actions), an unsupported observation, thresholds that
+            are not > 0, counts asked for where they do not apply (the reason), too many
+            minibatches.
     """
-    if env.has_box_actions:
+    if env.has_box_actions and _inner(env).is_tabular:
         raise ValueError(box_actions_refusal(env))
     handed = _budget_env(env)  # a BudgetEnv the learner was handed (no tabular exact model), or None
     observation = _resolve_observation(_inner(env) if handed is None else handed.env, config.observation)
@@ -756,10 +758,12 @@ def setup(env, params, config: Config) -> Setup:
 
 
 def box_actions_refusal(env) -> str:
-    """Why Saute-Lagrangian refuses ``env`` with box actions (the message of its ValueError)."""
-    return (f"saute: Saute-Lagrangian takes discrete actions only (its budget-dependent softmax policy and "
-            f"the Markov policy it reports need finitely many actions), but {env.name} has continuous (box) "
-            f"actions; use ppo_lagrangian or cpo, whose Gaussian policies train on box action spaces")
+    """Why Saute-Lagrangian refuses ``env``, with tabular states and box actions (the message
+    of its ValueError)."""
+    return (f"saute: on an environment with tabular states Saute-Lagrangian reports a Markov policy table, which "
+            f"needs finitely many actions, but {env.name} has continuous (box) actions; give it discrete actions, "
+            f"or drop its tabular states (then the budget-tracking Gaussian policy is judged by Monte-Carlo in "
+            f"saute.BudgetEnv)")
 
 
 def policy_setup(env, params, train_state) -> Setup:
@@ -961,7 +965,7 @@ def play_env(train_state: TrainState, env: Environment, params: Any) -> tuple[En
 ALGORITHM = learner.Algorithm(
     name="saute", config_type=Config, metrics_type=ppo.Metrics, setup=setup, init=init, rollout=rollout,
     update=update, logits=logits, policy_setup=policy_setup, observation_logits=observation_logits, update_keys=1,
-    play_env=play_env,
+    action_head=lambda setup: setup.ppo.action_head, play_env=play_env,
 )
 
 
@@ -971,11 +975,16 @@ ALGORITHM = learner.Algorithm(
 def training_env(env: Environment, params: Any, config: Config) -> Environment:
     """The environment the learner trains and judges itself on: ``env`` where it has tabular
     states with an exact model (the reported policy is a Markov policy of its states), else
-    ``BudgetEnv(env)`` (the budget-tracking policy is judged by Monte-Carlo where it tracks its
-    budget). Box environments, a :class:`BudgetEnv` and invalid configs pass unchanged (the
-    scaffold refuses what it must)."""
-    if (not isinstance(config, Config) or env.has_box_actions or judged_exactly(env)
-            or _budget_env(env) is not None):
+    ``BudgetEnv(env)`` (the budget-tracking policy, softmax or Gaussian, is judged by
+    Monte-Carlo where it tracks its budget). A :class:`BudgetEnv` and invalid configs pass
+    unchanged (the scaffold refuses what it must).
+
+    Raises:
+        ValueError: box actions on an environment with tabular states (:func:`box_actions_refusal`).
+    """
+    if env.has_box_actions and _inner(env).is_tabular:
+        raise ValueError(box_actions_refusal(env))
+    if not isinstance(config, Config) or judged_exactly(env) or _budget_env(env) is not None:
         return env
     try:
         alpha = _thresholds(env, params)
@@ -1040,7 +1049,7 @@ def policy(train_state: TrainState, env, params: Any = None) -> Callable[[Array,
         if train_state.budget == "count":  # z as the capped count saw it
             return learner.observation_policy(partial(_capped_logits, train_state, setup_,
                                                       count_floor(train_state.budget_units)))
-        return learner.observation_policy(partial(observation_logits, train_state, setup_))
+        return learner.observation_policy(partial(observation_logits, train_state, setup_), setup_.ppo.action_head)
     if env.is_tabular:
         return table_policy(policy_table(train_state, env, params), env)
     base_obs = _network_observation(train_state.network.observation)[0]

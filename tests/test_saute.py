@@ -107,6 +107,11 @@ def test_continuous_budget_state_and_reshaped_reward_hand_computed_episode():
     # a budget left after the terminal cost keeps the terminal reward
     _, kept = saute.reshape(batch, batch.observations[1:, :, -1:] + 0.5, jnp.asarray([2.0]), 3.0)
     np.testing.assert_allclose(kept, [5.0])
+    # exhausting the budget never forgives a penalty: rewards (and a terminal reward) below -n stay
+    penalised = batch.replace(rewards=jnp.asarray([1.0, 2.0, 0.3, -7.0])[:, None], terminal_rewards=jnp.asarray([-9.0]))
+    shaped, terminal = saute.reshape(penalised, batch.observations[1:, :, -1:], jnp.asarray([2.0]), 3.0)
+    np.testing.assert_allclose(shaped[:, 0], [1.0, 2.0, 0.3, -7.0], rtol=1e-6)
+    np.testing.assert_allclose(terminal, [-9.0])
 
 
 def test_non_integer_costs_are_refused():

@@ -4,8 +4,9 @@ program, on any environment (discrete actions, or box actions with a Gaussian po
 
 The state is augmented with the remaining budget z_h = (alpha - cost so far) / alpha (z_0 = 1,
 z_{h+1} = z_h - g_h / alpha, one budget per constraint) and the reward is reshaped as in the
-authors' code: r~_h = r_h while every z_{h+1} > 0, r~_h = -``unsafe_reward`` once one is
-<= 0. One stationary network sees the base observation plus z, trained by
+authors' code, r~_h = r_h while every z_{h+1} > 0, except that once one is <= 0 the reward is
+min(r_h, -``unsafe_reward``) rather than -``unsafe_reward``: exhausting the budget never
+forgives a penalty (a negative reward or terminal reward). One stationary network sees the base observation plus z, trained by
 :func:`fhc_jax.algos.ppo_lagrangian.update` (clipped surrogate, GAE, PID or learned Lagrange
 multiplier on the TRUE cost) on batches whose rewards are reshaped here. Like every learner it
 trains on :class:`~fhc_jax.envs.wrappers.ScaledSignals` (z is unit-free; ``unsafe_reward``
@@ -116,8 +117,8 @@ class Config(ppo.Config):
             environment supports), "env" (its own observation), "env_t" (with h / H), or
             "auto" (the default: "xy" on a spatial tabular environment, else "env").
     Numeric fields:
-        unsafe_reward: n >= 0, the reward once a budget is exhausted (z_{h+1} <= 0) is -n, in
-            training units (rewards divided by their typical magnitude, so n = 1 is about one
+        unsafe_reward: n >= 0, the reward once a budget is exhausted (z_{h+1} <= 0) is
+            min(r, -n) (a penalty r < -n is kept), in training units (rewards divided by their typical magnitude, so n = 1 is about one
             typical step's reward whatever the environment's units).
     """
 
@@ -500,12 +501,14 @@ def _budget_env(env: Environment) -> BudgetEnv | None:
 
 def reshape(batch: Batch, z_after: Array, alpha: Array, unsafe_reward: Array) -> tuple[Array, Array]:
     """Saute's reward on a batch: r~_h = r_h while every budget after the step z_{h+1} is > 0,
-    else -``unsafe_reward``; the terminal reward likewise with the terminal cost counted,
+    else min(r_h, -``unsafe_reward``) (the authors' -``unsafe_reward``, but a penalty worse than
+    it is kept: exhausting the budget must not forgive it); the terminal reward likewise with the terminal cost counted,
     z_H - g_H / alpha. ``z_after`` (H, K, M), ``alpha`` (M,) in the batch's units. Returns
     ((H, K), (K,))."""
-    rewards = jnp.where(jnp.all(z_after > 0, axis=-1), batch.rewards, -unsafe_reward)
+    rewards = jnp.where(jnp.all(z_after > 0, axis=-1), batch.rewards, jnp.minimum(batch.rewards, -unsafe_reward))
     z_final = z_after[-1] - batch.terminal_costs / alpha
-    return rewards, jnp.where(jnp.all(z_final > 0, axis=-1), batch.terminal_rewards, -unsafe_reward)
+    return rewards, jnp.where(jnp.all(z_final > 0, axis=-1), batch.terminal_rewards,
+                              jnp.minimum(batch.terminal_rewards, -unsafe_reward))
 
 
 def reshaped_rewards(batch: Batch, levels: int, alpha: Array, unit: float, unsafe_reward: Array) -> tuple[Array, Array]:

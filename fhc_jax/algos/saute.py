@@ -6,11 +6,12 @@ The state is augmented with the remaining budget z_h = (alpha - cost so far) / a
 z_{h+1} = z_h - g_h / alpha, one budget per constraint) and the reward is reshaped as in the
 authors' code, r~_h = r_h while every z_{h+1} > 0, except that once one is <= 0 the reward is
 min(r_h, -``unsafe_reward``) rather than -``unsafe_reward``: exhausting the budget never
-forgives a penalty (a negative reward or terminal reward). One stationary network sees the base observation plus z, trained by
-:func:`fhc_jax.algos.ppo_lagrangian.update` (clipped surrogate, GAE, PID or learned Lagrange
-multiplier on the TRUE cost) on batches whose rewards are reshaped here. Like every learner it
-trains on :class:`~fhc_jax.envs.wrappers.ScaledSignals` (z is unit-free; ``unsafe_reward``
-is in training units, i.e. relative to the reward scale).
+forgives a penalty (a negative reward or terminal reward). One stationary network sees the
+base observation plus z, trained by :func:`fhc_jax.algos.ppo_lagrangian.update` (clipped
+surrogate, GAE, PID or learned Lagrange multiplier on the TRUE cost) on batches whose rewards
+are reshaped here. Like every learner it trains on
+:class:`~fhc_jax.envs.wrappers.ScaledSignals` (z is unit-free; ``unsafe_reward`` is in
+training units, i.e. relative to the reward scale).
 
 **Two representations of the budget** (``Config.budget``, "auto" picks; docs/algorithms/saute.md):
 
@@ -118,8 +119,9 @@ class Config(ppo.Config):
             "auto" (the default: "xy" on a spatial tabular environment, else "env").
     Numeric fields:
         unsafe_reward: n >= 0, the reward once a budget is exhausted (z_{h+1} <= 0) is
-            min(r, -n) (a penalty r < -n is kept), in training units (rewards divided by their typical magnitude, so n = 1 is about one
-            typical step's reward whatever the environment's units).
+            min(r, -n) (a penalty r < -n is kept), in training units (rewards divided by their
+            typical magnitude, so n = 1 is about one typical step's reward whatever the
+            environment's units).
     """
 
     num_iterations: int = static(300, low=1)
@@ -502,9 +504,9 @@ def _budget_env(env: Environment) -> BudgetEnv | None:
 def reshape(batch: Batch, z_after: Array, alpha: Array, unsafe_reward: Array) -> tuple[Array, Array]:
     """Saute's reward on a batch: r~_h = r_h while every budget after the step z_{h+1} is > 0,
     else min(r_h, -``unsafe_reward``) (the authors' -``unsafe_reward``, but a penalty worse than
-    it is kept: exhausting the budget must not forgive it); the terminal reward likewise with the terminal cost counted,
-    z_H - g_H / alpha. ``z_after`` (H, K, M), ``alpha`` (M,) in the batch's units. Returns
-    ((H, K), (K,))."""
+    it is kept: exhausting the budget must not forgive it); the terminal reward likewise with
+    the terminal cost counted, z_H - g_H / alpha. ``z_after`` (H, K, M), ``alpha`` (M,) in the
+    batch's units. Returns ((H, K), (K,))."""
     rewards = jnp.where(jnp.all(z_after > 0, axis=-1), batch.rewards, jnp.minimum(batch.rewards, -unsafe_reward))
     z_final = z_after[-1] - batch.terminal_costs / alpha
     return rewards, jnp.where(jnp.all(z_final > 0, axis=-1), batch.terminal_rewards,
@@ -742,8 +744,7 @@ def setup(env, params, config: Config) -> Setup:
             are not > 0, counts asked for where they do not apply (the reason), too many
             minibatches.
     """
-    if env.has_box_actions and _inner(env).is_tabular:
-        raise ValueError(box_actions_refusal(env))
+    _check_box_actions(env)
     handed = _budget_env(env)  # a BudgetEnv the learner was handed (no tabular exact model), or None
     observation = _resolve_observation(_inner(env) if handed is None else handed.env, config.observation)
     config = config.replace(observation=observation)
@@ -758,6 +759,12 @@ def setup(env, params, config: Config) -> Setup:
     if budget == "count":
         return _count_setup(env, params, NetworkSpec.of(config), units, config)
     return _continuous_setup(env, params, NetworkSpec.of(config), config.eval_episodes, config)
+
+
+def _check_box_actions(env: Environment) -> None:
+    """ValueError (:func:`box_actions_refusal`) for box actions on tabular states."""
+    if env.has_box_actions and _inner(env).is_tabular:
+        raise ValueError(box_actions_refusal(env))
 
 
 def box_actions_refusal(env) -> str:
@@ -985,8 +992,7 @@ def training_env(env: Environment, params: Any, config: Config) -> Environment:
     Raises:
         ValueError: box actions on an environment with tabular states (:func:`box_actions_refusal`).
     """
-    if env.has_box_actions and _inner(env).is_tabular:
-        raise ValueError(box_actions_refusal(env))
+    _check_box_actions(env)
     if not isinstance(config, Config) or judged_exactly(env) or _budget_env(env) is not None:
         return env
     try:

@@ -34,7 +34,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fhc_jax.algos import fh_constrained as fc, tabular_rollout
+from fhc_jax.algos import fh_constrained as fc
+from fhc_jax.algos.core import tabular_rollout
 from fhc_jax.envs import GridWorld
 from fhc_jax.experiment.rundir import write_json_atomic
 from judge import machine_info, train_and_judge

@@ -31,7 +31,7 @@ import optax
 
 import fhc_jax as fhc
 from fhc_jax.algos import nn_constrained as nc
-from fhc_jax.algos.networks import NetworkSpec
+from fhc_jax.algos.core.networks import NetworkSpec
 from fhc_jax.envs import GridWorld
 from judge import machine_info, train_and_judge
 from timing import command_line, compile_and_time

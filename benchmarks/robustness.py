@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import fhc_jax as fhc
-from fhc_jax.algos.learner import play_environment
+from fhc_jax.algos.core.scaffold import play_environment
 from fhc_jax.envs import suite
 from fhc_jax.experiment.judge import Z95, cost_limits
 from fhc_jax.experiment.rundir import machine_info

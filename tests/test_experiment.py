@@ -77,8 +77,8 @@ def test_chunked_equals_make_train():
     out = jax.jit(jax.vmap(fc.make_train(env, env.default_params, cfg)))(runner.seed_keys(0, 2))
     np.testing.assert_array_equal(res.final_state.theta, np.asarray(out.state.theta))
     np.testing.assert_array_equal(res.state.metrics["multipliers"], np.asarray(out.metrics.multipliers))
-    np.testing.assert_array_equal(res.state.exact_iterations, np.asarray(out.metrics.exact.iteration)[0])
-    np.testing.assert_array_equal(res.state.exact_reward, np.asarray(out.metrics.exact.reward))
+    np.testing.assert_array_equal(res.state.exact_iterations, np.asarray(out.metrics.evaluation.iteration)[0])
+    np.testing.assert_array_equal(res.state.exact_reward, np.asarray(out.metrics.evaluation.reward))
     assert res.policy.shape == (2, 4, 9, 9)
 
 
@@ -123,7 +123,7 @@ def test_sweep_grid_validation():
 def test_coarse_map_settings_round_trip_and_switch_kinds():
     """A coarse map's ``stage_inputs`` is written to config.json and read back; a switch of
     ``features.kind`` keeps the option both kinds have."""
-    from fhc_jax.algos import features
+    from fhc_jax.algos.core import features
 
     spec = config.load_spec("fh-constrained", env="battery", overrides=[
         "features.kind=radial_basis", "features.num_centers=5", "features.stage_inputs=false"])

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.algos import features, fh_constrained as fc, multipliers, tabular_rollout as common
+from fhc_jax.algos import fh_constrained as fc
+from fhc_jax.algos.core import features, multipliers, tabular_rollout as common
 from fhc_jax.algos import PowerSchedule, stack
 from fhc_jax.envs.gridworld import GridWorld
 from fhc_jax.envs.tabular import TabularEnv
@@ -29,7 +30,7 @@ def reference_update(theta, v, w, lam, batch, phi, alpha, a_n, b_n, c_n, bound, 
     stage h (h = 0..H). theta[h] has shape (X, A); v[h], w[k][h] shape (X,). Everything on
     the right-hand side uses the iteration-n values, as the equations are written. The one
     departure of fhc_jax's paper variant: (algo7)'s step c(n) applies to the violation in units
-    of d^(k) = max(|alpha^(k)|, H / 100) (fhc_jax.algos.multipliers, "Units").
+    of d^(k) = max(|alpha^(k)|, H / 100) (fhc_jax.algos.core.multipliers, "Units").
     """
     H = len(theta)
     M = len(lam)
@@ -223,17 +224,17 @@ def test_learning_regression_small_grid():
     for seed in range(2):
         state = jax.tree.map(lambda x: x[seed], out.final_state)
         ev = fhc.evaluate(cmdp, fc.policy_table(state, TINY, params))
-        initial = float(out.metrics.exact.reward[seed, 0])
+        initial = float(out.metrics.evaluation.reward[seed, 0])
         assert float(ev.costs[0]) <= 1.0 * 1.02, (seed, float(ev.costs[0]))
         assert float(ev.reward) >= initial + 1.5, (seed, float(ev.reward), initial)
         assert float(ev.reward) >= 0.8 * best.reward, (seed, float(ev.reward), best.reward)
         # the in-jit exact evaluation agrees with evaluating the returned policy
-        np.testing.assert_allclose(out.metrics.exact.reward[seed, -1], ev.reward, rtol=1e-4)
-        np.testing.assert_allclose(out.metrics.exact.costs[seed, -1], ev.costs, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(out.metrics.evaluation.reward[seed, -1], ev.reward, rtol=1e-4)
+        np.testing.assert_allclose(out.metrics.evaluation.costs[seed, -1], ev.costs, rtol=1e-4, atol=1e-5)
     assert out.metrics.reward.shape == (2, 300)
     assert out.metrics.costs.shape == (2, 300, 1)
     assert out.metrics.multipliers.shape == (2, 300, 1)
-    np.testing.assert_array_equal(out.metrics.exact.iteration[0], [0, 100, 200, 300])
+    np.testing.assert_array_equal(out.metrics.evaluation.iteration[0], [0, 100, 200, 300])
     assert np.all(np.asarray(out.metrics.multipliers) >= 0)
 
 
@@ -296,9 +297,9 @@ def test_works_with_tabular_env_and_two_constraints():
     cfg = fc.Config(num_iterations=30, episodes_per_iteration=32, eval_every=10)
     out = jax.jit(fc.make_train(env, env.default_params, cfg))(jax.random.key(0))
     assert out.metrics.multipliers.shape == (30, 2)
-    assert out.metrics.exact.costs.shape == (4, 2)
+    assert out.metrics.evaluation.costs.shape == (4, 2)
     ev = fhc.evaluate(cmdp, fc.policy_table(out.final_state, env))
-    np.testing.assert_allclose(ev.costs, out.metrics.exact.costs[-1], rtol=1e-4)
+    np.testing.assert_allclose(ev.costs, out.metrics.evaluation.costs[-1], rtol=1e-4)
 
 
 # ----------------------------------------------------------------------------- validation
@@ -377,7 +378,7 @@ def test_advantage_increment_matches_direct_loop():
 def test_improved_multiplier_is_pi_controlled():
     """nu = clip(nu_I + K_p u), nu_I the paper's integral step on u, the relative violation
     (mean episode cost - alpha + margin) / d, with the margin 2 z sigma_C / sqrt(eval_episodes)
-    and d = max(|alpha|, H / 100) (fhc_jax.algos.multipliers)."""
+    and d = max(|alpha|, H / 100) (fhc_jax.algos.core.multipliers)."""
     env = SMALL
     params = env.default_params
     cfg = fc.Config(num_iterations=1, episodes_per_iteration=8, multiplier_gain=0.3)
@@ -443,7 +444,7 @@ def test_one_episode_per_update_learns():
     """K = 1 (the paper's setting): with one episode every visited (stage, state) has one
     sampled action, so a visit-averaged advantage that subtracts the state's own mean would be
     0 and the actor would never move; the state's empirical baseline needs two samples
-    (``fhc_jax.algos.returns.state_baseline``), below that the critic-baselined delta itself
+    (``fhc_jax.algos.core.returns.state_baseline``), below that the critic-baselined delta itself
     moves the sampled action. The default improved variant then learns from one episode per
     update (the uniform policy earns 29% of the optimum here)."""
     env = GridWorld(size=3, horizon=4)

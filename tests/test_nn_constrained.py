@@ -12,9 +12,10 @@ import pytest
 
 import fhc_jax as fhc
 import flax.linen as nn
-from fhc_jax.algos import nn_constrained as nc, tabular_rollout as common
+from fhc_jax.algos import nn_constrained as nc
+from fhc_jax.algos.core import tabular_rollout as common
 from fhc_jax.algos import PowerSchedule, stack
-from fhc_jax.algos.networks import MLP, NetworkSpec, Stacked
+from fhc_jax.algos.core.networks import MLP, NetworkSpec, Stacked
 from fhc_jax.envs.gridworld import GridWorld
 from fhc_jax.envs.tabular import TabularEnv
 from conftest import random_cmdp
@@ -197,7 +198,7 @@ def test_loss_forms_give_the_same_update(variant):
 @pytest.mark.slow
 def test_paper_multiplier_uses_constraint_critic():
     """Paper (algo7): nu <- clip(nu + c(n) mean_i W_0(s_0^i) / d, 0, -P), W including -alpha,
-    d = max(|alpha|, H / 100) the violation unit (fhc_jax.algos.multipliers)."""
+    d = max(|alpha|, H / 100) the violation unit (fhc_jax.algos.core.multipliers)."""
     cfg = nc.Config(variant="paper", width=6, multiplier_step=PowerSchedule(0.5, 0.8, 10.0))
     state, batch, nets, obs_table = _small_batch(cfg)
     thresholds = jnp.asarray([1.5, 2.0], jnp.float32)
@@ -241,10 +242,10 @@ def test_learning_regression_small_grid():
     assert tables.shape == (2, TINY.horizon, TINY.num_states, TINY.num_actions)
     for seed in range(2):
         ev = fhc.evaluate(cmdp, tables[seed])
-        initial = float(out.metrics.exact.reward[seed, 0])
+        initial = float(out.metrics.evaluation.reward[seed, 0])
         assert float(ev.costs[0]) <= 1.0 * 1.02, (seed, float(ev.costs[0]))
         assert float(ev.reward) >= initial + 0.6 * (best.reward - initial), (seed, float(ev.reward), initial, best.reward)
-        np.testing.assert_allclose(out.metrics.exact.reward[seed, -1], ev.reward, rtol=1e-4)
+        np.testing.assert_allclose(out.metrics.evaluation.reward[seed, -1], ev.reward, rtol=1e-4)
     assert out.metrics.reward.shape == (2, 400)
     assert out.metrics.critic_loss.shape == (2, 400)
     assert np.all(np.asarray(out.metrics.multipliers) >= 0)

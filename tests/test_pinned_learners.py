@@ -8,7 +8,7 @@ bit-for-bit; on another version float rounding may differ, so it is to 1e-4.
 
 History of the recording: FH- and NN-Constrained are bit-identical to the values recorded
 before the scaffold refactor. PPO-Lagrangian and CPO were re-recorded once, when their GAE
-became the one lambda-return recursion of ``fhc_jax.algos.returns`` (A = G - V instead of a
+became the one lambda-return recursion of ``fhc_jax.algos.core.returns`` (A = G - V instead of a
 backward sum of TD errors: the same estimator, rounded differently): the largest changes were
 1.9e-6 (PPO policy), 1.7e-4 (CPO "xy" policy, rounding amplified by the line search) and
 1.9e-4 (its exact cost); multipliers and training metrics were unchanged. With the previous GAE
@@ -40,7 +40,8 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.algos import cpo, ecop, fh_constrained as fc, features, nn_constrained as nc, ppo_lagrangian as pl, saute
+from fhc_jax.algos import cpo, ecop, fh_constrained as fc, nn_constrained as nc, ppo_lagrangian as pl, saute
+from fhc_jax.algos.core import features
 
 DATA = pathlib.Path(__file__).parent / "data" / "pinned_learners.npz"
 
@@ -75,8 +76,8 @@ def _run(module, config) -> dict[str, np.ndarray]:
         "multipliers": out.state.multipliers,
         "reward": out.metrics.reward,
         "costs": out.metrics.costs,
-        "exact_reward": out.metrics.exact.reward,
-        "exact_costs": out.metrics.exact.costs,
+        "exact_reward": out.metrics.evaluation.reward,
+        "exact_costs": out.metrics.evaluation.costs,
     }
     return {k: np.asarray(v) for k, v in values.items()}
 

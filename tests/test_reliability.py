@@ -283,7 +283,7 @@ def test_python_api_reports_divergence():
     assert res.divergence.seeds == (0, 1) and all(i <= 40 for i in res.divergence.iterations)
     assert res.state.iteration == res.divergence.detected_at == 40 and list(res.finite_seeds) == []
     assert not np.isfinite(np.asarray(res.state.carry.state.theta)).all()  # the final iterate diverged
-    # the returned policy is the selection's (learner.Selection), a candidate from before the
+    # the returned policy is the selection's (selection.Selection), a candidate from before the
     # divergence: finite, and flagged by res.divergence and res.complete above
     assert np.isfinite(res.policy).all()
 

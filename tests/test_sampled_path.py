@@ -13,7 +13,8 @@ import pytest
 from flax import struct
 
 import fhc_jax as fhc
-from fhc_jax.algos import learner, nn_constrained as nc
+from fhc_jax.algos import nn_constrained as nc
+from fhc_jax.algos.core import sampled_inputs, scaffold
 from fhc_jax.envs.base import Environment
 
 
@@ -90,8 +91,8 @@ def test_nn_constrained_learns_a_continuous_task_judged_by_monte_carlo():
     out = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 2))
     tabular_only = dataclasses.replace(fhc.algos.fh_constrained.ALGORITHM, observation_logits=None)
     with pytest.raises(ValueError, match="declares no tabular exact model"):
-        learner.make_learner(tabular_only, DRIFT, DRIFT.default_params, fhc.algos.fh_constrained.Config())
-    assert out.metrics.exact.reward.shape == (2, 3)  # Monte-Carlo estimates at 0, 30, 60
+        scaffold.make_learner(tabular_only, DRIFT, DRIFT.default_params, fhc.algos.fh_constrained.Config())
+    assert out.metrics.evaluation.reward.shape == (2, 3)  # Monte-Carlo estimates at 0, 30, 60
     uniform = _mc(DRIFT, fhc.uniform_random_policy(3))
     for seed in range(2):
         state = jax.tree.map(lambda x: x[seed], out.final_state)
@@ -102,7 +103,7 @@ def test_nn_constrained_learns_a_continuous_task_judged_by_monte_carlo():
         assert r - r_half > uniform[0] + uniform[1], (r, uniform)
         assert c + c_half <= 2.0 * 1.15, c
         # the in-training Monte-Carlo evaluation estimates the same policy's value
-        assert abs(float(out.metrics.exact.reward[seed, -1]) - r) < 0.25
+        assert abs(float(out.metrics.evaluation.reward[seed, -1]) - r) < 0.25
 
 
 @pytest.mark.slow
@@ -121,7 +122,7 @@ def test_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld():
         out = jax.jit(jax.vmap(nc.make_train(env, params, cfg)))(keys)
         ev = jax.vmap(lambda t: fhc.evaluate(cmdp, t))(nc.policy_table(out.final_state, env, params))
         results[path] = (np.asarray(ev.reward), np.asarray(ev.costs)[:, 0])
-        np.testing.assert_allclose(out.metrics.exact.reward[:, -1], ev.reward, rtol=1e-5)
+        np.testing.assert_allclose(out.metrics.evaluation.reward[:, -1], ev.reward, rtol=1e-5)
     (r_t, c_t), (r_s, c_s) = results["tabular"], results["sampled"]
     spread = max(r_t.std(), r_s.std(), 0.05)
     assert abs(r_t.mean() - r_s.mean()) < 3 * spread, (r_t, r_s)
@@ -175,7 +176,7 @@ def test_stage_inputs_false_drops_the_components_that_only_tell_the_stage_and_au
     for spec, x in ((feat.RadialBasis(5, stage_inputs=False), 25), (feat.TileCoding(6, 3, stage_inputs=False), 108)):
         dropped = fc._features(spec, env, params)
         assert dropped.num_features == x and dropped.components == (0, 1)
-        o = learner.observation_sample(env, params)
+        o = sampled_inputs.observation_sample(env, params)
         reference = fc._features(dataclasses.replace(spec, stage_inputs=True), flat, params)
         np.testing.assert_array_equal(np.asarray(dropped(o)), np.asarray(reference(o[:, :2])))
     assert full.num_features == 125 and full.components is None
@@ -280,7 +281,7 @@ def test_learners_train_in_the_signals_units_and_report_in_the_environments():
     cfg = nc.Config(num_iterations=3, episodes_per_iteration=16, eval_every=0, eval_episodes=64, actor_epochs=2)
     outs = [jax.jit(nc.make_train(e, e.default_params, cfg))(jax.random.key(0)) for e in (DRIFT, cents)]
     np.testing.assert_allclose(outs[1].metrics.reward, 100.0 * outs[0].metrics.reward, rtol=1e-4)
-    np.testing.assert_allclose(outs[1].metrics.exact.reward, 100.0 * outs[0].metrics.exact.reward, rtol=1e-4)
+    np.testing.assert_allclose(outs[1].metrics.evaluation.reward, 100.0 * outs[0].metrics.evaluation.reward, rtol=1e-4)
 
 
 @pytest.mark.slow
@@ -298,7 +299,7 @@ def test_fh_importance_floor_in_the_sampled_actor_increment(floor):
     theta = jnp.asarray(np.random.default_rng(0).normal(0.0, 3.0, state.theta.shape), jnp.float32)
     state = state.replace(theta=theta, theta_average=theta)
     traj = fhc.rollout(jax.random.key(1), env, params, fc.policy(state, env, params), 64)
-    batch = fhc.algos.tabular_rollout.batch_from_trajectory(traj)
+    batch = fhc.algos.core.tabular_rollout.batch_from_trajectory(traj)
     new = fc.update(state, batch, None, setup, cfg)[0]
 
     phi = np.asarray(setup.features(batch.observations), np.float64)  # (H+1, K, X)

@@ -15,7 +15,7 @@ without a tabular exact model, or ``path="sampled"``: ``fhc_jax.rollout``, recor
 observations) every sample is its own "distinct input": the same sums over the H K samples,
 O(H K) per update, with the action head's log-probabilities and KL
 (:func:`~fhc_jax.algos.trust_region.sampled_trust_region_step`). On box action spaces (sampled
-path only: no tabular model) the policy is a diagonal Gaussian (:mod:`fhc_jax.algos.distributions`;
+path only: no tabular model) the policy is a diagonal Gaussian (:mod:`fhc_jax.algos.core.distributions`;
 the environment clips the actions) and the trust region, its Fisher matrix and the line search
 use the Gaussian's KL. ``metrics.multipliers`` reports
 the dual variable nu* of the linearised cost constraint. The equations, the dual case analysis
@@ -33,19 +33,19 @@ import numpy as np
 import optax
 from flax import struct
 
-from fhc_jax.algos import learner
-from fhc_jax.algos.distributions import ActionHead, check_initial_log_std, config_head
-from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
-from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy
-from fhc_jax.algos.networks import ACTIVATIONS, MLP, NetworkConfig, NetworkSpec, Stacked
-from fhc_jax.algos.returns import advantages_and_targets
+from fhc_jax.algos.core import scaffold
+from fhc_jax.algos.core.distributions import ActionHead, check_initial_log_std, config_head
+from fhc_jax.algos.core.hyperparameters import hyperparameters, numeric, static
+from fhc_jax.algos.core.evaluation import EvaluationMetrics, observation_policy
+from fhc_jax.algos.core.paths import judged_exactly
+from fhc_jax.algos.core.networks import ACTIVATIONS, MLP, NetworkConfig, NetworkSpec, Stacked
+from fhc_jax.algos.core.returns import advantages_and_targets
 from fhc_jax.algos.trust_region import (  # noqa: F401 (public here)
     CellStatistics, SampleStatistics, sampled_trust_region_step, trust_region_step,
 )
-from fhc_jax.algos.sampled_inputs import (
-    ENV_OBSERVATIONS, critic_value_scale, input_table, resolve_path, stage_inputs, with_stage,
-)
-from fhc_jax.algos.tabular_rollout import Batch, TabularModel, batch_from_trajectory, rollout_policy_table, tabular_model, value_scale
+from fhc_jax.algos.core.paths import ENV_OBSERVATIONS, resolve_path
+from fhc_jax.algos.core.sampled_inputs import critic_value_scale, input_table, stage_inputs, with_stage
+from fhc_jax.algos.core.tabular_rollout import Batch, TabularModel, batch_from_trajectory, rollout_policy_table, tabular_model, value_scale
 from fhc_jax.rollout import rollout as rollout_episodes
 
 Array = jax.Array
@@ -88,7 +88,7 @@ class Config(NetworkConfig):
             per-sample statistics; any environment) or "auto" (tabular where possible).
         log_std, initial_log_std: box action spaces only: the form of the Gaussian head's
             log-std and log(sigma / half range) of the initial policy
-            (:class:`~fhc_jax.algos.networks.NetworkSpec`).
+            (:class:`~fhc_jax.algos.core.networks.NetworkSpec`).
 
     Numeric fields (pytree leaves: ``jax.vmap`` over them without recompiling):
         max_kl: trust-region radius delta on the mean KL. damping: F + damping I.
@@ -119,14 +119,14 @@ class Config(NetworkConfig):
 
 
 @struct.dataclass
-class TrainState(learner.NetworkState):
+class TrainState(scaffold.NetworkState):
     """Learner parameters (M = 1 constraint).
 
     Attributes:
         actor: flax parameters of the policy MLP, o (D,) -> logits (A,) (box action spaces: the
-            Gaussian's [m, s], ``fhc_jax.algos.distributions``).
+            Gaussian's [m, s], ``fhc_jax.algos.core.distributions``).
         critics: flax parameters of the reward and cost critics, stacked on a leading axis of
-            length 1 + M (:class:`fhc_jax.algos.networks.Stacked`); outputs are in units of
+            length 1 + M (:class:`fhc_jax.algos.core.networks.Stacked`); outputs are in units of
             :func:`~fhc_jax.algos.ppo_lagrangian.value_scale`.
         critic_opt: the critics' Adam state.
         multipliers: nu*, the dual variable of the last update's linearised cost constraint, (M,).
@@ -153,7 +153,8 @@ class Metrics:
         optimisation_case: the subproblem's case 0-4 (module docstring), int32 (N,).
         entropy: mean policy entropy over the batch's states before the update (the
             differential entropy of the Gaussian on box action spaces: it may be negative), (N,).
-        exact: exact reward and costs every ``eval_every`` updates.
+        evaluation: the reported policy's reward and costs every ``eval_every`` updates, exact on
+            tabular exact models and Monte-Carlo estimates elsewhere (:class:`EvaluationMetrics`).
     """
 
     reward: Array
@@ -163,7 +164,7 @@ class Metrics:
     step_fraction: Array
     optimisation_case: Array
     entropy: Array
-    exact: ExactMetrics
+    evaluation: EvaluationMetrics
 
 
 def _modules(spec: NetworkSpec, head: ActionHead, num_channels: int) -> tuple[MLP, Stacked]:
@@ -200,7 +201,7 @@ class Setup:
         sampled: the sampled path (inputs and cell only for :func:`logits`, None without
             tabular states); env, params: what it rolls out; observation: "env" or "env_t";
             horizon: H.
-        head: the action distribution of the actor's outputs (``fhc_jax.algos.distributions``:
+        head: the action distribution of the actor's outputs (``fhc_jax.algos.core.distributions``:
             ``Categorical(A)``, or a ``DiagonalGaussian`` on box action spaces).
     """
 
@@ -251,7 +252,7 @@ def setup(env, params, config: Config) -> Setup:
             subproblem has a single linearised constraint); an observation the environment
             does not support; more critic minibatches than distinct inputs (H K samples on the
             sampled path); ``path="tabular"`` without a tabular exact model, or non-flat
-            observations (:func:`~fhc_jax.algos.sampled_inputs.resolve_path`).
+            observations (:func:`~fhc_jax.algos.core.paths.resolve_path`).
     """
     m = env.num_constraints
     if m != 1:
@@ -290,7 +291,7 @@ def setup(env, params, config: Config) -> Setup:
 def policy_setup(env, params, train_state: TrainState) -> Setup:
     """What :func:`logits` needs (the actor and its distinct inputs), or :func:`observation_logits`
     where there is no tabular exact model, from the train state's
-    :class:`~fhc_jax.algos.networks.NetworkSpec`."""
+    :class:`~fhc_jax.algos.core.networks.NetworkSpec`."""
     spec = train_state.network
     if not judged_exactly(env):
         return _sampled_setup(env, params, spec, None)
@@ -470,9 +471,9 @@ def update(
     return new_state, metrics
 
 
-ALGORITHM = learner.Algorithm(
+ALGORITHM = scaffold.Algorithm(
     name="cpo", config_type=Config, metrics_type=Metrics, setup=setup, init=init, rollout=rollout,
     update=update, logits=logits, policy_setup=policy_setup, observation_logits=observation_logits, update_keys=2,
     action_head=lambda setup: setup.head,
 )
-make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)
+make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

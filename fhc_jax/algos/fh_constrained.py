@@ -3,7 +3,7 @@ constrained MDPs, batched over K episodes and compiled as one program per traini
 
 Per-stage linear critics v_h, constraint critics w_h^(k) (stages 0..H) and Gibbs actors
 mu_{theta_h}(s, .) = softmax(phi_h(s)^T theta_h) (stages 0..H-1) on features phi_h(s)
-(:mod:`fhc_jax.algos.features`, one-hot by default), each family stacked on a leading stage
+(:mod:`fhc_jax.algos.core.features`, one-hot by default), each family stacked on a leading stage
 axis, so all H stages are updated in one vectorised operation. Critics move with a(n), actors
 with b(n), the penalties nu = -lambda in [0, multiplier_max] with c(n) (projected step (algo7)),
 a(n) > b(n) > c(n) as in Assumption 3.
@@ -27,17 +27,20 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fhc_jax.algos import features as feat, learner, multipliers
-from fhc_jax.algos.hyperparameters import (EnvDefault, PowerSchedule, RunConfig, hyperparameters, numeric, resolve_env_defaults,
+from fhc_jax.algos.core import scaffold
+from fhc_jax.algos.core import features as feat, multipliers
+from fhc_jax.algos.core.hyperparameters import (EnvDefault, PowerSchedule, RunConfig, hyperparameters, numeric, resolve_env_defaults,
                                            schedule, static)
-from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy, observation_sample_by_stage
-from fhc_jax.algos.policies import observation_to_index
+from fhc_jax.algos.core.evaluation import EvaluationMetrics, observation_policy
+from fhc_jax.algos.core.paths import judged_exactly
+from fhc_jax.algos.core.sampled_inputs import observation_sample_by_stage
+from fhc_jax.algos.core.policies import observation_to_index
 from fhc_jax.rollout import rollout as rollout_episodes
-from fhc_jax.algos.returns import lagrangian_targets, state_baseline, visit_averaged_advantages
-from fhc_jax.algos.tabular_rollout import (
+from fhc_jax.algos.core.returns import lagrangian_targets, state_baseline, visit_averaged_advantages
+from fhc_jax.algos.core.tabular_rollout import (
     Batch, TabularModel, batch_from_trajectory, rollout_policy_table, rollout_tabular, tabular_model,
 )
-from fhc_jax.algos.features import FeatureSpec, FeatureTable, OneHot
+from fhc_jax.algos.core.features import FeatureSpec, FeatureTable, OneHot
 
 Array = jax.Array
 
@@ -67,7 +70,7 @@ class Config(RunConfig):
         episodes_per_iteration: K >= 1 episodes rolled out per update (K = 1: the paper's
             per-episode step; the improved variant learns from it too: a state visited once
             moves its sampled action by the critic-baselined delta, ``returns.state_baseline``).
-        features: feature spec phi_h(s) (:mod:`fhc_jax.algos.features`); by default
+        features: feature spec phi_h(s) (:mod:`fhc_jax.algos.core.features`); by default
             (``EnvDefault``, resolved by ``make_train``) one-hot on environments with a tabular
             exact model and ``features.Auto()`` of the observations on all others (a tile
             coding or radial basis of the components that vary within a stage, sized by their
@@ -99,10 +102,10 @@ class Config(RunConfig):
         critic_step: a(n), fastest schedule (critics v, w; eqs. (algo1), (algo2), (algo4), (algo5)).
         actor_step: b(n), middle schedule (actor theta; eq. (algo3)).
         multiplier_step: c(n), slowest schedule (multipliers; eq. (algo7)), applied to the
-            relative violation (C - alpha) / d (:mod:`fhc_jax.algos.multipliers`, "Units").
+            relative violation (C - alpha) / d (:mod:`fhc_jax.algos.core.multipliers`, "Units").
         theta_bound: Gamma projects every theta entry onto [-theta_bound, theta_bound] (> 0).
         multiplier_max: -P, the penalties nu live in [0, multiplier_max] (> 0), in training
-            units (normalised reward per normalised cost, ``fhc_jax.algos.learner``).
+            units (normalised reward per normalised cost, ``fhc_jax.algos.core.scaffold``).
         initial_multiplier: nu at n = 0, in [0, multiplier_max], in training units.
         trace: lambda-return trace of the improved variant, in [0, 1] (ignored by "paper").
             Default (``EnvDefault``): 0.5 on environments with a tabular exact model, 1.0
@@ -147,7 +150,7 @@ class Config(RunConfig):
 
 
 @struct.dataclass
-class TrainState(learner.StampedState):
+class TrainState(scaffold.StampedState):
     """Learner parameters (H stages, X features, A actions, M constraints).
 
     Attributes:
@@ -155,7 +158,7 @@ class TrainState(learner.StampedState):
         critics: critic weights for stages 0..H, (H+1, X, 1+M): channel 0 is the Lagrangian
             critic v_h, channels 1..M the constraint critics w_h^(k) (see :attr:`v`, :attr:`w`).
         multipliers: penalties nu^(k) = -lambda^(k) >= 0 used in c^lambda, (M,).
-        multiplier_state: the multiplier update's state (:mod:`fhc_jax.algos.multipliers`;
+        multiplier_state: the multiplier update's state (:mod:`fhc_jax.algos.core.multipliers`;
             its ``integral`` is nu_I of (algo7), equal to ``multipliers`` in the paper variant).
         step: number of updates done, n, int32 ().
         theta_average: Polyak average of theta (exponential, weight ``Config.policy_averaging``),
@@ -193,14 +196,15 @@ class Metrics:
         critic_costs: the constraint critics' estimate of the expected total cost,
             mean_k w_0^T phi_0(s_0) (+ alpha in the paper variant, whose critic includes
             -alpha), before the update, (N, M).
-        exact: exact reward and costs of the reported policy every ``eval_every`` updates.
+        evaluation: the reported policy's reward and costs every ``eval_every`` updates, exact on
+            tabular exact models and Monte-Carlo estimates elsewhere (:class:`EvaluationMetrics`).
     """
 
     reward: Array
     costs: Array
     multipliers: Array
     critic_costs: Array
-    exact: ExactMetrics
+    evaluation: EvaluationMetrics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,12 +213,12 @@ class Setup:
 
     Attributes:
         features: phi_h(s) of every stage and state (:class:`FeatureTable`), or phi(o) of raw
-            observations (:class:`~fhc_jax.algos.features.ObservationFeatures`) on
+            observations (:class:`~fhc_jax.algos.core.features.ObservationFeatures`) on
             environments without tabular states.
         env, params: the environment (the sampled path rolls out through ``fhc_jax.rollout``).
         model: the tabular rollout model (tabular path). thresholds: alpha^(k), (M,), in
         training units. violation_units: d^(k) of the relative violation (C - alpha) / d the
-        multiplier moves with (:func:`~fhc_jax.algos.multipliers.violation_units`), (M,).
+        multiplier moves with (:func:`~fhc_jax.algos.core.multipliers.violation_units`), (M,).
         num_states, num_actions, num_constraints, horizon: S (0 without tabular states), A, M, H.
         sampled: the path (:attr:`Config.path`). form: the update form, "table" or "samples".
     """
@@ -363,7 +367,7 @@ def _advantage_increment_from_sums(count_sa: Array, total_sa: Array, features: F
     """Actor increment of the improved variant, (H, X, A), from per-cell visit counts
     n_h(s, a) and sums of the actor's errors delta, both (H, S, A).
 
-    The visit-averaged advantage A_hat_h(s, a) (:func:`fhc_jax.algos.returns.
+    The visit-averaged advantage A_hat_h(s, a) (:func:`fhc_jax.algos.core.returns.
     visit_averaged_advantages`) has, coordinate by coordinate, the sign of the paper's expected
     increment d_h(s) mu_h(s, a) A_h(s, a) (a positive diagonal rescaling, like a natural
     gradient for the softmax), so the box-projected stationary points are the paper's, but
@@ -449,13 +453,13 @@ def _table_statistics(batch: Batch, critics: Array, vals: Array | None, nu: Arra
                       trace: Array, num_states: int, num_actions: int) -> tuple[Array, Array, Array]:
     """The "table" form's per-cell sums of the critics' errors, in one backward scan over the
     stages: the arithmetic of computing the errors of all stages
-    (:func:`~fhc_jax.algos.returns.lagrangian_targets`), then one scatter, stage by stage
+    (:func:`~fhc_jax.algos.core.returns.lagrangian_targets`), then one scatter, stage by stage
     (tests/test_pinned_learners.py holds it to the same bits).
 
     Stage by stage, from h = H-1 down to 0: the critic values at s_h and s_{h+1} (read from
     the critic table with one-hot features, else from ``vals``), the target (paper: TD(0)
     c_h + V_{h+1}; improved: the lambda-return G_h = c_h + (1 - lambda) V_{h+1} + lambda
-    G_{h+1}, :func:`~fhc_jax.algos.returns.lagrangian_targets`), the error, and its scatter
+    G_{h+1}, :func:`~fhc_jax.algos.core.returns.lagrangian_targets`), the error, and its scatter
     into the stage's (S*A) cells. Each of the C channels is a contiguous (K,) vector and
     nothing of size (H, K, C) is materialised: one stage's K episodes stay in cache.
 
@@ -635,9 +639,9 @@ def update(
     return new_state, {"multipliers": new_nu, "critic_costs": critic_costs}
 
 
-ALGORITHM = learner.Algorithm(
+ALGORITHM = scaffold.Algorithm(
     name="fh_constrained", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
     rollout=rollout, update=update, logits=logits, policy_setup=policy_setup,
     observation_logits=observation_logits,
 )
-make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)
+make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

@@ -1,7 +1,7 @@
 """NN-Constrained: the paper's deep variant of FH-Constrained (Section 5), with per-stage neural
 actors and critics stacked on one leading stage axis and trained in one jit.
 
-Each network family is ONE stacked module (:mod:`fhc_jax.algos.networks`): actors
+Each network family is ONE stacked module (:mod:`fhc_jax.algos.core.networks`): actors
 mu_h(s, .) = softmax(f_{theta_h}(o_h(s))) for h < H, Lagrangian critics V_h and constraint
 critics W_h^(k) for h <= H, on the observation o_h(s) ("xy", the paper's input, "xyt" or
 "one_hot"; default 2 x 10 tanh MLPs). The losses CL, CCL and AL of the paper are sums over the
@@ -17,7 +17,7 @@ docs/algorithms/nn_constrained.md.
 
 **Box action spaces** (continuous actions; such environments have no tabular model, so they
 take the sampled path): the per-stage actors are diagonal Gaussians
-(:mod:`fhc_jax.algos.distributions`; the network outputs the mean, the log-std is a free
+(:mod:`fhc_jax.algos.core.distributions`; the network outputs the mean, the log-std is a free
 per-stage vector or a second output, ``Config.log_std``; the environment clips the actions).
 The paper variant's AL is the same score-function loss with ``head.log_prob``. The improved
 variant's actor step, a per-sample step in logit space for softmax policies, becomes a
@@ -37,17 +37,20 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from fhc_jax.algos import learner, multipliers
-from fhc_jax.algos.distributions import ActionHead, Categorical, check_initial_log_std, config_head
-from fhc_jax.algos.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
-from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy, observation_sample
-from fhc_jax.algos.networks import ACTIVATIONS, NetworkConfig, NetworkSpec, Stacked
+from fhc_jax.algos.core import scaffold
+from fhc_jax.algos.core import multipliers
+from fhc_jax.algos.core.distributions import ActionHead, Categorical, check_initial_log_std, config_head
+from fhc_jax.algos.core.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
+from fhc_jax.algos.core.evaluation import EvaluationMetrics, observation_policy
+from fhc_jax.algos.core.paths import judged_exactly
+from fhc_jax.algos.core.sampled_inputs import observation_sample
+from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec, Stacked
 from fhc_jax.algos.nn_losses import (
     advantage_targets, batch_targets, cell_stats, gaussian_actor_loss, gaussian_sample_targets, improved_actor_loss,
     sample_advantage_targets, sample_cross_entropy, sample_losses, table_losses, visit_weights,
 )
 from fhc_jax.rollout import rollout as rollout_episodes
-from fhc_jax.algos.tabular_rollout import (
+from fhc_jax.algos.core.tabular_rollout import (
     Batch, TabularModel, batch_from_trajectory, batch_observations, observation_table, rollout_policy_table,
     tabular_model,
 )
@@ -83,7 +86,7 @@ class Config(NetworkConfig):
         actor_epochs: optimizer steps of the improved actor per update (>= 1).
         eval_every: exact evaluation every this many updates (0: initial and final only).
         eval_episodes: episodes of each Monte-Carlo evaluation on environments without a
-            tabular exact model (:func:`fhc_jax.algos.learner.monte_carlo_evaluator`).
+            tabular exact model (:func:`fhc_jax.algos.core.evaluation.monte_carlo_evaluator`).
         path: "tabular" rolls out from the exact tabular model and tabulates the networks over
             every (stage, state); "sampled" rolls out through ``fhc_jax.rollout`` and applies
             the networks to the recorded observations (any environment); "auto" (default)
@@ -91,13 +94,13 @@ class Config(NetworkConfig):
         check_step_sizes: validate the schedules against Assumption 3 (default True).
         log_std, initial_log_std: box action spaces only: the form of the Gaussian head's
             log-std and log(sigma / half range) of the initial policy
-            (:class:`~fhc_jax.algos.networks.NetworkSpec`).
+            (:class:`~fhc_jax.algos.core.networks.NetworkSpec`).
 
     Numeric fields (pytree leaves; ``vmap`` over them without recompiling):
         critic_step: a(n), learning rate of V and W (fastest).
         actor_step: b(n), learning rate of the actors (middle).
         multiplier_step: c(n), multiplier step (slowest), on the relative violation
-            (C - alpha) / d (:mod:`fhc_jax.algos.multipliers`, "Units").
+            (C - alpha) / d (:mod:`fhc_jax.algos.core.multipliers`, "Units").
         multiplier_max: -P, penalties nu in [0, multiplier_max] (> 0), in training units.
         initial_multiplier: nu at n = 0, in training units.
         trace: lambda-return trace of the improved variant, in [0, 1].
@@ -148,7 +151,7 @@ class Config(NetworkConfig):
 
 
 @struct.dataclass
-class TrainState(learner.NetworkState):
+class TrainState(scaffold.NetworkState):
     """Learner parameters (H stages, M constraints); every network leaf has a leading stage axis.
 
     Attributes:
@@ -157,7 +160,7 @@ class TrainState(learner.NetworkState):
         cost_critic: constraint critic params W_0..W_H (M outputs), leaves (H+1, ...).
         actor_opt, critic_opt: optax states (the critic optimizer holds (critic, cost_critic)).
         multipliers: penalties nu = -lambda >= 0 used in c_h, (M,).
-        multiplier_state: the multiplier update's state (:mod:`fhc_jax.algos.multipliers`).
+        multiplier_state: the multiplier update's state (:mod:`fhc_jax.algos.core.multipliers`).
         step: updates done, n, int32 ().
         actor_average: exponential Polyak average of the actor params (weight
             ``Config.policy_averaging``): the reported policy.
@@ -185,7 +188,8 @@ class Metrics:
         critic_costs: the constraint critics' estimate of the expected total cost,
             mean_i W_0(s_0^i) (+ alpha in the paper variant), before the update, (N, M).
         critic_loss: CL + CCL summed over stages (before the update), (N,).
-        exact: exact reward and costs every ``eval_every`` updates.
+        evaluation: the reported policy's reward and costs every ``eval_every`` updates, exact on
+            tabular exact models and Monte-Carlo estimates elsewhere (:class:`EvaluationMetrics`).
     """
 
     reward: Array
@@ -193,7 +197,7 @@ class Metrics:
     multipliers: Array
     critic_costs: Array
     critic_loss: Array
-    exact: ExactMetrics
+    evaluation: EvaluationMetrics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,7 +214,7 @@ class Networks:
               output_scale: Any = 1.0, feature_major: bool = False) -> "Networks":
         """From the ``spec``'s width, depth and activation; ``head`` the action head (an int A: ``Categorical(A)``); ``output_scale`` only sets
         the actors' initialisation; ``feature_major`` the layout of the stacked networks
-        (:class:`~fhc_jax.algos.networks.Stacked`: the sampled path's per-sample batches)."""
+        (:class:`~fhc_jax.algos.core.networks.Stacked`: the sampled path's per-sample batches)."""
         head = Categorical(head) if isinstance(head, int) else head
         outputs, free = head.network_outputs
         return cls(
@@ -237,7 +241,7 @@ class Setup:
         head: the actor's action head (``Categorical(A)`` or a ``DiagonalGaussian`` on box
             action spaces).
         violation_units: d^(k) of the relative violation (C - alpha) / d the multiplier moves
-            with (:func:`~fhc_jax.algos.multipliers.violation_units`), (M,).
+            with (:func:`~fhc_jax.algos.core.multipliers.violation_units`), (M,).
     """
 
     nets: Networks
@@ -283,7 +287,7 @@ def _input_stats(env, params, observation: str, normalize: bool) -> tuple[Array 
     inputs. With ``normalize`` the inputs are standardised per dimension (a fixed affine map:
     coordinates in [0, 1] become zero-mean, unit-variance, which lets small tanh networks draw
     sharper maps), over every (stage, state) of a tabular environment, else over the states
-    that 64 episodes of the uniform policy visit (:func:`fhc_jax.algos.learner.observation_sample`)."""
+    that 64 episodes of the uniform policy visit (:func:`fhc_jax.algos.core.sampled_inputs.observation_sample`)."""
     name = None if observation == "env" else observation
     if env.is_tabular:
         table = observation_table(env, params, name)
@@ -336,7 +340,7 @@ def setup(env, params, config: Config) -> Setup:
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
     """What :func:`logits` and :func:`observation_logits` need, from the input and architecture
-    recorded in the train state (its :class:`~fhc_jax.algos.networks.NetworkSpec`)."""
+    recorded in the train state (its :class:`~fhc_jax.algos.core.networks.NetworkSpec`)."""
     return _setup(env, params, train_state.network, "auto", None, None, "table")
 
 
@@ -511,7 +515,7 @@ def update_multipliers(train_state: TrainState, batch: Batch, setup: Setup, valu
                        config: Config) -> tuple[Array, multipliers.MultiplierState, Array]:
     """The multiplier step at rate c(n), (algo7) on the relative violation: of the constraint
     critics' estimate mean_i W_0(s_0^i) in the paper variant, of the batch's mean episode cost
-    (with the safety margin, :func:`~fhc_jax.algos.multipliers.relative_violation`) in the
+    (with the safety margin, :func:`~fhc_jax.algos.core.multipliers.relative_violation`) in the
     improved one, whose law adds the proportional term.
 
     Returns:
@@ -585,9 +589,9 @@ def update(
     return new_state, metrics
 
 
-ALGORITHM = learner.Algorithm(
+ALGORITHM = scaffold.Algorithm(
     name="nn_constrained", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
     rollout=rollout, update=update, logits=logits, policy_setup=policy_setup,
     observation_logits=observation_logits, action_head=lambda setup: setup.head,
 )
-make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)
+make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

@@ -21,9 +21,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fhc_jax.algos.distributions import LOG_STD_MAX, LOG_STD_MIN
-from fhc_jax.algos.returns import lagrangian_targets, visit_averaged_advantages
-from fhc_jax.algos.tabular_rollout import Batch
+from fhc_jax.algos.core.distributions import LOG_STD_MAX, LOG_STD_MIN
+from fhc_jax.algos.core.returns import lagrangian_targets, visit_averaged_advantages
+from fhc_jax.algos.core.tabular_rollout import Batch
 
 if TYPE_CHECKING:
     from fhc_jax.algos.nn_constrained import Networks, TrainState
@@ -70,7 +70,7 @@ def sample_losses(
         observations: o_h(s_h) for stages 0..H, (H+1, K, D). actions: a_h, int (H, K), or
             float (H, K, d) for box actions.
         fixed: :class:`Targets`.
-        head: the actor's action head (``fhc_jax.algos.distributions``): log mu_h(s, a) is
+        head: the actor's action head (``fhc_jax.algos.core.distributions``): log mu_h(s, a) is
             ``head.log_prob`` of the actor's outputs (the score function of a Gaussian on box
             actions); None: a softmax over the outputs (the discrete form).
     Returns:
@@ -222,7 +222,7 @@ def gaussian_sample_targets(head: Any, outputs: Array, actions: Array, advantage
 
     * mean: d log N / d mu = (a - mu) / sigma^2, Fisher 1 / sigma^2, so the natural gradient is
       (a - mu) and mu' = mu + eta A (a - mu); in the network's units (mu = center + half m,
-      ``fhc_jax.algos.distributions``) m' = m + eta A (a - mu) / half;
+      ``fhc_jax.algos.core.distributions``) m' = m + eta A (a - mu) / half;
     * log-std: d log N / d log sigma = z^2 - 1 (z = (a - mu) / sigma), Fisher 2, so
       log sigma' = log sigma + eta A (z^2 - 1) / 2, i.e. s' = s + eta A (z^2 - 1) / 2 with s
       the (clipped) log-std output, then clipped into the head's bounds

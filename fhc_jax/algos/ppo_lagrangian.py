@@ -6,16 +6,16 @@ ONE stationary network for all stages, pi(a | x) = softmax(f_theta(x)) on the en
 observation x ("xy": the paper's Env 1, "xyt": Env 2, "one_hot", "env": the environment's own,
 "env_t": with h / H appended); a stationary policy on "xy" cannot follow a non-stationary
 optimum, which is the paper's point. On box action spaces the actor is a diagonal Gaussian
-(:mod:`fhc_jax.algos.distributions`: the network computes the mean, the log-std is a free
+(:mod:`fhc_jax.algos.core.distributions`: the network computes the mean, the log-std is a free
 vector or a second output, ``Config.log_std``; the environment clips the actions), trained on
 the sampled path (box environments have no tabular model) with the same clipped surrogate:
 log-probabilities, entropies and KLs are the head's. Environments with a tabular exact model take the tabular
 fast path (the networks tabulated over the distinct inputs); any other (or ``path="sampled"``)
 rolls out through ``fhc_jax.rollout`` and applies the networks to the recorded observations
-(:mod:`fhc_jax.algos.sampled_inputs`), O(H K) per update either way. Per iteration: roll out K
+(:mod:`fhc_jax.algos.core.sampled_inputs`), O(H K) per update either way. Per iteration: roll out K
 episodes, finite-horizon GAE per signal with the exact terminal values as V_H (no
 bootstrapping past H), the multipliers from the batch's mean episode cost
-(:mod:`fhc_jax.algos.multipliers`: ``optimizer_ascent`` or ``pid``, whose integral is clipped
+(:mod:`fhc_jax.algos.core.multipliers`: ``optimizer_ascent`` or ``pid``, whose integral is clipped
 to [0, multiplier_max], the anti-windup rule of every fhc_jax learner; OmniSafe clips it only at
 0, and the two agree while the integral stays below the bound), then ``num_epochs`` x
 ``num_minibatches`` clipped-surrogate steps with KL early stopping. The per-iteration
@@ -32,15 +32,17 @@ import numpy as np
 import optax
 from flax import struct
 
-from fhc_jax.algos import learner, multipliers
-from fhc_jax.algos.distributions import check_initial_log_std, config_head
-from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
-from fhc_jax.algos.learner import ExactMetrics, observation_policy
-from fhc_jax.algos.networks import ACTIVATIONS, NetworkConfig, NetworkSpec
+from fhc_jax.algos.core import scaffold
+from fhc_jax.algos.core import multipliers
+from fhc_jax.algos.core.distributions import check_initial_log_std, config_head
+from fhc_jax.algos.core.hyperparameters import hyperparameters, numeric, static
+from fhc_jax.algos.core.evaluation import EvaluationMetrics, observation_policy
+from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec
 from fhc_jax.algos.ppo_networks import OBSERVATIONS, Setup, _actor_rows, _modules, _optimizer  # noqa: F401 (public here)
-from fhc_jax.algos.returns import advantages_and_targets
-from fhc_jax.algos.sampled_inputs import critic_value_scale, resolve_observation, resolve_path, with_stage
-from fhc_jax.algos.tabular_rollout import Batch, batch_from_trajectory, rollout_policy_table, tabular_model, value_scale
+from fhc_jax.algos.core.returns import advantages_and_targets
+from fhc_jax.algos.core.paths import resolve_observation, resolve_path
+from fhc_jax.algos.core.sampled_inputs import critic_value_scale, with_stage
+from fhc_jax.algos.core.tabular_rollout import Batch, batch_from_trajectory, rollout_policy_table, tabular_model, value_scale
 from fhc_jax.rollout import rollout as rollout_episodes
 
 Array = jax.Array
@@ -55,7 +57,7 @@ class Config(NetworkConfig):
     """Hyperparameters of PPO-Lagrangian. The network and PPO defaults were chosen on the
     default ``GridWorld`` (10x10, H = 100, alpha = 25) for a short run (5 vmapped seeds train
     in about a minute on a CPU); the multiplier's gains act on the relative violation
-    (``fhc_jax.algos.multipliers.relative_violation``) in training units, so they carry to other
+    (``fhc_jax.algos.core.multipliers.relative_violation``) in training units, so they carry to other
     tasks (the robustness suite, ``docs/benchmarks.md``). Networks: 32 x 32 tanh MLPs (actor and each critic).
     Tuning notes (default gridworld, "xy"; sweeps over actor_lr, entropy_coef, gae_lambda,
     clip_eps/target_kl, K and both multiplier methods): 4 epochs x 4 minibatches (16 Adam steps
@@ -75,7 +77,7 @@ class Config(NetworkConfig):
             environment must support, tabular path only), "env" (the environment's own
             observation), "env_t" (with h / H appended), or "auto" (the default: "xy" on the
             tabular path of a spatial environment, else "env";
-            :func:`~fhc_jax.algos.sampled_inputs.resolve_observation`).
+            :func:`~fhc_jax.algos.core.paths.resolve_observation`).
         width, depth, activation: the MLPs (actor, reward critic, cost critic).
         num_epochs, num_minibatches: passes over the batch per iteration, minibatches per
             epoch (at most H K).
@@ -94,7 +96,7 @@ class Config(NetworkConfig):
             the stage even under a stationary policy); the actor still sees ``observation``.
         log_std, initial_log_std: box action spaces only: the form of the Gaussian head's
             log-std and log(sigma / half range) of the initial policy
-            (:class:`~fhc_jax.algos.networks.NetworkSpec`).
+            (:class:`~fhc_jax.algos.core.networks.NetworkSpec`).
 
     Numeric fields (pytree leaves: ``jax.vmap`` over them without recompiling):
         actor_lr, critic_lr: Adam step sizes. max_grad_norm: clipping per network.
@@ -105,7 +107,7 @@ class Config(NetworkConfig):
         initial_multiplier: nu at n = 0 ("pid": the initial integral), in training units.
         multiplier_max: nu_max, penalties (and the PID integral) lie in [0, nu_max].
         pid_kp, pid_ki, pid_kd: PID gains on the relative violation (C - alpha) / d and the
-            relative cost C / d (:mod:`fhc_jax.algos.multipliers`, "Units").
+            relative cost C / d (:mod:`fhc_jax.algos.core.multipliers`, "Units").
         pid_p_ema, pid_d_ema: EMA factors a_p, a_d.
     """
 
@@ -147,7 +149,7 @@ class Config(NetworkConfig):
 
 
 @struct.dataclass
-class TrainState(learner.NetworkState):
+class TrainState(scaffold.NetworkState):
     """Learner state (M constraints).
 
     Attributes:
@@ -178,7 +180,8 @@ class Metrics:
         clip_fraction, value_loss: fraction of samples with |rho - 1| > eps and mean critic
             loss (normalised units), over the executed epochs, (N,).
         epochs: epochs executed (fewer than ``num_epochs`` after KL early stopping), (N,).
-        exact: exact reward and costs of the policy every ``eval_every`` iterations.
+        evaluation: the reported policy's reward and costs every ``eval_every`` updates, exact on
+            tabular exact models and Monte-Carlo estimates elsewhere (:class:`EvaluationMetrics`).
     """
 
     reward: Array
@@ -189,7 +192,7 @@ class Metrics:
     clip_fraction: Array
     value_loss: Array
     epochs: Array
-    exact: ExactMetrics
+    evaluation: EvaluationMetrics
 
 
 # ----------------------------------------------------------------------------- pieces (tested by hand)
@@ -253,7 +256,7 @@ def setup(env, params, config: Config) -> Setup:
     Raises:
         ValueError: an observation the environment does not support, more minibatches than
             samples per iteration (H K), ``path="tabular"`` without a tabular exact model, or
-            non-flat observations (:func:`~fhc_jax.algos.sampled_inputs.resolve_path`).
+            non-flat observations (:func:`~fhc_jax.algos.core.paths.resolve_path`).
     """
     config = config.replace(observation=resolve_observation(env, config.path, config.observation))
     sampled = resolve_path("ppo_lagrangian", env, config.path, config.observation)
@@ -300,7 +303,7 @@ def setup(env, params, config: Config) -> Setup:
 def policy_setup(env, params, train_state: TrainState) -> Setup:
     """What :func:`logits` (and :func:`observation_logits` where there is no tabular exact
     model) needs: the actor and its inputs, from the train state's observation and architecture
-    (its :class:`~fhc_jax.algos.networks.NetworkSpec`)."""
+    (its :class:`~fhc_jax.algos.core.networks.NetworkSpec`)."""
     spec = train_state.network
     if resolve_path("ppo_lagrangian", env, "auto", spec.observation):
         return _sampled_setup(env, params, spec, None)
@@ -490,9 +493,9 @@ def update(
     return new_state, metrics
 
 
-ALGORITHM = learner.Algorithm(
+ALGORITHM = scaffold.Algorithm(
     name="ppo_lagrangian", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
     rollout=rollout, update=update, logits=logits, policy_setup=policy_setup,
     observation_logits=observation_logits, update_keys=1, action_head=lambda setup: setup.action_head,
 )
-make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)
+make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

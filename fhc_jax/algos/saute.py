@@ -50,15 +50,16 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from fhc_jax.algos import learner
+from fhc_jax.algos.core import evaluation, scaffold
 from fhc_jax.algos import ppo_lagrangian as ppo
-from fhc_jax.algos.distributions import check_initial_log_std
-from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
-from fhc_jax.algos.learner import judged_exactly
-from fhc_jax.algos.networks import NetworkSpec
-from fhc_jax.algos.policies import table_policy
-from fhc_jax.algos.sampled_inputs import ENV_OBSERVATIONS, input_table
-from fhc_jax.algos.tabular_rollout import (
+from fhc_jax.algos.core.distributions import check_initial_log_std
+from fhc_jax.algos.core.hyperparameters import hyperparameters, numeric, static
+from fhc_jax.algos.core.paths import judged_exactly
+from fhc_jax.algos.core.networks import NetworkSpec
+from fhc_jax.algos.core.policies import table_policy
+from fhc_jax.algos.core.paths import ENV_OBSERVATIONS
+from fhc_jax.algos.core.sampled_inputs import input_table
+from fhc_jax.algos.core.tabular_rollout import (
     Batch,
     TabularModel,
     observation_table,
@@ -879,8 +880,8 @@ def markov_equivalent(table: Array, kernel: tuple, initial: Array, levels: int) 
 def table_key() -> Array:
     """The key of every estimate of a continuous budget's Markov policy (:func:`estimated_markov_policy`):
     the same episodes for every train state, independent of training, of the learner's
-    selection and of :data:`fhc_jax.algos.learner.EVALUATION_KEY`'s judgements."""
-    return jax.random.fold_in(jax.random.key(learner.EVALUATION_KEY), 2)
+    selection and of :data:`fhc_jax.algos.core.evaluation.EVALUATION_KEY`'s judgements."""
+    return jax.random.fold_in(jax.random.key(evaluation.EVALUATION_KEY), 2)
 
 
 def estimated_markov_policy(train_state: TrainState, setup: Setup) -> Array:
@@ -962,7 +963,7 @@ def update(train_state: TrainState, batch: Batch, key: Array, setup: Setup,
 
 
 def play_env(train_state: TrainState, env: Environment, params: Any) -> tuple[Environment, Any]:
-    """Where :func:`policy` plays a trained policy (``fhc_jax.algos.learner.play_environment``):
+    """Where :func:`policy` plays a trained policy (``fhc_jax.algos.core.scaffold.play_environment``):
     ``env`` when it has tabular states (the reported Markov policy) or is a :class:`BudgetEnv`,
     else ``BudgetEnv(env)`` with the base observation the policy was trained on (the same
     rewards, costs and dynamics; the budget appended to the observation)."""
@@ -972,7 +973,7 @@ def play_env(train_state: TrainState, env: Environment, params: Any) -> tuple[En
     return BudgetEnv(env, _thresholds(env, params), base_obs), params
 
 
-ALGORITHM = learner.Algorithm(
+ALGORITHM = scaffold.Algorithm(
     name="saute", config_type=Config, metrics_type=ppo.Metrics, setup=setup, init=init, rollout=rollout,
     update=update, logits=logits, policy_setup=policy_setup, observation_logits=observation_logits, update_keys=1,
     action_head=lambda setup: setup.ppo.action_head, play_env=play_env,
@@ -1004,25 +1005,25 @@ def training_env(env: Environment, params: Any, config: Config) -> Environment:
     return BudgetEnv(env, alpha, _network_observation(observation)[0])
 
 
-def make_learner(env, params, config: Config) -> learner.Learner:
+def make_learner(env, params, config: Config) -> scaffold.Learner:
     """Saute-Lagrangian bound to ``env`` as iteration-level functions
-    (:func:`fhc_jax.algos.learner.make_learner` on :func:`training_env`).
+    (:func:`fhc_jax.algos.core.scaffold.make_learner` on :func:`training_env`).
 
     Raises:
-        ValueError: see :func:`setup` and :func:`fhc_jax.algos.learner.make_learner`.
+        ValueError: see :func:`setup` and :func:`fhc_jax.algos.core.scaffold.make_learner`.
     """
-    return learner.make_learner(ALGORITHM, training_env(env, params, config), params, config)
+    return scaffold.make_learner(ALGORITHM, training_env(env, params, config), params, config)
 
 
-def make_train(env, params, config: Config) -> Callable[..., learner.TrainResult]:
-    """``train(key, hparams=None) -> TrainResult`` (:func:`fhc_jax.algos.learner.make_train` on
+def make_train(env, params, config: Config) -> Callable[..., scaffold.TrainResult]:
+    """``train(key, hparams=None) -> TrainResult`` (:func:`fhc_jax.algos.core.scaffold.make_train` on
     :func:`training_env`): one compiled run; ``vmap`` it over keys and numeric
     hyperparameters.
 
     Raises:
-        ValueError: see :func:`setup` and :func:`fhc_jax.algos.learner.make_learner`.
+        ValueError: see :func:`setup` and :func:`fhc_jax.algos.core.scaffold.make_learner`.
     """
-    return learner.make_train(ALGORITHM, training_env(env, params, config), params, config)
+    return scaffold.make_train(ALGORITHM, training_env(env, params, config), params, config)
 
 
 def policy_table(train_state: TrainState, env, params: Any = None) -> Array:
@@ -1033,7 +1034,7 @@ def policy_table(train_state: TrainState, env, params: Any = None) -> Array:
     Raises:
         ValueError: an environment without tabular states.
     """
-    return learner.policy_table(ALGORITHM, train_state, env, params)
+    return scaffold.policy_table(ALGORITHM, train_state, env, params)
 
 
 def policy(train_state: TrainState, env, params: Any = None) -> Callable[[Array, Array, Array], Array]:
@@ -1049,16 +1050,16 @@ def policy(train_state: TrainState, env, params: Any = None) -> Callable[[Array,
             observations do not carry the budget: play the policy in ``BudgetEnv(env,
             observation=...)``, as the learner judges it).
     """
-    learner.check_train_state(ALGORITHM, train_state, env, "policy")
+    scaffold.check_train_state(ALGORITHM, train_state, env, "policy")
     if jnp.ndim(train_state.step):
         raise ValueError("saute.policy: pass the state of one seed (index the leading axes first)")
     params = env.default_params if params is None else params
     if _budget_env(env) is not None:
         setup_ = policy_setup(env, params, train_state)
         if train_state.budget == "count":  # z as the capped count saw it
-            return learner.observation_policy(partial(_capped_logits, train_state, setup_,
+            return evaluation.observation_policy(partial(_capped_logits, train_state, setup_,
                                                       count_floor(train_state.budget_units)))
-        return learner.observation_policy(partial(observation_logits, train_state, setup_), setup_.ppo.action_head)
+        return evaluation.observation_policy(partial(observation_logits, train_state, setup_), setup_.ppo.action_head)
     if env.is_tabular:
         return table_policy(policy_table(train_state, env, params), env)
     base_obs = _network_observation(train_state.network.observation)[0]

@@ -2,7 +2,7 @@
 
 :class:`ScaledSignals` divides an environment's rewards by one scale and each constraint's
 costs (and thresholds) by its own: the same decision problem in other units. Every learner
-trains on it (:func:`fhc_jax.algos.learner.make_learner`, scales from :func:`signal_scales`,
+trains on it (:func:`fhc_jax.algos.core.scaffold.make_learner`, scales from :func:`signal_scales`,
 statistics of episodes the learner observes itself), so that one set of default step sizes
 and multiplier laws serves tasks whose rewards are euros per half-hour as well as the
 gridworld's fares of order one, and rescaling an environment's rewards, or its costs together

@@ -58,7 +58,7 @@ from typing import IO, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from fhc_jax.algos.hyperparameters import resolve_env_defaults
+from fhc_jax.algos.core.hyperparameters import resolve_env_defaults
 from fhc_jax.experiment import config, judge, statistics, tracking
 from fhc_jax.experiment.plots import plot_comparison
 from fhc_jax.experiment.rundir import load_average, machine_info, source_revision

@@ -65,9 +65,9 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from fhc_jax.algos import cpo, ecop, fh_constrained, nn_constrained, ppo_lagrangian, saute
-from fhc_jax.algos import features as feat
-from fhc_jax.algos.hyperparameters import EnvDefault, resolve_env_defaults
-from fhc_jax.algos.learner import judged_exactly
+from fhc_jax.algos.core import features as feat
+from fhc_jax.algos.core.hyperparameters import EnvDefault, resolve_env_defaults
+from fhc_jax.algos.core.paths import judged_exactly
 from fhc_jax.envs.base import Environment
 
 if sys.version_info >= (3, 11):

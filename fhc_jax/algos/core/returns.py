@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 if TYPE_CHECKING:
-    from fhc_jax.algos.tabular_rollout import Batch
+    from fhc_jax.algos.core.tabular_rollout import Batch
 
 Array = jax.Array
 

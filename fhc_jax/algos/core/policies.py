@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fhc_jax.algos.tabular_rollout import cumulative_sum, inverse_cdf
+from fhc_jax.algos.core.tabular_rollout import cumulative_sum, inverse_cdf
 from fhc_jax.rollout import NO_ACTION, _observe_index
 
 Array = jax.Array

@@ -122,7 +122,7 @@ def has_env_defaults(config: Any) -> bool:
 
 def resolve_env_defaults(config: Any, tabular: bool) -> Any:
     """``config`` with every :class:`EnvDefault` field replaced by its value for an environment
-    with (``tabular=True``) or without a tabular exact model (``fhc_jax.algos.learner.
+    with (``tabular=True``) or without a tabular exact model (``fhc_jax.algos.core.scaffold.
     judged_exactly``); other fields unchanged (numeric leaves may be arrays or tracers)."""
     changes = {f.name: v.resolve(tabular) for f in dataclasses.fields(config)
                if isinstance(v := getattr(config, f.name), EnvDefault)}
@@ -359,7 +359,7 @@ def stack(configs: Sequence[Any], env: Any = None) -> Any:
     if not configs:
         raise ValueError("stack: expected at least one config, found none")
     if env is not None:
-        from fhc_jax.algos.learner import judged_exactly  # (learner imports this module)
+        from fhc_jax.algos.core.paths import judged_exactly  # (learner imports this module)
 
         configs = [resolve_env_defaults(c, judged_exactly(env)) if dataclasses.is_dataclass(c) else c
                    for c in configs]

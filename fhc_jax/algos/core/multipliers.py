@@ -57,7 +57,7 @@ def violation_units(thresholds: Array, horizon: int) -> Array:
 
 
 #: the learner's multiplier targets alpha minus this many standard errors of its own estimate of
-#: a candidate's cost (fhc_jax.algos.learner.Selection), so that at equilibrium the candidates
+#: a candidate's cost (fhc_jax.algos.core.selection.Selection), so that at equilibrium the candidates
 #: pass the selection's upper-bound check (one standard error of z = 1.645 each)
 SAFETY_MARGIN = 2 * 1.645
 

@@ -30,7 +30,7 @@ import numpy as np
 import optax
 
 import fhc_jax as fhc
-from fhc_jax.algos import nn_constrained as nc
+from fhc_jax.algos import nn_constrained as nc, nn_losses as nl
 from fhc_jax.algos.core.networks import NetworkSpec
 from fhc_jax.envs import GridWorld
 from judge import machine_info, train_and_judge
@@ -56,7 +56,7 @@ def capacity(env, params, config: nc.Config, steps: int = 4000) -> dict:
     best = fhc.solve(cmdp)
     target = jnp.asarray(best.policy, jnp.float32)
     occ = jnp.asarray(fhc.evaluate(cmdp, target).occupancy[:-1], jnp.float32)
-    nets = nc.Networks.build(env.horizon, env.num_actions, env.num_constraints, NetworkSpec.of(config),
+    nets = nl.Networks.build(env.horizon, env.num_actions, env.num_constraints, NetworkSpec.of(config),
                              config.output_scale)
     table = nc.setup(env, params, config).obs_table
     actor = nets.actor.init(jax.random.key(0), table[0, 0])

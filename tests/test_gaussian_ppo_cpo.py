@@ -16,6 +16,7 @@ from jax.flatten_util import ravel_pytree
 
 import fhc_jax as fhc
 from fhc_jax.algos import cpo, ppo_lagrangian as pl, saute, trust_region
+from fhc_jax.envs import saute as saute_envs
 from fhc_jax.algos.core.distributions import DiagonalGaussian
 from fhc_jax.algos.core.scaffold import play_environment
 from fhc_jax.algos.core.networks import MLP
@@ -269,10 +270,10 @@ def test_saute_trains_a_gaussian_policy_on_box_actions():
                        observation="env")
     out = jax.jit(saute.make_train(ENV, PARAMS, cfg))(jax.random.key(0))
     assert out.state.budget == "continuous"
-    assert isinstance(saute.ALGORITHM.action_head(saute.policy_setup(saute.BudgetEnv(ENV), PARAMS, out.state)),
+    assert isinstance(saute.ALGORITHM.action_head(saute.policy_setup(saute_envs.BudgetEnv(ENV), PARAMS, out.state)),
                       DiagonalGaussian)
     env, params = play_environment(saute, out.state, ENV, PARAMS)
-    assert isinstance(env, saute.BudgetEnv) and env.observation_shape == (3,)  # (x, h / H, z)
+    assert isinstance(env, saute_envs.BudgetEnv) and env.observation_shape == (3,)  # (x, h / H, z)
     ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(
         jax.random.key(11), env, params, saute.policy(out.state, env, params), 4096)
     r, c = float(np.mean(ret.rewards)), float(np.mean(ret.costs[:, 0]))

@@ -12,7 +12,7 @@ import pytest
 
 import fhc_jax as fhc
 import flax.linen as nn
-from fhc_jax.algos import nn_constrained as nc
+from fhc_jax.algos import nn_constrained as nc, nn_losses as nl
 from fhc_jax.algos.core import tabular_rollout as common
 from fhc_jax.algos import PowerSchedule, stack
 from fhc_jax.algos.core.networks import MLP, NetworkSpec, Stacked
@@ -112,8 +112,8 @@ def test_sampled_path_actor_losses_equal_the_per_sample_forms():
     from fhc_jax.algos.nn_losses import gaussian_actor_loss, improved_actor_loss, sample_cross_entropy
 
     h, k, d, a = 3, 7, 2, 4
-    rows = nc.Networks.build(h, a, 1, NetworkSpec.of(nc.Config(width=5)))
-    cols = nc.Networks.build(h, a, 1, NetworkSpec.of(nc.Config(width=5)), feature_major=True)
+    rows = nl.Networks.build(h, a, 1, NetworkSpec.of(nc.Config(width=5)))
+    cols = nl.Networks.build(h, a, 1, NetworkSpec.of(nc.Config(width=5)), feature_major=True)
     actor = rows.actor.init(jax.random.key(0), jnp.zeros((d,)))
     obs = jax.random.normal(jax.random.key(1), (h + 1, k, d))
     q = jax.nn.softmax(jax.random.normal(jax.random.key(2), (h, k, a)))

@@ -44,10 +44,10 @@ from fhc_jax.algos.core.hyperparameters import PowerSchedule, hyperparameters, n
 from fhc_jax.algos.core.evaluation import EvaluationMetrics, observation_policy
 from fhc_jax.algos.core.paths import judged_exactly
 from fhc_jax.algos.core.sampled_inputs import observation_sample
-from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec, Stacked
+from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec
 from fhc_jax.algos.nn_losses import (
-    advantage_targets, batch_targets, cell_stats, gaussian_actor_loss, gaussian_sample_targets, improved_actor_loss,
-    sample_advantage_targets, sample_cross_entropy, sample_losses, table_losses, visit_weights,
+    Networks, advantage_targets, batch_targets, cell_stats, gaussian_actor_loss, gaussian_sample_targets,
+    improved_actor_loss, sample_advantage_targets, sample_cross_entropy, sample_losses, table_losses, visit_weights,
 )
 from fhc_jax.rollout import rollout as rollout_episodes
 from fhc_jax.algos.core.tabular_rollout import (
@@ -198,30 +198,6 @@ class Metrics:
     critic_costs: Array
     critic_loss: Array
     evaluation: EvaluationMetrics
-
-
-@dataclasses.dataclass(frozen=True)
-class Networks:
-    """The three stacked network families (H stages, M constraints; the actor has the action
-    head's ``num_outputs``: A logits, or [m, s] of a Gaussian)."""
-
-    actor: Stacked
-    critic: Stacked
-    cost_critic: Stacked
-
-    @classmethod
-    def build(cls, horizon: int, head: ActionHead | int, num_constraints: int, spec: NetworkSpec,
-              output_scale: Any = 1.0, feature_major: bool = False) -> "Networks":
-        """From the ``spec``'s width, depth and activation; ``head`` the action head (an int A: ``Categorical(A)``); ``output_scale`` only sets
-        the actors' initialisation; ``feature_major`` the layout of the stacked networks
-        (:class:`~fhc_jax.algos.core.networks.Stacked`: the sampled path's per-sample batches)."""
-        head = Categorical(head) if isinstance(head, int) else head
-        outputs, free = head.network_outputs
-        return cls(
-            actor=Stacked(spec.mlp(outputs, free_outputs=free, output_scale=output_scale), horizon, feature_major),
-            critic=Stacked(spec.mlp(1), horizon + 1, feature_major),
-            cost_critic=Stacked(spec.mlp(num_constraints), horizon + 1, feature_major),
-        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""The losses of NN-Constrained (paper Section 5) for a batch of K trajectories, in two forms
-with identical values and gradients up to float rounding:
+"""NN-Constrained's networks (:class:`Networks`: the per-stage actor, critic and cost critic
+stacked on the stage axis) and its losses (paper Section 5) for a batch of K trajectories, in
+two forms with identical values and gradients up to float rounding:
 
 * per sample (:func:`sample_losses`, the reference form): CL(v_h), CCL(w_h^(k)) and AL(theta_h)
   as written in the paper, summed over the stages;
@@ -15,20 +16,43 @@ action spaces). Derivations: docs/algorithms/nn_constrained.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fhc_jax.algos.core.distributions import LOG_STD_MAX, LOG_STD_MIN
+from fhc_jax.algos.core.distributions import LOG_STD_MAX, LOG_STD_MIN, ActionHead, Categorical
+from fhc_jax.algos.core.networks import NetworkSpec, Stacked
 from fhc_jax.algos.core.returns import lagrangian_targets, visit_averaged_advantages
 from fhc_jax.algos.core.tabular_rollout import Batch
 
-if TYPE_CHECKING:
-    from fhc_jax.algos.nn_constrained import Networks, TrainState
-
 Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Networks:
+    """The three stacked network families (H stages, M constraints; the actor has the action
+    head's ``num_outputs``: A logits, or [m, s] of a Gaussian)."""
+
+    actor: Stacked
+    critic: Stacked
+    cost_critic: Stacked
+
+    @classmethod
+    def build(cls, horizon: int, head: ActionHead | int, num_constraints: int, spec: NetworkSpec,
+              output_scale: Any = 1.0, feature_major: bool = False) -> "Networks":
+        """From the ``spec``'s width, depth and activation; ``head`` the action head (an int A: ``Categorical(A)``); ``output_scale`` only sets
+        the actors' initialisation; ``feature_major`` the layout of the stacked networks
+        (:class:`~fhc_jax.algos.core.networks.Stacked`: the sampled path's per-sample batches)."""
+        head = Categorical(head) if isinstance(head, int) else head
+        outputs, free = head.network_outputs
+        return cls(
+            actor=Stacked(spec.mlp(outputs, free_outputs=free, output_scale=output_scale), horizon, feature_major),
+            critic=Stacked(spec.mlp(1), horizon + 1, feature_major),
+            cost_critic=Stacked(spec.mlp(num_constraints), horizon + 1, feature_major),
+        )
 
 
 @struct.dataclass
@@ -61,7 +85,7 @@ def batch_targets(values: Array, batch: Batch, multipliers: Array, thresholds: A
 
 
 def sample_losses(
-    nets: Networks, state: TrainState, observations: Array, actions: Array, fixed: Targets, head: Any = None
+    nets: Networks, state: Any, observations: Array, actions: Array, fixed: Targets, head: Any = None
 ) -> tuple[Array, Array]:
     """The paper's losses as sums over samples (the reference form).
 
@@ -128,7 +152,7 @@ def cell_stats(states: Array, actions: Array, fixed: Targets, num_states: int, n
     )
 
 
-def table_losses(nets: Networks, state: TrainState, obs_table: Array, stats: CellStats, k: int) -> tuple[Array, Array]:
+def table_losses(nets: Networks, state: Any, obs_table: Array, stats: CellStats, k: int) -> tuple[Array, Array]:
     """The same losses as :func:`sample_losses`, from per-cell statistics:
     sum_i (y_i - f(s_i))^2 = sum_s [n_s f(s)^2 - 2 f(s) sum y + sum y^2] and
     sum_i log mu(s_i, a_i) A_i = sum_{s,a} log mu(s, a) (sum of A over (s, a)).

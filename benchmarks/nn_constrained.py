@@ -83,7 +83,7 @@ def capacity(env, params, config: nc.Config, steps: int = 4000) -> dict:
 def steps_per_second(env, params, k: int, iterations: int, repeats: int = 3) -> dict:
     cfg = nc.Config(num_iterations=iterations, episodes_per_iteration=k, eval_every=0)
     compile_s, t = compile_and_time(nc.make_train(env, params, cfg), repeats)
-    return {"K": k, "iterations": iterations, "loss_form": nc.resolve_loss_form(cfg, env.num_states),
+    return {"K": k, "iterations": iterations, "update_form": nc.resolve_update_form(cfg, env.num_states),
             "compile_s": compile_s, "run_s": t, "env_steps_per_s": iterations * k * env.horizon / t,
             "updates_per_s": iterations / t}
 
@@ -130,7 +130,7 @@ def main() -> None:
             iters = 100 if k <= 256 else 10
             row = steps_per_second(env, params, k, iters if not args.quick else max(iters // 2, 5))
             rows.append(row)
-            print(f"[speed] K={k:5d} ({row['loss_form']}): {row['env_steps_per_s'] / 1e6:.2f}M env-steps/s, "
+            print(f"[speed] K={k:5d} ({row['update_form']}): {row['env_steps_per_s'] / 1e6:.2f}M env-steps/s, "
                   f"{row['updates_per_s']:.1f} updates/s; compile {row['compile_s']:.1f}s")
         result["speed"] = rows
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -233,7 +233,7 @@ def test_env_defaults_resolve_per_environment_and_explicit_values_hold():
     # the feature map's combination rule and the critics' trace follow it (docs/algorithms/fh_constrained.md)
     assert (on_grid.combine, on_grid.trace) == ("visits", 0.5) and (on_battery.combine, on_battery.trace) == ("mass", 1.0)
     assert (on_grid.num_iterations, on_battery.num_iterations) == (2500, 5000)
-    assert not hp.has_env_defaults(on_grid) and on_grid.critic_step == cfg.critic_step
+    assert not hp.has_env_defaults(on_grid) and on_grid.critic_lr == cfg.critic_lr
     # the answer follows the environment, not the path: GridWorld forced onto the sampled path
     assert fc.make_learner(grid, grid.default_params, cfg.replace(path="sampled")).config.features == features.OneHot()
     tiles = cfg.replace(features=features.TileCoding(2, 3))

@@ -402,7 +402,7 @@ def test_distinct_inputs():
         ({"backtrack_ratio": 1.0}, r"Config.backtrack_ratio must lie in \(0, 1\)"),
         ({"gamma": 1.5}, r"Config.gamma must lie in \[0, 1\]"),
         ({"gae_lambda": -0.1}, r"Config.gae_lambda must lie in \[0, 1\]"),
-        ({"critic_learning_rate": 0.0}, r"Config.critic_learning_rate must be > 0"),
+        ({"critic_lr": 0.0}, r"Config.critic_lr must be > 0"),
     ],
 )
 def test_config_validation(changes, match):

@@ -56,7 +56,7 @@ def test_nn_constrained_improved_learns_reach_within_its_budget():
     updates of 256 episodes, a faster multiplier than the defaults (tuned for thousands of
     updates) and a shorter Polyak average."""
     cfg = nc.Config(num_iterations=60, episodes_per_iteration=256, eval_every=0, eval_episodes=1024,
-                    policy_averaging=0.8, multiplier_step=fhc.algos.PowerSchedule(0.2, 0.8, 1000.0),
+                    policy_averaging=0.8, multiplier_lr=fhc.algos.PowerSchedule(0.2, 0.8, 1000.0),
                     multiplier_gain=0.5)
     out = jax.jit(jax.vmap(nc.make_train(REACH, REACH.default_params, cfg)))(jax.random.split(jax.random.key(0), 2))
     assert out.metrics.evaluation.reward.shape == (2, 2)  # Monte-Carlo estimates at 0 and 60

@@ -56,7 +56,7 @@ def _cases():
         "fh_paper": (fc, fc.Config(**small, variant="paper")),
         "fh_rbf_mean": (fc, fc.Config(**small, features=features.RadialBasis(3), combine="mean")),
         "nn_improved": (nc, nc.Config(**small)),
-        "nn_paper_samples": (nc, nc.Config(**small, variant="paper", loss_form="samples")),
+        "nn_paper_samples": (nc, nc.Config(**small, variant="paper", update_form="samples")),
         "ppo_pid_xy": (pl, pl.Config(**small)),
         "ppo_lagrangian_xyt": (pl, pl.Config(**small, observation="xyt", multiplier_method="lagrangian")),
         "cpo_xy": (cpo, cpo.Config(**small)),

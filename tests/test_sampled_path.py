@@ -86,7 +86,7 @@ def _mc(env, policy, n=5000, key=1):
 def test_nn_constrained_learns_a_continuous_task_judged_by_monte_carlo():
     # a short run: a faster multiplier than the defaults (tuned for thousands of updates)
     cfg = nc.Config(num_iterations=60, episodes_per_iteration=128, eval_every=30, eval_episodes=512, actor_epochs=4,
-                    multiplier_step=fhc.algos.PowerSchedule(0.2, 0.8, 1000.0), multiplier_gain=0.5)
+                    multiplier_lr=fhc.algos.PowerSchedule(0.2, 0.8, 1000.0), multiplier_gain=0.5)
     train = nc.make_train(DRIFT, DRIFT.default_params, cfg)
     out = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 2))
     tabular_only = dataclasses.replace(fhc.algos.fh_constrained.ALGORITHM, observation_logits=None)
@@ -118,7 +118,7 @@ def test_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld():
     results = {}
     for path in ("tabular", "sampled"):
         cfg = nc.Config(num_iterations=80, episodes_per_iteration=64, eval_every=0, path=path, actor_epochs=4,
-                        variant="paper", loss_form="samples")
+                        variant="paper", update_form="samples")
         out = jax.jit(jax.vmap(nc.make_train(env, params, cfg)))(keys)
         ev = jax.vmap(lambda t: fhc.evaluate(cmdp, t))(nc.policy_table(out.final_state, env, params))
         results[path] = (np.asarray(ev.reward), np.asarray(ev.costs)[:, 0])
@@ -147,7 +147,7 @@ def test_fh_constrained_with_features_of_continuous_observations(spec):
     (paper Assumption 2), on the continuous task, judged by Monte-Carlo intervals."""
     fc = fhc.algos.fh_constrained
     cfg = fc.Config(num_iterations=150, episodes_per_iteration=128, eval_every=75, eval_episodes=512, features=spec,
-                    multiplier_step=fhc.algos.PowerSchedule(0.1, 0.8, 1000.0), multiplier_gain=0.3)
+                    multiplier_lr=fhc.algos.PowerSchedule(0.1, 0.8, 1000.0), multiplier_gain=0.3)
     out = jax.jit(jax.vmap(fc.make_train(DRIFT, DRIFT.default_params, cfg)))(jax.random.split(jax.random.key(0), 2))
     uniform = _mc(DRIFT, fhc.uniform_random_policy(3))
     for seed in range(2):
@@ -315,7 +315,7 @@ def test_fh_importance_floor_in_the_sampled_actor_increment(floor):
     assert (mu_a < 0.3).mean() > 0.1  # the floors 1e-4 and 0.3 give different increments here
     per_sample = delta[..., None] * (onehot / np.maximum(mu_a, floor) - 1.0)
     inc = np.einsum("hkx,hka->hxa", phi[:-1], per_sample) / np.maximum(phi[:-1].sum(1), 1.0)[..., None]
-    expected = np.asarray(theta, np.float64) + 3.0 * inc  # b(0) = actor_step.init
+    expected = np.asarray(theta, np.float64) + 3.0 * inc  # b(0) = actor_lr.init
     np.testing.assert_allclose(np.asarray(new.theta), expected, rtol=1e-4, atol=1e-3)
     assert fc.Config().importance_floor == 0.05  # the fixed floor of earlier versions
     with pytest.raises(ValueError, match=r"importance_floor must lie in \(0, 1\], found 0"):

@@ -93,7 +93,7 @@ class Config(NetworkConfig):
     Numeric fields (pytree leaves: ``jax.vmap`` over them without recompiling):
         max_kl: trust-region radius delta on the mean KL. damping: F + damping I.
         backtrack_ratio: line-search shrink factor beta. gamma: discount (1: the paper's
-        undiscounted objective). gae_lambda: GAE parameter. critic_learning_rate: Adam step.
+        undiscounted objective). gae_lambda: GAE parameter. critic_lr: Adam step.
     """
 
     num_iterations: int = static(100, low=1)
@@ -112,7 +112,7 @@ class Config(NetworkConfig):
     backtrack_ratio: float = numeric(0.8, low=0.0, high=1.0, low_open=True, high_open=True)
     gamma: float = numeric(1.0, low=0.0, high=1.0)
     gae_lambda: float = numeric(1.0, low=0.0, high=1.0)
-    critic_learning_rate: float = numeric(3e-3, low=0.0, low_open=True)
+    critic_lr: float = numeric(3e-3, low=0.0, low_open=True)
 
     def __post_init__(self):
         check_initial_log_std(self)
@@ -407,7 +407,7 @@ def fit_critics(critics: Any, critic_opt: Any, stats: CellStatistics | SampleSta
     num_inputs = inputs.shape[0]
     minibatch = num_inputs // config.critic_minibatches
     targets = stats.ret_sums / jnp.maximum(stats.counts, 1.0)[:, None]  # (U, C)
-    opt = optax.adam(config.critic_learning_rate)
+    opt = optax.adam(config.critic_lr)
 
     def critic_loss(cp, idx):
         err = (_critic_values(setup, cp, inputs[idx]) - targets[idx]) / setup.value_scale

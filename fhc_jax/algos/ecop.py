@@ -52,7 +52,7 @@ from fhc_jax.algos.core.paths import judged_exactly
 from fhc_jax.algos.core.sampled_inputs import observation_sample
 from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec, Stacked
 from fhc_jax.algos.core.returns import advantages_and_targets
-from fhc_jax.algos.core.paths import resolve_observation
+from fhc_jax.algos.core.paths import resolve_observation, takes_sampled_path
 from fhc_jax.algos.core.sampled_inputs import critic_value_scale
 from fhc_jax.algos.core.tabular_rollout import (
     Batch,
@@ -304,10 +304,7 @@ def _inputs(env, params, observation: str, normalize: bool) -> Array:
 
 def _is_sampled(env, path: str, observation: str) -> bool:
     """Whether ``Config.path`` takes the sampled path on ``env`` (validated before compiling)."""
-    if path == "tabular" and not judged_exactly(env):
-        raise ValueError(f"ecop: Config.path = 'tabular' needs a tabular exact model, which {env.name} does not "
-                         "declare (use path = 'auto' or 'sampled')")
-    sampled = path == "sampled" or (path == "auto" and not judged_exactly(env))
+    sampled = takes_sampled_path("ecop", env, path)
     if sampled and observation != "env":
         raise ValueError(f"ecop: Config.observation must be 'env' for {env.name} on the sampled path (the "
                          f"environment's own observation), found {observation!r}")

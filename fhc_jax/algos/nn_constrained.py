@@ -11,7 +11,7 @@ a(n) > b(n) > c(n) feed optax optimizers.
 ``Config.variant``: "paper" is the losses verbatim (checked against a per-stage loop reference
 in the tests); "improved" (default) uses Monte-Carlo multiplier steps with a proportional
 term, lambda-return critic targets and a mirror-descent actor step projected onto the network,
-and reports the Polyak average of the actor. ``Config.loss_form`` is a speed choice (per
+and reports the Polyak average of the actor. ``Config.update_form`` is a speed choice (per
 sample or per (stage, state) cell). The losses and the derivation of every departure are in
 docs/algorithms/nn_constrained.md.
 
@@ -42,7 +42,8 @@ from fhc_jax.algos.core import multipliers
 from fhc_jax.algos.core.distributions import ActionHead, Categorical, check_initial_log_std, config_head
 from fhc_jax.algos.core.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
 from fhc_jax.algos.core.evaluation import EvaluationMetrics, observation_policy
-from fhc_jax.algos.core.paths import judged_exactly
+from fhc_jax.algos.core.paths import judged_exactly, takes_sampled_path
+from fhc_jax.algos.core.policies import polyak_average
 from fhc_jax.algos.core.sampled_inputs import observation_sample
 from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec
 from fhc_jax.algos.nn_losses import (
@@ -59,7 +60,7 @@ Array = jax.Array
 
 VARIANTS = ("paper", "improved")
 OPTIMIZERS = ("adam", "sgd")
-LOSS_FORMS = ("auto", "table", "samples")
+UPDATE_FORMS = ("auto", "table", "samples")
 OBSERVATIONS = ("env", "xy", "xyt", "one_hot")
 
 
@@ -81,7 +82,7 @@ class Config(NetworkConfig):
         normalize_inputs: standardise the inputs over all (stage, state) (:func:`input_table`).
         variant: "paper" or "improved" (module docstring).
         optimizer: "adam" or "sgd" (both with the schedules below as learning rates).
-        loss_form: "auto", "table" or "samples" (speed only, module docstring; the improved
+        update_form: "auto", "table" or "samples" (speed only, module docstring; the improved
             actor always uses the per-(h, s) table).
         actor_epochs: optimizer steps of the improved actor per update (>= 1).
         eval_every: exact evaluation every this many updates (0: initial and final only).
@@ -97,9 +98,9 @@ class Config(NetworkConfig):
             (:class:`~fhc_jax.algos.core.networks.NetworkSpec`).
 
     Numeric fields (pytree leaves; ``vmap`` over them without recompiling):
-        critic_step: a(n), learning rate of V and W (fastest).
-        actor_step: b(n), learning rate of the actors (middle).
-        multiplier_step: c(n), multiplier step (slowest), on the relative violation
+        critic_lr: a(n), learning rate of V and W (fastest).
+        actor_lr: b(n), learning rate of the actors (middle).
+        multiplier_lr: c(n), multiplier step (slowest), on the relative violation
             (C - alpha) / d (:mod:`fhc_jax.algos.core.multipliers`, "Units").
         multiplier_max: -P, penalties nu in [0, multiplier_max] (> 0), in training units.
         initial_multiplier: nu at n = 0, in training units.
@@ -130,13 +131,13 @@ class Config(NetworkConfig):
     normalize_inputs: bool = static(True)
     variant: str = static("improved", choices=VARIANTS)
     optimizer: str = static("adam", choices=OPTIMIZERS)
-    loss_form: str = static("auto", choices=LOSS_FORMS)
+    update_form: str = static("auto", choices=UPDATE_FORMS)
     actor_epochs: int = static(8, low=1)
     eval_every: int = static(100, low=0)
     check_step_sizes: bool = static(True)
-    critic_step: PowerSchedule = schedule(PowerSchedule(init=0.05, power=0.55, decay=500.0))
-    actor_step: PowerSchedule = schedule(PowerSchedule(init=0.03, power=0.7, decay=500.0))
-    multiplier_step: PowerSchedule = schedule(PowerSchedule(init=0.025, power=0.8, decay=1000.0))
+    critic_lr: PowerSchedule = schedule(PowerSchedule(init=0.05, power=0.55, decay=500.0))
+    actor_lr: PowerSchedule = schedule(PowerSchedule(init=0.03, power=0.7, decay=500.0))
+    multiplier_lr: PowerSchedule = schedule(PowerSchedule(init=0.025, power=0.8, decay=1000.0))
     multiplier_max: float = numeric(20.0, low=0.0, low_open=True)
     initial_multiplier: float = numeric(0.0, low=0.0, high="multiplier_max")
     trace: float = numeric(0.6, low=0.0, high=1.0)
@@ -242,10 +243,10 @@ class Setup:
         return (x - self.shift) / self.scale
 
 
-def resolve_loss_form(config: Config, num_states: int) -> str:
+def resolve_update_form(config: Config, num_states: int) -> str:
     """The loss form "auto" picks ("table" iff S <= K)."""
-    if config.loss_form != "auto":
-        return config.loss_form
+    if config.update_form != "auto":
+        return config.update_form
     return "table" if num_states <= config.episodes_per_iteration else "samples"
 
 
@@ -305,12 +306,10 @@ def setup(env, params, config: Config) -> Setup:
         ValueError: an observation the environment does not support, ``path="tabular"`` on an
             environment without a tabular exact model, or non-flat observations.
     """
-    if config.path == "tabular" and not judged_exactly(env):
-        raise ValueError(f"Config.path = 'tabular' needs a tabular exact model, which {env.name} does not declare")
-    tabular = config.path != "sampled" and judged_exactly(env)
+    tabular = not takes_sampled_path("nn_constrained", env, config.path) and judged_exactly(env)
     thresholds = jnp.asarray(env.thresholds(params), jnp.float32)
     out = _setup(env, params, NetworkSpec.of(config), config.path, tabular_model(env, params) if tabular else None, thresholds,
-                 resolve_loss_form(config, env.num_states) if tabular else "samples")
+                 resolve_update_form(config, env.num_states) if tabular else "samples")
     return dataclasses.replace(out, violation_units=multipliers.violation_units(thresholds, env.horizon))
 
 
@@ -318,12 +317,6 @@ def policy_setup(env, params, train_state: TrainState) -> Setup:
     """What :func:`logits` and :func:`observation_logits` need, from the input and architecture
     recorded in the train state (its :class:`~fhc_jax.algos.core.networks.NetworkSpec`)."""
     return _setup(env, params, train_state.network, "auto", None, None, "table")
-
-
-def _multiplier_law(config: Config, n: Array) -> multipliers.MultiplierUpdate:
-    """(algo7) with the improved variant's proportional term (gain 0 in the paper variant)."""
-    gain = 0.0 if config.variant == "paper" else config.multiplier_gain
-    return multipliers.projected_gradient(config.multiplier_step(n), config.multiplier_max, gain)
 
 
 def init(key: Array, setup: Setup, config: Config) -> TrainState:
@@ -341,10 +334,12 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         actor_average=actor,
         critic=critic,
         cost_critic=cost_critic,
-        actor_opt=_optimizer(config, config.actor_step).init(actor),
-        critic_opt=_optimizer(config, config.critic_step).init((critic, cost_critic)),
+        actor_opt=_optimizer(config, config.actor_lr).init(actor),
+        critic_opt=_optimizer(config, config.critic_lr).init((critic, cost_critic)),
         multipliers=nu,
-        multiplier_state=_multiplier_law(config, 0).init(setup.num_constraints, nu),
+        multiplier_state=multipliers.three_timescale_law(config.variant == "paper", config.multiplier_lr(0),
+                                                          config.multiplier_max,
+                                                          config.multiplier_gain).init(setup.num_constraints, nu),
         step=jnp.zeros((), jnp.int32),
         network=network,
     )
@@ -400,7 +395,7 @@ def _values(train_state: TrainState, batch: Batch, setup: Setup) -> tuple[Array,
     (H+1, K, 1+M); the networks' inputs at the samples (standardised recorded observations on
     the sampled path, rows of the input table in the "samples" form; None in the "table"
     form), (H+1, K, D); and on the sampled path the VJP of the critics' predictions (the
-    critic step's gradient, :func:`update_critics`), else None."""
+    critic step's gradient, :func:`critic_step`), else None."""
     nets, obs_table = setup.nets, setup.obs_table
     if setup.sampled:  # the critics' predictions at the samples, once, with their VJP
         observations = setup.normalize(batch.observations.astype(jnp.float32))
@@ -412,7 +407,7 @@ def _values(train_state: TrainState, batch: Batch, setup: Setup) -> tuple[Array,
     return _values_at(nets, train_state, obs_table, batch.states, setup.form, observations), observations, None
 
 
-def update_critics(train_state: TrainState, losses: Any, values: Array, fixed: Any, predictions_vjp: Any,
+def critic_step(train_state: TrainState, losses: Any, values: Array, fixed: Any, predictions_vjp: Any,
                    config: Config) -> tuple[tuple[Any, Any], Any, Array]:
     """The critic step: one optimizer step of (V, W) at rate a(n) on CL + CCL, summed over the
     stages (``losses``: ``state -> (critic loss, actor loss)`` of the batch; on the sampled path
@@ -431,7 +426,7 @@ def update_critics(train_state: TrainState, losses: Any, values: Array, fixed: A
     else:
         critic_loss, critic_grads = jax.value_and_grad(
             lambda c: losses(train_state.replace(critic=c[0], cost_critic=c[1]))[0])(crit)
-    updates, critic_opt = _optimizer(config, config.critic_step).update(critic_grads, train_state.critic_opt, crit)
+    updates, critic_opt = _optimizer(config, config.critic_lr).update(critic_grads, train_state.critic_opt, crit)
     return optax.apply_updates(crit, updates), critic_opt, critic_loss
 
 
@@ -459,17 +454,17 @@ def _improved_regression(train_state: TrainState, batch: Batch, setup: Setup, ob
     return lambda actor: improved_actor_loss(nets, actor, obs_table, q, weights)
 
 
-def update_actor(train_state: TrainState, batch: Batch, setup: Setup, observations: Array | None, fixed: Any,
+def actor_step(train_state: TrainState, batch: Batch, setup: Setup, observations: Array | None, fixed: Any,
                  stats: Any, losses: Any, config: Config) -> tuple[Any, Any]:
     """The actor step at rate b(n): the paper's AL by one optimizer step (``losses`` as in
-    :func:`update_critics`), or the improved variant's ``actor_epochs`` optimizer steps on the
+    :func:`critic_step`), or the improved variant's ``actor_epochs`` optimizer steps on the
     regression of :func:`_improved_regression`.
 
     Returns:
         (actor params, the actor's optimizer state).
     """
     paper = config.variant == "paper"
-    act_opt = _optimizer(config, config.actor_step, 1 if paper else config.actor_epochs)
+    act_opt = _optimizer(config, config.actor_lr, 1 if paper else config.actor_epochs)
     if paper:
         actor_grads = jax.grad(lambda actor: losses(train_state.replace(actor=actor))[1])(train_state.actor)
         actor_updates, actor_opt = act_opt.update(actor_grads, train_state.actor_opt, train_state.actor)
@@ -487,33 +482,29 @@ def update_actor(train_state: TrainState, batch: Batch, setup: Setup, observatio
     return actor, actor_opt
 
 
-def update_multipliers(train_state: TrainState, batch: Batch, setup: Setup, values: Array,
-                       config: Config) -> tuple[Array, multipliers.MultiplierState, Array]:
+def multiplier_step(train_state: TrainState, batch: Batch, setup: Setup, values: Array,
+                    config: Config) -> tuple[Array, multipliers.MultiplierState, Array]:
     """The multiplier step at rate c(n), (algo7) on the relative violation: of the constraint
     critics' estimate mean_i W_0(s_0^i) in the paper variant, of the batch's mean episode cost
-    (with the safety margin, :func:`~fhc_jax.algos.core.multipliers.relative_violation`) in the
-    improved one, whose law adds the proportional term.
+    (with the safety margin) in the improved one, whose law adds the proportional term
+    (:func:`fhc_jax.algos.core.multipliers.three_timescale_step`).
 
     Returns:
         (penalties nu (M,), the law's state, the critics' estimate of the expected total cost
         (+ alpha in the paper variant) (M,)).
     """
     critic_estimate = jnp.mean(values[0, :, 1:], axis=0)  # mean_i W_0(s_0^i), (M,)
-    if config.variant == "paper":
-        violation, critic_costs = critic_estimate / setup.violation_units, critic_estimate + setup.thresholds
-    else:
-        violation = multipliers.relative_violation(batch.episode_costs, setup.thresholds, setup.violation_units,
-                                                   config.eval_episodes)
-        critic_costs = critic_estimate
-    nu, multiplier_state = _multiplier_law(config, train_state.step).update(train_state.multiplier_state, violation)
-    return nu, multiplier_state, critic_costs
+    return multipliers.three_timescale_step(
+        train_state.multiplier_state, critic_estimate, batch.episode_costs, setup.thresholds, setup.violation_units,
+        config.variant == "paper", config.multiplier_lr(train_state.step), config.multiplier_max,
+        config.multiplier_gain, config.eval_episodes)
 
 
 def update(
     train_state: TrainState, batch: Batch, key: Array | None, setup: Setup, config: Config
 ) -> tuple[TrainState, dict[str, Array]]:
     """One NN-Constrained update from K trajectories: the critic, actor and multiplier steps
-    (:func:`update_critics`, :func:`update_actor`, :func:`update_multipliers`) from the same
+    (:func:`critic_step`, :func:`actor_step`, :func:`multiplier_step`) from the same
     fixed targets.
 
     Args:
@@ -542,9 +533,9 @@ def update(
         head = setup.head if setup.sampled else None  # the tabular path is discrete: softmax
         losses = lambda st: sample_losses(nets, st, observations, batch.actions, fixed, head)
 
-    crit, critic_opt, critic_loss = update_critics(train_state, losses, values, fixed, predictions_vjp, config)
-    actor, actor_opt = update_actor(train_state, batch, setup, observations, fixed, stats, losses, config)
-    nu, multiplier_state, critic_costs = update_multipliers(train_state, batch, setup, values, config)
+    crit, critic_opt, critic_loss = critic_step(train_state, losses, values, fixed, predictions_vjp, config)
+    actor, actor_opt = actor_step(train_state, batch, setup, observations, fixed, stats, losses, config)
+    nu, multiplier_state, critic_costs = multiplier_step(train_state, batch, setup, values, config)
     beta = config.policy_averaging
     new_state = train_state.replace(
         actor=actor,
@@ -555,7 +546,7 @@ def update(
         multipliers=nu,
         multiplier_state=multiplier_state,
         step=train_state.step + 1,
-        actor_average=jax.tree.map(lambda avg, new: beta * avg + (1.0 - beta) * new, train_state.actor_average, actor),
+        actor_average=polyak_average(train_state.actor_average, actor, beta),
     )
     metrics = {
         "multipliers": nu,

@@ -9,13 +9,13 @@ files and ``--set key=value`` overrides, validated into an :class:`ExperimentSpe
 * ``run.<option>``: how it runs (:data:`RUN_SETTINGS`: seeds, base seed, chunk size,
   checkpoint period, feasibility tolerance of the judge, Monte-Carlo episodes);
 * every other key: a field of the learner's ``Config``, nested schedules and feature specs
-  with dots (``critic_step.init``, ``features.kind``).
+  with dots (``critic_lr.init``, ``features.kind``).
 
 A TOML file uses the same names, with tables for the dots::
 
     algo = "fh-constrained"
     num_iterations = 400
-    [critic_step]
+    [critic_lr]
     init = 0.5
     [env]
     name = "gridworld"

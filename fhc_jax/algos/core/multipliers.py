@@ -182,3 +182,37 @@ def optimizer_ascent(optimizer: optax.GradientTransformation, bound: Array) -> M
         return nu, state.replace(integral=nu, optimizer=opt_state, count=state.count + 1)
 
     return MultiplierUpdate(init, update)
+
+
+def three_timescale_law(paper: bool, step_size: Array, bound: Array, gain: Array) -> MultiplierUpdate:
+    """FH- and NN-Constrained's multiplier law on the slow timescale c(n): the paper's projected
+    step (algo7) (``paper``), or with the improved variants' proportional term of gain K_p
+    (:func:`projected_gradient`)."""
+    return projected_gradient(step_size, bound, 0.0 if paper else gain)
+
+
+def three_timescale_step(state: MultiplierState, critic_estimate: Array, episode_costs: Array, thresholds: Array,
+                         units: Array, paper: bool, step_size: Array, bound: Array, gain: Array,
+                         estimate_episodes: int) -> tuple[Array, MultiplierState, Array]:
+    """One step of FH- and NN-Constrained's multipliers (algo7), nu = -lambda in [0, bound].
+
+    The paper variant moves nu_I by c(n) times the constraint critics' estimate of the cost
+    over its threshold (their terminal value holds -alpha), (W_0 - alpha) / d; the improved one
+    by the batch's relative violation with the safety margin (:func:`relative_violation`), plus
+    the proportional term K_p of the same violation (:func:`three_timescale_law`).
+
+    Args:
+        state: the law's state. critic_estimate: the constraint critics' mean estimate at s_0,
+            (M,) (in the paper variant W_0 = expected cost - alpha). episode_costs: the batch's
+            episode totals, (K, M). thresholds: alpha (M,). units: d (M,).
+        paper: the paper's law. step_size: c(n). bound: -P. gain: K_p (improved).
+        estimate_episodes: episodes of the learner's candidate estimates (``eval_episodes``).
+    Returns:
+        (nu (M,), the law's new state, the critics' estimate of the expected total cost (M,)).
+    """
+    if paper:
+        violation, critic_costs = critic_estimate / units, critic_estimate + thresholds
+    else:
+        violation, critic_costs = relative_violation(episode_costs, thresholds, units, estimate_episodes), critic_estimate
+    nu, state = three_timescale_law(paper, step_size, bound, gain).update(state, violation)
+    return nu, state, critic_costs

@@ -29,6 +29,19 @@ def resolve_observation(env, path: str, observation: str, tabular: str = "xy") -
     return tabular if on_table and tabular in env.supported_observations else "env"
 
 
+def takes_sampled_path(name: str, env, path: str) -> bool:
+    """Whether a learner ``name`` with ``Config.path`` takes the sampled path on ``env``
+    ("auto": where ``env`` has no tabular exact model).
+
+    Raises:
+        ValueError: ``path="tabular"`` without a tabular exact model.
+    """
+    if path == "tabular" and not judged_exactly(env):
+        raise ValueError(f"{name}: Config.path = 'tabular' needs a tabular exact model, which "
+                         f"{env.name} does not declare (use path = 'auto' or 'sampled')")
+    return path == "sampled" or (path == "auto" and not judged_exactly(env))
+
+
 def resolve_path(name: str, env, path: str, observation: str) -> bool:
     """Whether a learner ``name`` with ``Config.path`` and ``Config.observation`` takes the
     sampled path on ``env`` ("auto": where ``env`` has no tabular exact model).
@@ -37,10 +50,7 @@ def resolve_path(name: str, env, path: str, observation: str) -> bool:
         ValueError: ``path="tabular"`` without a tabular exact model; on the sampled path an
             observation other than "env" / "env_t"; non-flat environment observations.
     """
-    if path == "tabular" and not judged_exactly(env):
-        raise ValueError(f"{name}: Config.path = 'tabular' needs a tabular exact model, which "
-                         f"{env.name} does not declare (use path = 'auto' or 'sampled')")
-    sampled = path == "sampled" or (path == "auto" and not judged_exactly(env))
+    sampled = takes_sampled_path(name, env, path)
     if sampled and observation not in ENV_OBSERVATIONS:
         raise ValueError(f"{name}: Config.observation must be one of 'env', 'env_t' for {env.name} "
                          f"on the sampled path, found {observation!r}")

@@ -38,7 +38,7 @@ LEARNERS = {"fh-constrained": fh_constrained, "nn-constrained": nn_constrained, 
 
 
 def has_sampled_path(module) -> bool:
-    return module.ALGORITHM.observation_logits is not None
+    return module.ALGORITHM.observation_outputs is not None
 
 
 def throughput(env, params, module, k: int, iterations: int, repeats: int) -> dict:

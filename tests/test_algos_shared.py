@@ -18,7 +18,7 @@ from fhc_jax.algos.core import evaluation, scaffold
 from fhc_jax.algos.core import features, hyperparameters as hp, multipliers, returns
 from fhc_jax.algos.core import tabular_rollout
 from fhc_jax.envs.gridworld import GridWorld
-from conftest import random_cmdp
+from helpers import random_cmdp
 
 
 def test_power_schedule_values():
@@ -399,10 +399,10 @@ def test_neural_train_states_record_one_static_network_spec():
         assert not any(isinstance(leaf, NetworkSpec) for leaf in jax.tree.leaves(state))
         wider = state.replace(network=state.network.replace(width=8))
         assert jax.tree.structure(wider) != jax.tree.structure(state)
-        logits = module.ALGORITHM.logits(state, module.policy_setup(grid, params, state))
+        logits = module.ALGORITHM.table_logits(state, module.policy_setup(grid, params, state))
         assert logits.shape[0] == 5 and bool(jnp.all(jnp.isfinite(logits))), module.__name__
         with pytest.raises(flax.errors.ScopeParamShapeError):  # width-8 networks, width-7 parameters
-            module.ALGORITHM.logits(state, module.policy_setup(grid, params, wider))
+            module.ALGORITHM.table_logits(state, module.policy_setup(grid, params, wider))
 
 
 def test_hyperparameters_are_resolved_once_per_run_with_a_runs_axis():

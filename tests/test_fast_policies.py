@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_cmdp
+from helpers import random_cmdp
 from scipy import stats
 
 import fhc_jax as fhc

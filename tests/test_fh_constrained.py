@@ -17,7 +17,7 @@ from fhc_jax.algos import PowerSchedule, stack
 from fhc_jax.envs.gridworld import GridWorld
 from fhc_jax.envs.tabular import TabularEnv
 from fhc_jax.rollout import uses_uniforms
-from conftest import random_cmdp
+from helpers import random_cmdp
 
 
 # ----------------------------------------------------------------------------- reference

@@ -130,7 +130,7 @@ def test_actor_outputs_for_both_log_std_forms(name, log_std):
     state = module.init(jax.random.key(0), setup, cfg)
     actor = state.params["actor"] if name == "ppo" else state.actor
     assert ("free" in actor["params"]) == (log_std == "state_independent")
-    out = module.observation_logits(state, setup, ENV.reset(jax.random.key(1), PARAMS)[0], jnp.int32(0))
+    out = module.observation_outputs(state, setup, ENV.reset(jax.random.key(1), PARAMS)[0], jnp.int32(0))
     assert out.shape == (2,)
     batch = module.rollout(jax.random.key(2), state, setup, cfg)
     assert batch.actions.shape == (ENV.horizon, cfg.episodes_per_iteration, 1) and batch.actions.dtype == jnp.float32

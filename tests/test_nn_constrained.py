@@ -18,7 +18,7 @@ from fhc_jax.algos import PowerSchedule, stack
 from fhc_jax.algos.core.networks import MLP, NetworkSpec, Stacked
 from fhc_jax.envs.gridworld import GridWorld
 from fhc_jax.envs.tabular import TabularEnv
-from conftest import random_cmdp
+from helpers import random_cmdp
 
 SMALL = GridWorld(size=3, horizon=4, num_constraints=2, alpha=[1.5, 2.0])
 

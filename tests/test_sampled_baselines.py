@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_sampled_path import DRIFT, Drift, _mc
+from helpers import DRIFT, Drift, monte_carlo
 
 import fhc_jax as fhc
 from fhc_jax.algos import cpo, ppo_lagrangian as pl
@@ -26,10 +26,10 @@ def _judge(module, cfg, cost_slack):
     estimates the same policy."""
     out = jax.jit(jax.vmap(module.make_train(DRIFT, PARAMS, cfg)))(jax.random.split(jax.random.key(0), 2))
     assert out.metrics.evaluation.reward.shape == (2, 2)  # Monte-Carlo estimates at 0 and N
-    uniform = _mc(DRIFT, fhc.uniform_random_policy(3))
+    uniform = monte_carlo(DRIFT, fhc.uniform_random_policy(3))
     for seed in range(2):
         state = jax.tree.map(lambda x: x[seed], out.final_state)
-        r, r_half, c, c_half = _mc(DRIFT, module.policy(state, DRIFT, PARAMS))
+        r, r_half, c, c_half = monte_carlo(DRIFT, module.policy(state, DRIFT, PARAMS))
         assert r - r_half > uniform[0] + uniform[1], (r, uniform)
         assert c + c_half <= 2.0 * (1.0 + cost_slack), (c, c_half)
         assert abs(float(out.metrics.evaluation.reward[seed, -1]) - r) < 0.25
@@ -147,14 +147,14 @@ def test_sampled_path_errors(module):
 
 @pytest.mark.slow
 def test_policy_and_observation_logits_without_an_exact_model():
-    """policy_setup rebuilds what observation_logits needs on an environment without tabular
-    states; the policy samples softmax(observation_logits)."""
+    """policy_setup rebuilds what observation_outputs needs on an environment without tabular
+    states; the policy samples softmax(observation_outputs)."""
     for module, cfg in ((pl, pl.Config(num_iterations=2, episodes_per_iteration=8, observation="env_t", eval_episodes=16)),
                         (cpo, cpo.Config(num_iterations=2, episodes_per_iteration=8, observation="env_t",
                                          eval_episodes=16))):
         out = jax.jit(module.make_train(DRIFT, PARAMS, cfg))(jax.random.key(0))
         setup = module.policy_setup(DRIFT, PARAMS, out.state)
-        z = module.observation_logits(out.state, setup, jnp.asarray([0.3]), jnp.asarray(5))
+        z = module.observation_outputs(out.state, setup, jnp.asarray([0.3]), jnp.asarray(5))
         assert z.shape == (3,) and np.all(np.isfinite(np.asarray(z)))
         act = module.policy(out.state, DRIFT, PARAMS)
         assert 0 <= int(act(jax.random.key(1), jnp.asarray([0.3]), jnp.asarray(5))) < 3

@@ -10,76 +10,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import struct
 
 import fhc_jax as fhc
 from fhc_jax.algos import nn_constrained as nc
 from fhc_jax.algos.core import sampled_inputs, scaffold
-from fhc_jax.envs.base import Environment
-
-
-@struct.dataclass
-class DriftState:
-    x: jax.Array
-    time: jax.Array
-
-
-@struct.dataclass
-class DriftParams:
-    alpha: jax.Array
-    noise: jax.Array
-
-
-class Drift(Environment):
-    """A continuous-state task with a moving target: position x in [0, 1]; actions stay, up
-    (+0.25) or down (-0.25) plus Gaussian noise; reward 1 - |x - target_h| with the target at
-    0.85 in the first half of the episode and 0.15 in the second (a stationary policy cannot
-    follow it); every move costs 1, at most alpha moves per episode in expectation."""
-
-    def __init__(self, horizon: int = 8):
-        self._horizon = horizon
-
-    horizon = property(lambda self: self._horizon)
-    num_actions = property(lambda self: 3)
-    num_constraints = property(lambda self: 1)
-    observation_shape = property(lambda self: (1,))
-    observation_dtype = property(lambda self: jnp.float32)
-    default_params = property(lambda self: DriftParams(alpha=jnp.asarray([2.0]), noise=jnp.asarray(0.05)))
-
-    def _static_config(self):
-        return (self._horizon,)
-
-    def observation(self, state, params):
-        return state.x[None]
-
-    def thresholds(self, params):
-        return params.alpha
-
-    def reset(self, key, params):
-        state = DriftState(x=jnp.asarray(0.5, jnp.float32), time=jnp.zeros((), jnp.int32))
-        return self.observation(state, params), state
-
-    def noise(self, key, params):
-        return jax.random.normal(key, (), jnp.float32)
-
-    def transition(self, noise, state, action, params):
-        move = jnp.asarray([0.0, 0.25, -0.25], jnp.float32)[action]
-        x = jnp.clip(state.x + move + params.noise * noise, 0.0, 1.0)
-        target = jnp.where(state.time < self._horizon // 2, 0.85, 0.15)
-        reward = 1.0 - jnp.abs(x - target)
-        costs = jnp.asarray([1.0], jnp.float32) * (action != 0)
-        nxt = DriftState(x=x, time=state.time + 1)
-        return self.observation(nxt, params), nxt, reward, costs, nxt.time == self._horizon, {}
-
-
-DRIFT = Drift()
-
-
-def _mc(env, policy, n=5000, key=1):
-    ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(key), env, env.default_params, policy, n)
-    r, c = np.asarray(ret.rewards), np.asarray(ret.costs)[:, 0]
-    half = lambda x: 1.96 * x.std() / np.sqrt(x.size)
-    return r.mean(), half(r), c.mean(), half(c)
+from helpers import DRIFT, Drift, monte_carlo
 
 
 @pytest.mark.slow  # end-to-end training: the slow tier (CI runs both tiers)
@@ -89,14 +24,14 @@ def test_nn_constrained_learns_a_continuous_task_judged_by_monte_carlo():
                     multiplier_lr=fhc.algos.PowerSchedule(0.2, 0.8, 1000.0), multiplier_gain=0.5)
     train = nc.make_train(DRIFT, DRIFT.default_params, cfg)
     out = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 2))
-    tabular_only = dataclasses.replace(fhc.algos.fh_constrained.ALGORITHM, observation_logits=None)
+    tabular_only = dataclasses.replace(fhc.algos.fh_constrained.ALGORITHM, observation_outputs=None)
     with pytest.raises(ValueError, match="declares no tabular exact model"):
         scaffold.make_learner(tabular_only, DRIFT, DRIFT.default_params, fhc.algos.fh_constrained.Config())
     assert out.metrics.evaluation.reward.shape == (2, 3)  # Monte-Carlo estimates at 0, 30, 60
-    uniform = _mc(DRIFT, fhc.uniform_random_policy(3))
+    uniform = monte_carlo(DRIFT, fhc.uniform_random_policy(3))
     for seed in range(2):
         state = jax.tree.map(lambda x: x[seed], out.final_state)
-        r, r_half, c, c_half = _mc(DRIFT, nc.policy(state, DRIFT, DRIFT.default_params))
+        r, r_half, c, c_half = monte_carlo(DRIFT, nc.policy(state, DRIFT, DRIFT.default_params))
         # it learned to follow the moving target within the movement budget: the lower 95%
         # bound of its reward above the uniform policy's upper bound (which spends 5.3 moves),
         # the upper 95% bound of its cost within alpha = 2 (+15% after only 60 updates)
@@ -149,10 +84,10 @@ def test_fh_constrained_with_features_of_continuous_observations(spec):
     cfg = fc.Config(num_iterations=150, episodes_per_iteration=128, eval_every=75, eval_episodes=512, features=spec,
                     multiplier_lr=fhc.algos.PowerSchedule(0.1, 0.8, 1000.0), multiplier_gain=0.3)
     out = jax.jit(jax.vmap(fc.make_train(DRIFT, DRIFT.default_params, cfg)))(jax.random.split(jax.random.key(0), 2))
-    uniform = _mc(DRIFT, fhc.uniform_random_policy(3))
+    uniform = monte_carlo(DRIFT, fhc.uniform_random_policy(3))
     for seed in range(2):
         state = jax.tree.map(lambda x: x[seed], out.state)
-        r, r_half, c, c_half = _mc(DRIFT, fc.policy(state, DRIFT, DRIFT.default_params))
+        r, r_half, c, c_half = monte_carlo(DRIFT, fc.policy(state, DRIFT, DRIFT.default_params))
         assert r - r_half > uniform[0] + uniform[1] + 0.5, (r, uniform)
         assert c + c_half <= 2.0 * 1.1, c
 
@@ -243,7 +178,7 @@ def test_cli_trains_and_judges_an_environment_without_an_exact_model(tmp_path, m
 
     monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
     out = tmp_path / "drift"
-    assert main(["train", "--env", "test_sampled_path:Drift", "--algo", "nn-constrained", "--seeds", "2",
+    assert main(["train", "--env", "helpers:Drift", "--algo", "nn-constrained", "--seeds", "2",
                  "--set", "num_iterations=10", "--set", "episodes_per_iteration=32", "--set", "eval_episodes=64",
                  "--set", "run.eval_episodes=500", "--out", str(out), "--quiet"]) == 0
     summary = json.loads((out / "summary.json").read_text())

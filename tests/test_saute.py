@@ -215,7 +215,7 @@ def test_estimated_markov_policy_matches_the_budget_policy_played_in_budget_env(
     _within(rewards, exact.reward, extra=0.01 * abs(float(exact.reward)))
     _within(costs[:, 0], exact.costs[0], extra=0.01 * float(exact.costs[0]))
     # played at a budget that never moves, the same network earns measurably differently
-    blind = fhc.softmax_policy(lambda obs, h: saute.observation_logits(
+    blind = fhc.softmax_policy(lambda obs, h: saute.observation_outputs(
         state, saute.policy_setup(benv, params, state), obs.at[-1].set(1.0), h))
     r_blind, _ = _mc(benv, params, blind, 20_000)
     assert abs(np.mean(r_blind) - np.mean(rewards)) > 8 * np.std(rewards) / np.sqrt(20_000)

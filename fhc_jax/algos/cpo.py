@@ -56,16 +56,12 @@ ACTOR_OUTPUT_SCALE = 0.01  # the actor starts near the uniform policy
 
 @hyperparameters
 class Config(NetworkConfig):
-    """Hyperparameters of CPO. Defaults were chosen on the default ``GridWorld`` (10x10, H = 100,
-    alpha = 25) for a short run (5 vmapped seeds train in about a minute on a CPU) and hold on
-    the robustness suite (``docs/benchmarks.md``); CPO's multiplier is the dual of each update's
-    subproblem, so it needs no unit-dependent gain. Choices made for that budget: 32 x 32 tanh networks (64 x 64 costs
-    about 3.5x more per update with "xyt", whose 10,000 distinct inputs make the network the
-    bottleneck), a subsampled Fisher matrix (``fisher_samples = 1024``), a larger trust region
-    than TRPO's usual 0.01 (``max_kl = 0.05``; the batches of 512 episodes are large) and
-    ``gae_lambda = 1`` (Monte-Carlo advantages with the critic as a baseline only: with "xy" the
-    critic cannot see the stage, and on the default gridworld lambda = 0.95 leaves the policy
-    well below the threshold, about 4 points less reward with "xyt").
+    """Hyperparameters of CPO, for a short run (CPO's multiplier is the dual of each update's
+    subproblem, so it needs no unit-dependent gain): 32 x 32 tanh networks, a subsampled Fisher
+    matrix (``fisher_samples = 1024``), a larger trust region than TRPO's usual 0.01
+    (``max_kl = 0.05``: the batches of 512 episodes are large) and ``gae_lambda = 1``
+    (Monte-Carlo advantages with the critic as a baseline only: a stationary critic on "xy"
+    cannot see the stage). docs/algorithms/cpo.md says what each default is for.
 
     Static fields (set shapes or code paths; part of the compilation cache key):
         num_iterations: updates per training run (N). episodes_per_iteration: K.
@@ -198,7 +194,7 @@ class Setup:
         inputs: the U distinct observations, (U, D); cell: their index per (h, s), (H, S).
         model: the rollout model. threshold: alpha, (). value_scale: the critics' output
             scale per channel (reward, cost), (1 + M,).
-        sampled: the sampled path (inputs and cell only for :func:`logits`, None without
+        sampled: the sampled path (inputs and cell only for :func:`table_logits`, None without
             tabular states); env, params: what it rolls out; observation: "env" or "env_t";
             horizon: H.
         head: the action distribution of the actor's outputs (``fhc_jax.algos.core.distributions``:
@@ -231,8 +227,8 @@ class Setup:
 
 
 def _sampled_setup(env, params, spec: NetworkSpec, config: Config | None) -> Setup:
-    """The sampled path's setup of the networks ``spec`` (``config`` None: only what :func:`logits` and
-    :func:`observation_logits` need); distinct inputs only where there are tabular states."""
+    """The sampled path's setup of the networks ``spec`` (``config`` None: only what :func:`table_logits` and
+    :func:`observation_outputs` need); distinct inputs only where there are tabular states."""
     head = config_head(env, spec)
     actor, critic = _modules(spec, head, 1 + env.num_constraints)
     inputs = cell = None
@@ -289,7 +285,7 @@ def setup(env, params, config: Config) -> Setup:
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
-    """What :func:`logits` needs (the actor and its distinct inputs), or :func:`observation_logits`
+    """What :func:`table_logits` needs (the actor and its distinct inputs), or :func:`observation_outputs`
     where there is no tabular exact model, from the train state's
     :class:`~fhc_jax.algos.core.networks.NetworkSpec`."""
     spec = train_state.network
@@ -323,12 +319,12 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
     )
 
 
-def logits(train_state: TrainState, setup: Setup) -> Array:
+def table_logits(train_state: TrainState, setup: Setup) -> Array:
     """The stationary network's logits at every stage and state, (H, S, A)."""
     return setup.actor.apply(train_state.actor, setup.inputs)[setup.cell]
 
 
-def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
+def observation_outputs(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
     """The actor's outputs at one raw observation (D,) of stage h, (``head.num_outputs``,):
     the reported policy's logits (A,), or the Gaussian's [m, s] (2d,) on box action spaces."""
     return setup.actor.apply(train_state.actor, setup.actor_input(observation, h))
@@ -339,7 +335,7 @@ def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -
     distinct inputs, (U, A), for the update. On the sampled path: ``fhc_jax.rollout`` with the
     actor applied to each observation (the update recomputes pi_old at the samples)."""
     if setup.sampled:
-        act = observation_policy(lambda obs, h: observation_logits(train_state, setup, obs, h), setup.head)
+        act = observation_policy(lambda obs, h: observation_outputs(train_state, setup, obs, h), setup.head)
         return batch_from_trajectory(rollout_episodes(key, setup.env, setup.params, act, config.episodes_per_iteration))
     logp = jax.nn.log_softmax(setup.actor.apply(train_state.actor, setup.inputs), axis=-1)
     batch = rollout_policy_table(key, setup.model, jnp.exp(logp)[setup.cell], config.episodes_per_iteration)
@@ -473,7 +469,7 @@ def update(
 
 ALGORITHM = scaffold.Algorithm(
     name="cpo", config_type=Config, metrics_type=Metrics, setup=setup, init=init, rollout=rollout,
-    update=update, logits=logits, policy_setup=policy_setup, observation_logits=observation_logits, update_keys=2,
+    update=update, table_logits=table_logits, policy_setup=policy_setup, observation_outputs=observation_outputs, update_keys=2,
     action_head=lambda setup: setup.head,
 )
 make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

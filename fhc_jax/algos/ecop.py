@@ -72,9 +72,7 @@ OBSERVATIONS = ("xy", "xyt", "one_hot", "env")
 
 @hyperparameters
 class Config(NetworkConfig):
-    """Hyperparameters of e-COP. Defaults tuned briefly for the default ``GridWorld`` (10x10,
-    H = 100, alpha = 25) by vmapped sweeps judged exactly (``benchmarks/ecop.py``,
-    docs/algorithms/ecop.md).
+    """Hyperparameters of e-COP (what each default is for: docs/algorithms/ecop.md).
 
     Static fields:
         num_iterations: N updates. episodes_per_iteration: K episodes per update.
@@ -315,7 +313,7 @@ def _is_sampled(env, path: str, observation: str) -> bool:
 
 
 def _sampled_setup(env, params, spec: NetworkSpec, full: bool) -> Setup:
-    """The sampled path's setup (``full=False``: only what :func:`observation_logits` needs).
+    """The sampled path's setup (``full=False``: only what :func:`observation_outputs` needs).
     Inputs are standardised over the tabulated observations of a tabular environment, else over
     the observations of 64 episodes of the uniform policy."""
     head = config_head(env, spec)
@@ -359,7 +357,7 @@ def setup(env, params, config: Config) -> Setup:
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
-    """What :func:`logits` (tabular exact models) or :func:`observation_logits` (any other
+    """What :func:`table_logits` (tabular exact models) or :func:`observation_outputs` (any other
     environment) needs, from the input and architecture recorded in the train state (its
     :class:`~fhc_jax.algos.core.networks.NetworkSpec`)."""
     spec = train_state.network
@@ -404,12 +402,12 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
     )
 
 
-def logits(train_state: TrainState, setup: Setup) -> Array:
+def table_logits(train_state: TrainState, setup: Setup) -> Array:
     """Logits of the reported policy (the Polyak-averaged actor) at every (h, s), (H, S, A)."""
     return setup.actor.apply(train_state.actor_average, setup.obs_table[:-1])
 
 
-def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
+def observation_outputs(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
     """The reported policy's outputs at one raw observation of stage h (sampled path):
     logits (A,), or a Gaussian head's [m, s] (2d,)."""
     stage = jax.tree.map(lambda p: p[h], train_state.actor_average)
@@ -531,7 +529,7 @@ def update(train_state: TrainState, batch: Batch, key: Array | None, setup: Setu
 
 ALGORITHM = scaffold.Algorithm(
     name="ecop", config_type=Config, metrics_type=Metrics, setup=setup, init=init, rollout=rollout,
-    update=update, logits=logits, policy_setup=policy_setup, observation_logits=observation_logits,
+    update=update, table_logits=table_logits, policy_setup=policy_setup, observation_outputs=observation_outputs,
     action_head=lambda setup: setup.head,
 )
 make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

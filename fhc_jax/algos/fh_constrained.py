@@ -51,17 +51,14 @@ _FEATURE_SPECS = (feat.OneHot, feat.RadialBasis, feat.TileCoding, feat.Custom, f
 
 @hyperparameters
 class Config(RunConfig):
-    """Hyperparameters of FH-Constrained. The step sizes were chosen on the default
-    ``GridWorld`` (10x10, H = 100, alpha = 25) by vmapped grid searches (``fhc-jax sweep``),
-    judged exactly; the learner trains in units of the signals' magnitudes and its multiplier
-    law acts on the relative violation, so the defaults carry to other tasks (the robustness
-    suite, ``docs/benchmarks.md``; ``docs/algorithms/fh_constrained.md``, Known limits).
+    """Hyperparameters of FH-Constrained. The learner trains in units of the signals'
+    magnitudes and its multiplier law acts on the relative violation, so the defaults serve
+    tasks in any units (what each is for: docs/algorithms/fh_constrained.md, Defaults).
 
     Static fields (set shapes or code paths; part of the compilation cache key):
         num_iterations: updates per training run (N >= 1). Default (``EnvDefault``): 2500 on
-            environments with a tabular exact model, 5000 on all others (on BatteryStorage
-            two of five tuning seeds stop near 89% of the reference after 2500 updates and
-            all five pass 96.8% after 5000; docs/algorithms/fh_constrained.md).
+            environments with a tabular exact model, 5000 on all others (a coarse map of the
+            observations learns more slowly than one-hot features).
         episodes_per_iteration: K >= 1 episodes rolled out per update (K = 1: the paper's
             per-episode step; the improved variant learns from it too: a state visited once
             moves its sampled action by the critic-baselined delta, ``returns.state_baseline``).
@@ -116,10 +113,8 @@ class Config(RunConfig):
             0 reports the last iterate. Rollouts during training always use theta(n).
         importance_floor: the floor of the behaviour probability mu_a in the improved actor's
             importance-weighted increment delta (e_a / max(mu_a, floor) - 1) on environments
-            without tabular states, in (0, 1] (unused elsewhere; the fixed value of earlier
-            versions, so their run directories load unchanged). Below the floor an action's
-            expected increment shrinks by mu_a / floor. On BatteryStorage 0.01 did no better
-            than 0.05 on fresh seeds (docs/algorithms/fh_constrained.md).
+            without tabular states, in (0, 1] (unused elsewhere). Below the floor an action's
+            expected increment shrinks by mu_a / floor.
     """
 
     num_iterations: int = static(EnvDefault(tabular=2500, non_tabular=5000), low=1)
@@ -273,7 +268,7 @@ def setup(env, params, config: Config) -> Setup:
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
-    """What :func:`logits` and :func:`observation_logits` need, from the features recorded in
+    """What :func:`table_logits` and :func:`observation_outputs` need, from the features recorded in
     the train state."""
     return _setup(env, params, train_state.features, not judged_exactly(env), None, None, "table")
 
@@ -302,7 +297,7 @@ def logits_table(theta: Array, feats: FeatureTable) -> Array:
     return feats.values(theta)
 
 
-def logits(train_state: TrainState, setup: Setup) -> Array:
+def table_logits(train_state: TrainState, setup: Setup) -> Array:
     """Logits of the reported policy (the Polyak-averaged actor), (H, S, A)."""
     return logits_table(train_state.theta_average, setup.features)
 
@@ -318,7 +313,7 @@ def _observation_logits(theta: Array, setup: Setup, observation: Array, h: Array
     return (feats.table[h, s] if feats.per_stage else feats.table[s]) @ theta[h]
 
 
-def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
+def observation_outputs(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
     """Logits of the reported policy at one raw observation of stage h, (A,)."""
     return _observation_logits(train_state.theta_average, setup, observation, h)
 
@@ -505,7 +500,7 @@ def _stages(length: int) -> Array:
 
 ALGORITHM = scaffold.Algorithm(
     name="fh_constrained", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
-    rollout=rollout, update=update, logits=logits, policy_setup=policy_setup,
-    observation_logits=observation_logits,
+    rollout=rollout, update=update, table_logits=table_logits, policy_setup=policy_setup,
+    observation_outputs=observation_outputs,
 )
 make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

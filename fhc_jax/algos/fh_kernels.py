@@ -28,7 +28,8 @@ import jax.numpy as jnp
 from flax import struct
 
 from fhc_jax.algos.core.features import FeatureTable
-from fhc_jax.algos.core.returns import lagrangian_targets, state_baseline, visit_averaged_advantages
+from fhc_jax.algos.core.returns import (lagrangian_targets, lagrangian_terminal, lambda_return_step, state_baseline,
+                                        trace_weights, visit_averaged_advantages)
 from fhc_jax.algos.core.tabular_rollout import Batch
 
 Array = jax.Array
@@ -162,15 +163,12 @@ def table_statistics(batch: Batch, critics: Array, vals: Array | None, nu: Array
     else:
         vals_t = jnp.moveaxis(vals, -1, 0)  # (C, H+1, K)
         value_at = lambda h, s: [vals_t[c, h] for c in range(channels)]
-    # terminal targets (stage H): the terminal signal itself, as in lagrangian_targets
-    term_cost = batch.terminal_costs - thresholds if paper else batch.terminal_costs
-    terminal = jnp.concatenate([(batch.terminal_rewards - term_cost @ nu)[:, None], term_cost], axis=-1)  # (K, C)
+    terminal = lagrangian_terminal(batch, nu, thresholds, paper)  # stage H's targets: the terminal signals, (K, C)
     v_final = value_at(num_stages, s_all[-1])
     term_errors = [terminal[:, c] - v_final[c] for c in range(channels)]
     term_rows = jnp.stack([jnp.ones((k,), dtype), *term_errors], axis=-1)
     term_stats = jnp.zeros((num_states, channels + 1), dtype).at[s_all[-1]].add(term_rows)
-    lam = jnp.asarray(trace, dtype)
-    keep, carry = 1.0 * (1.0 - lam), 1.0 * lam  # lambda_returns' weights with gamma = 1, as computed there
+    keep, carry = trace_weights(jnp.asarray(trace, dtype))  # lambda_returns' weights, gamma = 1
     cells_shape = (num_states * num_actions,)
 
     def stage(g_next, xs):
@@ -180,7 +178,7 @@ def table_statistics(batch: Batch, critics: Array, vals: Array | None, nu: Array
         if paper:
             target = [c_h[c] + v_next[c] for c in range(channels)]
         else:
-            target = [c_h[c] + keep * v_next[c] + carry * g_next[c] for c in range(channels)]
+            target = [lambda_return_step(c_h[c], v_next[c], g_next[c], keep, carry) for c in range(channels)]
         cells = s * num_actions + a
         sums = [jnp.zeros(cells_shape, dtype).at[cells].add(jnp.ones((k,), dtype))]
         sums += [jnp.zeros(cells_shape, dtype).at[cells].add(target[c] - v_h[c]) for c in range(channels)]

@@ -66,11 +66,9 @@ OBSERVATIONS = ("env", "xy", "xyt", "one_hot")
 
 @hyperparameters
 class Config(NetworkConfig):
-    """Hyperparameters of NN-Constrained. Defaults: vmapped grid searches (``fhc-jax sweep``)
-    on the default ``GridWorld`` (10x10, H = 100, alpha = 25), judged exactly. Training runs
-    in units of the signals' magnitudes and the multiplier law acts on the relative
-    violation, so they carry to other tasks: ``docs/benchmarks.md`` (robustness suite) and
-    ``docs/algorithms/nn_constrained.md`` (Known limits).
+    """Hyperparameters of NN-Constrained. Training runs in units of the signals' magnitudes
+    and the multiplier law acts on the relative violation, so the defaults serve tasks in any
+    units (what each is for: docs/algorithms/nn_constrained.md, Defaults).
 
     Static fields:
         num_iterations: updates per training run (N >= 1).
@@ -314,7 +312,7 @@ def setup(env, params, config: Config) -> Setup:
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
-    """What :func:`logits` and :func:`observation_logits` need, from the input and architecture
+    """What :func:`table_logits` and :func:`observation_outputs` need, from the input and architecture
     recorded in the train state (its :class:`~fhc_jax.algos.core.networks.NetworkSpec`)."""
     return _setup(env, params, train_state.network, "auto", None, None, "table")
 
@@ -349,7 +347,7 @@ def _table(nets: Networks, actor: Any, obs_table: Array) -> Array:
     return jax.nn.softmax(nets.actor.apply(actor, obs_table[:-1]), axis=-1)
 
 
-def logits(train_state: TrainState, setup: Setup) -> Array:
+def table_logits(train_state: TrainState, setup: Setup) -> Array:
     """Logits of the reported policy (the Polyak-averaged actor) at every (h, s), (H, S, A)."""
     return setup.nets.actor.apply(train_state.actor_average, setup.obs_table[:-1])
 
@@ -360,7 +358,7 @@ def _stage_logits(nets: Networks, actor: Any, x: Array, h: Array) -> Array:
     return nets.actor.module.apply(jax.tree.map(lambda p: p[h], actor), x)
 
 
-def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
+def observation_outputs(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
     """The reported policy's outputs (``setup.head``: logits (A,), or a Gaussian's [m, s]
     (2d,)) at one raw observation of stage h."""
     return _stage_logits(setup.nets, train_state.actor_average, setup.normalize(observation), h)
@@ -558,7 +556,7 @@ def update(
 
 ALGORITHM = scaffold.Algorithm(
     name="nn_constrained", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
-    rollout=rollout, update=update, logits=logits, policy_setup=policy_setup,
-    observation_logits=observation_logits, action_head=lambda setup: setup.head,
+    rollout=rollout, update=update, table_logits=table_logits, policy_setup=policy_setup,
+    observation_outputs=observation_outputs, action_head=lambda setup: setup.head,
 )
 make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

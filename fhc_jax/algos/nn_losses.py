@@ -207,8 +207,7 @@ def sample_advantage_targets(logits: Array, onehot_actions: Array, advantages: A
     by eta (mu_b A_b - sum_a mu_a^2 A_a) instead of eta A_hat_b, so rare actions learn in
     proportion to mu, and a constant offset c of the advantages (a critic bias) moves logit b
     by eta c (mu_b - sum_a mu_a^2), towards the likely actions when c > 0. Dividing the
-    sample's step by mu(a_hk) restores the tabular step to first order (both claims were
-    checked numerically; on BatteryStorage the two targets trained to similar results).
+    sample's step by mu(a_hk) restores the tabular step to first order.
 
     Args:
         logits: z at the visited observations, (H, K, A). onehot_actions: e_{a_hk}, (H, K, A).
@@ -255,7 +254,7 @@ def gaussian_sample_targets(head: Any, outputs: Array, actions: Array, advantage
     A_hk is standardised over the K samples of stage h (centred, divided by the standard
     deviation) so that the step does not grow with the advantages' scale, which the Lagrangian
     multiplier multiplies (unnormalised, the means overshoot to the box's bounds once nu is
-    large: measured on Pendulum, the cost rose from 72 to 683 as nu grew).
+    large).
     Averaged over the samples of a stage (what the squared-error regression fits) the step is
     eta times the natural gradient of the advantage-weighted log-likelihood, E[A grad log pi]
     preconditioned by the inverse Fisher: a natural policy gradient step, the Gaussian analogue

@@ -54,22 +54,12 @@ UPDATE_FORMS = ("auto", "table", "samples")
 
 @hyperparameters
 class Config(NetworkConfig):
-    """Hyperparameters of PPO-Lagrangian. The network and PPO defaults were chosen on the
-    default ``GridWorld`` (10x10, H = 100, alpha = 25) for a short run (5 vmapped seeds train
-    in about a minute on a CPU); the multiplier's gains act on the relative violation
-    (``fhc_jax.algos.core.multipliers.relative_violation``) in training units, so they carry to other
-    tasks (the robustness suite, ``docs/benchmarks.md``). Networks: 32 x 32 tanh MLPs (actor and each critic).
-    Tuning notes (default gridworld, "xy"; sweeps over actor_lr, entropy_coef, gae_lambda,
-    clip_eps/target_kl, K and both multiplier methods): 4 epochs x 4 minibatches (16 Adam steps
-    on 1600 samples) at actor lr 1e-2 learn as fast as 8 x 16 steps at 1e-3 on 64 x 64 networks
-    in about 1/4 of the time. ``critic_time`` makes bootstrapping unbiased in the stage, so
-    gae_lambda = 0.95 is usable (a stage-blind critic needs 1). The learned multiplier
-    ("lagrangian", Adam 0.01) spikes early, while the policy is diffuse, then the policy
-    collapses into cost-free behaviour and the multiplier decays to 0; the PI controller
-    (K_P = 0.01, K_I = 0.001, K_D = 0) reacts in proportion. entropy_coef = 0.01 keeps the
-    entropy ~1.3 nats instead of ~0.4. Even unconstrained, the stationary "xy" policy settles
-    in low-cost local optima (exact reward ~9-11 at cost ~4-9): the rewards sit on isolated
-    cells whose fares move every 20 stages.
+    """Hyperparameters of PPO-Lagrangian, for a short run: 32 x 32 tanh MLPs (actor and each
+    critic), 4 epochs x 4 minibatches at actor lr 1e-2, a critic that sees the stage
+    (``critic_time``: bootstrapping is then unbiased in the stage, so ``gae_lambda = 0.95``
+    works) and a PID-Lagrangian multiplier whose gains act on the relative violation in
+    training units (``fhc_jax.algos.core.multipliers.relative_violation``), so they serve any
+    units. docs/algorithms/ppo_lagrangian.md says what each default is for.
 
     Static fields (set shapes or code paths; part of the compilation cache key):
         num_iterations: N iterations (rollout + update). episodes_per_iteration: K.
@@ -233,8 +223,8 @@ def multiplier_update(config: Config) -> multipliers.MultiplierUpdate:
 
 def _sampled_setup(env, params, spec: NetworkSpec, config: Config | None) -> Setup:
     """The sampled path's setup of the networks ``spec`` (``config`` None: only what
-    :func:`observation_logits` and :func:`logits` need); input rows only where there are
-    tabular states (for :func:`logits`)."""
+    :func:`observation_outputs` and :func:`table_logits` need); input rows only where there are
+    tabular states (for :func:`table_logits`)."""
     rows = per_stage = None
     if env.is_tabular:
         _, rows, per_stage = _actor_rows(env, params, spec.observation)
@@ -301,7 +291,7 @@ def setup(env, params, config: Config) -> Setup:
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
-    """What :func:`logits` (and :func:`observation_logits` where there is no tabular exact
+    """What :func:`table_logits` (and :func:`observation_outputs` where there is no tabular exact
     model) needs: the actor and its inputs, from the train state's observation and architecture
     (its :class:`~fhc_jax.algos.core.networks.NetworkSpec`)."""
     spec = train_state.network
@@ -339,12 +329,12 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
     )
 
 
-def logits(train_state: TrainState, setup: Setup) -> Array:
+def table_logits(train_state: TrainState, setup: Setup) -> Array:
     """The stationary network's logits per stage and state, f_theta(x_h(s)), (H, S, A)."""
     return setup.logits_table(train_state.params["actor"])
 
 
-def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
+def observation_outputs(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
     """The actor's outputs at one raw observation (D,) of stage h, (``head.num_outputs``,):
     the reported policy's logits (A,), or the Gaussian's [m, s] (2d,) on box action spaces."""
     x = with_stage(observation, h, setup.horizon) if setup.observation == "env_t" else observation.astype(jnp.float32)
@@ -356,9 +346,9 @@ def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -
     (the update's pi_old). On the sampled path: ``fhc_jax.rollout`` with the actor applied to
     each observation (the update recomputes pi_old at the recorded observations)."""
     if setup.sampled:
-        act = observation_policy(lambda obs, h: observation_logits(train_state, setup, obs, h), setup.action_head)
+        act = observation_policy(lambda obs, h: observation_outputs(train_state, setup, obs, h), setup.action_head)
         return batch_from_trajectory(rollout_episodes(key, setup.env, setup.params, act, config.episodes_per_iteration))
-    table = logits(train_state, setup)
+    table = table_logits(train_state, setup)
     batch = rollout_policy_table(key, setup.model, jax.nn.softmax(table, axis=-1), config.episodes_per_iteration)
     return batch.replace(behaviour=table)
 
@@ -495,7 +485,7 @@ def update(
 
 ALGORITHM = scaffold.Algorithm(
     name="ppo_lagrangian", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
-    rollout=rollout, update=update, logits=logits, policy_setup=policy_setup,
-    observation_logits=observation_logits, update_keys=1, action_head=lambda setup: setup.action_head,
+    rollout=rollout, update=update, table_logits=table_logits, policy_setup=policy_setup,
+    observation_outputs=observation_outputs, update_keys=1, action_head=lambda setup: setup.action_head,
 )
 make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

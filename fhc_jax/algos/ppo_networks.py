@@ -60,7 +60,7 @@ class Setup:
             the head's ``num_outputs`` on box action spaces, which have no tabular path).
         form, critic_form: the resolved update forms of the actor and of the critics.
         model: the rollout model. thresholds: alpha, (M,). value_scale: B per signal, (1+M,).
-        sampled: the sampled path (rows and critic_rows only for :func:`logits`, None without
+        sampled: the sampled path (rows and critic_rows only for :func:`table_logits`, None without
             tabular states); env, params: what it rolls out; observation: "env" or "env_t";
             critic_stage: the critics' inputs get h / H appended; dims: (actor, critic) input
             sizes.

@@ -172,13 +172,13 @@ def _saute_observation(setup: Setup) -> str:
 
 def augmented_logits(train_state: TrainState, setup: Setup) -> Array:
     """The network's logits over the augmented states of the count representation, (H, S B, A)."""
-    return ppo.logits(train_state, setup.ppo)
+    return ppo.table_logits(train_state, setup.ppo)
 
 
-def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
+def observation_outputs(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
     """The network's logits at one observation (x, z) of :class:`BudgetEnv` at stage h, (A,)
     (the continuous representation)."""
-    return ppo.observation_logits(train_state, setup.ppo, observation, h)
+    return ppo.observation_outputs(train_state, setup.ppo, observation, h)
 
 
 def count_floor(budget_units: float) -> float:
@@ -188,9 +188,9 @@ def count_floor(budget_units: float) -> float:
 
 
 def _capped_logits(train_state: TrainState, setup: Setup, floor: float, observation: Array, h: Array) -> Array:
-    """:func:`observation_logits` with the budget (the last entry of the observation) raised to
+    """:func:`observation_outputs` with the budget (the last entry of the observation) raised to
     ``floor``: a policy trained on capped counts played in :class:`BudgetEnv`."""
-    return observation_logits(train_state, setup, observation.at[-1].max(floor), h)
+    return observation_outputs(train_state, setup, observation.at[-1].max(floor), h)
 
 
 def table_key() -> Array:
@@ -209,7 +209,7 @@ def estimated_markov_policy(train_state: TrainState, setup: Setup) -> Array:
     benv, params, h_max = budget_env(setup.env), setup.ppo.params, setup.env.horizon
     train_env, base = setup.env, benv.env
     s_count, m = base.num_states, base.num_constraints
-    logits_of = lambda obs, h: observation_logits(train_state, setup, obs, h)
+    logits_of = lambda obs, h: observation_outputs(train_state, setup, obs, h)
 
     def episode(key):
         k_reset, k_steps = jax.random.split(key)
@@ -242,7 +242,7 @@ def estimated_markov_policy(train_state: TrainState, setup: Setup) -> Array:
     return jnp.where(visits[..., None] > 0, joint / jnp.maximum(visits, 1.0)[..., None], fill)
 
 
-def logits(train_state: TrainState, setup: Setup) -> Array:
+def table_logits(train_state: TrainState, setup: Setup) -> Array:
     """Logits (log-probabilities) of the reported Markov policy on the base states, (H, S, A):
     the exact occupancy-equivalent one (counts) or its estimate (continuous budget)."""
     if setup.budget == "count":
@@ -291,7 +291,7 @@ def play_env(train_state: TrainState, env: Environment, params: Any) -> tuple[En
 
 ALGORITHM = scaffold.Algorithm(
     name="saute", config_type=Config, metrics_type=ppo.Metrics, setup=setup, init=init, rollout=rollout,
-    update=update, logits=logits, policy_setup=policy_setup, observation_logits=observation_logits, update_keys=1,
+    update=update, table_logits=table_logits, policy_setup=policy_setup, observation_outputs=observation_outputs, update_keys=1,
     action_head=lambda setup: setup.ppo.action_head, play_env=play_env,
 )
 
@@ -375,7 +375,7 @@ def policy(train_state: TrainState, env, params: Any = None) -> Callable[[Array,
         if train_state.budget == "count":  # z as the capped count saw it
             return evaluation.observation_policy(partial(_capped_logits, train_state, setup_,
                                                       count_floor(train_state.budget_units)))
-        return evaluation.observation_policy(partial(observation_logits, train_state, setup_), setup_.ppo.action_head)
+        return evaluation.observation_policy(partial(observation_outputs, train_state, setup_), setup_.ppo.action_head)
     if env.is_tabular:
         return table_policy(policy_table(train_state, env, params), env)
     base_obs = network_observation(train_state.network.observation)[0]

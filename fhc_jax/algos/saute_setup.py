@@ -292,7 +292,7 @@ def box_actions_refusal(env) -> str:
 
 
 def policy_setup(env, params, train_state) -> Setup:
-    """What :func:`logits` and :func:`observation_logits` need, rebuilt from the train state
+    """What :func:`table_logits` and :func:`observation_outputs` need, rebuilt from the train state
     (budget representation, input and architecture) and ``params`` (the threshold fixes the
     budget levels)."""
     if train_state.budget == "count" and budget_env(env) is None:

@@ -1,5 +1,5 @@
 """The scaffold every learner shares: an algorithm file declares its pieces in an
-:class:`Algorithm` (``Config``, ``setup``, ``init``, ``rollout``, ``update``, the logits of its
+:class:`Algorithm` (``Config``, ``setup``, ``init``, ``rollout``, ``update``, the outputs of its
 reported policy) and this module binds them into the public interface:
 
 * ``make_learner(env, params, config) -> Learner``: iteration-level pure functions (the
@@ -191,17 +191,18 @@ class Algorithm:
             an array of ``update_keys`` keys. ``metrics`` holds small arrays (independent of
             K and H): at least "multipliers" (M,); the scaffold adds the batch's mean episode
             "reward" () and "costs" (M,).
-        logits: ``(train_state, setup) -> (H, S, A)``: the reported policy's logits at every
+        table_logits: ``(train_state, setup) -> (H, S, A)``: the reported policy's logits at every
             stage and state (softmax gives the policy table).
-        policy_setup: ``(env, params, train_state) -> setup``: what ``logits`` needs, rebuilt
+        policy_setup: ``(env, params, train_state) -> setup``: what ``table_logits`` needs, rebuilt
             from the train state alone (its static fields record the architecture, inputs or
             features), for :func:`policy_table` and :func:`policy` after training.
-        observation_logits: ``(train_state, setup, observation, h) -> (A,)``: the reported
-            policy's logits at one observation of stage h, or None. Learners that have it train
-            on any environment (the sampled path); the others need a tabular exact model.
+        observation_outputs: ``(train_state, setup, observation, h) -> (outputs,)``: the
+            reported policy's actor outputs at one observation of stage h (what they mean:
+            ``action_head``), or None. Learners that have it train on any environment (the
+            sampled path); the others need a tabular exact model.
         update_keys: how many PRNG keys ``update`` consumes per iteration (0, 1 or more).
         action_head: ``setup -> ActionHead`` (``fhc_jax.algos.core.distributions``): what the
-            outputs of ``observation_logits`` mean (softmax logits, or a Gaussian's parameters
+            outputs of ``observation_outputs`` mean (softmax logits, or a Gaussian's parameters
             on box action spaces); None for a learner of discrete actions only, whose outputs
             are softmax logits (it refuses box action spaces).
         play_env: ``(train_state, env, params) -> (env', params')``: the environment in which
@@ -216,9 +217,9 @@ class Algorithm:
     init: Callable[..., Any]
     rollout: Callable[..., Batch]
     update: Callable[..., tuple[Any, dict[str, Array]]]
-    logits: Callable[[Any, Any], Array]
+    table_logits: Callable[[Any, Any], Array]
     policy_setup: Callable[..., Any]
-    observation_logits: Callable[[Any, Any, Array, Array], Array] | None = None
+    observation_outputs: Callable[[Any, Any, Array, Array], Array] | None = None
     update_keys: int = 0
     action_head: Callable[[Any], Any] | None = None
     play_env: Callable[[Any, Any, Any], tuple[Any, Any]] | None = None
@@ -239,7 +240,7 @@ def _check(algo: Algorithm, env, params: Any, config: Any) -> None:
             f"{algo.name} takes discrete actions only (a softmax policy over a finite action set), but "
             f"{env.name} has continuous (box) actions; use a learner with Gaussian policies "
             "(nn_constrained, ecop, ppo_lagrangian, cpo, saute) or a discrete version of the environment")
-    if not judged_exactly(env) and algo.observation_logits is None:
+    if not judged_exactly(env) and algo.observation_outputs is None:
         raise ValueError(
             f"{algo.name}: {env.name} declares no tabular exact model (is_tabular and "
             f"has_exact_model), and {algo.name} trains only on such environments"
@@ -284,7 +285,7 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
     exact = judged_exactly(env)
 
     def table_fn(state: Any) -> Array:
-        return jax.nn.softmax(algo.logits(state, setup), axis=-1)
+        return jax.nn.softmax(algo.table_logits(state, setup), axis=-1)
 
     head = None if algo.action_head is None else algo.action_head(setup)
 
@@ -292,7 +293,7 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
         """The reported policy of ``state`` as ``act(key, observation, h)`` on ``env``."""
         if exact:
             return table_policy(table_fn(state), env)
-        return observation_policy(partial(algo.observation_logits, state, setup), head)
+        return observation_policy(partial(algo.observation_outputs, state, setup), head)
 
     def init_fn(key: Array, cfg: Any) -> Carry:
         cfg = config if cfg is None else cfg
@@ -329,7 +330,7 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
             return ev.reward, ev.costs
     else:
         monte_carlo = monte_carlo_evaluator(env, params, config.eval_episodes, head)
-        evaluate_fn = lambda carry: monte_carlo(partial(algo.observation_logits, carry.state, setup))
+        evaluate_fn = lambda carry: monte_carlo(partial(algo.observation_outputs, carry.state, setup))
 
     return Learner(config=config, init=init_fn, step=step_fn, mark=mark_fn, evaluate=evaluate_fn,
                    policy_table=table_fn if exact else None, thresholds=thresholds, violation_units=units,
@@ -416,7 +417,7 @@ def policy_table(algo: Algorithm, train_state: Any, env, params: Any = None) -> 
                          f"use {algo.name}.policy(train_state, env, params) with fhc_jax.rollout_returns")
     params = env.default_params if params is None else params
     setup = algo.policy_setup(env, params, train_state)
-    fn = lambda st: jax.nn.softmax(algo.logits(st, setup), axis=-1)
+    fn = lambda st: jax.nn.softmax(algo.table_logits(st, setup), axis=-1)
     for _ in range(jnp.ndim(train_state.step)):
         fn = jax.vmap(fn)
     return fn(train_state)
@@ -438,7 +439,7 @@ def policy(algo: Algorithm, train_state: Any, env, params: Any = None) -> Callab
     params = env.default_params if params is None else params
     setup = algo.policy_setup(env, params, train_state)
     head = None if algo.action_head is None else algo.action_head(setup)
-    return observation_policy(partial(algo.observation_logits, train_state, setup), head)
+    return observation_policy(partial(algo.observation_outputs, train_state, setup), head)
 
 
 def play_environment(module: Any, train_state: Any, env, params: Any = None) -> tuple[Any, Any]:

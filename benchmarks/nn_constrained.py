@@ -34,7 +34,7 @@ from fhc_jax.algos import nn_constrained as nc, nn_losses as nl
 from fhc_jax.algos.core.networks import NetworkSpec
 from fhc_jax.envs import GridWorld
 from judge import machine_info, train_and_judge
-from timing import command_line, compile_and_time
+from timing import compile_and_time, provenance
 
 
 def quality(env, params, config: nc.Config, seeds: int = 5) -> dict:
@@ -98,11 +98,12 @@ def main() -> None:
                         help="comma-separated K values of the speed table (default 256,4096)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "nn_constrained.json"))
     args = parser.parse_args()
+    source = provenance()  # the command and the git revision, read before anything is measured
 
     env = GridWorld()
     params = env.default_params
     result: dict = {
-        "command": command_line(),
+        **source,
         "machine": machine_info(),
         "default_config": {k: (repr(v) if not isinstance(v, (int, float, str, bool)) else v)
                            for k, v in vars(nc.Config()).items()},

@@ -76,7 +76,7 @@ class FhcDocstrings(griffe.Extension):
     def on_package(self, *, pkg: griffe.Module, **kwargs) -> None:
         if pkg.path != "fhc_jax":
             return
-        scaffold = pkg["algos.learner"]
+        scaffold = pkg["algos.core.scaffold"]
         for module in pkg["algos"].modules.values():
             lineno, names = _interface_line(module)
             for name in names:

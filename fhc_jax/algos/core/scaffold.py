@@ -33,13 +33,17 @@ from fhc_jax.algos.core.networks import NetworkSpec
 from fhc_jax.algos.core.paths import judged_exactly
 from fhc_jax.algos.core.policies import table_policy
 from fhc_jax.algos.core.selection import Selection, Status, constraint_status, offer, selection_key
-from fhc_jax.algos.core.tabular_rollout import Batch
+from fhc_jax.algos.core.tabular_rollout import Batch, rollout_policy_table, tabular_model
 from fhc_jax.cmdp.evaluate import evaluate
 from fhc_jax.envs.spaces import Box
 from fhc_jax.envs.wrappers import ScaledSignals, signal_scales
 from fhc_jax.rollout import rollout_returns
 
 Array = jax.Array
+
+#: the exact check of the returned policy (:attr:`Learner.verify`) allows float32 rounding: a cost
+#: may exceed alpha by this fraction of |alpha| plus the cost's typical step magnitude
+VERIFY_RTOL = 1e-5
 
 
 @struct.dataclass
@@ -99,6 +103,10 @@ class Learner:
             becomes a candidate of the :class:`Selection` (the policy the run returns).
         evaluate: ``carry -> (reward (), costs (M,))`` of the reported policy: exact on
             tabular exact models, else a Monte-Carlo estimate (``eval_episodes`` episodes).
+        verify: ``carry -> (met bool (), costs (M,))``: whether the returned policy (the
+            :class:`Selection`) meets every constraint, with the costs that say so, in the
+            environment's units: its exact costs on tabular exact models (the status checks
+            itself against the referee), else the upper 95% bounds of its estimates.
         policy_table: ``train_state -> (H, S, A)``, the reported policy for exact evaluation;
             None on environments judged by Monte-Carlo (no tabular exact model).
         thresholds: alpha^(k) in the environment's units, (M,) numpy.
@@ -113,6 +121,7 @@ class Learner:
     step: Callable[[Carry, Any], tuple[Carry, dict[str, Array]]]
     mark: Callable[[Carry], Carry]
     evaluate: Callable[[Carry], tuple[Array, Array]]
+    verify: Callable[[Carry], tuple[Array, Array]]
     policy_table: Callable[[Any], Array] | None
     thresholds: np.ndarray
     violation_units: np.ndarray
@@ -281,19 +290,15 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
     unscale = {"reward": scale_r, "costs": jnp.asarray(scale_c), "critic_costs": jnp.asarray(scale_c),
                "multipliers": jnp.asarray(scale_r / scale_c, jnp.float32)}
     thresholds = np.asarray(env.thresholds(params), np.float32).reshape(-1)
-    units = np.asarray(multiplier_laws.violation_units(thresholds / scale_c, env.horizon)) * scale_c
+    train_thresholds = thresholds / scale_c  # alpha in training units, (M,)
+    train_units = np.asarray(multiplier_laws.violation_units(train_thresholds, env.horizon))
+    units = train_units * scale_c
     exact = judged_exactly(env)
 
     def table_fn(state: Any) -> Array:
         return jax.nn.softmax(algo.table_logits(state, setup), axis=-1)
 
     head = None if algo.action_head is None else algo.action_head(setup)
-
-    def act_fn(state: Any) -> Callable:
-        """The reported policy of ``state`` as ``act(key, observation, h)`` on ``env``."""
-        if exact:
-            return table_policy(table_fn(state), env)
-        return observation_policy(partial(algo.observation_outputs, state, setup), head)
 
     def init_fn(key: Array, cfg: Any) -> Carry:
         cfg = config if cfg is None else cfg
@@ -317,10 +322,22 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
         metrics = {k: v * unscale[k] if k in unscale else v for k, v in metrics.items()}  # environment's units
         return carry.replace(state=state, key=keys[0]), metrics
 
+    if exact:  # the candidates' episodes on the footing the learner trains on: its own rollout of the model
+        model = tabular_model(train_env, params)
+
+        def episodes(state: Any) -> tuple[Array, Array]:
+            batch = rollout_policy_table(selection_key(), model, table_fn(state), config.eval_episodes)
+            return batch.episode_rewards, batch.episode_costs
+    else:
+        def episodes(state: Any) -> tuple[Array, Array]:
+            act = observation_policy(partial(algo.observation_outputs, state, setup), head)
+            returns = rollout_returns(selection_key(), train_env, params, act, config.eval_episodes)
+            return returns.rewards, returns.costs
+
     def mark_fn(carry: Carry) -> Carry:
-        returns = rollout_returns(selection_key(), env, params, act_fn(carry.state), config.eval_episodes)
-        return carry.replace(selection=offer(carry.selection, carry.state, _updates_done(carry.state), returns.rewards,
-                                             returns.costs, thresholds, units))
+        rewards, costs = episodes(carry.state)  # training units
+        return carry.replace(selection=offer(carry.selection, carry.state, _updates_done(carry.state), rewards, costs,
+                                             train_thresholds, train_units))
 
     if exact:
         cmdp = env.to_cmdp(params)
@@ -328,11 +345,16 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
         def evaluate_fn(carry: Carry) -> tuple[Array, Array]:
             ev = evaluate(cmdp, table_fn(carry.state))
             return ev.reward, ev.costs
+
+        def verify_fn(carry: Carry) -> tuple[Array, Array]:
+            costs = evaluate(cmdp, table_fn(carry.selection.state)).costs
+            return jnp.all(costs <= thresholds + VERIFY_RTOL * (np.abs(thresholds) + scale_c)), costs
     else:
         monte_carlo = monte_carlo_evaluator(env, params, config.eval_episodes, head)
         evaluate_fn = lambda carry: monte_carlo(partial(algo.observation_outputs, carry.state, setup))
+        verify_fn = lambda carry: (carry.selection.feasible, carry.selection.upper * scale_c)
 
-    return Learner(config=config, init=init_fn, step=step_fn, mark=mark_fn, evaluate=evaluate_fn,
+    return Learner(config=config, init=init_fn, step=step_fn, mark=mark_fn, evaluate=evaluate_fn, verify=verify_fn,
                    policy_table=table_fn if exact else None, thresholds=thresholds, violation_units=units,
                    multiplier_units=np.asarray(scale_r / scale_c, np.float32))
 
@@ -344,8 +366,9 @@ def _updates_done(train_state: Any) -> Array:
 
 def run_status(learner: Learner, carry: Carry, metrics: dict[str, Array]) -> Status:
     """:func:`constraint_status` of a run from its final carry and per-iteration metrics."""
+    met, costs = learner.verify(carry)
     return constraint_status(metrics["multipliers"], metrics["costs"], learner.thresholds, learner.violation_units,
-                             learner.multiplier_units, carry.selection.feasible)
+                             learner.multiplier_units, met, costs)
 
 
 def make_train(algo: Algorithm, env, params, config: Any) -> Callable[..., TrainResult]:

@@ -11,9 +11,11 @@ from fhc_jax.cmdp import (
     Solution,
     SparseTransitions,
     TabularCMDP,
+    TradeOff,
     evaluate,
     solve,
     solve_unconstrained,
+    tradeoff,
 )
 from fhc_jax.envs import BatteryStorage, Environment, GridWorld, TabularEnv
 from fhc_jax.rollout import (Returns, Trajectory, random_policy, rollout, rollout_returns, trajectory_observations,
@@ -48,4 +50,6 @@ __all__ = [
     "evaluate",
     "solve",
     "solve_unconstrained",
+    "TradeOff",
+    "tradeoff",
 ]

@@ -1,7 +1,8 @@
 """The ``fhc-jax`` command line.
 
 * ``fhc-jax solve``: exact unconstrained and constrained optima of an environment (``--env``,
-  default the paper's gridworld; ``--set env.KEY=VALUE``).
+  default the paper's gridworld; ``--set env.KEY=VALUE``); ``--tradeoff [N]`` adds the exact
+  trade-off curve (reward and multiplier against the threshold) as a table and a figure.
 * ``fhc-jax train``: train a learner on several seeds in chunks into a run directory
   (config.json, metrics.csv, summary.json, policy.npz, checkpoints/, plots/); ``--resume``.
 * ``fhc-jax plot RUN_DIR``: redraw a run directory's figures from its files.
@@ -82,35 +83,81 @@ def _cmd_solve(args: argparse.Namespace) -> int:
             raise config.ConfigError(f"environment {entry.name!r} has no exact model (has_exact_model is False)")
         if args.out:  # before solving: a file we cannot write is known now, not after the solve
             rundir.check_writable_file(args.out)
+        plot_path = _check_tradeoff_args(args, env)
     except ValueError as err:
         return _error("solve", err)
     cmdp = env.to_cmdp(params)
     unconstrained = fhc.solve_unconstrained(cmdp)
+    title = f"{entry.describe(settings)}: {config.env_repr(env)}"
     try:
         constrained = fhc.solve(cmdp, method=args.method)
     except fhc.InfeasibleConstraintError as err:
         print(f"fhc-jax solve: {err}", file=sys.stderr)
+        if args.tradeoff is not None:  # the curve shows where the feasible thresholds are
+            from fhc_jax.experiment import tradeoff_plot
+
+            tradeoff_plot.report(cmdp, args.tradeoff, None, plot_path, f"{entry.describe(settings)}: exact trade-off")
         return 1
     alpha = np.asarray(cmdp.thresholds, dtype=np.float64)
-    gap = 1.0 - constrained.reward / unconstrained.reward if unconstrained.reward else 0.0
-    print(f"{entry.describe(settings)}: {config.env_repr(env)}, S={cmdp.num_states}, A={cmdp.num_actions}, H={cmdp.horizon}, "
-          f"alpha={alpha.tolist()}")
+    loss_line, loss, relative = _reward_loss(unconstrained, constrained)
+    print(f"{title}, S={cmdp.num_states}, A={cmdp.num_actions}, H={cmdp.horizon}, alpha={alpha.tolist()}")
     print(f"{'optimum':<14}{'reward':>10}{'cost':>22}{'multiplier':>22}{'solve [s]':>11}")
     for name, sol in (("unconstrained", unconstrained), ("constrained", constrained)):
         print(f"{name:<14}{sol.reward:>10.4f}{np.array2string(sol.costs, precision=4):>22}"
               f"{np.array2string(sol.multipliers, precision=4):>22}{sol.solve_time:>11.3f}")
-    print(f"constraint costs {gap:.1%} of the unconstrained reward "
-          f"(method={constrained.method}, {constrained.oracle_calls} backward inductions)")
+    print(f"{loss_line} (method={constrained.method}, {constrained.oracle_calls} backward inductions)")
+    curves = []
+    if args.tradeoff is not None:
+        from fhc_jax.experiment import tradeoff_plot
+
+        curves = tradeoff_plot.report(cmdp, args.tradeoff, constrained, plot_path, f"{entry.describe(settings)}: exact trade-off")
     if args.out:
         rundir.write_json_atomic(Path(args.out), {
             "env": {"name": entry.name, **settings},
             "unconstrained": _solution_dict(unconstrained),
             "constrained": _solution_dict(constrained),
-            "relative_reward_loss": gap,
+            "reward_loss": loss,
+            "relative_reward_loss": relative,
+            **({"tradeoff": [c.as_dict() for c in curves], "tradeoff_plot": str(plot_path)} if curves else {}),
             "machine": rundir.machine_info(),
         })
         print(f"wrote {args.out}")
     return 0
+
+
+def _reward_loss(unconstrained, constrained) -> tuple[str, float, float | None]:
+    """The reward the constraints cost, J_u - J_c (>= 0 up to rounding), in words, with a
+    relative figure (J_u - J_c) / |J_u| only where it means something (J_u != 0), for rewards
+    of any sign. Returns (the summary line, J_u - J_c, the relative figure or None)."""
+    j_u, j_c = float(unconstrained.reward), float(constrained.reward)
+    loss = j_u - j_c
+    what = "the constraint" if np.size(constrained.multipliers) == 1 else "the constraints"
+    if not np.any(np.asarray(constrained.multipliers) > 0):
+        return f"{what} do{'es' * (what == 'the constraint')} not bind (multiplier 0): no reward lost", loss, \
+            (loss / abs(j_u) if j_u else None)
+    line = f"{what} cost{'s' * (what == 'the constraint')} {loss:.6g} reward (J_u - J_c = {j_u:.6g} - {j_c:.6g})"
+    if j_u == 0:
+        return f"{line}; no relative figure: the unconstrained reward J_u is 0", loss, None
+    return f"{line}, {loss / abs(j_u):.1%} of |J_u|, the unconstrained reward's magnitude", loss, loss / abs(j_u)
+
+
+def _check_tradeoff_args(args: argparse.Namespace, env):
+    """``--tradeoff N`` and ``--plot`` before any computation: N in [2, 10000], a model with a
+    constraint, a writable figure path (returned; None without ``--tradeoff``)."""
+    from fhc_jax.experiment import config, rundir, tradeoff_plot
+
+    if args.tradeoff is None:
+        if args.plot is not None:
+            raise config.ConfigError("--plot is the figure of --tradeoff; add --tradeoff [N] or drop --plot")
+        return None
+    if not 2 <= args.tradeoff <= 10_000:
+        raise config.ConfigError(f"--tradeoff N: the number of thresholds must lie in [2, 10000], found {args.tradeoff}")
+    if env.num_constraints < 1:
+        raise config.ConfigError("--tradeoff: the environment has no constraint, so there is no trade-off curve")
+    path = Path(args.plot) if args.plot is not None else tradeoff_plot.default_plot_path(args.out)
+    if path.suffix.lower() != ".png":
+        raise config.ConfigError(f"--plot {path}: the figure is a PNG file; give a name ending in .png")
+    return rundir.check_writable_file(path, "--plot")
 
 
 def _one_line(err: BaseException) -> str:
@@ -530,6 +577,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", choices=("dual", "lp"), default="dual",
                    help="dual: Lagrangian duality + DP (default); lp: HiGHS occupancy LP (slow)")
     p.add_argument("--out", help="write the results as JSON to this file")
+    p.add_argument("--tradeoff", nargs="?", type=int, const=21, default=None, metavar="N",
+                   help="also the exact trade-off curve of each constraint: the optimum's reward, multiplier and "
+                        "reward lost at N thresholds (default 21) from the cheapest policy's cost to the unconstrained "
+                        "optimum's, printed with the threshold in use marked, and plotted (--plot)")
+    p.add_argument("--plot", default=None, metavar="PATH",
+                   help="the trade-off figure (PNG) of --tradeoff (default: next to --out as NAME_tradeoff.png, "
+                        "else tradeoff.png in the working directory)")
     p.set_defaults(func=_cmd_solve)
 
     p = sub.add_parser("train", help="train a learner on several seeds into a run directory",

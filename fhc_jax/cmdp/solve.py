@@ -234,9 +234,10 @@ class _Oracle:
         deterministic optimum's actions (H, S), its reward J / c_r and costs C / c (M,)."""
         self.calls += 1
         weights = np.asarray(penalties, dtype=np.float64) / self.cost_units
-        acts, j, c = _greedy(
-            self.cmdp, jnp.asarray(reward_weight / self.reward_unit, self.dtype), jnp.asarray(weights, self.dtype)
-        )
+        # without penalties the argmax of the reward alone, in the model's own units: the policy
+        # of solve_unconstrained, whatever ties rounding in other units would break otherwise
+        rho = reward_weight if not weights.any() else reward_weight / self.reward_unit
+        acts, j, c = _greedy(self.cmdp, jnp.asarray(rho, self.dtype), jnp.asarray(weights, self.dtype))
         return acts, float(j) / self.reward_unit, np.asarray(c, dtype=np.float64) / self.cost_units
 
 
@@ -406,6 +407,12 @@ def _solve_single(cmdp: TabularCMDP, oracle: _Oracle, max_iterations: int):
     return x, np.array([nu])
 
 
+#: HiGHS tolerances of the restricted master LP (data in normalised units, O(1)): its duals are
+#: the multipliers, and the default 1e-7 left them inexact enough for Kelley's method to return
+#: the same column forever
+_MASTER_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
+
+
 def _restricted_master(rewards: np.ndarray, costs: np.ndarray, alpha: np.ndarray, phase1: bool):
     """LP over mixture weights of the generated policies (the restricted master problem).
 
@@ -422,7 +429,8 @@ def _restricted_master(rewards: np.ndarray, costs: np.ndarray, alpha: np.ndarray
         c = -rewards
         a_ub = costs.T
         a_eq = np.ones((1, n))
-    res = scipy.optimize.linprog(c, A_ub=a_ub, b_ub=alpha, A_eq=a_eq, b_eq=[1.0], bounds=(0, None), method="highs")
+    res = scipy.optimize.linprog(c, A_ub=a_ub, b_ub=alpha, A_eq=a_eq, b_eq=[1.0], bounds=(0, None), method="highs",
+                                 options=_MASTER_OPTIONS)
     if res.status != 0:
         raise RuntimeError(f"solve: restricted master LP failed: {res.message}")
     nu = -np.asarray(res.ineqlin.marginals)
@@ -462,6 +470,8 @@ def _solve_column_generation(cmdp: TabularCMDP, oracle: _Oracle, max_iterations:
         dual_value = cand[1] - nu @ (cand[2] - alpha)  # D(nu) >= optimum >= master value
         if dual_value <= value + _dual_tolerance(nu, alpha):
             break
+        if any(cand[1] == c[1] and np.array_equal(cand[2], c[2]) for c in cols):
+            break  # no new column prices out: the master's optimum is the optimum (to the LP's precision)
         cols.append(cand)
     else:
         raise RuntimeError(f"solve: column generation did not converge in {max_iterations} rounds")

@@ -230,3 +230,16 @@ def test_solve_summary_is_right_for_negative_and_zero_rewards(capsys):
     assert loss == 3.0 and rel is None and "no relative figure: the unconstrained reward J_u is 0" in line
     line, loss, rel = _reward_loss(Sol(4.0, 0.0), Sol(4.0, 0.0))
     assert "does not bind" in line and loss == 0.0
+
+
+def test_column_generation_does_not_cycle():
+    """garnet_m2 at alpha = (7.46, 6.15): with the master LP's default tolerances (1e-7) its
+    duals were inexact enough for Kelley's method to return the same column 200 times."""
+    cmdp = suite.task("garnet_m2").cmdp()
+    thresholds = np.array([7.456086085394325, 6.14893389])
+    with jax.enable_x64(True):
+        c64 = cmdp.astype(jnp.float64).replace(thresholds=thresholds)
+        dual, lp = fhc.solve(c64, max_iterations=60), fhc.solve(c64, method="lp")
+    assert dual.reward == pytest.approx(lp.reward, rel=1e-6)
+    assert np.all(dual.costs <= thresholds * (1 + 1e-9))
+

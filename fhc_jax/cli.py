@@ -89,6 +89,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     cmdp = env.to_cmdp(params)
     unconstrained = fhc.solve_unconstrained(cmdp)
     title = f"{entry.describe(settings)}: {config.env_repr(env)}"
+    figure_title = f"{entry.describe(settings)}: exact trade-off"
     try:
         constrained = fhc.solve(cmdp, method=args.method)
     except fhc.InfeasibleConstraintError as err:
@@ -96,7 +97,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         if args.tradeoff is not None:  # the curve shows where the feasible thresholds are
             from fhc_jax.experiment import tradeoff_plot
 
-            tradeoff_plot.report(cmdp, args.tradeoff, None, plot_path, f"{entry.describe(settings)}: exact trade-off")
+            tradeoff_plot.report(cmdp, args.tradeoff, None, plot_path, figure_title)
         return 1
     alpha = np.asarray(cmdp.thresholds, dtype=np.float64)
     loss_line, loss, relative = _reward_loss(unconstrained, constrained)
@@ -110,7 +111,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     if args.tradeoff is not None:
         from fhc_jax.experiment import tradeoff_plot
 
-        curves = tradeoff_plot.report(cmdp, args.tradeoff, constrained, plot_path, f"{entry.describe(settings)}: exact trade-off")
+        curves = tradeoff_plot.report(cmdp, args.tradeoff, constrained, plot_path, figure_title)
     if args.out:
         rundir.write_json_atomic(Path(args.out), {
             "env": {"name": entry.name, **settings},

@@ -104,9 +104,9 @@ def _reference_inventory():
 
 @pytest.mark.parametrize("field", ["rewards", "costs", "terminal_rewards", "terminal_costs", "thresholds"])
 def test_values_the_dtype_would_flush_to_zero_are_refused(field):
-    kw = dict(transitions=np.ones((1, 2, 1)), rewards=np.ones((2, 1, 2)), costs=np.ones((1, 2, 1, 2)),
-              terminal_rewards=np.ones(1), terminal_costs=np.ones((1, 1)), thresholds=np.ones(1),
-              initial_distribution=np.ones(1))
+    kw = {"transitions": np.ones((1, 2, 1)), "rewards": np.ones((2, 1, 2)), "costs": np.ones((1, 2, 1, 2)),
+          "terminal_rewards": np.ones(1), "terminal_costs": np.ones((1, 1)), "thresholds": np.ones(1),
+          "initial_distribution": np.ones(1)}
     tiny = np.array(kw[field], np.float64)
     tiny.reshape(-1)[0] = 1e-40  # a float32 subnormal (numpy keeps it; XLA's arithmetic flushes it to 0)
     with pytest.raises(ValueError, match=rf"TabularCMDP\.{field}: 1 nonzero values below the smallest normal "
@@ -124,8 +124,8 @@ def test_values_the_dtype_would_flush_to_zero_are_refused(field):
 
 
 def test_float64_models_keep_values_float32_cannot_hold(x64):
-    kw = dict(transitions=np.ones((1, 2, 1)), rewards=np.full((2, 1, 2), 1e-40), costs=np.full((1, 2, 1, 2), 1e-300),
-              thresholds=np.full(1, 1e-300), initial_distribution=np.ones(1))
+    kw = {"transitions": np.ones((1, 2, 1)), "rewards": np.full((2, 1, 2), 1e-40),
+          "costs": np.full((1, 2, 1, 2), 1e-300), "thresholds": np.full(1, 1e-300), "initial_distribution": np.ones(1)}
     cmdp = fhc.TabularCMDP(**kw)  # normal float64 numbers
     assert cmdp.rewards.dtype == jnp.float64 and float(cmdp.rewards[0, 0, 0]) == 1e-40
     with pytest.raises(ValueError, match=r"TabularCMDP\.costs: 4 nonzero values below the smallest normal float64"):

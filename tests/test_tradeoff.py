@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import random_cmdp
 
 import fhc_jax as fhc
-from conftest import random_cmdp
 from fhc_jax.cli import main
 from fhc_jax.envs import suite
 from fhc_jax.experiment.tradeoff_plot import MARK

@@ -514,8 +514,8 @@ def _solve_lp(cmdp: TabularCMDP, units: _Units, t0: float) -> Solution:
     a_eq = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(h_ * s_, n))
     b_eq = np.zeros(h_ * s_)
     b_eq[:s_] = np.asarray(cmdp.initial_distribution, dtype=np.float64)
-    problem = dict(c=-obj[0], A_ub=sp.csr_matrix(obj[1:]) if m else None, b_ub=alpha if m else None,
-                   A_eq=a_eq, b_eq=b_eq, bounds=(0, None))
+    problem = {"c": -obj[0], "A_ub": sp.csr_matrix(obj[1:]) if m else None, "b_ub": alpha if m else None,
+               "A_eq": a_eq, "b_eq": b_eq, "bounds": (0, None)}
     res = scipy.optimize.linprog(**problem, method="highs")
     if res.status not in (0, 2):
         # HiGHS's simplex may end without a verdict ("model status Unknown") on thresholds just

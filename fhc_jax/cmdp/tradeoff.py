@@ -258,9 +258,9 @@ def _single(c64: TabularCMDP, num: int, max_iterations: int) -> dict:
         slopes[n] = max(0.0, (j_b - j_a) / (c_b - c_a))
         rewards[n] = j_a + slopes[n] * float(np.clip(alpha - c_a, 0.0, c_b - c_a))
     c_r, c_k = units.reward, float(units.costs[0])
-    return dict(alphas=alphas * c_k, rewards=rewards * c_r, multipliers=(slopes * c_r / c_k)[:, None],
-                costs=np.minimum(alphas, c_free)[:, None] * c_k, cheapest_cost=c_min * c_k,
-                unconstrained_cost=c_free * c_k, unconstrained_reward=free[1] * c_r, oracle_calls=oracle.calls)
+    return {"alphas": alphas * c_k, "rewards": rewards * c_r, "multipliers": (slopes * c_r / c_k)[:, None],
+            "costs": np.minimum(alphas, c_free)[:, None] * c_k, "cheapest_cost": c_min * c_k,
+            "unconstrained_cost": c_free * c_k, "unconstrained_reward": free[1] * c_r, "oracle_calls": oracle.calls}
 
 
 def _multi(c64: TabularCMDP, num: int, k: int, max_iterations: int) -> dict:
@@ -269,8 +269,8 @@ def _multi(c64: TabularCMDP, num: int, k: int, max_iterations: int) -> dict:
     m = c64.num_constraints
     others = [j for j in range(m) if j != k]
     alpha = np.asarray(c64.thresholds, np.float64)
-    kept = dict(costs=c64.costs[jnp.asarray(others)], terminal_costs=c64.terminal_costs[jnp.asarray(others)],
-                thresholds=alpha[others])
+    kept = {"costs": c64.costs[jnp.asarray(others)], "terminal_costs": c64.terminal_costs[jnp.asarray(others)],
+            "thresholds": alpha[others]}
     least = c64.replace(rewards=-c64.expected_costs()[k], terminal_rewards=-c64.terminal_costs[k], **kept)
     try:
         cheap = solve(least, max_iterations=max_iterations)
@@ -285,5 +285,5 @@ def _multi(c64: TabularCMDP, num: int, k: int, max_iterations: int) -> dict:
     for n, a in enumerate(alphas):
         sol = solve(c64.replace(thresholds=np.where(np.arange(m) == k, a, alpha)), max_iterations=max_iterations)
         rewards[n], multipliers[n], costs[n] = sol.reward, sol.multipliers, sol.costs
-    return dict(alphas=alphas, rewards=rewards, multipliers=multipliers, costs=costs, cheapest_cost=c_min,
-                unconstrained_cost=c_free, unconstrained_reward=free.reward, oracle_calls=2 + num)
+    return {"alphas": alphas, "rewards": rewards, "multipliers": multipliers, "costs": costs, "cheapest_cost": c_min,
+            "unconstrained_cost": c_free, "unconstrained_reward": free.reward, "oracle_calls": 2 + num}

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_cmdp
+from helpers import random_cmdp
 
 import fhc_jax as fhc
 from fhc_jax.cli import main

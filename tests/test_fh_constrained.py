@@ -299,7 +299,7 @@ def test_policy_for_rollout_matches_table():
 
 @pytest.mark.slow
 def test_works_with_tabular_env_and_two_constraints():
-    from conftest import random_cmdp
+    from helpers import random_cmdp
 
     cmdp = random_cmdp(3, num_states=6, num_actions=3, horizon=4, num_constraints=2, thresholds=np.array([1.5, 1.5]))
     env = fhc.TabularEnv(cmdp)
@@ -345,7 +345,7 @@ def test_constant_step_sizes_need_opt_out():
 
 
 def test_coarse_features_need_a_grid():
-    from conftest import random_cmdp
+    from helpers import random_cmdp
 
     env = fhc.TabularEnv(random_cmdp(0))
     with pytest.raises(ValueError, match="spatial environment"):

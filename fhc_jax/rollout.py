@@ -69,9 +69,9 @@ import numpy as np
 from flax import struct
 from jax.extend.random import define_prng_impl, threefry_prng_impl
 
-from fhc_jax.envs.base import Environment, check_int
+from fhc_jax.envs.base import Environment, check_int, check_static
 from fhc_jax.envs.spaces import Box
-from fhc_jax.envs.validation import InvalidActionError, action_range, check_action, check_static, is_concrete, raise_if
+from fhc_jax.envs.validation import InvalidActionError, action_range, check_action, is_concrete, raise_if
 
 Array = jax.Array
 

@@ -15,6 +15,7 @@ import pytest
 from fhc_jax.algos import fh_constrained, resolve_env_defaults
 from fhc_jax.cli import main
 from fhc_jax.experiment import compare, config, judge
+from fhc_jax.experiment.judgement import Optimum
 
 TINY = ["env.size=3", "env.horizon=4", "env.alpha=3.0", "num_iterations=6", "episodes_per_iteration=8",
         "run.chunk_size=3", "cpo.episodes_per_iteration=16"]
@@ -135,8 +136,8 @@ def test_judge_run_window_and_violations():
     r, n, k = 3, 100, 256
     metrics = {"reward": np.tile(np.arange(n, dtype=float), (r, 1)), "costs": np.full((r, n, 1), 20.0)}
     metrics["costs"][1, -5:, 0] = 100.0  # seed 1's last iterations: mean over the window > alpha
-    opt = judge.Optimum(reward=45.0, costs=np.array([25.0]), multipliers=np.array([0.5]), policy=np.zeros(1),
-                        stage_costs=np.zeros(1), stage_rewards=np.zeros(1), solve_time_s=0.0)
+    opt = Optimum(reward=45.0, costs=np.array([25.0]), multipliers=np.array([0.5]), policy=np.zeros(1),
+                  stage_costs=np.zeros(1), stage_rewards=np.zeros(1), solve_time_s=0.0)
     judged = judge.judge(np.array([40.0, 41.0, 42.0]), np.array([[25.4], [25.6], [10.0]]), np.array([25.0]),
                          optimum=opt)
     out = compare.judge_run(metrics, judged, k)

@@ -17,14 +17,15 @@ import pytest
 from scipy import stats as sps
 
 from fhc_jax.experiment import config, judge, statistics, sweep
+from fhc_jax.experiment.judgement import Optimum
 from fhc_jax.experiment.runner import Progress, RunsProgress, parse_run_line
 
 rliable_metrics = pytest.importorskip("rliable.metrics")
 
 
-def _optimum(reward: float) -> judge.Optimum:
-    return judge.Optimum(reward=reward, costs=np.array([25.0]), multipliers=np.array([0.5]), policy=None,
-                         stage_costs=None, stage_rewards=None, solve_time_s=0.0)
+def _optimum(reward: float) -> Optimum:
+    return Optimum(reward=reward, costs=np.array([25.0]), multipliers=np.array([0.5]), policy=None,
+                   stage_costs=None, stage_rewards=None, solve_time_s=0.0)
 
 
 # ----------------------------------------------------------------------------- estimators

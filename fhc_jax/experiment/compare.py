@@ -60,6 +60,7 @@ import numpy as np
 
 from fhc_jax.algos.hyperparameters import resolve_env_defaults
 from fhc_jax.experiment import config, judge, statistics, tracking
+from fhc_jax.experiment.judgement import Judgement, Optimum, relative_excess, stats
 from fhc_jax.experiment.plots import plot_comparison
 from fhc_jax.experiment.rundir import load_average, machine_info, source_revision
 from fhc_jax.experiment.runner import (DivergenceError, RunsProgress, divergence_hint, env_steps_per_iteration,
@@ -258,7 +259,7 @@ def paper_window(num_iterations: int, episodes_per_iteration: int) -> int:
     return int(min(num_iterations, math.ceil(PAPER_EPISODES / episodes_per_iteration)))
 
 
-def judge_run(metrics: Mapping[str, np.ndarray], judged: judge.Judgement, episodes_per_iteration: int
+def judge_run(metrics: Mapping[str, np.ndarray], judged: Judgement, episodes_per_iteration: int
               ) -> dict[str, Any]:
     """Every number of one run's table row.
 
@@ -288,25 +289,25 @@ def judge_run(metrics: Mapping[str, np.ndarray], judged: judge.Judgement, episod
         "paper_metric": {
             "window_iterations": window,
             "window_episodes": window * episodes_per_iteration,
-            "reward": judge.stats(p_reward, per_seed=True),
-            "costs": [judge.stats(p_costs[:, k], per_seed=True) for k in range(p_costs.shape[1])],
+            "reward": stats(p_reward, per_seed=True),
+            "costs": [stats(p_costs[:, k], per_seed=True) for k in range(p_costs.shape[1])],
             "violating_seeds": int(p_violating.sum()),
             "violation_rate": float(p_violating.mean()),
             "fraction_of_window_iterations_above_alpha": iters_above,
         },
         "exact": {
-            "reward": judge.stats(judged.reward, per_seed=True),
-            "costs": [judge.stats(e_costs[:, k], per_seed=True) for k in range(e_costs.shape[1])],
+            "reward": stats(judged.reward, per_seed=True),
+            "costs": [stats(e_costs[:, k], per_seed=True) for k in range(e_costs.shape[1])],
             "violating_seeds": int(e_violating.sum()),
             "violation_rate": float(e_violating.mean()),
-            "max_relative_excess": float(np.max(judge.relative_excess(e_costs, judged.thresholds))),
+            "max_relative_excess": float(np.max(relative_excess(e_costs, judged.thresholds))),
             "judgement": judged.summary(),
         },
     }
     if judged.optimum is not None:
-        out["exact"]["gap"] = judge.stats(judged.gap, per_seed=True)
+        out["exact"]["gap"] = stats(judged.gap, per_seed=True)
         frac = judged.fraction_of_optimum
-        out["exact"]["fraction_of_optimum"] = None if frac is None else judge.stats(frac, per_seed=True)
+        out["exact"]["fraction_of_optimum"] = None if frac is None else stats(frac, per_seed=True)
     return out
 
 
@@ -572,9 +573,9 @@ def profile_panels(result: Mapping[str, Any]) -> list[tuple[str, dict[str, np.nd
     opt = result.get("optimum")
     if opt is None or not opt["reward"] > 0:
         return None
-    optimum = judge.Optimum(reward=opt["reward"], costs=np.asarray(opt["costs"]),
-                            multipliers=np.asarray(opt["multipliers"]), policy=None, stage_costs=None,
-                            stage_rewards=None, solve_time_s=opt["solve_time_s"])
+    optimum = Optimum(reward=opt["reward"], costs=np.asarray(opt["costs"]),
+                      multipliers=np.asarray(opt["multipliers"]), policy=None, stage_costs=None,
+                      stage_rewards=None, solve_time_s=opt["solve_time_s"])
     every, feasible = {}, {}
     for row in result["runs"]:
         reward = row["exact"]["reward"]["per_seed"]

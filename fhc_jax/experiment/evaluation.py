@@ -43,6 +43,7 @@ from fhc_jax.algos.learner import judged_exactly, play_environment
 from fhc_jax.envs.base import Environment
 from fhc_jax.experiment import checkpoint, config, judge, rundir
 from fhc_jax.experiment.config import ConfigError, parse_assignment, plain
+from fhc_jax.experiment.judgement import Judgement
 from fhc_jax.experiment.rundir import RunFiles
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, seed_keys
 
@@ -288,12 +289,12 @@ class RunEvaluation:
     """What :func:`evaluate_run` found.
 
     Attributes:
-        judgement: the :class:`~fhc_jax.experiment.judge.Judgement` of every seed on the target.
+        judgement: the :class:`~fhc_jax.experiment.judgement.Judgement` of every seed on the target.
         target: the :class:`Target`.
         record: the JSON record (``fhc-jax eval`` writes it to ``RUN/eval/<name>.json``).
     """
 
-    judgement: judge.Judgement
+    judgement: Judgement
     target: Target
     record: dict
 
@@ -350,7 +351,7 @@ def evaluate_run(run: LoadedRun, target: Target | None = None, *,
     return RunEvaluation(judgement=judged, target=target, record=record)
 
 
-def _difference(summary: dict, judged: judge.Judgement) -> dict[str, Any] | None:
+def _difference(summary: dict, judged: Judgement) -> dict[str, Any] | None:
     """Largest |difference| between summary.json's per-seed reward and costs and ``judged``'s."""
     try:
         reward = np.asarray([row["exact_reward"] for row in summary["seeds"]], np.float64)

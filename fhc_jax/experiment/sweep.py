@@ -15,7 +15,7 @@ and process 0 writes them (docs/distributed.md).
 Every configuration's seeds are judged by :func:`fhc_jax.experiment.judge.judge` (one feasibility
 rule, ``run.feasibility_tolerance``). Configurations are ranked as the defaults were chosen: by the
 number of feasible seeds, then by the worst seed's exact reward
-(:meth:`~fhc_jax.experiment.judge.Judgement.rank_key`); the best is the top-ranked configuration
+(:meth:`~fhc_jax.experiment.judgement.Judgement.rank_key`); the best is the top-ranked configuration
 with at least one feasible seed (None if none has one). Each configuration's row also carries
 ``statistics`` over its seeds (:func:`fhc_jax.experiment.statistics.seed_statistics`: mean and
 IQM of the exact reward, costs and gap with stratified-bootstrap 95% intervals, the probability
@@ -104,7 +104,7 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
 
     Returns a dict with ``grid`` (assignments, C), ``exact_reward`` (C, S), ``exact_costs``
     (C, S, M), ``multipliers`` (C, S, M) or None, ``thresholds`` (M,), ``optimum``
-    (:class:`~fhc_jax.experiment.judge.Optimum` or None), ``tolerance``, ``best`` (index or
+    (:class:`~fhc_jax.experiment.judgement.Optimum` or None), ``tolerance``, ``best`` (index or
     None), ``rows`` (table rows, with each configuration's ``rank``: 1 is best), timings and
     the machine.
     """

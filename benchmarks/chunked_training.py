@@ -33,7 +33,7 @@ from fhc_jax.experiment import checkpoint, rundir
 from fhc_jax.experiment.config import RUN_DEFAULTS
 from fhc_jax.experiment.rundir import machine_info
 from timing import command_line
-from fhc_jax.experiment.runner import Progress
+from fhc_jax.experiment.progress import Progress
 from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
 
 

@@ -186,7 +186,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import rundir, runner, sweep
+    from fhc_jax.experiment import distributed, rundir, sweep
 
     writer = _writer()  # several processes: process 0 writes the files
     try:
@@ -209,7 +209,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                     rundir.write_json_atomic(Path(args.out) / rundir.CONFIG, sweep.sweep_config(spec, grid))
             except Exception as err:  # noqa: BLE001 (raised on every process by agree)
                 error = err
-            runner.agree(error)
+            distributed.agree(error)
             result = sweep.run_sweep(spec, grid, shard=not args.no_shard, quiet=args.quiet or not writer,
                                      loggers=loggers if writer else None, out=args.out)
         except ValueError as err:
@@ -220,7 +220,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 sweep.write_sweep(args.out, spec, grid, result)
             except Exception as err:  # noqa: BLE001
                 error = err
-        runner.agree(error)
+        distributed.agree(error)
     if writer:
         print(sweep.format_sweep(result))
         print(f"wrote {args.out}")
@@ -228,7 +228,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import compare, rundir, runner
+    from fhc_jax.experiment import compare, distributed, rundir
 
     writer = _writer()  # several processes: process 0 writes the files and prints the progress
     try:  # validated before anything is compiled
@@ -256,7 +256,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                                                      lock_file=rundir.shared_lock_file(args.out, name)))
             except Exception as err:  # noqa: BLE001 (raised on every process by agree)
                 error = err
-            runner.agree(error)
+            distributed.agree(error)
             result = compare.run_comparison(runs, seeds=args.seeds, overrides=args.set or (), env=args.env,
                                             study=study, quiet=args.quiet or not writer,
                                             loggers=loggers if writer else None, log_dir=args.out, log_name=name)
@@ -268,7 +268,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 paths = compare.write_outputs(result, args.out, stem=name)
             except Exception as err:  # noqa: BLE001
                 error = err
-        runner.agree(error)
+        distributed.agree(error)
     if writer:
         print(compare.format_markdown(result))
         for path in paths.values():
@@ -278,9 +278,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _writer() -> bool:
     """Whether this process writes files and results (process 0 of a run over several)."""
-    from fhc_jax.experiment import runner
+    from fhc_jax.experiment import distributed
 
-    return runner.is_writer()
+    return distributed.is_writer()
 
 
 def _add_logger_option(p: argparse.ArgumentParser) -> None:
@@ -317,7 +317,7 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_cluster_options(p: argparse.ArgumentParser) -> None:
-    from fhc_jax.experiment.runner import HEARTBEAT_TIMEOUT_S, INIT_TIMEOUT_S
+    from fhc_jax.experiment.distributed import HEARTBEAT_TIMEOUT_S, INIT_TIMEOUT_S
 
     g = p.add_argument_group("several processes or hosts (jax.distributed; run the same command in every process)")
     g.add_argument("--coordinator", default=None, metavar="HOST:PORT",
@@ -342,8 +342,8 @@ _WORKER_ENV = "FHC_JAX_DISTRIBUTED_WORKER"
 
 
 def _cluster(args: argparse.Namespace):
-    """The :class:`~fhc_jax.experiment.runner.Cluster` the options ask for, or None (one process)."""
-    from fhc_jax.experiment.runner import Cluster
+    """The :class:`~fhc_jax.experiment.distributed.Cluster` the options ask for, or None (one process)."""
+    from fhc_jax.experiment.distributed import Cluster
 
     if not any(getattr(args, name, None) not in (None, False)
                for name in ("coordinator", "num_processes", "process_id", "distributed")):
@@ -494,10 +494,10 @@ def _fault_line(argv: Sequence[str], log: str) -> str | None:
     """The one line for a worker that JAX's runtime ended (None: the log holds no verdict):
     which process is lost, where the run stands and the command that continues it."""
     args = build_parser().parse_args(list(argv))
-    from fhc_jax.experiment import checkpoint, rundir, runner
+    from fhc_jax.experiment import checkpoint, distributed, rundir
 
     cluster = _cluster(args)
-    verdict = runner.runtime_verdict(log, args.process_id, args.num_processes, args.init_timeout)
+    verdict = distributed.runtime_verdict(log, args.process_id, args.num_processes, args.init_timeout)
     if verdict is None:
         return None
     flags = " ".join(cluster.flags())
@@ -619,7 +619,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if worker:
         _die_with_parent(int(parent))
     args = build_parser().parse_args(argv)
-    from fhc_jax.experiment import checkpoint, config, rundir, runner, training
+    from fhc_jax.experiment import checkpoint, config, distributed, rundir, runner, training
 
     command = args.command
     cluster = _cluster(args)
@@ -627,7 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not worker:  # an abbreviated option the scan above did not recognise
             return _supervise(argv)
         try:
-            runner.initialize(cluster)
+            distributed.initialize(cluster)
         except ValueError as err:
             return _error(command, err)
     try:
@@ -638,7 +638,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"fhc-jax {command}: interrupted", file=sys.stderr)
         return _interrupted(cluster)
-    except runner.DistributedError as err:  # another process failed (its message), or one was lost
+    except distributed.DistributedError as err:  # another process failed (its message), or one was lost
         lost = err.process is None and command == "train"
         hint = f"; continue it on every process with: fhc-jax train --resume --out {args.out} " \
             + " ".join(cluster.flags()) if lost else ""

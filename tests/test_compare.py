@@ -93,7 +93,7 @@ def test_exact_values_match_fhc_evaluate(tmp_path):
     the mean of the per-iteration batch means over the window. The statistics over seeds, their
     table and the performance profiles are there, and the progress written to a stream that is
     not a terminal has one plain, parseable line per completed run."""
-    from fhc_jax.experiment.runner import parse_run_line
+    from fhc_jax.experiment.progress import parse_run_line
 
     stream = io.StringIO()  # not a terminal
     res = compare.run_comparison(compare.select_runs(["fh-constrained"]), seeds=2, overrides=TINY[:-1],

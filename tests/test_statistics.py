@@ -1,5 +1,5 @@
 """Statistics over seeds (``fhc_jax.experiment.statistics``) and the overall progress of sweeps
-and comparisons (``fhc_jax.experiment.runner.RunsProgress``).
+and comparisons (``fhc_jax.experiment.progress.RunsProgress``).
 
 The bootstrap is checked against a stratified bootstrap computed here by hand with numpy (the
 same index draws from a seeded global generator, the same percentiles), its intervals' coverage
@@ -18,7 +18,7 @@ from scipy import stats as sps
 
 from fhc_jax.experiment import config, judge, statistics, sweep
 from fhc_jax.experiment.judgement import Optimum
-from fhc_jax.experiment.runner import Progress, RunsProgress, parse_run_line
+from fhc_jax.experiment.progress import Progress, RunsProgress, parse_run_line
 
 rliable_metrics = pytest.importorskip("rliable.metrics")
 

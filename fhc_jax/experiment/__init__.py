@@ -35,8 +35,10 @@ from fhc_jax.experiment.config import (ALGORITHMS, DEFAULT_TOLERANCE, ENVIRONMEN
 from fhc_jax.experiment.judgement import Judgement
 from fhc_jax.experiment.checkpoint import CheckpointError
 from fhc_jax.experiment.rundir import RunDirectoryError, RunInUseError, machine_info
-from fhc_jax.experiment.runner import (ChunkedTrainer, ChunkState, Cluster, DistributedError, Divergence,
-                                       DivergenceError, RunResult, parse_run_line, seed_keys, train_seeds)
+from fhc_jax.experiment.distributed import Cluster, DistributedError
+from fhc_jax.experiment.progress import parse_run_line
+from fhc_jax.experiment.runner import (ChunkedTrainer, ChunkState, Divergence, DivergenceError, RunResult, seed_keys,
+                                       train_seeds)
 from fhc_jax.experiment.training import TrainingInterrupted
 from fhc_jax.experiment.evaluation import LoadedRun, evaluate_run, load_run
 

@@ -63,8 +63,8 @@ from fhc_jax.experiment import config, judge, statistics, tracking
 from fhc_jax.experiment.judgement import Judgement, Optimum, relative_excess, stats
 from fhc_jax.experiment.plots import plot_comparison
 from fhc_jax.experiment.rundir import load_average, machine_info, source_revision
-from fhc_jax.experiment.runner import (DivergenceError, RunsProgress, divergence_hint, env_steps_per_iteration,
-                                       train_seeds)
+from fhc_jax.experiment.progress import RunsProgress, env_steps_per_iteration
+from fhc_jax.experiment.runner import DivergenceError, divergence_hint, train_seeds
 
 #: the paper's metric averages the last this many training episodes
 PAPER_EPISODES = 10_000

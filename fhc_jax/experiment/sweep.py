@@ -8,7 +8,7 @@ every configuration), padded to a multiple of the device count and sharded over 
 (``NamedSharding(Mesh(jax.devices(), ("runs",)), PartitionSpec("runs"))``), then trained in
 chunks like ``fhc-jax train``. Several processes or hosts: ``fhc-jax sweep --coordinator
 HOST:PORT --num-processes N --process-id I`` (or ``--distributed`` under a cluster scheduler)
-in every process (:func:`fhc_jax.experiment.runner.initialize`); ``jax.devices()`` then lists
+in every process (:func:`fhc_jax.experiment.distributed.initialize`); ``jax.devices()`` then lists
 every process's devices, every process builds the same global inputs and gathers the results,
 and process 0 writes them (docs/distributed.md).
 
@@ -42,7 +42,8 @@ import numpy as np
 from fhc_jax.experiment import judge, rundir, statistics, tracking
 from fhc_jax.experiment.config import ConfigError, ExperimentSpec, load_spec, parse_assignment
 from fhc_jax.experiment.rundir import machine_info
-from fhc_jax.experiment.runner import ChunkedTrainer, RunsProgress, env_steps_per_iteration, seed_keys
+from fhc_jax.experiment.progress import RunsProgress, env_steps_per_iteration
+from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
 
 
 def parse_grid(items: Sequence[str]) -> dict[str, list]:

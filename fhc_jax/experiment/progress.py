@@ -7,9 +7,11 @@ place on a terminal, one line per chunk in logs and pipes: ``label it/N [bar] en
 reward cost nu exact eta``.
 
 **Overall progress** (:class:`RunsProgress`) of a sequence of runs (``compare``: one run per
-row; ``sweep``: one per setting): the chunk line gains ``overall done/total runs, elapsed,
-eta``, and every completed run prints one plain line, ``[3/9 runs done] elapsed 120.4 s | eta
-240.8 s | NAME | DETAIL``, that :func:`parse_run_line` reads back.
+row): the chunk line gains ``overall done/total runs, elapsed, eta``, and every completed run
+prints one plain line, ``[3/9 runs done] elapsed 120.4 s | eta 240.8 s | NAME | DETAIL``, that
+:func:`parse_run_line` reads back. A sweep counts its configurations (C configurations x S
+seeds = C S runs, every configuration trained at once): ``overall 0.5/4 configurations, ...``
+and ``[1/4 configurations done] ...``.
 """
 
 from __future__ import annotations
@@ -98,18 +100,19 @@ class Progress:
         self.stream.flush()
 
 
-#: one completed run's line (:meth:`RunsProgress.done`)
-RUN_LINE = re.compile(r"^\[(?P<done>\d+)/(?P<total>\d+) runs done\] elapsed (?P<elapsed>\d+\.\d) s "
+#: one completed run's line (:meth:`RunsProgress.done`); ``unit`` is what the progress counts
+#: ("runs", or "configurations" in a sweep)
+RUN_LINE = re.compile(r"^\[(?P<done>\d+)/(?P<total>\d+) (?P<unit>[a-z]+) done\] elapsed (?P<elapsed>\d+\.\d) s "
                       r"\| eta (?P<eta>\d+\.\d) s \| (?P<name>.+?)(?: \| (?P<detail>.*))?$")
 
 
 def parse_run_line(line: str) -> dict[str, Any] | None:
-    """A completed run's line (:meth:`RunsProgress.done`) as ``{"done", "total", "elapsed_s",
-    "eta_s", "name", "detail"}``; None for any other line."""
+    """A completed run's line (:meth:`RunsProgress.done`) as ``{"done", "total", "unit",
+    "elapsed_s", "eta_s", "name", "detail"}``; None for any other line."""
     m = RUN_LINE.match(line.rstrip("\n"))
     if m is None:
         return None
-    return {"done": int(m["done"]), "total": int(m["total"]), "elapsed_s": float(m["elapsed"]),
+    return {"done": int(m["done"]), "total": int(m["total"]), "unit": m["unit"], "elapsed_s": float(m["elapsed"]),
             "eta_s": float(m["eta"]), "name": m["name"], "detail": m["detail"] or ""}
 
 
@@ -121,11 +124,18 @@ class RunsProgress:
         stream: where to print (default stderr); on a terminal :meth:`done` first clears a
             progress line being redrawn in place.
         clock: seconds (default ``time.perf_counter``); the clock starts at construction.
+        unit: what one of the ``total`` is called in the lines (a lowercase plural word):
+            "runs" (``compare``: one per row), "configurations" (``sweep``: each trains all its
+            seeds at once).
     """
 
-    def __init__(self, total: int, stream: IO[str] | None = None, clock: Callable[[], float] = time.perf_counter):
+    def __init__(self, total: int, stream: IO[str] | None = None, clock: Callable[[], float] = time.perf_counter,
+                 unit: str = "runs"):
         if total < 1:
-            raise ValueError(f"RunsProgress: total must be >= 1 runs, found {total}")
+            raise ValueError(f"RunsProgress: total must be >= 1 {unit}, found {total}")
+        if not re.fullmatch(r"[a-z]+", unit):
+            raise ValueError(f"RunsProgress: unit must be a lowercase word (e.g. 'runs'), found {unit!r}")
+        self.unit = unit
         self.total, self.completed = int(total), 0
         self.stream = sys.stderr if stream is None else stream
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
@@ -148,17 +158,18 @@ class RunsProgress:
         """``overall 2.4/9 runs, elapsed 80 s, eta 150 s`` (the chunk line's last part)."""
         eta = self.eta(partial)
         done = self.completed + partial
-        return (f"overall {done:.1f}/{self.total} runs, elapsed {self.elapsed():.0f} s, "
+        return (f"overall {done:.1f}/{self.total} {self.unit}, elapsed {self.elapsed():.0f} s, "
                 + ("eta -" if eta is None else f"eta {eta:.0f} s"))
 
     def done(self, name: str, detail: str = "") -> str:
         """Count one run as completed and print its line (returned): ``[k/N runs done] elapsed
-        E s | eta T s | name | detail`` (:data:`RUN_LINE`)."""
+        E s | eta T s | name | detail`` (``runs``: :attr:`unit`; :data:`RUN_LINE`)."""
         if self.completed >= self.total:
-            raise ValueError(f"RunsProgress: all {self.total} runs are already done")
+            raise ValueError(f"RunsProgress: all {self.total} {self.unit} are already done")
         self.completed += 1
         eta = self.eta() or 0.0
-        line = f"[{self.completed}/{self.total} runs done] elapsed {self.elapsed():.1f} s | eta {eta:.1f} s | {name}"
+        line = (f"[{self.completed}/{self.total} {self.unit} done] elapsed {self.elapsed():.1f} s | eta {eta:.1f} s "
+                f"| {name}")
         if detail:
             line += f" | {detail}"
         self.stream.write(("\r\033[K" if self.tty else "") + line + "\n")

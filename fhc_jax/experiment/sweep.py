@@ -21,9 +21,10 @@ with at least one feasible seed (None if none has one). Each configuration's row
 IQM of the exact reward, costs and gap with stratified-bootstrap 95% intervals, the probability
 of violating the constraint with its Wilson 95% interval).
 
-Progress (unless quiet): the chunk line ends with the overall progress (the C configurations
-train together), and once trained each configuration prints one plain line
-(:class:`fhc_jax.experiment.progress.RunsProgress`).
+Progress (unless quiet): the chunk line names the grid (``C configurations x S seeds = R
+runs``) and ends with the overall progress counted in configurations (they all train
+together), and once trained each configuration prints one plain line, ``[1/C configurations
+done] ...`` (:class:`fhc_jax.experiment.progress.RunsProgress`).
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
     thresholds = np.asarray(cmdp.thresholds, np.float64)
     trainer = ChunkedTrainer(spec.module.make_learner(env, params, spec.learner), c * s, spec.chunk_size,
                              hparams=hparams, shard=shard)
-    overall = None if quiet else RunsProgress(c, stream)  # a run: one configuration's seeds (all train together)
+    overall = None if quiet else RunsProgress(c, stream, unit="configurations")  # each trains its S seeds at once
     missing = statistics.unavailable()
     if missing is not None:  # said before training, not after it
         print(f"fhc-jax sweep: warning: {missing}; the bootstrap intervals will be missing",
@@ -146,7 +147,7 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
                                  run_labels=[f"config_{i}/seed_{j}" for i in range(c) for j in range(s)],
                                  steps_per_iteration=env_steps_per_iteration(spec.learner, env.horizon))
     try:
-        label = f"sweep {spec.algo} on {spec.env_name} ({c} configs x {s} seeds)"
+        label = f"sweep {spec.algo} on {spec.env_name} ({c} configurations x {s} seeds = {c * s} runs)"
         state = trainer.drive(keys, env=env, params=params, stream=stream, trackers=trackers, stop_on_divergence=False,
                               label=None if quiet else label, overall=None if quiet else lambda f: overall.status(f * c))
     except BaseException:

@@ -14,8 +14,9 @@ import pytest
 
 from fhc_jax.algos import fh_constrained, resolve_env_defaults
 from fhc_jax.cli import main
-from fhc_jax.experiment import compare, config, judge
+from fhc_jax.experiment import compare, judge
 from fhc_jax.experiment.judgement import Optimum
+from fhc_jax.experiment.typed_settings import ConfigError
 
 TINY = ["env.size=3", "env.horizon=4", "env.alpha=3.0", "num_iterations=6", "episodes_per_iteration=8",
         "run.chunk_size=3", "cpo.episodes_per_iteration=16"]
@@ -171,9 +172,9 @@ def test_selection_and_settings_validation():
     default = resolve_env_defaults(fh_constrained.Config(), True)  # GridWorld has a tabular exact model
     assert specs[0].learner.num_iterations == default.num_iterations and specs[0].learner.theta_bound == 2.0
     for bad in (["nope=1"], ["cpo.nope=1"], ["env.nope=1"], ["observation=xyt"]):
-        with pytest.raises(config.ConfigError):
+        with pytest.raises(ConfigError):
             compare.build_specs(compare.select_runs(["fh-constrained", "cpo"]), 2, bad)
-    with pytest.raises(config.ConfigError, match="not among"):
+    with pytest.raises(ConfigError, match="not among"):
         compare.build_specs(compare.select_runs(["cpo"]), 2, ["ppo-lag.num_iterations=3"])
 
 
@@ -236,7 +237,7 @@ def test_a_study_file_is_read_with_its_precedence(tmp_path):
 def test_study_file_errors_are_one_line_before_compiling(tmp_path, capsys, text, message):
     path = tmp_path / "bad.toml"
     path.write_text(text)
-    with pytest.raises(config.ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message):
         compare.load_study(path)
     assert main(["compare", str(path), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
@@ -248,9 +249,9 @@ def test_rows_of_a_study_must_share_one_environment(tmp_path):
     path = tmp_path / "envs.toml"
     path.write_text("[[run]]\nalgo = 'cpo'\nset = { 'env.size' = 3 }\n[[run]]\nalgo = 'ppo-lag'\n")
     study = compare.load_study(path)
-    with pytest.raises(config.ConfigError, match="must share one environment"):
+    with pytest.raises(ConfigError, match="must share one environment"):
         compare.build_specs(study.runs, 1, common=study.settings)
-    with pytest.raises(config.ConfigError, match="observation is chosen per run"):
+    with pytest.raises(ConfigError, match="observation is chosen per run"):
         compare.build_specs(study.runs, 1, ["cpo.observation=xy"])
 
 

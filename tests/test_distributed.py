@@ -19,7 +19,7 @@ import pytest
 
 from fhc_jax import cli
 from fhc_jax.experiment import distributed, rundir
-from fhc_jax.experiment.config import ConfigError
+from fhc_jax.experiment.typed_settings import ConfigError
 
 TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20",
         "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0"]

@@ -29,9 +29,9 @@ caches):
 * :mod:`~fhc_jax.experiment.plots`: figures from a run directory's files.
 """
 
-from fhc_jax.experiment.config import (ALGORITHMS, DEFAULT_TOLERANCE, ENVIRONMENTS, ConfigError, EnvironmentFailure,
-                                       ExperimentSpec, available_algorithms, load_algorithm, load_environment, load_spec,
-                                       make_env)
+from fhc_jax.experiment.config import (ALGORITHMS, DEFAULT_TOLERANCE, ENVIRONMENTS, EnvironmentFailure, ExperimentSpec,
+                                       available_algorithms, load_algorithm, load_environment, load_spec, make_env)
+from fhc_jax.experiment.typed_settings import ConfigError
 from fhc_jax.experiment.judgement import Judgement
 from fhc_jax.experiment.checkpoint import CheckpointError
 from fhc_jax.experiment.rundir import RunDirectoryError, RunInUseError, machine_info

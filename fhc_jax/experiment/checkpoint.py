@@ -49,7 +49,7 @@ import jax
 import numpy as np
 
 from fhc_jax.experiment import distributed, rundir
-from fhc_jax.experiment.config import flatten
+from fhc_jax.experiment.typed_settings import flatten
 from fhc_jax.experiment.runner import ChunkState, ChunkedTrainer
 
 #: the manifest's file name inside a checkpoint directory

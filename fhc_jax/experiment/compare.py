@@ -62,9 +62,11 @@ from fhc_jax.algos.hyperparameters import resolve_env_defaults
 from fhc_jax.experiment import config, judge, statistics, tracking
 from fhc_jax.experiment.judgement import Judgement, Optimum, relative_excess, stats
 from fhc_jax.experiment.plots import plot_comparison
-from fhc_jax.experiment.rundir import load_average, machine_info, source_revision
 from fhc_jax.experiment.progress import RunsProgress, env_steps_per_iteration
+from fhc_jax.experiment.rundir import load_average, machine_info, source_revision
 from fhc_jax.experiment.runner import DivergenceError, divergence_hint, train_seeds
+from fhc_jax.experiment.typed_settings import (ConfigError, flatten, learner_schema, learner_settings, parse_assignment,
+                                               read_toml, unknown_key)
 
 #: the paper's metric averages the last this many training episodes
 PAPER_EPISODES = 10_000
@@ -119,33 +121,33 @@ def load_study(path: str | Path | None = None) -> Study:
             an unknown one, two rows with the same label, or no row.
     """
     path = Path(DEFAULT_STUDY if path is None else path)
-    data = config.read_toml(path, "study file")
+    data = read_toml(path, "study file")
     where = f"study file {str(path)!r}"
     unknown = sorted(set(data) - {"name", "notes", "set", "run"})
     if unknown:
-        raise config.unknown_key(unknown[0], ["name", "notes", "set", "run"], where)
+        raise unknown_key(unknown[0], ["name", "notes", "set", "run"], where)
     rows, runs = data.get("run", []), []
     if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
-        raise config.ConfigError(f"{where} has no [[run]] rows; each names an algo (and a label and set)")
+        raise ConfigError(f"{where} has no [[run]] rows; each names an algo (and a label and set)")
     for i, row in enumerate(rows):
         bad = sorted(set(row) - {"label", "algo", "set"})
         if bad:
-            raise config.unknown_key(f"run[{i}].{bad[0]}", ["label", "algo", "set"], where)
+            raise unknown_key(f"run[{i}].{bad[0]}", ["label", "algo", "set"], where)
         algo = row.get("algo")
         if not isinstance(algo, str) or (algo not in config.ALGORITHMS and algo not in config.ALGORITHMS.values()):
-            raise config.ConfigError(f"{where}: run[{i}] needs algo = one of {', '.join(config.LEARNERS)}, found "
+            raise ConfigError(f"{where}: run[{i}] needs algo = one of {', '.join(config.LEARNERS)}, found "
                                      f"{algo!r}")
         algo = config.canonical_name(algo)
-        settings = config.flatten(row.get("set", {}))
+        settings = flatten(row.get("set", {}))
         label = row.get("label", LABELS.get(algo, algo) + (f" ({settings['observation']})"
                                                            if "observation" in settings else ""))
         runs.append(RunSpec(str(label), algo, settings))
     labels = [r.name for r in runs]
     if len(set(labels)) < len(labels):
         twice = next(x for x in labels if labels.count(x) > 1)
-        raise config.ConfigError(f"{where}: two runs are labelled {twice!r}; give each run its own label")
+        raise ConfigError(f"{where}: two runs are labelled {twice!r}; give each run its own label")
     notes = data.get("notes", [])
-    return Study(runs=tuple(runs), settings=config.flatten(data.get("set", {})),
+    return Study(runs=tuple(runs), settings=flatten(data.get("set", {})),
                  notes=tuple(notes) if isinstance(notes, list) else (str(notes),),
                  name=str(data.get("name", path.stem)))
 
@@ -188,7 +190,7 @@ def split_overrides(assignments: Iterable[str]) -> tuple[list[str], dict[str, li
     common: list[str] = []
     per_algo: dict[str, list[str]] = {}
     for text in assignments:
-        head, dot, rest = config.parse_assignment(text)[0].partition(".")
+        head, dot, rest = parse_assignment(text)[0].partition(".")
         algo = next((cli for cli, module in config.ALGORITHMS.items() if dot and head in (cli, module)), None)
         if algo is None:
             common.append(text)
@@ -214,30 +216,30 @@ def build_specs(runs: Sequence[RunSpec], seeds: int, overrides: Iterable[str] = 
     selected = {r.algo for r in runs}
     extra = sorted(set(per_algo) - selected)
     if extra:
-        raise config.ConfigError(f"--set {extra[0]}.*: {extra[0]!r} is not among the selected algorithms")
-    values = dict(config.parse_assignment(t) for t in common_sets)
+        raise ConfigError(f"--set {extra[0]}.*: {extra[0]!r} is not among the selected algorithms")
+    values = dict(parse_assignment(t) for t in common_sets)
     learner_keys = {k for k in values if not k.startswith(("env.", "run."))}
-    known = set().union(*(config.learner_schema(config.LEARNERS[a].Config()) for a in selected))
+    known = set().union(*(learner_schema(config.LEARNERS[a].Config()) for a in selected))
     unknown = sorted(learner_keys - known)
     if unknown:
-        raise config.ConfigError(f"unknown key {unknown[0]!r}: no selected learner has it (use env.*, run.*, "
+        raise ConfigError(f"unknown key {unknown[0]!r}: no selected learner has it (use env.*, run.*, "
                                  "a learner's Config field, or ALGO.key for one learner)")
     if "observation" in learner_keys | {t.partition("=")[0].strip() for ts in per_algo.values() for t in ts}:
-        raise config.ConfigError("observation is chosen per run; select inputs with --inputs instead")
+        raise ConfigError("observation is chosen per run; select inputs with --inputs instead")
     common = dict(common or {})
     lenient = learner_keys | {k for k in common if not k.startswith(("env.", "run."))}
     specs = [config.load_spec(r.algo, settings={"run.seed": seed, **common, **r.settings, **values},
                               overrides=per_algo.get(r.algo, []), lenient=lenient - set(r.settings),
                               seeds=seeds, env=env) for r in runs]
     if len({(s.env_name, str(sorted(s.env.items()))) for s in specs}) != 1:
-        raise config.ConfigError("the runs of a comparison must share one environment; set env.* for all of them")
+        raise ConfigError("the runs of a comparison must share one environment; set env.* for all of them")
     environment, _ = specs[0].make_env()
     if not environment.has_exact_model:
-        raise config.ConfigError(f"compare: environment {specs[0].env_name!r} has no exact model "
+        raise ConfigError(f"compare: environment {specs[0].env_name!r} has no exact model "
                                  "(has_exact_model is False); the comparison judges every run exactly")
     for r in runs:
         if r.observation is not None and r.observation not in environment.supported_observations:
-            raise config.ConfigError(
+            raise ConfigError(
                 f"input {r.observation!r} of {r.name} is not supported by environment {specs[0].env_name!r} "
                 f"(its observations: {', '.join(environment.supported_observations)}); choose --inputs or --algos")
     return specs
@@ -246,8 +248,8 @@ def build_specs(runs: Sequence[RunSpec], seeds: int, overrides: Iterable[str] = 
 def _changed_settings(spec: config.ExperimentSpec) -> dict[str, Any]:
     """Learner settings of ``spec`` that differ from the learner's defaults (observation aside)."""
     # compare runs on environments with a tabular exact model (it judges every run exactly)
-    base = config.learner_settings(resolve_env_defaults(spec.module.Config(), True))
-    now = config.learner_settings(spec.learner)
+    base = learner_settings(resolve_env_defaults(spec.module.Config(), True))
+    now = learner_settings(spec.learner)
     return {k: v for k, v in now.items() if base.get(k) != v and k != "observation"}
 
 
@@ -354,7 +356,7 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
         print(f"fhc-jax compare: warning: {missing}; the bootstrap intervals will be missing", file=stream, flush=True)
     loggers = tracking.resolve_loggers(loggers)
     if loggers and log_dir is None:
-        raise config.ConfigError("run_comparison: loggers need log_dir, the folder their logs go to")
+        raise ConfigError("run_comparison: loggers need log_dir, the folder their logs go to")
     if "tensorboard" in loggers:  # this comparison's logs replace those of an earlier one of the same name
         for old in (Path(log_dir) / "tensorboard" / log_name).glob("*/events.out.tfevents.*"):
             old.unlink()
@@ -443,7 +445,7 @@ def _run_row(run, spec, env, params, thresholds, opt, stream, quiet, overall, lo
         "episodes_per_iteration": int(cfg.episodes_per_iteration),
         "training_episodes": int(cfg.num_iterations * cfg.episodes_per_iteration),
         "changed_settings": _changed_settings(spec),
-        "settings": config.learner_settings(cfg),
+        "settings": learner_settings(cfg),
         **judge_run(res.state.metrics, judged, cfg.episodes_per_iteration),
         "exact_curve": {
             "iterations": res.state.exact_iterations.tolist(),

@@ -89,9 +89,9 @@ class Cluster:
     heartbeat_timeout_s: int = HEARTBEAT_TIMEOUT_S
 
     def check(self) -> "Cluster":
-        """Raises :class:`~fhc_jax.experiment.config.ConfigError` for a field out of range
+        """Raises :class:`~fhc_jax.experiment.typed_settings.ConfigError` for a field out of range
         (naming the flag and the valid range); returns self."""
-        from fhc_jax.experiment.config import ConfigError
+        from fhc_jax.experiment.typed_settings import ConfigError
 
         if self.coordinator is not None:
             host, sep, port = self.coordinator.rpartition(":")
@@ -137,7 +137,7 @@ def initialize(cluster: Cluster) -> None:
         ConfigError: a field out of range, or a coordinator, count or id neither given nor
             found in the environment.
     """
-    from fhc_jax.experiment.config import ConfigError
+    from fhc_jax.experiment.typed_settings import ConfigError
 
     cluster.check()
     if jax.config.jax_cpu_collectives_implementation != "mpi":  # gloo, unless MPI was chosen

@@ -42,10 +42,10 @@ import numpy as np
 from fhc_jax.algos.learner import judged_exactly, play_environment
 from fhc_jax.envs.base import Environment
 from fhc_jax.experiment import checkpoint, config, judge, rundir
-from fhc_jax.experiment.config import ConfigError, parse_assignment, plain
 from fhc_jax.experiment.judgement import Judgement
 from fhc_jax.experiment.rundir import RunFiles
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, seed_keys
+from fhc_jax.experiment.typed_settings import ConfigError, parse_assignment, plain, short_value
 
 Array = jax.Array
 
@@ -368,7 +368,7 @@ def format_evaluation(evaluation: RunEvaluation) -> str:
     """:func:`fhc_jax.experiment.judge.format_table` of the evaluation, naming the environment
     judged on and whether summary.json's values were reproduced."""
     t = evaluation.target
-    changed = ", ".join(f"{k}={config.short_value(v)}" for k, v in t.changes.items())
+    changed = ", ".join(f"{k}={short_value(v)}" for k, v in t.changes.items())
     text = judge.format_table(evaluation.judgement, where=t.title + (f" [changed: {changed}]" if changed
                                                                       else " [as trained]"))
     diff = evaluation.record.get("summary_difference")
@@ -397,7 +397,7 @@ def output_name(target: Target, run_episodes: int, name: str | None = None) -> s
         if not stem or stem in (".", "..") or stem.startswith(".") or "/" in stem or "\\" in stem or "\0" in stem:
             raise ConfigError(f"--out must be a plain file name (written to RUN/{EVAL_DIR}/NAME.json), found {name!r}")
         return stem
-    parts = [f"{k}={config.short_value(v)}" for k, v in target.changes.items()]
+    parts = [f"{k}={short_value(v)}" for k, v in target.changes.items()]
     if target.episodes is not None and target.episodes != run_episodes:
         parts.append(f"episodes={target.episodes}")
     stem = "_".join(parts) or "trained"

@@ -41,10 +41,11 @@ import jax
 import numpy as np
 
 from fhc_jax.experiment import judge, rundir, statistics, tracking
-from fhc_jax.experiment.config import ConfigError, ExperimentSpec, load_spec, parse_assignment
-from fhc_jax.experiment.rundir import machine_info
+from fhc_jax.experiment.config import ExperimentSpec, load_spec
 from fhc_jax.experiment.progress import RunsProgress, env_steps_per_iteration
+from fhc_jax.experiment.rundir import machine_info
 from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
+from fhc_jax.experiment.typed_settings import ConfigError, parse_assignment
 
 
 def parse_grid(items: Sequence[str]) -> dict[str, list]:

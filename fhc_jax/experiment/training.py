@@ -25,8 +25,9 @@ import numpy as np
 from fhc_jax.algos.learner import describe_status, judged_exactly, play_environment
 from fhc_jax.experiment import checkpoint, config, distributed, judge, rundir, tracking
 from fhc_jax.experiment.config import ExperimentSpec, load_spec
-from fhc_jax.experiment.runner import (ChunkedTrainer, ChunkState, DivergenceError, divergence_hint,
-                                       env_steps_per_iteration, seed_keys)
+from fhc_jax.experiment.progress import env_steps_per_iteration
+from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, DivergenceError, divergence_hint, seed_keys
+from fhc_jax.experiment.typed_settings import ConfigError
 
 
 def config_payload(spec: ExperimentSpec) -> dict[str, Any]:
@@ -178,7 +179,7 @@ def _check_playable(spec: ExperimentSpec, env, params, learner) -> None:
         state = jax.tree.map(lambda x: x[0], template.carry.state)
         spec.module.policy(state, *play_environment(spec.module, state, env, params))
     except ValueError as err:
-        raise config.ConfigError(
+        raise ConfigError(
             f"{spec.algo} could train on {env.name} (no exact model, so judged by playing its policy) but could not "
             f"play the trained policy there: {str(err).rstrip('.')}; declare the environment's exact model (has_exact_model, "
             "to_cmdp) or choose another learner (--algo)") from None

@@ -454,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if worker:
         _die_with_parent(int(parent))
     args = build_parser().parse_args(argv)
-    from fhc_jax.experiment import checkpoint, config, distributed, rundir, runner, training
+    from fhc_jax.experiment import checkpoint, config, distributed, runner, training, writer_lock
 
     command = args.command
     cluster = _cluster(args)
@@ -478,7 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = f"; continue it on every process with: fhc-jax train --resume --out {args.out} " \
             + " ".join(cluster.flags()) if lost else ""
         return _error(command, f"{err}{hint}", 1)
-    except (rundir.RunInUseError, checkpoint.CheckpointError, runner.DivergenceError,
+    except (writer_lock.RunInUseError, checkpoint.CheckpointError, runner.DivergenceError,
             config.EnvironmentFailure) as err:
         return _error(command, err, 1)
     except ValueError as err:  # usage errors raised outside a command's own handler

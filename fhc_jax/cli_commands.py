@@ -90,7 +90,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import distributed, rundir, sweep
+    from fhc_jax.experiment import distributed, rundir, sweep, writer_lock
 
     writer = _writer()  # several processes: process 0 writes the files
     try:
@@ -108,7 +108,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             error = None
             try:
                 if writer:
-                    held.enter_context(rundir.locked(args.out, f"fhc-jax sweep --out {args.out}"))
+                    held.enter_context(writer_lock.locked(args.out, f"fhc-jax sweep --out {args.out}"))
                     rundir.prepare(args.out, resume=False, overwrite=args.overwrite, can_resume=False)
                     rundir.write_json_atomic(Path(args.out) / rundir.CONFIG, sweep.sweep_config(spec, grid))
             except Exception as err:  # noqa: BLE001 (raised on every process by agree)
@@ -132,7 +132,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import compare, distributed, rundir
+    from fhc_jax.experiment import compare, distributed, rundir, writer_lock
 
     writer = _writer()  # several processes: process 0 writes the files and prints the progress
     try:  # validated before anything is compiled
@@ -156,8 +156,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             error = None
             try:
                 if writer:
-                    held.enter_context(rundir.locked(args.out, f"fhc-jax compare --out {args.out} --name {name}",
-                                                     lock_file=rundir.shared_lock_file(args.out, name)))
+                    held.enter_context(writer_lock.locked(args.out, f"fhc-jax compare --out {args.out} --name {name}",
+                                                     lock_file=writer_lock.shared_lock_file(args.out, name)))
             except Exception as err:  # noqa: BLE001 (raised on every process by agree)
                 error = err
             distributed.agree(error)

@@ -23,7 +23,7 @@ import pytest
 import fhc_jax as fhc
 from fhc_jax.algos import fh_constrained as fc
 from fhc_jax.cli import main
-from fhc_jax.experiment import checkpoint, config, rundir, runner
+from fhc_jax.experiment import checkpoint, config, rundir, runner, writer_lock
 
 TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20",
         "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0",
@@ -203,8 +203,8 @@ def test_second_writer_is_refused_at_once(good_run, tmp_path, capsys, monkeypatc
     monkeypatch.setattr(runner.ChunkedTrainer, "__init__", lambda self, *a, **k: built.append(a))
     before = snapshot(out)
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from fhc_jax.experiment import rundir\n"
-        f"with rundir.locked({str(out)!r}, 'fhc-jax train --out {out}'):\n"
+        "import sys, time; from fhc_jax.experiment import writer_lock\n"
+        f"with writer_lock.locked({str(out)!r}, 'fhc-jax train --out {out}'):\n"
         "    print('locked', flush=True); time.sleep(60)")], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
@@ -219,7 +219,7 @@ def test_second_writer_is_refused_at_once(good_run, tmp_path, capsys, monkeypatc
         holder.kill()
         holder.wait()
     # the OS released the killed holder's lock: the directory is usable again
-    with rundir.locked(out, "test"):
+    with writer_lock.locked(out, "test"):
         pass
 
 

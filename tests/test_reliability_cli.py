@@ -14,7 +14,7 @@ import pytest
 from toy_env import ToyEnv
 
 from fhc_jax.cli import main
-from fhc_jax.experiment import config, judge, rundir, runner
+from fhc_jax.experiment import config, judge, rundir, runner, writer_lock
 from fhc_jax.experiment.judgement import Optimum
 
 TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20", "--set",
@@ -108,7 +108,7 @@ def test_eval_of_a_run_another_process_writes_advises_waiting(trained, tmp_path,
     training process's lock then refused. It names the writer and says to wait."""
     run = _copy(trained, tmp_path, "busy")
     shutil.rmtree(run / "checkpoints" / "20")
-    with rundir.locked(run, f"fhc-jax train --out {run}"):
+    with writer_lock.locked(run, f"fhc-jax train --out {run}"):
         assert main(["eval", str(run)]) == 1
         line = one_line(capsys)
     assert "is in use by process" in line and f"(fhc-jax train --out {run}," in line

@@ -34,7 +34,8 @@ from fhc_jax.experiment.config import (ALGORITHMS, DEFAULT_TOLERANCE, ENVIRONMEN
 from fhc_jax.experiment.typed_settings import ConfigError
 from fhc_jax.experiment.judgement import Judgement
 from fhc_jax.experiment.checkpoint import CheckpointError
-from fhc_jax.experiment.rundir import RunDirectoryError, RunInUseError, machine_info
+from fhc_jax.experiment.rundir import RunDirectoryError, machine_info
+from fhc_jax.experiment.writer_lock import RunInUseError
 from fhc_jax.experiment.distributed import Cluster, DistributedError
 from fhc_jax.experiment.progress import parse_run_line
 from fhc_jax.experiment.runner import (ChunkedTrainer, ChunkState, Divergence, DivergenceError, RunResult, seed_keys,

@@ -22,7 +22,7 @@ observation shape) is refused.
 ``fhc-jax eval RUN`` (:func:`eval_run`) writes ``RUN/eval/<name>.json``
 atomically and touches nothing else (config.json, metrics.csv, summary.json, policy.npz and
 checkpoints stay as they are); it holds the run directory's writer lock
-(:func:`fhc_jax.experiment.rundir.locked`) while it reads the checkpoint and writes, so it never
+(:func:`fhc_jax.experiment.writer_lock.locked`) while it reads the checkpoint and writes, so it never
 reads a run that ``fhc-jax train --resume`` or ``--overwrite`` is changing, and a second writer
 is refused the way every ``fhc-jax`` command refuses one.
 """
@@ -41,7 +41,7 @@ import numpy as np
 
 from fhc_jax.algos.learner import judged_exactly, play_environment
 from fhc_jax.envs.base import Environment
-from fhc_jax.experiment import checkpoint, config, judge, rundir
+from fhc_jax.experiment import checkpoint, config, judge, rundir, writer_lock
 from fhc_jax.experiment.judgement import Judgement
 from fhc_jax.experiment.rundir import RunFiles
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, seed_keys
@@ -435,9 +435,9 @@ def eval_run(run: str | Path, env_sets: Iterable[str] = (), *, episodes: int | N
     t0 = time.perf_counter()
     changes = parse_env_sets(env_sets)
     files = rundir.read_run(run)
-    busy = rundir.holder(files.path)
+    busy = writer_lock.holder(files.path)
     if busy is not None:  # e.g. still training: its final checkpoint is not there yet
-        raise rundir.RunInUseError(f"{files.path} is in use by {busy}; {IN_USE}")
+        raise writer_lock.RunInUseError(f"{files.path} is in use by {busy}; {IN_USE}")
     final_checkpoint(files)
     target = target_environment(files, changes, episodes)
     out = files.path / EVAL_DIR / f"{output_name(target, files.spec.eval_episodes, name)}.json"
@@ -449,7 +449,7 @@ def eval_run(run: str | Path, env_sets: Iterable[str] = (), *, episodes: int | N
     if target.exact and episodes is not None:
         (note or (lambda msg: print(msg, file=sys.stderr)))(
             f"{command}: note: --episodes applies to Monte-Carlo judgements; this run is judged exactly")
-    with rundir.locked(files.path, f"{command} {files.path}", advice=IN_USE):
+    with writer_lock.locked(files.path, f"{command} {files.path}", advice=IN_USE):
         files = rundir.read_run(files.path)  # again under the lock: what we load is what no one is writing
         if target_environment(files, changes, episodes).settings != target.settings:
             raise rundir.RunDirectoryError(f"{files.path / rundir.CONFIG} changed while fhc-jax eval started; run it again")

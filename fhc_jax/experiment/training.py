@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from fhc_jax.algos.learner import describe_status, judged_exactly, play_environment
-from fhc_jax.experiment import checkpoint, config, distributed, judge, rundir, tracking
+from fhc_jax.experiment import checkpoint, config, distributed, judge, metrics_file, rundir, tracking, writer_lock
 from fhc_jax.experiment.config import ExperimentSpec, load_spec
 from fhc_jax.experiment.progress import env_steps_per_iteration
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, DivergenceError, divergence_hint, seed_keys
@@ -132,7 +132,7 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
         try:
             if writer:  # several processes: process 0 alone locks, prepares and writes the directory
                 command = "fhc-jax train " + ("--resume " if resume else "") + f"--out {out}"
-                held.enter_context(rundir.locked(out, command))
+                held.enter_context(writer_lock.locked(out, command))
                 if resume:  # read again under the lock: what we resume is what no one else is writing
                     _refuse_changes(rundir.read_run(out).spec, spec, out)
                 else:
@@ -211,7 +211,7 @@ def _train(spec, out, resume, env, params, learner, stream, quiet, max_chunks, p
     def write_metrics(st: ChunkState) -> None:
         if not distributed.is_writer():
             return
-        rundir.write_bytes_atomic(out / rundir.METRICS, rundir.metrics_csv(
+        rundir.write_bytes_atomic(out / rundir.METRICS, metrics_file.metrics_csv(
             st.metrics, st.exact_iterations, st.exact_reward, st.exact_costs, st.iteration).encode())
 
     def save(st: ChunkState) -> None:

@@ -157,7 +157,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             try:
                 if writer:
                     held.enter_context(writer_lock.locked(args.out, f"fhc-jax compare --out {args.out} --name {name}",
-                                                     lock_file=writer_lock.shared_lock_file(args.out, name)))
+                                                          lock_file=writer_lock.shared_lock_file(args.out, name)))
             except Exception as err:  # noqa: BLE001 (raised on every process by agree)
                 error = err
             distributed.agree(error)

@@ -62,7 +62,7 @@ def test_user_environment_keys_are_its_own():
     assert [(s.name, s.kind, s.default) for s in entry.settings] == [("horizon", "int", 3), ("alpha", "float", 1.0)]
     assert entry.action_moves is None
     with pytest.raises(ConfigError, match=r"unknown key 'env.size'.* for environment 'toy_env:ToyEnv'; "
-                                                    r"valid keys: env.alpha, env.horizon, env.name$"):
+                                             r"valid keys: env.alpha, env.horizon, env.name$"):
         config.load_spec(env=TOY, overrides=["env.size=3"])
     spec = config.load_spec(env=TOY, overrides=["env.alpha=2"])
     assert spec.env == {"horizon": 3, "alpha": 2.0} and spec.env_title() == f"{TOY} (alpha=2)"
@@ -107,7 +107,7 @@ def test_factories_and_refusals(monkeypatch):
 
 def test_compare_refuses_inputs_the_environment_lacks():
     with pytest.raises(ConfigError, match=r"input 'xy' of PPO-Lagrangian \(xy\) is not supported by "
-                                                    r"environment 'toy_env:ToyEnv' \(its observations: one_hot, index\)"):
+                                             r"environment 'toy_env:ToyEnv' \(its observations: one_hot, index\)"):
         compare.build_specs(compare.select_runs(["fh-constrained", "ppo-lag"], ["xy"]), 2, env=TOY)
 
 

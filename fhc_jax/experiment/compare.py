@@ -136,7 +136,7 @@ def load_study(path: str | Path | None = None) -> Study:
         algo = row.get("algo")
         if not isinstance(algo, str) or (algo not in config.ALGORITHMS and algo not in config.ALGORITHMS.values()):
             raise ConfigError(f"{where}: run[{i}] needs algo = one of {', '.join(config.LEARNERS)}, found "
-                                     f"{algo!r}")
+                              f"{algo!r}")
         algo = config.canonical_name(algo)
         settings = flatten(row.get("set", {}))
         label = row.get("label", LABELS.get(algo, algo) + (f" ({settings['observation']})"
@@ -223,7 +223,7 @@ def build_specs(runs: Sequence[RunSpec], seeds: int, overrides: Iterable[str] = 
     unknown = sorted(learner_keys - known)
     if unknown:
         raise ConfigError(f"unknown key {unknown[0]!r}: no selected learner has it (use env.*, run.*, "
-                                 "a learner's Config field, or ALGO.key for one learner)")
+                          "a learner's Config field, or ALGO.key for one learner)")
     if "observation" in learner_keys | {t.partition("=")[0].strip() for ts in per_algo.values() for t in ts}:
         raise ConfigError("observation is chosen per run; select inputs with --inputs instead")
     common = dict(common or {})
@@ -236,7 +236,7 @@ def build_specs(runs: Sequence[RunSpec], seeds: int, overrides: Iterable[str] = 
     environment, _ = specs[0].make_env()
     if not environment.has_exact_model:
         raise ConfigError(f"compare: environment {specs[0].env_name!r} has no exact model "
-                                 "(has_exact_model is False); the comparison judges every run exactly")
+                          "(has_exact_model is False); the comparison judges every run exactly")
     for r in runs:
         if r.observation is not None and r.observation not in environment.supported_observations:
             raise ConfigError(

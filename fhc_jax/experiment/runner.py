@@ -21,8 +21,8 @@ the rest (who writes, agreeing on failures, the runtime's verdict on a lost proc
 :meth:`ChunkedTrainer.drive` is the driver: it starts the runs (from their keys, or restored
 from a checkpoint), prints the progress line (:class:`~fhc_jax.experiment.progress.Progress`),
 feeds the trackers and the caller's hook after every chunk, and stops at N updates, after
-``max_chunks`` chunks, or after a chunk in which a run diverged. :func:`train_seeds` is its one-call form (one learner, R seeds
--> :class:`RunResult`).
+``max_chunks`` chunks, or after a chunk in which a run diverged. :func:`train_seeds` is its
+one-call form (one learner, R seeds -> :class:`RunResult`).
 
 **Divergence detection.** Every compiled chunk also returns a few reductions computed on the
 device, per run: for each metric the index of its first non-finite iteration in the chunk (-1

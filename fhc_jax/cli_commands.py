@@ -132,7 +132,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import compare, distributed, rundir, writer_lock
+    from fhc_jax.experiment import compare, compare_report, distributed, rundir, study_file, writer_lock
 
     writer = _writer()  # several processes: process 0 writes the files and prints the progress
     try:  # validated before anything is compiled
@@ -141,9 +141,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         from fhc_jax.experiment import tracking
 
         loggers = tracking.resolve_loggers(args.logger)
-        study = compare.load_study(args.study)
-        runs = compare.select_runs(args.algos, args.inputs, study)
-        compare.build_specs(runs, args.seeds, args.set or (), env=args.env, common=study.settings)
+        study = study_file.load_study(args.study)
+        runs = study_file.select_runs(args.algos, args.inputs, study)
+        study_file.build_specs(runs, args.seeds, args.set or (), env=args.env, common=study.settings)
         name = study.name if args.name is None else args.name
         if not name or "/" in name or name in (".", ".."):
             raise ValueError(f"--name must be a plain file name stem, found {name!r}")
@@ -169,12 +169,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         error, paths = None, {}
         if writer:
             try:
-                paths = compare.write_outputs(result, args.out, stem=name)
+                paths = compare_report.write_outputs(result, args.out, stem=name)
             except Exception as err:  # noqa: BLE001
                 error = err
         distributed.agree(error)
     if writer:
-        print(compare.format_markdown(result))
+        print(compare_report.format_markdown(result))
         for path in paths.values():
             print(f"wrote {path}")
     return 0

@@ -66,7 +66,8 @@ def test_runtime_verdict_names_the_lost_process():
     assert distributed.runtime_verdict(PEER_DIED, 0, 2) == "process 1 of 2 stopped sending heartbeats (died or hung)"
     assert distributed.runtime_verdict(COORDINATOR_DIED, 1, 2) == "process 0 of 2 (the coordinator) is gone"
     assert distributed.runtime_verdict(NEVER_JOINED, 0, 2, 60) == "process 1 of 2 did not join within 60 s"
-    assert distributed.runtime_verdict(NEVER_JOINED, 1, 2, 60) == "process 0 of 2 (the coordinator) did not join within 60 s"
+    assert distributed.runtime_verdict(NEVER_JOINED, 1, 2, 60) == \
+        "process 0 of 2 (the coordinator) did not join within 60 s"
     assert distributed.runtime_verdict(NEVER_JOINED, 3, 8, 60) == "not every process of 8 joined within 60 s"
     unknown = "F1127 12:00:00.000000 1 client.h:80] " + distributed.FATAL + ". absl::Status: INTERNAL: something else\n"
     assert distributed.runtime_verdict(unknown, 0, 2) == \

@@ -13,7 +13,7 @@ import pytest
 import fhc_jax as fhc
 from fhc_jax.cli import main
 from fhc_jax.envs.base import Environment
-from fhc_jax.experiment import compare, config, runner
+from fhc_jax.experiment import config, runner, study_file
 from fhc_jax.experiment.typed_settings import ConfigError
 
 TOY = "toy_env:ToyEnv"
@@ -108,7 +108,7 @@ def test_factories_and_refusals(monkeypatch):
 def test_compare_refuses_inputs_the_environment_lacks():
     with pytest.raises(ConfigError, match=r"input 'xy' of PPO-Lagrangian \(xy\) is not supported by "
                                              r"environment 'toy_env:ToyEnv' \(its observations: one_hot, index\)"):
-        compare.build_specs(compare.select_runs(["fh-constrained", "ppo-lag"], ["xy"]), 2, env=TOY)
+        study_file.build_specs(study_file.select_runs(["fh-constrained", "ppo-lag"], ["xy"]), 2, env=TOY)
 
 
 @pytest.mark.slow

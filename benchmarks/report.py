@@ -99,7 +99,7 @@ def _machine(data: dict) -> dict:
 
 def hardware(data: dict) -> str | None:
     """One line naming the hardware: ``hardware_line`` if the file has one, else read from the
-    machine record (``fhc_jax.experiment.machine.machine_info``, or the older flat record)."""
+    machine record (``fhc_jax.experiment.rundir.machine_info``, or the older flat record)."""
     if isinstance(data.get("hardware_line"), str):
         return data["hardware_line"]
     m = _machine(data)

@@ -32,7 +32,7 @@ from fhc_jax.algos import fh_constrained as fc
 from fhc_jax.experiment import checkpoint, metrics_file, rundir
 from fhc_jax.experiment.config import RUN_DEFAULTS
 from fhc_jax.experiment.rundir import machine_info
-from timing import command_line
+from timing import provenance
 from fhc_jax.experiment.progress import Progress
 from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
 
@@ -47,6 +47,7 @@ def main() -> None:
                     help="chunks between checkpoints of the default-checkpointing mode (default: fhc-jax train's)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "chunked_training.json"))
     args = ap.parse_args()
+    source = provenance()  # the command and the git revision, read before anything is measured
 
     env = fhc.GridWorld()
     params = env.default_params
@@ -120,7 +121,7 @@ def main() -> None:
     payload = {"benchmark": "chunked_training", "iterations": args.iterations, "seeds": args.seeds,
                "chunk_size": args.chunk_size, "episodes_per_iteration": cfg.episodes_per_iteration,
                "repeats": args.repeats, "results": results, "bit_identical_to_monolithic": same,
-               "machine": machine_info(), "command": command_line()}
+               "machine": machine_info(), **source}
     rundir.write_json_atomic(Path(args.out), payload)
     print(f"wrote {args.out}")
 

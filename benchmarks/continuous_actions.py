@@ -34,7 +34,7 @@ from fhc_jax.experiment.rundir import write_json_atomic
 
 from battery import print_quality, quality, throughput
 from judge import machine_info
-from timing import command_line
+from timing import provenance
 
 LEARNERS = {"nn-constrained": nn_constrained, "ecop": ecop, "ppo-lag": ppo_lagrangian, "cpo": cpo}
 
@@ -62,11 +62,12 @@ def main() -> None:
     parser.add_argument("--learners", default=",".join(LEARNERS))
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    source = provenance()  # the command and the git revision, read before anything is measured
     out = Path(args.out or Path(__file__).parent / "results" / f"continuous_{args.task}.json")
 
     env, params = make_task(args.task)
     learners = {n: LEARNERS[n] for n in args.learners.split(",")}
-    result: dict = {"command": command_line(), "machine": machine_info(), "env": repr(env), "horizon": env.horizon,
+    result: dict = {**source, "machine": machine_info(), "env": repr(env), "horizon": env.horizon,
                     "action_space": str(env.action_space), "speed": {}, "quality": {}}
     if not args.no_speed:
         for name, module in learners.items():

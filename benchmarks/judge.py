@@ -33,7 +33,7 @@ class Judged:
 
     def summary(self) -> dict:
         """The fields every learner benchmark reports (its own fields go beside them)."""
-        ex = self.out.metrics.exact
+        ex = self.out.metrics.evaluation
         return {
             "wall_s_including_compile": self.wall_s,
             "compile_s": self.compile_s,

@@ -145,7 +145,7 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, default=None, help="number of seeds R (default 5)")
     p.add_argument("--config", default=None, help="TOML file of settings (see fhc_jax.experiment.config)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override one setting, e.g. --set env.size=4 --set critic_step.init=0.5 (repeatable)")
+                   help="override one setting, e.g. --set env.size=4 --set critic_lr.init=0.5 (repeatable)")
     p.add_argument("--out", required=True, help="run directory, e.g. runs/demo")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -372,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "between chunks). Settings: algo, env.name and env.* (the environment's "
                                    "settings), run.* (seeds, seed, chunk_size, checkpoint_every, "
                                    "feasibility_tolerance) and the learner's Config fields (dotted for "
-                                   "schedules: critic_step.init).")
+                                   "schedules: critic_lr.init).")
     _add_config_options(p)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
     p.add_argument("--max-chunks", type=int, default=None, help="stop after this many chunks (resumable)")

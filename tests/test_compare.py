@@ -193,11 +193,11 @@ theta_bound = 2.0
 [[run]]
 label = "FH slow critic"
 algo = "fh-constrained"
-set = { critic_step = { init = 0.25 }, num_iterations = 9 }
+set = { critic_lr = { init = 0.25 }, num_iterations = 9 }
 [[run]]
 label = "FH fast critic"
 algo = "fh_constrained"
-set = { "critic_step.init" = 1.0 }
+set = { "critic_lr.init" = 1.0 }
 [[run]]
 algo = "cpo"
 set = { observation = "xyt" }
@@ -218,7 +218,7 @@ def test_a_study_file_is_read_with_its_precedence(tmp_path):
     assert [r.name for r in study_file.select_runs(inputs=["xy"], study=study)] == ["FH slow critic", "FH fast critic"]
     slow, fast, cpo = study_file.build_specs(study.runs, 2, ["env.size=3", "cpo.num_iterations=4"],
                                              common=study.settings)
-    assert slow.learner.critic_step.init == 0.25 and fast.learner.critic_step.init == 1.0
+    assert slow.learner.critic_lr.init == 0.25 and fast.learner.critic_lr.init == 1.0
     assert (slow.num_iterations, fast.num_iterations, cpo.num_iterations) == (9, 6, 4)
     assert slow.learner.theta_bound == fast.learner.theta_bound == 2.0 and cpo.learner.observation == "xyt"
     assert all(s.env["size"] == 3 and s.seeds == 2 for s in (slow, fast, cpo))
@@ -268,7 +268,7 @@ def test_cli_runs_a_study_file(tmp_path, capsys):
                  "--out", str(out), "--quiet"]) == 0
     res = json.loads((out / "two_step_sizes.json").read_text())
     assert [r["name"] for r in res["runs"]] == ["FH slow critic", "FH fast critic"]
-    assert res["runs"][0]["changed_settings"]["critic_step.init"] == 0.25
+    assert res["runs"][0]["changed_settings"]["critic_lr.init"] == 0.25
     assert res["runs"][0]["num_iterations"] == 9 and res["runs"][1]["num_iterations"] == 6
     assert res["notes"] == ["two FH-Constrained critics"]
     assert "two FH-Constrained critics" in (out / "two_step_sizes.md").read_text()

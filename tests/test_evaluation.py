@@ -198,7 +198,7 @@ def test_missing_or_damaged_files_are_refused_naming_the_file(trained, tmp_path,
     # a checkpoint of another configuration (its manifest's hash differs from config.json's settings)
     run = _copy(trained, tmp_path, "foreign")
     cfg = json.loads((run / "config.json").read_text())
-    cfg["settings"]["critic_step.init"] = 0.123
+    cfg["settings"]["critic_lr.init"] = 0.123
     (run / "config.json").write_text(json.dumps(cfg))
     refused(run, 1, "written under another configuration")
 

@@ -226,15 +226,15 @@ def test_second_writer_is_refused_at_once(good_run, tmp_path, capsys, monkeypatc
 
 @pytest.mark.slow
 def test_divergence_stops_with_message_and_incomplete_summary(tmp_path, capsys):
-    """The issue's case 3 (there critic_step.init = 10 on a 4x4 grid, H = 10; here a smaller and
+    """The issue's case 3 (there critic_lr.init = 10 on a 4x4 grid, H = 10; here a smaller and
     faster instance that diverges the same way)."""
     out = tmp_path / "div"
-    argv = ["train", "--set", "critic_step.init=20", "--set", "env.size=3", "--set", "env.horizon=5",
+    argv = ["train", "--set", "critic_lr.init=20", "--set", "env.size=3", "--set", "env.horizon=5",
             "--set", "num_iterations=60", "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=20",
             "--seeds", "2", "--out", str(out), "--quiet", "--no-plots"]
     assert main(argv) == 1
     line = one_line_error(capsys.readouterr().err)
-    assert "training diverged" in line and "seed 0 at iteration" in line and "critic_step.init = 20" in line
+    assert "training diverged" in line and "seed 0 at iteration" in line and "critic_lr.init = 20" in line
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] is False and "diverged" in summary["reason"]
     assert summary["divergence"]["seeds"] == [0, 1] and summary["stopped_at_iteration"] == 40
@@ -273,7 +273,7 @@ def test_finite_seeds_keep_their_results(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_python_api_reports_divergence():
-    spec = config.load_spec(overrides=["critic_step.init=20", "env.size=3", "env.horizon=5",
+    spec = config.load_spec(overrides=["critic_lr.init=20", "env.size=3", "env.horizon=5",
                                           "num_iterations=40", "episodes_per_iteration=8"])
     env, params = spec.make_env()
     res = runner.train_seeds(fc, env, params, spec.learner, 2, chunk_size=20)
@@ -281,7 +281,7 @@ def test_python_api_reports_divergence():
     assert res.divergence.seeds == (0, 1) and all(i <= 40 for i in res.divergence.iterations)
     assert res.state.iteration == res.divergence.detected_at == 40 and list(res.finite_seeds) == []
     assert not np.isfinite(np.asarray(res.state.carry.state.theta)).all()  # the final iterate diverged
-    # the returned policy is the selection's (learner.Selection), a candidate from before the
+    # the returned policy is the selection's (selection.Selection), a candidate from before the
     # divergence: finite, and flagged by res.divergence and res.complete above
     assert np.isfinite(res.policy).all()
 

@@ -360,7 +360,7 @@ def test_non_tabular_environment_records_observations_from_states():
     for name in ("actions", "rewards", "costs", "terminal_rewards", "terminal_costs"):
         np.testing.assert_array_equal(getattr(part, name), getattr(full, name))
     # the batch of the learners' sampled path from a trajectory of a tabular environment
-    from fhc_jax.algos.tabular_rollout import batch_from_trajectory
+    from fhc_jax.algos.core.tabular_rollout import batch_from_trajectory
 
     grid = GridWorld(size=3, horizon=4)
     traj = rollout(key, grid, grid.default_params, uniform_random_policy(9), 6)

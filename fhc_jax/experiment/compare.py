@@ -38,7 +38,7 @@ from typing import IO, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from fhc_jax.algos.hyperparameters import resolve_env_defaults
+from fhc_jax.algos.core.hyperparameters import resolve_env_defaults
 from fhc_jax.experiment import config, judge, statistics, tracking
 from fhc_jax.experiment.judgement import Judgement, relative_excess, stats
 from fhc_jax.experiment.progress import RunsProgress, env_steps_per_iteration

@@ -11,7 +11,7 @@ and how values are read (TOML files, ``--set key=value``) is
 * ``run.<option>``: how it runs (:data:`RUN_SETTINGS`: seeds, base seed, chunk size,
   checkpoint period, feasibility tolerance of the judge, Monte-Carlo episodes);
 * every other key: a field of the learner's ``Config``, nested schedules and feature specs
-  with dots (``critic_step.init``, ``features.kind``).
+  with dots (``critic_lr.init``, ``features.kind``).
 
 A TOML file uses the same names, with tables for the dots (``[env]`` then ``size = 5`` is
 ``env.size``); ``--set`` values are parsed as TOML values (``--set env.alpha=[10.0, 20.0]``).
@@ -46,7 +46,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from fhc_jax.algos import cpo, ecop, fh_constrained, nn_constrained, ppo_lagrangian, saute
-from fhc_jax.algos.learner import judged_exactly
+from fhc_jax.algos.core.paths import judged_exactly
 from fhc_jax.envs.base import Environment
 from fhc_jax.experiment.typed_settings import (ConfigError, Setting, build_learner_config, coerce, flatten,
                                                kind_of_annotation, learner_schema, learner_settings, parse_assignment,

@@ -11,7 +11,7 @@ learner's own ``policy(train_state, env, params)``). Nothing is written.
 
 :func:`evaluate_run` judges those policies with the one judge (:mod:`fhc_jax.experiment.judge`):
 exactly where the learner's policy is a table over a tabular exact model
-(:func:`fhc_jax.algos.learner.judged_exactly`, as training judged it), with the gap to the
+(:func:`fhc_jax.algos.core.paths.judged_exactly`, as training judged it), with the gap to the
 optimum of ``fhc_jax.solve``; otherwise by Monte-Carlo with 95% intervals against the
 environment's reference policy. A changed environment (``--set env.slip=0.2``,
 :func:`target_environment`) judges the same policies elsewhere (robustness): every change is
@@ -39,7 +39,8 @@ from typing import Any, Callable, Iterable, Mapping
 import jax
 import numpy as np
 
-from fhc_jax.algos.learner import judged_exactly, play_environment
+from fhc_jax.algos.core.paths import judged_exactly
+from fhc_jax.algos.core.scaffold import play_environment
 from fhc_jax.envs.base import Environment
 from fhc_jax.experiment import checkpoint, config, judge, rundir, writer_lock
 from fhc_jax.experiment.judgement import Judgement
@@ -325,7 +326,7 @@ def evaluate_run(run: LoadedRun, target: Target | None = None, *,
             say(f"warning: {err}; no policy can meet the threshold")
     else:
         say(f"judging {run.num_seeds} seeds by Monte-Carlo on {target.title} ({target.episodes} episodes each)")
-        # played where the learner plays it (the task's rewards and costs; fhc_jax.algos.learner.play_environment)
+        # played where the learner plays it (the task's rewards and costs; fhc_jax.algos.core.scaffold.play_environment)
         env, params = play_environment(run.module, run.train_state(0), target.env, target.params)
         policies = [run.module.policy(run.train_state(r), env, params) for r in range(run.num_seeds)]
         judged = judge.judge_monte_carlo(env, params, policies, target.episodes, multipliers=nu, tolerance=tol)

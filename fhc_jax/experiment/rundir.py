@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from fhc_jax.algos.learner import judged_exactly
+from fhc_jax.algos.core.paths import judged_exactly
 from fhc_jax.experiment.config import EnvironmentImportError, ExperimentSpec, load_spec
 
 CONFIG = "config.json"

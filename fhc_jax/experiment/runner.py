@@ -4,7 +4,7 @@ A learner's iterations run in compiled chunks of ``chunk_size`` updates, vmapped
 (seeds, or hyperparameter configurations x seeds), with exact evaluation, progress, tracking and
 checkpoints between chunks. A chunk is ``jax.jit(jax.vmap(chunk))`` where ``chunk`` is a
 ``lax.scan`` of ``learner.step`` for ``chunk_size`` iterations followed by ``learner.evaluate``
-of the result (:class:`fhc_jax.algos.learner.Learner`). The host sees the carry and the metrics
+of the result (:class:`fhc_jax.algos.core.scaffold.Learner`). The host sees the carry and the metrics
 only between chunks. The runs axis is sharded over all devices (``jax.sharding``: a one-axis
 ``Mesh`` named ``"runs"``, padded to a multiple of the device count), so the same code uses one
 CPU, several GPUs, or several processes and hosts.
@@ -44,13 +44,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from fhc_jax.algos.learner import Status, constraint_status, evaluation_iterations, judged_exactly
+from fhc_jax.algos.core.evaluation import evaluation_iterations
+from fhc_jax.algos.core.paths import judged_exactly
+from fhc_jax.algos.core.selection import Status, constraint_status
 from fhc_jax.experiment.config import ExperimentSpec, load_spec
 from fhc_jax.experiment.distributed import is_key, to_host
 from fhc_jax.experiment.progress import Progress, env_steps_per_iteration
 
 if TYPE_CHECKING:
-    from fhc_jax.algos.learner import Learner
+    from fhc_jax.algos.core.scaffold import Learner
     from fhc_jax.experiment.tracking import Trackers
 
 Array = jax.Array
@@ -184,7 +186,7 @@ class ChunkState:
     """Where a chunked run stands (between chunks).
 
     Attributes (R runs, n iterations done, E = exact evaluations so far, M constraints):
-        carry: the learner's :class:`~fhc_jax.algos.learner.Carry` with a leading runs axis
+        carry: the learner's :class:`~fhc_jax.algos.core.scaffold.Carry` with a leading runs axis
             (padded to a multiple of the device count; device arrays).
         iteration: n, updates done.
         metrics: per-iteration metrics, name -> (R, n, ...) numpy arrays.
@@ -209,7 +211,7 @@ class ChunkedTrainer:
     """Compiled chunk programs of one learner for R runs.
 
     Args:
-        learner: :class:`fhc_jax.algos.learner.Learner`.
+        learner: :class:`fhc_jax.algos.core.scaffold.Learner`.
         num_runs: R.
         chunk_size: iterations per chunk (>= 1); the last chunk is shorter when it does not
             divide ``num_iterations`` (one more compilation).
@@ -396,13 +398,13 @@ class ChunkedTrainer:
         return state
 
     def policy_tables(self, state: ChunkState) -> np.ndarray:
-        """The policies the runs return (:class:`~fhc_jax.algos.learner.Selection`),
+        """The policies the runs return (:class:`~fhc_jax.algos.core.selection.Selection`),
         (R, H, S, A) numpy."""
         prog = self._compiled("policy", jax.vmap(lambda c: self.learner.policy_table(c.selection.state)), state.carry)
         return to_host(prog(state.carry))[: self.num_runs]
 
     def status(self, state: ChunkState) -> list[Status]:
-        """Each run's :class:`~fhc_jax.algos.learner.Status` (host-side, from the metrics of a
+        """Each run's :class:`~fhc_jax.algos.core.selection.Status` (host-side, from the metrics of a
         complete run: the multiplier's trend and the cost over the last tenth, and whether the
         returned policy's upper cost bounds are within the thresholds)."""
         met = to_host(state.carry.selection.feasible)[: self.num_runs]
@@ -503,8 +505,8 @@ class RunResult:
             diverged seeds' values are non-finite; the other seeds' results are valid at
             ``state.iteration``.
         returned_state: the train states of the returned policies (the learners'
-            :class:`~fhc_jax.algos.learner.Selection`), leading axis R (numpy).
-        status: each seed's :class:`~fhc_jax.algos.learner.Status` (None before the run is
+            :class:`~fhc_jax.algos.core.selection.Selection`), leading axis R (numpy).
+        status: each seed's :class:`~fhc_jax.algos.core.selection.Status` (None before the run is
             complete).
     """
 

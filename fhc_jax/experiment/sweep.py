@@ -49,7 +49,7 @@ from fhc_jax.experiment.typed_settings import ConfigError, parse_assignment
 
 
 def parse_grid(items: Sequence[str]) -> dict[str, list]:
-    """``["trace=0.2,0.5", "critic_step.init=0.5,1"]`` -> ``{"trace": [0.2, 0.5], ...}``
+    """``["trace=0.2,0.5", "critic_lr.init=0.5,1"]`` -> ``{"trace": [0.2, 0.5], ...}``
     (each value parsed as TOML).
 
     Raises:

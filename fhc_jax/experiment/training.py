@@ -22,7 +22,9 @@ from typing import IO, Any, Callable, Sequence
 import jax
 import numpy as np
 
-from fhc_jax.algos.learner import describe_status, judged_exactly, play_environment
+from fhc_jax.algos.core.paths import judged_exactly
+from fhc_jax.algos.core.scaffold import play_environment
+from fhc_jax.algos.core.selection import describe_status
 from fhc_jax.experiment import checkpoint, config, distributed, judge, metrics_file, rundir, tracking, writer_lock
 from fhc_jax.experiment.config import ExperimentSpec, load_spec
 from fhc_jax.experiment.progress import env_steps_per_iteration
@@ -289,7 +291,7 @@ def _written(write: Callable[[], None]) -> BaseException | None:
 
 def constraint_lines(statuses: list, thresholds: Any, multipliers: Any = None) -> list[str | None]:
     """Per seed, the learner's one line when its constraint is not yet met or its multiplier
-    has not settled (:func:`fhc_jax.algos.learner.describe_status`), else None."""
+    has not settled (:func:`fhc_jax.algos.core.selection.describe_status`), else None."""
     return [describe_status(st, thresholds, None if multipliers is None else multipliers[r, -1], label=f"seed {r}")
             for r, st in enumerate(statuses)]
 

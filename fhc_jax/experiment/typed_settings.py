@@ -14,7 +14,7 @@ reads the kind of a constructor parameter from its annotation.
 
     algo = "fh-constrained"
     num_iterations = 400
-    [critic_step]
+    [critic_lr]
     init = 0.5
     [env]
     name = "gridworld"
@@ -27,7 +27,7 @@ env.alpha=[10.0, 20.0]``); a bare word that is not valid TOML is taken as a stri
 variant=paper``).
 
 **A learner's keys.** :func:`learner_schema` lists the flat dotted keys of a learner's
-``Config`` and their kinds (nested schedules ``critic_step.init``, feature specs
+``Config`` and their kinds (nested schedules ``critic_lr.init``, feature specs
 ``features.kind``); :func:`learner_settings` reads their values back (for config.json);
 :func:`build_learner_config` builds a ``Config`` from changed keys.
 
@@ -48,8 +48,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from fhc_jax.algos import features as feat
-from fhc_jax.algos.hyperparameters import EnvDefault, resolve_env_defaults
+from fhc_jax.algos.core import features as feat
+from fhc_jax.algos.core.hyperparameters import EnvDefault, resolve_env_defaults
 
 if sys.version_info >= (3, 11):
     import tomllib

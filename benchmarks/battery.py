@@ -52,7 +52,7 @@ def quality(env, params, module, seeds: int, episodes: int, iterations: int | No
             train_params=None, key=None) -> dict:
     """``seeds`` vmapped runs of ``config`` (default: the learner's ``Config()``, with
     ``iterations`` updates if given), each final policy judged by Monte-Carlo (``episodes``)
-    against ``reference`` (a ``judge.Optimum`` or None) on ``params``; the runs train on
+    against ``reference`` (a ``judgement.Optimum`` or None) on ``params``; the runs train on
     ``train_params`` when given (e.g. a tighter budget than the one judged), else on ``params``,
     with the seeds ``split(key, seeds)`` (default ``key(0)``)."""
     cfg = config if config is not None else module.Config() if iterations is None else \

@@ -29,11 +29,11 @@ import numpy as np
 
 import fhc_jax as fhc
 from fhc_jax.algos import fh_constrained as fc
-from fhc_jax.experiment import checkpoint, rundir
+from fhc_jax.experiment import checkpoint, metrics_file, rundir
 from fhc_jax.experiment.config import RUN_DEFAULTS
 from fhc_jax.experiment.rundir import machine_info
 from timing import provenance
-from fhc_jax.experiment.runner import Progress
+from fhc_jax.experiment.progress import Progress
 from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
 
 
@@ -80,7 +80,7 @@ def main() -> None:
 
         def on_chunk(st):
             progress(st)
-            rundir.write_bytes_atomic(tmp / "metrics.csv", rundir.metrics_csv(
+            rundir.write_bytes_atomic(tmp / "metrics.csv", metrics_file.metrics_csv(
                 st.metrics, st.exact_iterations, st.exact_reward, st.exact_costs, st.iteration).encode())
             if ckpt_dir is not None and (st.iteration // args.chunk_size % every == 0 or st.iteration == args.iterations):
                 checkpoint.save(ckpt_dir, trainer, st)

@@ -29,6 +29,7 @@ import numpy as np
 from fhc_jax.algos import cpo, ecop, nn_constrained, ppo_lagrangian
 from fhc_jax.envs import gymnax_interop
 from fhc_jax.experiment import judge
+from fhc_jax.experiment.judgement import Optimum
 from fhc_jax.experiment.rundir import write_json_atomic
 
 from battery import print_quality, quality, throughput
@@ -85,8 +86,8 @@ def main() -> None:
             best = max(q["seeds"], key=lambda r: r["exact_reward"])
             result["unconstrained_ppo"] = q
             mc_cost = np.asarray(best["exact_costs"], np.float64)
-            reference = judge.Optimum(reward=float(best["exact_reward"]), costs=mc_cost, multipliers=np.zeros(1),
-                                      policy=None, stage_costs=None, stage_rewards=None, solve_time_s=0.0)
+            reference = Optimum(reward=float(best["exact_reward"]), costs=mc_cost, multipliers=np.zeros(1),
+                                policy=None, stage_costs=None, stage_rewards=None, solve_time_s=0.0)
             label = "unconstrained PPO (alpha = 1e9, best of its seeds)"
             for row in q["seeds"]:
                 print(f"[quality] unconstrained PPO seed {row['seed']}: {row['exact_reward']:9.2f}, "

@@ -13,7 +13,7 @@ uniform per step for the slip):
   about as lean as plain numpy gets;
 * ``numpy (1 episode)``: one episode at a time, scalar operations per step.
 
-Both record the same trajectory arrays as ``fhc_jax.rollout.Trajectory`` (states,
+Both record the same trajectory arrays as ``fhc_jax.Trajectory`` (states,
 observations, actions, rewards, costs, next states, terminal terms). A second table times
 Monte-Carlo evaluation, ``fhc_jax.rollout_returns`` (episode totals accumulated in the loop
 carry, no trajectory arrays written), against the numpy loop that does the same

@@ -12,19 +12,20 @@ import jax
 import numpy as np
 
 from fhc_jax.experiment import judge
+from fhc_jax.experiment.judgement import Judgement, Optimum
 from fhc_jax.experiment.rundir import machine_info
 
 
 @dataclass
 class Judged:
     """One quality run: ``out`` (the vmapped ``TrainResult``), the optimum ``best``
-    (:class:`fhc_jax.experiment.judge.Optimum`), the :class:`~fhc_jax.experiment.judge.Judgement`,
+    (:class:`fhc_jax.experiment.judgement.Optimum`), the :class:`~fhc_jax.experiment.judgement.Judgement`,
     alpha, wall and compile seconds, and one row per seed (exact reward and cost, gap, fraction
     of the optimum, whether the judge finds the seed feasible: ``cost_ok``)."""
 
     out: Any
-    best: judge.Optimum
-    judgement: judge.Judgement
+    best: Optimum
+    judgement: Judgement
     alpha: float
     wall_s: float
     compile_s: float

@@ -18,8 +18,8 @@ from fhc_jax.cmdp import (
     tradeoff,
 )
 from fhc_jax.envs import BatteryStorage, Environment, GridWorld, TabularEnv
-from fhc_jax.rollout import (Returns, Trajectory, random_policy, rollout, rollout_returns, trajectory_observations,
-                             uniform_random_policy)
+from fhc_jax.rollout import random_policy, rollout, rollout_returns, trajectory_observations, uniform_random_policy
+from fhc_jax.trajectory import Returns, Trajectory
 from fhc_jax.algos.core.policies import softmax_policy, table_policy
 from fhc_jax import algos, cmdp, envs
 

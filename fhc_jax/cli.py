@@ -16,6 +16,9 @@
 ``--env`` takes a registered name (:data:`fhc_jax.experiment.config.ENVIRONMENTS`) or
 ``module:ClassOrFactory`` of your own environment.
 
+This module holds the parser (:func:`build_parser`), :func:`main` and ``solve``; the other
+commands are :mod:`fhc_jax.cli_commands`.
+
 ``train``, ``sweep`` and ``compare`` run over several processes or hosts with ``--coordinator
 HOST:PORT --num-processes N --process-id I`` (or ``--distributed``: from a cluster scheduler's
 environment), the same command in every process (docs/distributed.md); such a command runs in a
@@ -47,6 +50,8 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from fhc_jax.cli_commands import _cmd_compare, _cmd_eval, _cmd_plot, _cmd_sweep, _cmd_train, _error, _one_line
 
 
 def _solution_dict(sol) -> dict:
@@ -161,176 +166,6 @@ def _check_tradeoff_args(args: argparse.Namespace, env):
     return rundir.check_writable_file(path, "--plot")
 
 
-def _one_line(err: BaseException) -> str:
-    lines = [x.strip() for x in str(err).strip().splitlines() if x.strip()]
-    return " ".join(lines) if lines else type(err).__name__
-
-
-def _error(command: str, err: BaseException, status: int = 2) -> int:
-    print(f"fhc-jax {command}: error: {_one_line(err)}", file=sys.stderr)
-    return status
-
-
-def _spec_from_args(args: argparse.Namespace, settings: dict | None = None):
-    from fhc_jax.experiment.config import load_spec
-
-    return load_spec(args.algo, config_file=args.config, overrides=args.set or (), seeds=args.seeds,
-                     observation=args.obs, env=args.env, settings=settings)
-
-
-def _cmd_train(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import rundir, training
-
-    config_given = any(x is not None for x in (args.algo, args.env, args.config, args.seeds, args.obs)) or bool(args.set)
-    try:  # everything validated before compiling
-        spec = None
-        if not args.resume:
-            spec = _spec_from_args(args)
-        elif config_given:  # options on top of the stored run: train_run refuses any change
-            spec = _spec_from_args(args, rundir.read_run(args.out).spec.settings())
-        result = training.train_run(spec, args.out, resume=args.resume, overwrite=args.overwrite,
-                                    quiet=args.quiet, max_chunks=args.max_chunks, plots=not args.no_plots,
-                                    loggers=args.logger)
-    except ValueError as err:
-        return _error("train", err)
-    if result.get("complete") and _writer():
-        print(f"wrote {args.out}")
-    return 0
-
-
-def _cmd_plot(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import plots, rundir
-
-    try:
-        stages = None
-        if args.stages:
-            try:
-                stages = [int(x) for x in args.stages.split(",")]
-            except ValueError:
-                raise ValueError(f"--stages expects comma-separated stage numbers, e.g. 0,50,99; found "
-                                 f"{args.stages!r}") from None
-        if not Path(args.run_dir).is_dir():
-            raise rundir.RunDirectoryError(f"{args.run_dir} is not a run directory (not a directory)")
-        written = plots.plot_run(args.run_dir, stages)
-    except ValueError as err:
-        return _error("plot", err)
-    for path in written:
-        print(path)
-    return 0
-
-
-def _cmd_eval(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import evaluation
-
-    say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    try:  # everything is checked before anything is compiled
-        result, out = evaluation.eval_run(args.run_dir, args.set or (), episodes=args.episodes, name=args.out,
-                                          say=say)
-    except ValueError as err:
-        return _error("eval", err)
-    print(evaluation.format_evaluation(result))
-    print(f"wrote {out}")
-    return 0
-
-
-def _cmd_sweep(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import rundir, runner, sweep
-
-    writer = _writer()  # several processes: process 0 writes the files
-    try:
-        from fhc_jax.experiment import tracking
-
-        loggers = tracking.resolve_loggers(args.logger)
-        spec = _spec_from_args(args)
-        grid = sweep.parse_grid(args.grid)
-        sweep.grid_specs(spec, grid)  # validate every grid point before compiling
-        rundir.check(args.out, resume=False, overwrite=args.overwrite, can_resume=False)
-    except ValueError as err:
-        return _error("sweep", err)
-    with contextlib.ExitStack() as held:
-        try:
-            error = None
-            try:
-                if writer:
-                    held.enter_context(rundir.locked(args.out, f"fhc-jax sweep --out {args.out}"))
-                    rundir.prepare(args.out, resume=False, overwrite=args.overwrite, can_resume=False)
-                    rundir.write_json_atomic(Path(args.out) / rundir.CONFIG, sweep.sweep_config(spec, grid))
-            except Exception as err:  # noqa: BLE001 (raised on every process by agree)
-                error = err
-            runner.agree(error)
-            result = sweep.run_sweep(spec, grid, shard=not args.no_shard, quiet=args.quiet or not writer,
-                                     loggers=loggers if writer else None, out=args.out)
-        except ValueError as err:
-            return _error("sweep", err)
-        error = None
-        if writer:
-            try:
-                sweep.write_sweep(args.out, spec, grid, result)
-            except Exception as err:  # noqa: BLE001
-                error = err
-        runner.agree(error)
-    if writer:
-        print(sweep.format_sweep(result))
-        print(f"wrote {args.out}")
-    return 0
-
-
-def _cmd_compare(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import compare, rundir, runner
-
-    writer = _writer()  # several processes: process 0 writes the files and prints the progress
-    try:  # validated before anything is compiled
-        if args.seeds < 1:
-            raise ValueError(f"--seeds must be an integer >= 1, found {args.seeds}")
-        from fhc_jax.experiment import tracking
-
-        loggers = tracking.resolve_loggers(args.logger)
-        study = compare.load_study(args.study)
-        runs = compare.select_runs(args.algos, args.inputs, study)
-        compare.build_specs(runs, args.seeds, args.set or (), env=args.env, common=study.settings)
-        name = study.name if args.name is None else args.name
-        if not name or "/" in name or name in (".", ".."):
-            raise ValueError(f"--name must be a plain file name stem, found {name!r}")
-        for ext in ("json", "md", "png"):
-            rundir.check_writable_file(Path(args.out) / f"{name}.{ext}")
-    except ValueError as err:
-        return _error("compare", err)
-    with contextlib.ExitStack() as held:
-        try:
-            error = None
-            try:
-                if writer:
-                    held.enter_context(rundir.locked(args.out, f"fhc-jax compare --out {args.out} --name {name}",
-                                                     lock_file=rundir.shared_lock_file(args.out, name)))
-            except Exception as err:  # noqa: BLE001 (raised on every process by agree)
-                error = err
-            runner.agree(error)
-            result = compare.run_comparison(runs, seeds=args.seeds, overrides=args.set or (), env=args.env,
-                                            study=study, quiet=args.quiet or not writer,
-                                            loggers=loggers if writer else None, log_dir=args.out, log_name=name)
-        except ValueError as err:
-            return _error("compare", err)
-        error, paths = None, {}
-        if writer:
-            try:
-                paths = compare.write_outputs(result, args.out, stem=name)
-            except Exception as err:  # noqa: BLE001
-                error = err
-        runner.agree(error)
-    if writer:
-        print(compare.format_markdown(result))
-        for path in paths.values():
-            print(f"wrote {path}")
-    return 0
-
-
-def _writer() -> bool:
-    """Whether this process writes files and results (process 0 of a run over several)."""
-    from fhc_jax.experiment import runner
-
-    return runner.is_writer()
-
-
 def _add_logger_option(p: argparse.ArgumentParser) -> None:
     from fhc_jax.experiment.tracking import CHOICES, INSTALL_HINT
 
@@ -365,7 +200,7 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_cluster_options(p: argparse.ArgumentParser) -> None:
-    from fhc_jax.experiment.runner import HEARTBEAT_TIMEOUT_S, INIT_TIMEOUT_S
+    from fhc_jax.experiment.distributed import HEARTBEAT_TIMEOUT_S, INIT_TIMEOUT_S
 
     g = p.add_argument_group("several processes or hosts (jax.distributed; run the same command in every process)")
     g.add_argument("--coordinator", default=None, metavar="HOST:PORT",
@@ -390,8 +225,8 @@ _WORKER_ENV = "FHC_JAX_DISTRIBUTED_WORKER"
 
 
 def _cluster(args: argparse.Namespace):
-    """The :class:`~fhc_jax.experiment.runner.Cluster` the options ask for, or None (one process)."""
-    from fhc_jax.experiment.runner import Cluster
+    """The :class:`~fhc_jax.experiment.distributed.Cluster` the options ask for, or None (one process)."""
+    from fhc_jax.experiment.distributed import Cluster
 
     if not any(getattr(args, name, None) not in (None, False)
                for name in ("coordinator", "num_processes", "process_id", "distributed")):
@@ -542,10 +377,10 @@ def _fault_line(argv: Sequence[str], log: str) -> str | None:
     """The one line for a worker that JAX's runtime ended (None: the log holds no verdict):
     which process is lost, where the run stands and the command that continues it."""
     args = build_parser().parse_args(list(argv))
-    from fhc_jax.experiment import checkpoint, rundir, runner
+    from fhc_jax.experiment import checkpoint, distributed, rundir
 
     cluster = _cluster(args)
-    verdict = runner.runtime_verdict(log, args.process_id, args.num_processes, args.init_timeout)
+    verdict = distributed.runtime_verdict(log, args.process_id, args.num_processes, args.init_timeout)
     if verdict is None:
         return None
     flags = " ".join(cluster.flags())
@@ -674,7 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if worker:
         _die_with_parent(int(parent))
     args = build_parser().parse_args(argv)
-    from fhc_jax.experiment import checkpoint, config, rundir, runner, training
+    from fhc_jax.experiment import checkpoint, config, distributed, runner, training, writer_lock
 
     command = args.command
     cluster = _cluster(args)
@@ -682,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not worker:  # an abbreviated option the scan above did not recognise
             return _supervise(argv)
         try:
-            runner.initialize(cluster)
+            distributed.initialize(cluster)
         except ValueError as err:
             return _error(command, err)
     try:
@@ -693,12 +528,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"fhc-jax {command}: interrupted", file=sys.stderr)
         return _interrupted(cluster)
-    except runner.DistributedError as err:  # another process failed (its message), or one was lost
+    except distributed.DistributedError as err:  # another process failed (its message), or one was lost
         lost = err.process is None and command == "train"
         hint = f"; continue it on every process with: fhc-jax train --resume --out {args.out} " \
             + " ".join(cluster.flags()) if lost else ""
         return _error(command, f"{err}{hint}", 1)
-    except (rundir.RunInUseError, checkpoint.CheckpointError, runner.DivergenceError,
+    except (writer_lock.RunInUseError, checkpoint.CheckpointError, runner.DivergenceError,
             config.EnvironmentFailure) as err:
         return _error(command, err, 1)
     except ValueError as err:  # usage errors raised outside a command's own handler

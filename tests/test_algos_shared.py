@@ -222,7 +222,8 @@ def test_env_defaults_resolve_per_environment_and_explicit_values_hold():
     components that vary within a stage); a value set explicitly holds (one-hot on an
     environment without tabular states is an error, not silently replaced)."""
     from fhc_jax.algos import fh_constrained as fc
-    from fhc_jax.experiment.config import ConfigError, learner_settings, load_spec
+    from fhc_jax.experiment.config import load_spec
+    from fhc_jax.experiment.typed_settings import ConfigError, learner_settings
 
     cfg = fc.Config()
     assert isinstance(cfg.features, hp.EnvDefault) and hp.has_env_defaults(cfg)

@@ -9,6 +9,7 @@ import pytest
 import fhc_jax as fhc
 from fhc_jax.algos import fh_constrained as fc, resolve_env_defaults
 from fhc_jax.experiment import checkpoint, config, runner, sweep
+from fhc_jax.experiment.typed_settings import ConfigError
 
 TINY = ["env.size=3", "env.horizon=4", "num_iterations=20", "episodes_per_iteration=8", "run.chunk_size=5"]
 
@@ -136,6 +137,6 @@ def test_coarse_map_settings_round_trip_and_switch_kinds():
     assert switched == features.TileCoding(tiles=6, stage_inputs=False)  # from Auto()'s stage_inputs
     assert config.load_spec("fh-constrained", env="battery", overrides=[
         "features.stage_inputs=true", "features.kind=tile_coding"]).learner.features == features.TileCoding()
-    with pytest.raises(config.ConfigError, match="features.stage_inputs"):
+    with pytest.raises(ConfigError, match="features.stage_inputs"):
         config.load_spec("fh-constrained", env="battery", overrides=["features.stage_inputs=maybe"])
 

@@ -20,7 +20,8 @@ from flax import struct
 from fhc_jax.cmdp.model import TabularCMDP
 from fhc_jax.cmdp.transitions import SparseTransitions
 from fhc_jax.envs.encoders import make_encoder
-from fhc_jax.rollout import fast_key, index_dtype, uniform_pairs
+from fhc_jax.random_bits import fast_key, uniform_pairs
+from fhc_jax.trajectory import index_dtype
 
 Array = jax.Array
 

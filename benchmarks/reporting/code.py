@@ -38,7 +38,7 @@ ENV_CODE: dict[str, tuple[str, ...]] = {
     "gridworld*": ("fhc_jax/envs/gridworld.py",),
     "garnet*": ("fhc_jax/envs/suite.py", "fhc_jax/envs/tabular.py"),
     "inventory*": ("fhc_jax/envs/inventory.py",),
-    "battery*": ("fhc_jax/envs/battery.py",),
+    "battery*": ("fhc_jax/envs/battery.py", "fhc_jax/envs/battery_reference.py"),
     "pendulum": ("fhc_jax/envs/gymnax_interop.py",),
 }
 
@@ -68,7 +68,7 @@ MEASURES: dict[str, Measures] = {
     "ecop*.json": Measures(("ecop",), ("gridworld",)),
     "saute*.json": Measures(("saute",), ("gridworld",)),
     "solver.json": Measures((), ("gridworld",), ("fhc_jax/cmdp/solve.py", "fhc_jax/cmdp/evaluate.py")),
-    "env_throughput.json": Measures((), ("gridworld",), ("fhc_jax/rollout.py", "fhc_jax/algos/core/policies.py")),
+    "env_throughput.json": Measures((), ("gridworld",), ("fhc_jax/rollout.py", "fhc_jax/random_bits.py", "fhc_jax/algos/core/policies.py")),
     "sampled_path.json": Measures(FROM_DATA, ("gridworld",)),
     "scaling.json": Measures(FROM_DATA, ("gridworld",), ("fhc_jax/cmdp/solve.py",)),
     "battery.json": Measures(FROM_DATA, ("battery",)),
@@ -81,7 +81,7 @@ MEASURES: dict[str, Measures] = {
     "validation_overhead.json": Measures(("fh_constrained",), ("gridworld",),
                                          ("fhc_jax/envs/validation.py", "fhc_jax/rollout.py")),
     "distributed.json": Measures(("fh_constrained",), ("gridworld",), ("fhc_jax/experiment/runner.py",)),
-    "gpu_*/env_throughput.json": Measures((), ("gridworld",), ("fhc_jax/rollout.py", "fhc_jax/algos/core/policies.py")),
+    "gpu_*/env_throughput.json": Measures((), ("gridworld",), ("fhc_jax/rollout.py", "fhc_jax/random_bits.py", "fhc_jax/algos/core/policies.py")),
     "gpu_*/fh_constrained.json": Measures(("fh_constrained",), ("gridworld",)),
     "gpu_*/nn_constrained.json": Measures(("nn_constrained",), ("gridworld",)),
     "gpu_*/battery*.json": Measures(FROM_DATA, ("battery",)),

@@ -136,7 +136,7 @@ class DivergenceError(RuntimeError):
         self.divergence = divergence
 
 
-_STEP_SIZE = re.compile(r"(_step\.init|_lr|learning_rate|^logit_step)$")
+_STEP_SIZE = re.compile(r"(_lr\.init|_lr|^logit_step)$")
 
 
 def divergence_hint(spec: ExperimentSpec) -> str:
@@ -406,12 +406,14 @@ class ChunkedTrainer:
     def status(self, state: ChunkState) -> list[Status]:
         """Each run's :class:`~fhc_jax.algos.core.selection.Status` (host-side, from the metrics of a
         complete run: the multiplier's trend and the cost over the last tenth, and whether the
-        returned policy's upper cost bounds are within the thresholds)."""
-        met = to_host(state.carry.selection.feasible)[: self.num_runs]
+        returned policy meets the constraints, :attr:`~fhc_jax.algos.core.scaffold.Learner.verify`:
+        its exact costs where there is a tabular exact model, else its upper cost bounds)."""
+        prog = self._compiled("verify", jax.vmap(self.learner.verify), state.carry)
+        met, costs = (to_host(x)[: self.num_runs] for x in prog(state.carry))
         m, c = state.metrics["multipliers"], state.metrics["costs"]
         return [jax.tree.map(np.asarray, constraint_status(
-            m[r], c[r], self.learner.thresholds, self.learner.violation_units, self.learner.multiplier_units, met[r]))
-            for r in range(self.num_runs)]
+            m[r], c[r], self.learner.thresholds, self.learner.violation_units, self.learner.multiplier_units, met[r],
+            costs[r])) for r in range(self.num_runs)]
 
     def template(self, keys: Array) -> ChunkState:
         """A :class:`ChunkState` whose carry has the structure, shapes and dtypes of the runs'

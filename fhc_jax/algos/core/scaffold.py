@@ -326,8 +326,10 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
         model = tabular_model(train_env, params)
 
         def episodes(state: Any) -> tuple[Array, Array]:
-            batch = rollout_policy_table(selection_key(), model, table_fn(state), config.eval_episodes)
-            return batch.episode_rewards, batch.episode_costs
+            table = table_fn(state)
+            batch = rollout_policy_table(selection_key(), model, table, config.eval_episodes)
+            poison = jnp.where(jnp.all(jnp.isfinite(table)), 0.0, jnp.nan)  # a diverged table has no estimate
+            return batch.episode_rewards + poison, batch.episode_costs + poison
     else:
         def episodes(state: Any) -> tuple[Array, Array]:
             act = observation_policy(partial(algo.observation_outputs, state, setup), head)

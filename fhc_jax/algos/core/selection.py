@@ -73,7 +73,8 @@ def offer(selection: Selection, state: Any, iteration: Array, rewards: Array, co
 
     The candidate replaces the current selection when its upper 95% bounds meet every threshold
     and it is better estimated (or the current one does not meet them), or when neither meets
-    them and its largest excess over a threshold, in violation units, is smaller.
+    them and its largest excess over a threshold, in violation units, is smaller; never when its
+    estimates are not finite (a diverged candidate).
 
     Args:
         selection: the current selection.
@@ -86,8 +87,9 @@ def offer(selection: Selection, state: Any, iteration: Array, rewards: Array, co
     upper = mean_costs + upper_bound_excess(costs, n)
     feasible = jnp.all(upper <= thresholds)
     excess = lambda u: jnp.max((u - thresholds) / violation_units)
-    better = jnp.where(feasible, ~selection.feasible | (reward > selection.reward),
-                       ~selection.feasible & (excess(upper) < excess(selection.upper)))
+    valid = jnp.isfinite(reward) & jnp.all(jnp.isfinite(upper))  # a diverged candidate is never taken
+    better = valid & jnp.where(feasible, ~selection.feasible | (reward > selection.reward),
+                               ~selection.feasible & (excess(upper) < excess(selection.upper)))
     candidate = Selection(state=state, iteration=iteration, reward=reward, costs=mean_costs, upper=upper,
                           feasible=feasible)
     return jax.tree.map(lambda a, b: jnp.where(better, a, b), candidate, selection)

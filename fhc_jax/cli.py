@@ -259,7 +259,7 @@ def _die_with_parent(parent: int) -> None:
 #: a log record of JAX's C++ runtime (absl/glog format): severity, date, time, thread, file:line]
 _RUNTIME_RECORD = re.compile(rb"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ ([\w./-]+):\d+\] ")
 #: the source files of the distributed runtime's records (others, e.g. XLA's compile-time alarms, pass)
-_DISTRIBUTED_SOURCE = re.compile(rb"coordination|client\.h|distributed|preemption|gloo")
+_DISTRIBUTED_SOURCE = re.compile(rb"coordination|client\.h|distributed|preemption|gloo|add_port")
 
 
 def _runtime_error(line: bytes) -> bool:
@@ -317,7 +317,7 @@ def _supervise(argv: Sequence[str]) -> int:
     try:
         with os.fdopen(read, "rb") as pipe:
             for line in iter(pipe.readline, b""):
-                if held or _runtime_error(line):
+                if (held or _runtime_error(line)) and not line.startswith(b"fhc-jax "):  # the command's own lines pass
                     held.append(line)
                 else:
                     sys.stderr.write(line.decode("utf-8", "replace"))
@@ -327,8 +327,9 @@ def _supervise(argv: Sequence[str]) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     log = b"".join(held).decode("utf-8", "replace")
-    line = _fault_line(argv, log) if held and code != 0 else None
-    if line is None or os.environ.get("FHC_JAX_TRACEBACK"):
+    line = _fault_line(argv, log) if held and code not in (0, 2) else None
+    # a usage error (status 2) is the command's own one line: the runtime's records before it are noise
+    if (line is None and code != 2) or os.environ.get("FHC_JAX_TRACEBACK"):
         sys.stderr.write(log)
         sys.stderr.flush()
     if line is not None:
@@ -520,6 +521,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             distributed.initialize(cluster)
         except ValueError as err:
             return _error(command, err)
+        except distributed.DistributedError as err:
+            return _error(command, err, 1)
     try:
         return args.func(args)
     except training.TrainingInterrupted as err:

@@ -27,6 +27,18 @@ def _error(command: str, err: BaseException, status: int = 2) -> int:
     return status
 
 
+def _refused(command: str, err: BaseException) -> int:
+    """A usage error found before the command's first agreement among processes: one line,
+    status 2; over several processes the others hear of it at their first agreement
+    (:func:`fhc_jax.experiment.distributed.agree`) and end too, naming this process."""
+    from fhc_jax.experiment import distributed
+
+    if distributed.joined():
+        with contextlib.suppress(BaseException):
+            distributed.agree(err)
+    return _error(command, err)
+
+
 def _spec_from_args(args: argparse.Namespace, settings: dict | None = None):
     from fhc_jax.experiment.config import load_spec
 
@@ -44,6 +56,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
             spec = _spec_from_args(args)
         elif config_given:  # options on top of the stored run: train_run refuses any change
             spec = _spec_from_args(args, rundir.read_run(args.out).spec.settings())
+    except ValueError as err:
+        return _refused("train", err)
+    try:  # train_run checks the rest (and, over several processes, that every process asks the same) first
         result = training.train_run(spec, args.out, resume=args.resume, overwrite=args.overwrite,
                                     quiet=args.quiet, max_chunks=args.max_chunks, plots=not args.no_plots,
                                     loggers=args.logger)
@@ -102,6 +117,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         sweep.grid_specs(spec, grid)  # validate every grid point before compiling
         rundir.check(args.out, resume=False, overwrite=args.overwrite, can_resume=False)
     except ValueError as err:
+        return _refused("sweep", err)
+    try:  # several processes: every process asks the same
+        distributed.agree_configuration({"command": "fhc-jax sweep", "--out": args.out, "--overwrite": args.overwrite,
+                                         "--no-shard": args.no_shard, "--grid": grid, **spec.settings()})
+    except ValueError as err:
         return _error("sweep", err)
     with contextlib.ExitStack() as held:
         try:
@@ -143,12 +163,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         loggers = tracking.resolve_loggers(args.logger)
         study = study_file.load_study(args.study)
         runs = study_file.select_runs(args.algos, args.inputs, study)
-        study_file.build_specs(runs, args.seeds, args.set or (), env=args.env, common=study.settings)
+        specs = study_file.build_specs(runs, args.seeds, args.set or (), env=args.env, common=study.settings)
         name = study.name if args.name is None else args.name
         if not name or "/" in name or name in (".", ".."):
             raise ValueError(f"--name must be a plain file name stem, found {name!r}")
         for ext in ("json", "md", "png"):
             rundir.check_writable_file(Path(args.out) / f"{name}.{ext}")
+    except ValueError as err:
+        return _refused("compare", err)
+    try:  # several processes: every process asks the same
+        distributed.agree_configuration({"command": "fhc-jax compare", "--out": args.out, "--name": name,
+                                         "--seeds": args.seeds, "rows": {r.name: s.settings() for r, s in zip(runs, specs)}})
     except ValueError as err:
         return _error("compare", err)
     with contextlib.ExitStack() as held:

@@ -12,16 +12,21 @@ from fhc_jax.experiment.judgement import Optimum, relative_excess
 
 
 def test_feasibility_rule_and_tolerance():
-    np.testing.assert_allclose(judge.cost_limits([25.0]), [25.5 + 1e-9])
-    np.testing.assert_allclose(judge.cost_limits([25.0], 0.0), [25.0 + 1e-9])
-    # alpha = 0 admits no cost whatever the tolerance; a negative alpha is loosened by |alpha|
-    np.testing.assert_allclose(judge.cost_limits([0.0, -10.0], 0.1), [1e-9, -9.0 + 1e-9])
-    with pytest.raises(ValueError, match="tolerance must be a number >= 0, found -0.1"):
+    # alpha + tolerance |alpha| + 1e-6 max(|alpha|, C): the rounding floor is relative, never absolute
+    np.testing.assert_allclose(judge.cost_limits([25.0]), [25.5 + 25e-6], rtol=1e-12)
+    np.testing.assert_allclose(judge.cost_limits([25.0], 0.0), [25.0 + 25e-6], rtol=1e-12)
+    np.testing.assert_allclose(judge.cost_limits([25.0], 0.0, [100.0]), [25.0 + 1e-4], rtol=1e-12)
+    # alpha = 0 admits only rounding of the cost scale whatever the tolerance (nothing without one);
+    # a negative alpha is loosened by |alpha|
+    np.testing.assert_allclose(judge.cost_limits([0.0, -10.0], 0.1), [0.0, -9.0 + 1e-5], rtol=1e-12)
+    np.testing.assert_allclose(judge.cost_limits([0.0], 0.1, [3.0]), [3e-6], rtol=1e-12)
+    with pytest.raises(ValueError, match="tolerance must be a finite number >= 0, found -0.1"):
         judge.cost_limits([1.0], -0.1)
     j = judge.judge([1.0, 2.0, 3.0], [[25.4], [25.6], [0.0]], [25.0])
     assert j.feasible.tolist() == [True, False, True] and j.feasible_seeds == 2
     assert judge.judge([1.0], [[25.4]], [25.0], tolerance=0.0).feasible.tolist() == [False]
     assert judge.judge([1.0, 1.0], [[0.0], [1e-6]], [0.0]).feasible.tolist() == [True, False]
+    assert judge.judge([1.0, 1.0], [[1e-7], [1e-5]], [0.0], cost_scale=[1.0]).feasible.tolist() == [True, False]
     np.testing.assert_allclose(relative_excess([[30.0, 0.0, 1.0]], [25.0, 0.0, 0.0]), [[0.2, 0.0, np.inf]])
 
 

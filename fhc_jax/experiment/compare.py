@@ -17,8 +17,9 @@ For every row :func:`run_comparison` trains R seeds in one vmapped, chunked prog
   :func:`fhc_jax.experiment.judge.judge`: gap to the exact constrained optimum
   (``fhc_jax.solve``), fraction of it, feasibility;
 * the **violation rate**: the fraction of seeds whose final policy is infeasible by the judge's
-  rule (cost above alpha + ``run.feasibility_tolerance`` |alpha|, default 2%), and the same rule
-  applied to the paper's metric;
+  rule (cost above alpha + ``run.feasibility_tolerance`` |alpha|, default 2%, each row with its
+  own tolerance: a study may set ``run.feasibility_tolerance`` per row, and each row records the
+  one it was judged with), and the same rule applied to the paper's metric;
 * **statistics over seeds** (:mod:`fhc_jax.experiment.statistics`): mean and IQM of the exact
   reward, each cost and the gap to J* with stratified-bootstrap 95% intervals, and the
   probability of violating the constraint with its Wilson 95% interval;
@@ -167,6 +168,7 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
     title = specs[0].env_title()
     cmdp = env.to_cmdp(params)
     thresholds = np.asarray(cmdp.thresholds, np.float64)
+    scale = judge.cost_scale(cmdp)  # the feasibility rule's cost scale (alpha = 0: rounding of it only)
     opt, infeasible = judge.solve_optimum(cmdp)
     unc = fhc.solve_unconstrained(cmdp)
     if infeasible is not None:  # the same message as fhc-jax solve; the comparison proceeds
@@ -181,10 +183,11 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
         say(f"[{i + 1}/{len(runs)}] {run.name}: {seeds} seeds x {spec.learner.num_iterations} iterations x "
             f"{spec.learner.episodes_per_iteration} episodes ...")
         row, policy = _run_row(run, spec, env, params, thresholds, opt, stream, quiet, overall, loggers, log_dir,
-                               log_name)
+                               log_name, scale)
         rows.append(row)
         policies.append(policy)
     total = time.perf_counter() - t_start
+    tolerances = [s.feasibility_tolerance for s in specs]
     result = {
         "env": {"name": specs[0].env_name, **specs[0].env},
         "env_title": title,
@@ -193,7 +196,9 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
         "seed": specs[0].seed,
         "overrides": list(overrides),
         "thresholds": thresholds.tolist(),
-        "tolerance": specs[0].feasibility_tolerance,
+        # one tolerance when every row shares it, else None: each row's is its feasibility_tolerance
+        "tolerance": tolerances[0] if len(set(tolerances)) == 1 else None,
+        "cost_scale": scale.tolist(),
         "paper_episodes": PAPER_EPISODES,
         "optimum": None if opt is None else opt.as_dict(),
         "unconstrained": {"reward": float(unc.reward), "costs": np.asarray(unc.costs, np.float64).tolist(),
@@ -221,7 +226,7 @@ def _changed_settings(spec: config.ExperimentSpec) -> dict[str, Any]:
     return {k: v for k, v in now.items() if base.get(k) != v and k != "observation"}
 
 
-def _run_row(run, spec, env, params, thresholds, opt, stream, quiet, overall, loggers, log_dir, log_name):
+def _run_row(run, spec, env, params, thresholds, opt, stream, quiet, overall, loggers, log_dir, log_name, scale):
     """Train and judge one row: (its table row, its final policy tables)."""
     cfg, seeds = spec.learner, spec.seeds
     observation = getattr(cfg, "observation", None)
@@ -245,11 +250,14 @@ def _run_row(run, spec, env, params, thresholds, opt, stream, quiet, overall, lo
     wall = time.perf_counter() - t0
     nu = res.state.metrics["multipliers"][:, -1] if "multipliers" in res.state.metrics else None
     judged = judge.judge(res.state.exact_reward[:, -1], res.state.exact_costs[:, -1], thresholds, optimum=opt,
-                         multipliers=nu, tolerance=spec.feasibility_tolerance)
+                         multipliers=nu, tolerance=spec.feasibility_tolerance, cost_scale=scale)
     row = {
         "name": run.name,
         "algo": spec.algo,
-        "label": LABELS.get(spec.algo, spec.algo),
+        "label": run.name,  # the study's label of the row (two rows of one learner differ here)
+        "algorithm": LABELS.get(spec.algo, spec.algo),
+        "feasibility_tolerance": spec.feasibility_tolerance,
+        "cost_limits": judged.limits.tolist(),
         "observation": observation,
         "input": INPUT_LABELS.get(observation, str(observation)),
         "num_iterations": int(cfg.num_iterations),

@@ -37,6 +37,7 @@ def format_markdown(result: Mapping[str, Any]) -> str:
     alpha = "/".join(f"{a:g}" for a in result["thresholds"])
     opt, unc = result["optimum"], result["unconstrained"]
     r = result["seeds"]
+    common = result.get("tolerance")  # None: the rows were judged with different tolerances
     lines = [
         f"| Algorithm | Input | Iterations x K | Paper metric: reward | Paper metric: cost | "
         f"Exact reward [min, max] | Exact cost [min, max] | Gap to J* | Violating seeds (exact) | "
@@ -49,10 +50,12 @@ def format_markdown(result: Mapping[str, Any]) -> str:
         iters = f"{row['num_iterations']} x {row['episodes_per_iteration']}"
         if row["changed_settings"]:
             iters += " *"
+        tol = row.get("feasibility_tolerance", common)
+        own = "" if common is not None else f" (tolerance {100 * tol:g}%)"
         lines.append(
             f"| {row['label']} | {row['input']} | {iters} | {_pm(pm['reward'])} | {_costs(pm['costs'], False)} | "
             f"{_pm(ex['reward'])} {_range(ex['reward'])} | {_costs(ex['costs'], True)} | {gap} | "
-            f"{ex['violating_seeds']}/{r} | {pm['violating_seeds']}/{r} | "
+            f"{ex['violating_seeds']}/{r}{own} | {pm['violating_seeds']}/{r}{own} | "
             f"{row['timing']['wall_s']:.0f} ({row['timing']['compile_s']:.0f}) |")
     if opt is not None:
         lines.append(f"| **Exact optimum** (`fhc_jax.solve`) | - | - | - | - | {opt['reward']:.2f} | "
@@ -71,8 +74,10 @@ def format_markdown(result: Mapping[str, Any]) -> str:
         f"(the batch means of the last ceil({result['paper_episodes']}/K) iterations), mean ± std over seeds. "
         "Exact: `fhc_jax.evaluate` of each seed's final policy, mean ± std [min, max] over seeds."
         + (f" Gap to J*: J* - J (J* = {opt['reward']:.2f})." if opt is not None else ""),
-        f"Violating seeds: seeds whose cost exceeds alpha by more than {100 * result['tolerance']:g}% of |alpha| "
-        f"(the judge's feasibility rule, `run.feasibility_tolerance`).",
+        (f"Violating seeds: seeds whose cost exceeds alpha by more than {100 * common:g}% of |alpha| "
+         f"(the judge's feasibility rule, `run.feasibility_tolerance`)." if common is not None else
+         "Violating seeds: seeds whose cost exceeds alpha by more than the row's tolerance (in its cell) of |alpha| "
+         "(the judge's feasibility rule, `run.feasibility_tolerance`, set per row)."),
         "Every learner uses its default (tuned) `Config`" + (
             "; * marks runs with changed settings: " + "; ".join(
                 f"{row['name']}: " + ", ".join(f"{k} = {v}" for k, v in row["changed_settings"].items())
@@ -131,7 +136,9 @@ def profile_panels(result: Mapping[str, Any]) -> list[tuple[str, dict[str, np.nd
     for row in result["runs"]:
         reward = row["exact"]["reward"]["per_seed"]
         costs = np.stack([np.asarray(c["per_seed"], np.float64) for c in row["exact"]["costs"]], axis=1)
-        judged = judge.judge(reward, costs, result["thresholds"], optimum=optimum, tolerance=result["tolerance"])
+        judged = judge.judge(reward, costs, result["thresholds"], optimum=optimum,
+                             tolerance=row.get("feasibility_tolerance", result["tolerance"]),
+                             cost_scale=result.get("cost_scale"))
         every[row["name"]] = statistics.profile_scores(judged)
         feasible[row["name"]] = statistics.profile_scores(judged, feasible_only=True)
     return [("all seeds", every), ("seeds the judge finds infeasible scored 0", feasible)]

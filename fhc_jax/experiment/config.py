@@ -281,14 +281,26 @@ def make_env(name: str, values: Mapping[str, Any] | None = None) -> tuple[Enviro
 
 # ----------------------------------------------------------------------------- the learner's keys
 
-#: How an experiment runs. ``chunk_size = 0``: the learner's ``eval_every`` (or 100).
+#: the largest base seed: ``jax.random.key(seed)`` keeps 32 bits, so seeds s and s + 2**32 would
+#: train the same runs
+MAX_SEED = 2**32 - 1
+#: the largest feasibility tolerance: 1 already admits twice the threshold
+MAX_TOLERANCE = 1.0
+
+#: How an experiment runs. ``seed``: the base seed, in [0, :data:`MAX_SEED`].
+#: ``chunk_size = 0``: the learner's ``eval_every`` (or 100).
 #: ``checkpoint_every``: checkpoint every this many chunks (0: only at the end).
-#: ``feasibility_tolerance``: the judge's relative tolerance (:mod:`fhc_jax.experiment.judge`).
+#: ``feasibility_tolerance``: the judge's relative tolerance (:mod:`fhc_jax.experiment.judge`),
+#: a finite number in [0, :data:`MAX_TOLERANCE`].
 #: ``eval_episodes``: episodes per seed of the final Monte-Carlo judgement, on environments
 #: without a tabular exact model.
 RUN_SETTINGS: tuple[Setting, ...] = (
-    Setting("seeds", "int", 5, 1), Setting("seed", "int", 0, 0), Setting("chunk_size", "int", 0, 0),
-    Setting("checkpoint_every", "int", 4, 0), Setting("feasibility_tolerance", "float", DEFAULT_TOLERANCE, 0.0),
+    Setting("seeds", "int", 5, 1),
+    Setting("seed", "int", 0, 0, MAX_SEED, "the base seed is one 32-bit word of jax.random.key, in [0, 2**32 - 1]"),
+    Setting("chunk_size", "int", 0, 0),
+    Setting("checkpoint_every", "int", 4, 0),
+    Setting("feasibility_tolerance", "float", DEFAULT_TOLERANCE, 0.0, MAX_TOLERANCE,
+            "the judge's relative tolerance, in [0, 1]: cost <= (1 + tolerance) alpha"),
     Setting("eval_episodes", "int", DEFAULT_EPISODES, 2, MAX_EPISODES),
 )
 RUN_DEFAULTS: dict[str, Any] = {s.name: s.default for s in RUN_SETTINGS}

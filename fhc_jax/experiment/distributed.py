@@ -17,10 +17,12 @@ all); a failed collective operation means a lost process, which JAX's runtime re
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import re
 import sys
 import time
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, Mapping, NoReturn
 
 import jax
 import jax.numpy as jnp
@@ -140,6 +142,7 @@ def initialize(cluster: Cluster) -> None:
     from fhc_jax.experiment.typed_settings import ConfigError
 
     cluster.check()
+    _check_port(cluster)
     if jax.config.jax_cpu_collectives_implementation != "mpi":  # gloo, unless MPI was chosen
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:
@@ -151,8 +154,51 @@ def initialize(cluster: Cluster) -> None:
         raise ConfigError(f"cannot join a run over several processes: {str(err).strip()} Give --coordinator "
                           "HOST:PORT, --num-processes N and --process-id I, or run under a cluster scheduler "
                           "that sets them (e.g. SLURM's srun)") from None
+    except Exception as err:  # noqa: BLE001 (the runtime's own errors, e.g. JaxRuntimeError)
+        from fhc_jax.experiment.rundir import one_line
+
+        if "Failed to start RPC server" in str(err) or "address already in use" in str(err).lower():
+            where = cluster.coordinator or "the coordinator address"
+            raise ConfigError(f"--coordinator {where}: process 0 cannot serve JAX's coordination service there: the "
+                              "port is in use (by another program, or by process 0 of another run) or the address "
+                              "is not this host's, or a second process was given --process-id 0; choose a free "
+                              "port, the same in every process, and give each process its own --process-id") from None
+        raise DistributedError(f"cannot join the run over several processes: {one_line(err)}") from None
     _cluster.update(cluster=cluster, process_id=jax.process_index(), num_processes=jax.process_count())
     _quietly(lambda: _gather(np.zeros(1, np.int32)))  # the collectives connect (gloo prints a line on stdout)
+
+
+def _port_in_use(port: int) -> bool:
+    """Whether a server could not listen on ``port`` on every interface of this host (as the
+    coordination service does: IPv6 and IPv4, the address reusable)."""
+    import socket
+
+    for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((address, port))
+                return False
+        except OSError as err:
+            if err.errno == 98 or "in use" in str(err).lower():  # EADDRINUSE
+                return True
+            continue  # this family is not available here: try the other
+    return False
+
+
+def _check_port(cluster: Cluster) -> None:
+    """Process 0 serves JAX's coordination service on the coordinator's port: refuse a port
+    already in use in one line (JAX's runtime fails there with a raw error, or crashes)."""
+    from fhc_jax.experiment.typed_settings import ConfigError
+
+    if cluster.process_id != 0 or cluster.coordinator is None:
+        return
+    port = int(cluster.coordinator.rpartition(":")[2])
+    if _port_in_use(port):
+        raise ConfigError(f"--coordinator {cluster.coordinator}: port {port} is in use on this host (by another "
+                          "program, or by process 0 of another run, or a second process was given --process-id 0), "
+                          "so process 0 cannot serve JAX's coordination service there; choose a free port, the same "
+                          "in every process, and give each process its own --process-id")
 
 
 def _quietly(fn: Callable[[], Any]) -> Any:
@@ -168,6 +214,11 @@ def _quietly(fn: Callable[[], Any]) -> Any:
     finally:
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def joined() -> bool:
+    """Whether this process joined a run over several processes (:func:`initialize`)."""
+    return bool(_cluster) and jax.process_count() > 1
 
 
 def is_writer() -> bool:
@@ -226,6 +277,66 @@ def agree(error: BaseException | None = None) -> None:
         raise DistributedError(f"process {k} of {jax.process_count()} failed: {said}", process=k)
 
 
+class ConfigurationMismatch(ValueError):
+    """The processes of one run were started with different configurations (a usage error,
+    ``fhc-jax`` exit status 2, raised on every process with the same message)."""
+
+
+#: at most this many differing settings are named
+_NAMED_DIFFERENCES = 3
+
+
+def agree_configuration(configuration: Mapping[str, Any] | None, error: BaseException | None = None) -> None:
+    """Every process of a run calls it once, before its first other collective operation, with
+    its full configuration (the validated settings and the command's mode flags, JSON-able) or
+    the error that stopped it validating them. When any process failed, every process raises as
+    :func:`agree` does; when the configurations differ, every process raises the same
+    :class:`ConfigurationMismatch` naming the first differing settings, e.g. ``process 1 of 2
+    was started with another configuration than process 0: settings.env.alpha: 3.0 (process 0)
+    vs 4.0 (process 1); start every process with the same command (only --process-id
+    differs)``. A configuration is compared by the SHA-256 of its canonical JSON; only when the
+    hashes differ are the texts gathered. In one process: raises ``error`` if given."""
+    if jax.process_count() == 1:
+        if error is not None:
+            raise error
+        return
+    agree(error)
+    text = json.dumps(configuration, sort_keys=True, default=str, separators=(",", ":")).encode()
+    digests = _gather(np.frombuffer(hashlib.sha256(text).digest(), np.uint8))  # (N, 32)
+    differ = np.flatnonzero(np.any(digests != digests[0], axis=1))
+    if differ.size == 0:
+        return
+    lengths = _gather(np.asarray([len(text)], np.int64))[:, 0]
+    padded = np.zeros(int(lengths.max()), np.uint8)
+    padded[:len(text)] = np.frombuffer(text, np.uint8)
+    texts = _gather(padded)
+    k = int(differ[0])
+    first, other = (json.loads(bytes(texts[i, :int(lengths[i])]).decode("utf-8")) for i in (0, k))
+    raise ConfigurationMismatch(
+        f"process {k} of {jax.process_count()} was started with another configuration than process 0: "
+        f"{configuration_difference(first, other, k)}; start every process with the same command (only "
+        "--process-id differs)")
+
+
+def configuration_difference(first: Any, other: Any, k: int = 1) -> str:
+    """The first settings in which two configurations (nested JSON data) differ, as
+    ``key: A (process 0) vs B (process k)`` joined by "; " (at most 3, then "and N more")."""
+    def flat(x: Any, prefix: str = "") -> dict[str, Any]:
+        if isinstance(x, dict):
+            out: dict[str, Any] = {}
+            for key, v in x.items():
+                out.update(flat(v, f"{prefix}{key}."))
+            return out
+        return {prefix.rstrip("."): x}
+
+    a, b = flat(first), flat(other)
+    keys = [key for key in sorted(set(a) | set(b)) if a.get(key, "<absent>") != b.get(key, "<absent>")]
+    parts = [f"{key}: {a.get(key, '<absent>')!r} (process 0) vs {b.get(key, '<absent>')!r} (process {k})"
+             for key in keys[:_NAMED_DIFFERENCES]]
+    more = len(keys) - _NAMED_DIFFERENCES
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "") if parts else "their configurations differ"
+
+
 def share(value: int, error: BaseException | None = None) -> int:
     """Process 0's ``value`` on every process (an :func:`agree` point: raises everywhere when
     any process passes an ``error``)."""
@@ -254,6 +365,7 @@ def gathered(tree: Any) -> Any:
 _UNHEALTHY = re.compile(r"tasks are unhealthy \(stopped sending heartbeats\):\s*\n?\s*([\d,\s]+)")
 _HEARTBEAT = re.compile(r"Task (\d+) heartbeat timeout")
 _TIMED_OUT = re.compile(r"timed out task names:\s*\n?\s*([\d,\s]+)")
+_INCARNATION = re.compile(r"(\d+) unexpectedly tried to connect with a different incarnation")
 FATAL = "Terminating process because the JAX distributed service detected fatal errors"
 
 
@@ -283,6 +395,10 @@ def runtime_verdict(log: str, process_id: int | None = None, num_processes: int 
         if found:
             who = ", ".join(str(i) for i in found)
             return f"process{'es' if len(found) > 1 else ''} {who}{of} stopped sending heartbeats (died or hung)"
+    m = _INCARNATION.search(log)
+    if m is not None:  # a second process registered with an id already taken
+        return (f"two processes were started with --process-id {m.group(1)} (or process {m.group(1)} was started "
+                "again while the run started); give every process its own --process-id")
     if "RegisterTask" in log:  # the startup's registration timed out
         within = "" if init_timeout_s is None else f" within {init_timeout_s} s"
         if num_processes == 2 and process_id is not None:

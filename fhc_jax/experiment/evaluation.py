@@ -42,7 +42,7 @@ import numpy as np
 from fhc_jax.algos.core.paths import judged_exactly
 from fhc_jax.algos.core.scaffold import play_environment
 from fhc_jax.envs.base import Environment
-from fhc_jax.experiment import checkpoint, config, judge, rundir, writer_lock
+from fhc_jax.experiment import checkpoint, config, fingerprint, judge, rundir, writer_lock
 from fhc_jax.experiment.judgement import Judgement
 from fhc_jax.experiment.rundir import RunFiles
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, seed_keys
@@ -193,6 +193,10 @@ class Target:
         env, params: the environment and its params. title: e.g. ``gridworld (slip=0.2)``.
         exact: judged exactly (tables on the exact model) or by Monte-Carlo.
         episodes: Monte-Carlo episodes per seed (None when exact).
+        environment_change: how the environment built from the run's settings now differs from
+            the one the run was trained on (its code or data changed,
+            :func:`fhc_jax.experiment.fingerprint.environment_difference`), None when it does
+            not, or :data:`~fhc_jax.experiment.fingerprint.NOT_RECORDED`.
     """
 
     name: str
@@ -203,6 +207,24 @@ class Target:
     title: str
     exact: bool
     episodes: int | None
+    environment_change: str | None = None
+
+    @property
+    def as_trained(self) -> bool:
+        """No setting changed and the environment is the one the run was trained on (or could
+        not be checked: :attr:`environment_change` says so)."""
+        return not self.changes and self.environment_change in (None, fingerprint.NOT_RECORDED)
+
+    def where(self) -> str:
+        """The environment judged on, for the table: its title and ``[as trained]``, or what
+        changed (settings, and the environment itself where its code or data changed)."""
+        parts = [", ".join(f"{k}={short_value(v)}" for k, v in self.changes.items())] if self.changes else []
+        if self.environment_change == fingerprint.NOT_RECORDED:
+            return self.title + (f" [changed: {parts[0]}]" if parts else " [settings as trained; the environment "
+                                 "was not fingerprinted when the run was trained: cannot check that it is the same]")
+        if self.environment_change is not None:
+            parts.append(f"the environment itself differs from the trained one: {self.environment_change}")
+        return self.title + (f" [changed: {'; '.join(parts)}]" if parts else " [as trained]")
 
 
 def parse_env_sets(assignments: Iterable[str]) -> dict[str, Any]:
@@ -225,15 +247,21 @@ def parse_env_sets(assignments: Iterable[str]) -> dict[str, Any]:
 
 
 def target_environment(files: RunFiles | LoadedRun, changes: Mapping[str, Any] | None = None,
-                       episodes: int | None = None) -> Target:
+                       episodes: int | None = None, *, asked: bool | None = None) -> Target:
     """The environment to judge ``files``' policies on: the trained one with ``changes``
     (setting name without ``env.`` -> value), validated and checked for transfer; nothing is
-    compiled.
+    compiled. The environment the run's settings build now is compared with the fingerprint
+    the run recorded (:mod:`fhc_jax.experiment.fingerprint`): one whose code or data changed is
+    judged on only when a change was asked for.
 
     Args:
         episodes: Monte-Carlo episodes per seed (default the run's ``run.eval_episodes``);
             ignored when the policies are judged exactly.
+        asked: whether the caller asked to judge on a changed environment (``fhc-jax eval``
+            with ``--set env.*``); default: whether ``changes`` is given.
     Raises:
+        RunDirectoryError: the environment differs from the trained one (its code or data
+            changed) and no change was asked for.
         ConfigError: an unknown key (listing the environment's keys), a wrong type, a value
             the environment's constructor refuses, ``episodes`` outside [2,
             :data:`~fhc_jax.experiment.config.MAX_EPISODES`], or a change the policies cannot
@@ -249,8 +277,16 @@ def target_environment(files: RunFiles | LoadedRun, changes: Mapping[str, Any] |
     _check_transfer(files.env, env, spec.env, changed, judged_exactly(files.env))
     exact = judged_exactly(files.env) and judged_exactly(env)
     episodes = EPISODES.check("--episodes", spec.eval_episodes if episodes is None else episodes)
+    drift = fingerprint.environment_difference(files.config.get("environment"), files.env, files.params)
+    if drift not in (None, fingerprint.NOT_RECORDED) and not (bool(changes) if asked is None else asked):
+        raise rundir.RunDirectoryError(
+            f"the environment {spec.env_name!r} built from {files.path / rundir.CONFIG}'s settings differs from the one "
+            f"the run was trained on: {drift} (its code or data changed since), so it would not be judged as trained; "
+            "restore that environment, or judge the policies on this one on purpose by naming a setting with --set "
+            "env.KEY=VALUE (the record then says the environment changed)")
     return Target(name=entry.name, settings=settings, changes=changed, env=env, params=params,
-                  title=entry.describe(settings), exact=exact, episodes=None if exact else int(episodes))
+                  title=entry.describe(settings), exact=exact, episodes=None if exact else int(episodes),
+                  environment_change=drift)
 
 
 def _check_transfer(trained: Environment, env: Environment, before: dict, changed: dict, tabular: bool) -> None:
@@ -339,12 +375,13 @@ def evaluate_run(run: LoadedRun, target: Target | None = None, *,
         "env_title": target.title,
         "trained_env": {"name": run.spec.env_name, **run.spec.env},
         "changes": target.changes,
+        "environment_change": target.environment_change,
         "judged_by": judged.method,
         "episodes": target.episodes,
         **record,
         **judge.judgement_fields(judged),
     }
-    as_trained = not target.changes and (target.exact or target.episodes == run.spec.eval_episodes)
+    as_trained = target.as_trained and (target.exact or target.episodes == run.spec.eval_episodes)
     if as_trained and run.summary and run.summary.get("complete") and run.summary.get("seeds"):
         record["summary_difference"] = _difference(run.summary, judged)
     record["machine"] = rundir.machine_info()
@@ -369,15 +406,15 @@ def format_evaluation(evaluation: RunEvaluation) -> str:
     """:func:`fhc_jax.experiment.judge.format_table` of the evaluation, naming the environment
     judged on and whether summary.json's values were reproduced."""
     t = evaluation.target
-    changed = ", ".join(f"{k}={short_value(v)}" for k, v in t.changes.items())
-    text = judge.format_table(evaluation.judgement, where=t.title + (f" [changed: {changed}]" if changed
-                                                                      else " [as trained]"))
+    text = judge.format_table(evaluation.judgement, where=t.where())
     diff = evaluation.record.get("summary_difference")
     if diff:
         largest = max(diff.values())
+        cause = ("another version of fhc_jax, another machine (float32 rounding), or a changed environment: this run "
+                 "was trained before environments were fingerprinted" if t.environment_change is not None else
+                 "it was written by another version of fhc_jax or on another machine: float32 rounding")
         text += (f"\nsummary.json's values reproduced (largest difference {largest:.3g})" if largest <= SUMMARY_TOLERANCE
-                 else f"\nnote: these values differ from summary.json's by up to {largest:.3g} (it was written by "
-                      "another version of fhc_jax or on another machine: float32 rounding)")
+                 else f"\nnote: these values differ from summary.json's by up to {largest:.3g} ({cause})")
     return text
 
 
@@ -387,6 +424,7 @@ def format_evaluation(evaluation: RunEvaluation) -> str:
 def output_name(target: Target, run_episodes: int, name: str | None = None) -> str:
     """The file stem of ``RUN/eval/<stem>.json``: ``name`` (checked: a plain file name, an
     optional ``.json`` dropped) or one derived from the changes (``trained`` when none;
+    ``environment_changed`` when only the environment's code or data changed;
     ``slip=0.2``, ``slip=0.2_alpha=20``; ``_episodes=N`` when a Monte-Carlo judgement uses
     another number of episodes than the run did).
 
@@ -401,6 +439,8 @@ def output_name(target: Target, run_episodes: int, name: str | None = None) -> s
     parts = [f"{k}={short_value(v)}" for k, v in target.changes.items()]
     if target.episodes is not None and target.episodes != run_episodes:
         parts.append(f"episodes={target.episodes}")
+    if not parts and not target.as_trained:  # no setting changed, but the environment's code or data did
+        parts.append("environment_changed")
     stem = "_".join(parts) or "trained"
     return re.sub(r"[^A-Za-z0-9._=,+-]", "", stem)[:200] or "changed"
 
@@ -434,13 +474,18 @@ def eval_run(run: str | Path, env_sets: Iterable[str] = (), *, episodes: int | N
     """
     say = say or (lambda msg: None)
     t0 = time.perf_counter()
+    env_sets = list(env_sets)
     changes = parse_env_sets(env_sets)
     files = rundir.read_run(run)
     busy = writer_lock.holder(files.path)
     if busy is not None:  # e.g. still training: its final checkpoint is not there yet
         raise writer_lock.RunInUseError(f"{files.path} is in use by {busy}; {IN_USE}")
     final_checkpoint(files)
-    target = target_environment(files, changes, episodes)
+    target = target_environment(files, changes, episodes, asked=bool(env_sets))
+    if target.environment_change == fingerprint.NOT_RECORDED:
+        (note or (lambda msg: print(msg, file=sys.stderr)))(
+            f"{command}: note: {files.path / rundir.CONFIG} was {fingerprint.NOT_RECORDED} that the environment is "
+            "the one the run was trained on")
     out = files.path / EVAL_DIR / f"{output_name(target, files.spec.eval_episodes, name)}.json"
     rundir.check_writable_file(out)
     if out.is_file() and not _same_evaluation(out, {"env": {"name": target.name, **target.settings},
@@ -452,7 +497,7 @@ def eval_run(run: str | Path, env_sets: Iterable[str] = (), *, episodes: int | N
             f"{command}: note: --episodes applies to Monte-Carlo judgements; this run is judged exactly")
     with writer_lock.locked(files.path, f"{command} {files.path}", advice=IN_USE):
         files = rundir.read_run(files.path)  # again under the lock: what we load is what no one is writing
-        if target_environment(files, changes, episodes).settings != target.settings:
+        if target_environment(files, changes, episodes, asked=bool(env_sets)).settings != target.settings:
             raise rundir.RunDirectoryError(f"{files.path / rundir.CONFIG} changed while fhc-jax eval started; run it again")
         say(f"loading {files.path} ({files.spec.algo}, {files.spec.seeds} seeds, iteration {files.spec.num_iterations})")
         evaluation = evaluate_run(restore_run(files), target, say=say)

@@ -67,8 +67,12 @@ class Judgement:
         optimum: the :class:`Optimum` or None (infeasible, or not computed).
         multipliers: learned nu per seed, (R, M), or None.
         episodes: None for exact values, else the number of Monte-Carlo episodes per seed.
-        reward_half_width, cost_half_width: 95% confidence half-widths, (R,) and (R, M)
-            (zeros for exact values). ``feasible`` uses ``costs + cost_half_width``.
+        reward_half_width, cost_half_width: how far the upper ends of the 95% intervals lie
+            above the means, (R,) and (R, M) (the costs' with the rule-of-three term,
+            :func:`~fhc_jax.experiment.judge.upper_bound_excess`); None for exact values.
+            ``feasible`` uses ``costs + cost_half_width``.
+        cost_scale: the task's cost scale C of the feasibility rule, (M,), or None
+            (:func:`~fhc_jax.experiment.judge.cost_limits`).
     """
 
     reward: np.ndarray
@@ -82,6 +86,7 @@ class Judgement:
     episodes: int | None = None
     reward_half_width: np.ndarray | None = None
     cost_half_width: np.ndarray | None = None
+    cost_scale: np.ndarray | None = None
 
     @property
     def method(self) -> str:
@@ -166,6 +171,7 @@ class Judgement:
             "feasible_seeds": self.feasible_seeds,
             "tolerance": self.tolerance,
             "limits": self.limits.tolist(),
+            "cost_scale": None if self.cost_scale is None else self.cost_scale.tolist(),
             "exact_reward": stats(self.reward),
             "exact_costs": {k: getattr(np, k)(self.costs, 0).tolist() for k in ("mean", "std", "min", "max")},
             "worst": {"reward": float(np.min(self.reward)), "costs": np.max(self.costs, 0).tolist(),

@@ -256,8 +256,9 @@ def plot_comparison(result: Mapping[str, Any], path: str | Path, constraint: int
                     label=f"unconstrained optimum = {result['unconstrained']['reward']:.2f}")
     alpha = result["thresholds"][constraint]
     axes[1].axhline(alpha, color="red", ls=":", lw=1.5, label=f"threshold alpha = {alpha:g}")
-    axes[1].axhspan(alpha, alpha * (1 + result["tolerance"]), color="red", alpha=0.12, lw=0,
-                    label=f"alpha + {100 * result['tolerance']:g}% (violation above)")
+    if result.get("tolerance") is not None:  # None: the rows were judged with different tolerances
+        axes[1].axhspan(alpha, alpha + abs(alpha) * result["tolerance"], color="red", alpha=0.12, lw=0,
+                        label=f"alpha + {100 * result['tolerance']:g}% (violation above)")
     axes[0].set_title("reward", fontsize=9)
     axes[1].set_title("cost", fontsize=9)
     for ax in axes:  # headroom for the legend above the bars

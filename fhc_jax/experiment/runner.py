@@ -47,7 +47,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from fhc_jax.algos.core.evaluation import evaluation_iterations
 from fhc_jax.algos.core.paths import judged_exactly
 from fhc_jax.algos.core.selection import Status, constraint_status
-from fhc_jax.experiment.config import ExperimentSpec, load_spec
+from fhc_jax.experiment.config import MAX_SEED, ExperimentSpec, load_spec
 from fhc_jax.experiment.distributed import is_key, to_host
 from fhc_jax.experiment.progress import Progress, env_steps_per_iteration
 
@@ -62,8 +62,17 @@ RUNS_AXIS = "runs"
 
 def seed_keys(seed: int, num_seeds: int) -> Array:
     """Keys of seeds 0..R-1: ``fold_in(key(seed), i)``, so seed i's run does not depend on R.
-    Typed key array, (R,)."""
-    base = jax.random.key(seed)
+    Typed key array, (R,).
+
+    Raises:
+        ValueError: ``seed`` outside [0, 2**32 - 1] (``jax.random.key`` keeps 32 bits: seeds s
+            and s + 2**32 would be the same runs), or ``num_seeds`` < 1.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed must be an integer in [0, {MAX_SEED}] (jax.random.key keeps 32 bits), found {seed!r}")
+    if isinstance(num_seeds, bool) or not isinstance(num_seeds, (int, np.integer)) or num_seeds < 1:
+        raise ValueError(f"num_seeds must be an integer >= 1, found {num_seeds!r}")
+    base = jax.random.key(int(seed))
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(num_seeds, dtype=jnp.uint32))
 
 
@@ -414,6 +423,27 @@ class ChunkedTrainer:
         return [jax.tree.map(np.asarray, constraint_status(
             m[r], c[r], self.learner.thresholds, self.learner.violation_units, self.learner.multiplier_units, met[r],
             costs[r])) for r in range(self.num_runs)]
+
+    def last_iterate_estimates(self, state: ChunkState) -> dict[str, np.ndarray]:
+        """The learner's own estimates of each run's last iterate, made as at an evaluation mark
+        (``learner.mark`` offering the iterate to an empty selection: the same episodes and
+        bound as the selection used), beside the returned policy's: ``feasible`` (R,) bool (its
+        upper 95% cost bounds within alpha), ``reward`` (R,) and ``returned_reward`` (R,)
+        (training units: compare them only with each other). One compiled program, the cost of
+        one evaluation mark; the training state is not changed."""
+        learner = self.learner
+
+        def one(carry):
+            sel = carry.selection
+            empty = sel.replace(state=carry.state, iteration=jnp.full_like(sel.iteration, -1),
+                                reward=jnp.full_like(sel.reward, -jnp.inf), costs=jnp.full_like(sel.costs, jnp.inf),
+                                upper=jnp.full_like(sel.upper, jnp.inf), feasible=jnp.zeros_like(sel.feasible))
+            est = learner.mark(carry.replace(selection=empty)).selection
+            return est.feasible, est.reward, sel.reward
+
+        prog = self._compiled("estimate_last", jax.vmap(one), state.carry)
+        feasible, reward, returned = (to_host(x)[: self.num_runs] for x in prog(state.carry))
+        return {"feasible": feasible, "reward": reward, "returned_reward": returned}
 
     def template(self, keys: Array) -> ChunkState:
         """A :class:`ChunkState` whose carry has the structure, shapes and dtypes of the runs'

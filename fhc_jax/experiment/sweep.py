@@ -160,7 +160,7 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
     nu = state.metrics["multipliers"][:, -1].reshape(c, s, -1) if "multipliers" in state.metrics else None
     judged = judge.judge(reward.reshape(-1), costs.reshape(c * s, -1), thresholds, optimum=opt,
                          multipliers=None if nu is None else nu.reshape(c * s, -1),
-                         tolerance=spec.feasibility_tolerance)
+                         tolerance=spec.feasibility_tolerance, cost_scale=judge.cost_scale(cmdp))
     per_config = [judged.take(slice(i * s, (i + 1) * s)) for i in range(c)]
     order = sorted(range(c), key=lambda i: per_config[i].rank_key(), reverse=True)
     best = order[0] if per_config[order[0]].feasible_seeds > 0 else None

@@ -25,15 +25,20 @@ import numpy as np
 from fhc_jax.algos.core.paths import judged_exactly
 from fhc_jax.algos.core.scaffold import play_environment
 from fhc_jax.algos.core.selection import describe_status
-from fhc_jax.experiment import checkpoint, config, distributed, judge, metrics_file, rundir, tracking, writer_lock
+from fhc_jax.experiment import (checkpoint, config, distributed, fingerprint, judge, metrics_file, returned, rundir,
+                                tracking, writer_lock)
 from fhc_jax.experiment.config import ExperimentSpec, load_spec
 from fhc_jax.experiment.progress import env_steps_per_iteration
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, DivergenceError, divergence_hint, seed_keys
 from fhc_jax.experiment.typed_settings import ConfigError
 
 
-def config_payload(spec: ExperimentSpec) -> dict[str, Any]:
-    """The content of config.json."""
+def config_payload(spec: ExperimentSpec, env: Any = None, params: Any = None) -> dict[str, Any]:
+    """The content of config.json; with the environment built from ``spec`` (``env``,
+    ``params``), its fingerprint (``environment``,
+    :func:`fhc_jax.experiment.fingerprint.environment_fingerprint`)."""
+    if env is None:
+        env, params = spec.make_env()
     return {
         "format_version": rundir.FORMAT_VERSION,
         "algo": spec.algo,
@@ -49,7 +54,17 @@ def config_payload(spec: ExperimentSpec) -> dict[str, Any]:
         "settings": spec.settings(),
         "machine": rundir.machine_info(),
         "rerun": rerun_command(spec),
+        "environment": fingerprint.environment_fingerprint(env, params),
     }
+
+
+def run_identity(spec: ExperimentSpec | None, out: Path, resume: bool, overwrite: bool,
+                 max_chunks: int | None) -> dict[str, Any]:
+    """What every process of a ``fhc-jax train`` over several processes must agree on
+    (:func:`fhc_jax.experiment.distributed.agree_configuration`): every setting and the
+    command's mode flags."""
+    return {"command": "fhc-jax train", "--out": str(out), "--resume": resume, "--overwrite": overwrite,
+            "--max-chunks": max_chunks, **({} if spec is None else spec.settings())}
 
 
 def rerun_command(spec: ExperimentSpec) -> str:
@@ -113,22 +128,30 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
         TrainingInterrupted: Ctrl-C (a checkpoint of the last finished chunk is written first).
     """
     t_start = time.perf_counter()
-    loggers = tracking.resolve_loggers(loggers)  # a usage error before anything else
     out = Path(out)
     stream = sys.stderr if stream is None else stream
     writer = distributed.is_writer()  # several processes: process 0 writes the files and prints the progress
     if not writer:
         loggers, quiet, plots = [], True, False
-    rundir.check(out, resume=resume, overwrite=overwrite)
-    if resume:
-        stored = rundir.read_run(out).spec
-        _refuse_changes(stored, spec or stored, out)
-        spec = stored
-    elif spec is None:
-        raise ValueError("train_run: spec is required unless resume=True")
-    env, params = spec.make_env()
-    learner = spec.module.make_learner(env, params, spec.learner)  # refuses an unsuitable env before any write
-    _check_playable(spec, env, params, learner)
+    error, stored = None, None
+    try:  # everything checked before anything is compiled or written
+        loggers = tracking.resolve_loggers(loggers)
+        rundir.check(out, resume=resume, overwrite=overwrite)
+        if resume:
+            stored = rundir.read_run(out)
+            _refuse_changes(stored.spec, spec or stored.spec, out)
+            spec = stored.spec
+        elif spec is None:
+            raise ValueError("train_run: spec is required unless resume=True")
+        env, params = spec.make_env()
+        if resume:  # the same settings may build another environment once its code or data changed
+            _refuse_environment_change(stored, env, params, out, stream if writer else None)
+        learner = spec.module.make_learner(env, params, spec.learner)  # refuses an unsuitable env before any write
+        _check_playable(spec, env, params, learner)
+    except Exception as err:  # noqa: BLE001 (one process: raised here; several: on every process by the agreement)
+        error = err
+    # several processes: the same configuration everywhere, before the first other collective operation
+    distributed.agree_configuration(run_identity(spec, out, resume, overwrite, max_chunks), error)
     with contextlib.ExitStack() as held:
         error = None
         try:
@@ -139,7 +162,7 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
                     _refuse_changes(rundir.read_run(out).spec, spec, out)
                 else:
                     rundir.prepare(out, resume=False, overwrite=overwrite)
-                    rundir.write_json_atomic(out / rundir.CONFIG, config_payload(spec))
+                    rundir.write_json_atomic(out / rundir.CONFIG, config_payload(spec, env, params))
         except Exception as err:  # noqa: BLE001 (raised on every process by agree)
             error = err
         distributed.agree(error)  # the others start once process 0 has prepared the directory
@@ -185,6 +208,26 @@ def _check_playable(spec: ExperimentSpec, env, params, learner) -> None:
             f"{spec.algo} could train on {env.name} (no exact model, so judged by playing its policy) but could not "
             f"play the trained policy there: {str(err).rstrip('.')}; declare the environment's exact model (has_exact_model, "
             "to_cmdp) or choose another learner (--algo)") from None
+
+
+def _refuse_environment_change(stored: rundir.RunFiles, env, params, out: Path, stream: IO[str] | None) -> None:
+    """Refuse to resume a run whose environment, built from the same settings, is not the one
+    it was trained on (:func:`fhc_jax.experiment.fingerprint.environment_difference`); say so
+    where the run directory cannot tell (recorded before environments were fingerprinted).
+
+    Raises:
+        RunDirectoryError: naming what changed and what to do.
+    """
+    diff = fingerprint.environment_difference(stored.config.get("environment"), env, params)
+    if diff == fingerprint.NOT_RECORDED:
+        if stream is not None:
+            print(f"fhc-jax train: note: {out / rundir.CONFIG} was {diff} that the environment is the one the run was "
+                  "trained on", file=stream, flush=True)
+    elif diff is not None:
+        raise rundir.RunDirectoryError(
+            f"--resume: the environment {stored.spec.env_name!r} built from {out / rundir.CONFIG}'s settings differs "
+            f"from the one the run was trained on: {diff} (its code or data changed since); restore that "
+            f"environment to continue the run, or train a new run on this one (--overwrite, or another --out)")
 
 
 def _refuse_changes(stored: ExperimentSpec, spec: ExperimentSpec, out: Path) -> None:
@@ -268,7 +311,7 @@ def _train(spec, out, resume, env, params, learner, stream, quiet, max_chunks, p
         return {"complete": False, "iteration": state.iteration}
     try:
         return _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, trainer, plots, t_start,
-                          last["start"])
+                          last["start"], stream)
     except KeyboardInterrupt:
         raise TrainingInterrupted(out, state.iteration, saved["iteration"]) from None
 
@@ -289,15 +332,40 @@ def _written(write: Callable[[], None]) -> BaseException | None:
     return None
 
 
-def constraint_lines(statuses: list, thresholds: Any, multipliers: Any = None) -> list[str | None]:
+def constraint_lines(statuses: list, thresholds: Any = None, multipliers: Any = None) -> list[str | None]:
     """Per seed, the learner's one line when its constraint is not yet met or its multiplier
     has not settled (:func:`fhc_jax.algos.core.selection.describe_status`), else None."""
     return [describe_status(st, thresholds, None if multipliers is None else multipliers[r, -1], label=f"seed {r}")
             for r, st in enumerate(statuses)]
 
 
+def status_fields(statuses: list) -> list[dict[str, Any]]:
+    """summary.json's ``constraint_status``: per seed ``seed``, ``ok`` (constraint met and
+    multiplier settled), ``status`` (the learner's one line,
+    :meth:`fhc_jax.algos.core.selection.Status.describe`) and ``message`` (that line when not
+    ok, else None)."""
+    out = []
+    for r, st in enumerate(statuses):
+        ok = bool(np.asarray(st.ok))
+        line = st.describe(label=f"seed {r}")
+        out.append({"seed": r, "ok": ok, "status": line, "message": None if ok else line})
+    return out
+
+
+def _returned(spec, env, state, trainer, thresholds) -> list[dict[str, Any]]:
+    """Per seed, the returned policy's iteration and in-training values beside the last
+    iterate's (:func:`fhc_jax.experiment.returned.returned_policies`)."""
+    from fhc_jax.experiment.distributed import to_host
+
+    how = "exact" if judged_exactly(env) else f"monte-carlo ({int(spec.learner.eval_episodes)} episodes)"
+    selected = to_host(state.carry.selection.iteration)[: spec.seeds]
+    return returned.returned_policies(selected, state.exact_iterations, state.exact_reward, state.exact_costs,
+                                      thresholds, how, estimate=lambda: trainer.last_iterate_estimates(state),
+                                      eval_episodes=int(spec.learner.eval_episodes))
+
+
 def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, trainer, plots, t_start,
-               start_iteration) -> dict[str, Any]:
+               start_iteration, stream) -> dict[str, Any]:
     """Judge the final (or, after a divergence, the finite seeds') policies and write
     summary.json, policy.npz and the plots; raises :class:`DivergenceError` after a divergence."""
     div = state.divergence
@@ -314,14 +382,15 @@ def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, traine
                   "stopped_at_iteration": state.iteration, **head, "finite_seeds": seeds, "feasibility": feasibility}
         judged = None if not seeds else judge.judge(
             state.exact_reward[seeds, -1], state.exact_costs[seeds, -1], thresholds, optimum=opt,
-            multipliers=learned_nu, tolerance=spec.feasibility_tolerance)
+            multipliers=learned_nu, tolerance=spec.feasibility_tolerance,
+            cost_scale=None if cmdp is None else judge.cost_scale(cmdp))
     elif cmdp is None:  # no tabular exact model: Monte-Carlo judgement against the environment's reference
         result = head
         say(f"judging {spec.seeds} seeds by Monte-Carlo ({spec.eval_episodes} episodes each)")
         gathered = distributed.gathered(state.carry.selection.state)  # the policies the learner returns
-        returned = [jax.tree.map(lambda x, r=r: x[r], gathered) for r in range(spec.seeds)]
-        play_env, play_params = play_environment(spec.module, returned[0], env, params)  # the task, where it plays
-        policies = [spec.module.policy(st, play_env, play_params) for st in returned]
+        states = [jax.tree.map(lambda x, r=r: x[r], gathered) for r in range(spec.seeds)]
+        play_env, play_params = play_environment(spec.module, states[0], env, params)  # the task, where it plays
+        policies = [spec.module.policy(st, play_env, play_params) for st in states]
         judged = judge.judge_monte_carlo(play_env, play_params, policies, spec.eval_episodes, multipliers=learned_nu,
                                          tolerance=spec.feasibility_tolerance)
     else:
@@ -335,7 +404,8 @@ def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, traine
                 npz["action_moves"] = moves
         final = judge.evaluate_policies(cmdp, policies)  # the returned policies, judged exactly
         judged = judge.judge(final["reward"], final["costs"], thresholds, optimum=opt,
-                             multipliers=learned_nu, tolerance=spec.feasibility_tolerance)
+                             multipliers=learned_nu, tolerance=spec.feasibility_tolerance,
+                             cost_scale=judge.cost_scale(cmdp))
         npz.update(stage_costs=final["stage_costs"], stage_rewards=final["stage_rewards"], thresholds=thresholds)
         if opt is not None:
             npz.update(optimal_policy=opt.policy.astype(np.float32), optimal_stage_costs=opt.stage_costs,
@@ -343,8 +413,10 @@ def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, traine
     if judged is not None:
         result.update(judge.judgement_fields(judged))
     if div is None:  # the learner's own verdict: constraint met and multipliers settled (one line each)
-        lines = constraint_lines(trainer.status(state), thresholds, state.metrics.get("multipliers"))
-        result["constraint_status"] = [{"seed": r, "ok": line is None, "message": line} for r, line in enumerate(lines)]
+        result["constraint_status"] = status_fields(trainer.status(state))
+        picked = _returned(spec, env, state, trainer, thresholds)  # which iteration each seed returned
+        for row, status, pick in zip(result["seeds"], result["constraint_status"], picked):
+            row["status"], row["returned"] = status["status"], pick
     timing = {"wall_s": time.perf_counter() - t_start, "compile_s": trainer.compile_s, "train_s": state.elapsed_s}
     if div is not None:
         for row, r in zip(result.get("seeds", []), seeds):
@@ -370,7 +442,12 @@ def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, traine
 
     distributed.agree(_written(write))  # several processes: the others end once process 0 has written the run
     say(judge.format_table(judged, result.get("statistics")))
-    for line in (row["message"] for row in result.get("constraint_status", ()) if row["message"]):
-        say(line)
+    say(returned.returned_line([row["returned"] for row in result["seeds"]]))
+    # what says a result is not what it seems is printed even when quiet (process 0 only), one line per seed
+    notes = [row["returned"]["message"] for row in result["seeds"] if row["returned"]["message"]]
+    notes += [row["message"] for row in result["constraint_status"] if row["message"]]
+    if distributed.is_writer():
+        for line in notes:
+            print(line, file=stream, flush=True)
     say(f"wrote {out}/ (wall {timing['wall_s']:.1f} s, compile {trainer.compile_s:.1f} s)")
     return result

@@ -66,27 +66,32 @@ class ConfigError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """One settable key: its name, kind (module docstring), default, and smallest and largest
-    values (None: none)."""
+    """One settable key: its name, kind (module docstring), default, smallest and largest
+    values (None: none), and why the range is what it is (``note``, added to the error)."""
 
     name: str
     kind: str
     default: Any
     low: float | None = None
     high: float | None = None
+    note: str = ""
 
     def check(self, key: str, value: Any) -> Any:
-        """``value`` coerced to this setting's kind and checked against its range.
+        """``value`` coerced to this setting's kind and checked against its range (a float
+        setting takes finite numbers only).
 
         Raises:
             ConfigError: naming ``key``, the kind and the bound it breaks, and the value.
         """
         v = coerce(key, value, self.kind)
         what = "an integer" if self.kind == "int" else "a number"
+        why = f" ({self.note})" if self.note else ""
+        if self.kind == "float" and not np.isfinite(v):
+            raise ConfigError(f"{key} must be a finite number, found {v}{why}")
         if self.low is not None and v < self.low:
-            raise ConfigError(f"{key} must be {what} >= {short_value(self.low)}, found {v}")
+            raise ConfigError(f"{key} must be {what} >= {short_value(self.low)}, found {v}{why}")
         if self.high is not None and v > self.high:
-            raise ConfigError(f"{key} must be {what} <= {short_value(self.high)}, found {v}")
+            raise ConfigError(f"{key} must be {what} <= {short_value(self.high)}, found {v}{why}")
         return v
 
 

@@ -8,11 +8,14 @@ policy (``TrainResult.state``: the learner's selection by its own estimates) is 
 
 * **exact** tasks: ``fhc_jax.evaluate(cmdp, policy_table)`` (float64): reward, costs,
   % of the optimum = 100 J / J* (J* from ``fhc_jax.solve``), feasible = every cost <= 1.02
-  alpha (the judge's rule, ``fhc_jax.experiment.judge.cost_limits``);
+  alpha (the judge's rule, ``fhc_jax.experiment.judge.cost_limits``, with the model's cost
+  scale);
 * **reference** tasks (the battery): ``fhc_jax.rollout_returns`` of the learner's ``policy``
   over ``--episodes`` episodes with a fixed key (the same episodes for every policy); feasible
-  = the upper end of each cost's 95% confidence interval <= 1.02 alpha; % of the reference =
-  100 J / J_ref, J_ref the same estimate for ``env.reference(params)``;
+  = the upper end of each cost's 95% interval (the judge's: 1.96 sd / sqrt(N) plus the rule of
+  three ln(20) max(c_max, u) / N, ``fhc_jax.experiment.judge.upper_bound_excess``) <= 1.02
+  alpha; % of the reference = 100 J / J_ref, J_ref the same estimate for
+  ``env.reference(params)``;
 * **budget** tasks (Pendulum): as the reference tasks, without a yardstick for the reward.
 
 Recorded per (learner, task): per seed the reward, costs, % of the optimum (or reference),
@@ -25,8 +28,10 @@ Usage::
     python benchmarks/robustness.py [--learners a,b] [--tasks x,y] [--seeds 5] [--episodes 20000]
                                     [--out benchmarks/results/robustness.json]
 
-The output file is MERGED: only the (learner, task) cells run now are replaced, so slices can
-be run separately. Each cell names the run it came from (command, machine, versions, date). The
+Every argument, and the output file (writable; valid JSON if it exists, since it is merged), is
+checked before anything is trained: a bad one is one line on stderr, exit status 2. The output
+file is MERGED: only the (learner, task) cells run now are replaced, so slices can be run
+separately. Each cell names the run it came from (command, machine, versions, date). The
 printed table (of the whole merged file) has the tasks as rows and the learners as columns,
 each cell "worst% feasible/seeds" (worst seed's % of the optimum or reference; budget tasks
 show only the feasible seeds), then the wall time (compile + run) of each cell.
@@ -51,8 +56,9 @@ from timing import source_revision
 import fhc_jax as fhc
 from fhc_jax.algos.core.scaffold import play_environment
 from fhc_jax.envs import suite
-from fhc_jax.experiment.judge import Z95, cost_limits
-from fhc_jax.experiment.rundir import machine_info
+from fhc_jax.experiment.config import MAX_EPISODES
+from fhc_jax.experiment.judge import DEFAULT_TOLERANCE, RULE_OF_THREE, Z95, cost_limits, cost_scale, step_cost_units
+from fhc_jax.experiment.rundir import RunDirectoryError, check_writable_file, machine_info
 
 LEARNERS = ("fh_constrained", "nn_constrained", "ecop", "ppo_lagrangian", "cpo", "saute")
 #: base key of the seeds (no tuning run used it)
@@ -76,25 +82,30 @@ def seed_keys(seeds: int) -> jax.Array:
 
 def monte_carlo(env, params, make_policy, states: list[Any], episodes: int) -> dict[str, np.ndarray]:
     """Means and 95% half-widths of ``rollout_returns`` for the policies ``make_policy(state)``
-    of each state (one compiled program: the state is an argument), same key for all.
+    of each state (one compiled program: the state is an argument), same key for all; the
+    costs' upper half-width is the judge's (normal term plus the rule of three over the larger
+    of the largest episode cost and one typical step cost, ``judge.upper_bound_excess``).
 
     Returns:
-        reward (R,), reward_half_width (R,), costs (R, M), cost_half_width (R, M).
+        reward (R,), reward_half_width (R,), costs (R, M), cost_half_width (R, M), cost_unit (M,).
     """
     key = jax.random.key(JUDGE_KEY)
+    unit = step_cost_units(env, params)
 
     @jax.jit
     def stats(state):
         ret = fhc.rollout_returns(key, env, params, make_policy(state), episodes)
-        r, c = ret.rewards.astype(jnp.float32), ret.costs.astype(jnp.float32)
-        return r.mean(), r.std(ddof=1), c.mean(0), c.std(0, ddof=1)
+        r, c = ret.rewards.astype(jnp.float32), ret.costs.astype(jnp.float32).reshape(episodes, -1)
+        return r.mean(), r.std(ddof=1), c.mean(0), c.std(0, ddof=1), jnp.max(jnp.abs(c), axis=0)
 
     rows = [jax.device_get(stats(st)) for st in states]
     scale = Z95 / np.sqrt(episodes)
+    largest = np.maximum(np.array([r[4] for r in rows], np.float64), unit)
     return {"reward": np.array([r[0] for r in rows], np.float64),
             "reward_half_width": np.array([r[1] for r in rows], np.float64) * scale,
             "costs": np.array([r[2] for r in rows], np.float64),
-            "cost_half_width": np.array([r[3] for r in rows], np.float64) * scale}
+            "cost_half_width": np.array([r[3] for r in rows], np.float64) * scale + RULE_OF_THREE * largest / episodes,
+            "cost_unit": unit}
 
 
 def referee(task: suite.Task, env, params, episodes: int) -> dict[str, Any]:
@@ -132,7 +143,6 @@ def final_multipliers(out: Any) -> np.ndarray | None:
 def judge_cell(module, task: suite.Task, env, params, ref: dict, out: Any, seeds: int, episodes: int) -> dict[str, Any]:
     """Per-seed judgement of the final policies (module docstring)."""
     alpha = np.asarray(ref["thresholds"], np.float64)
-    limits = cost_limits(alpha)
     if task.exact:
         tables = np.asarray(module.policy_table(out.state, env, params), np.float64)
         with jax.enable_x64(True):
@@ -141,6 +151,7 @@ def judge_cell(module, task: suite.Task, env, params, ref: dict, out: Any, seeds
         reward = np.array([float(e.reward) for e in evs])
         costs = np.array([np.asarray(e.costs, np.float64) for e in evs])
         upper, yardstick = costs, ref["optimum_reward"]
+        limits = cost_limits(alpha, DEFAULT_TOLERANCE, cost_scale(ref["_cmdp"]))
         extra: dict[str, Any] = {}
     else:
         states = [jax.tree.map(lambda x: x[i], out.state) for i in range(seeds)]
@@ -148,6 +159,7 @@ def judge_cell(module, task: suite.Task, env, params, ref: dict, out: Any, seeds
         mc = monte_carlo(play_env, play_params, lambda st: module.policy(st, play_env, play_params), states, episodes)
         reward, costs = mc["reward"], mc["costs"]
         upper = costs + mc["cost_half_width"]
+        limits = cost_limits(alpha, DEFAULT_TOLERANCE, play_env.horizon * mc["cost_unit"])
         yardstick = ref.get("reference_reward")
         extra = {"reward_half_width": mc["reward_half_width"], "cost_half_width": mc["cost_half_width"],
                  "cost_upper_95": upper}
@@ -231,7 +243,8 @@ def merge(path: Path, run_id: str, run: dict, refs: dict, cells: dict) -> dict:
     data = json.loads(path.read_text()) if path.exists() else {}
     data.setdefault("benchmark", "robustness: every learner's Config() x every suite task x seeds (benchmarks/robustness.py)")
     data["protocol"] = {"seed_keys": f"jax.random.fold_in(jax.random.key({SEED_BASE}), i)",
-                        "feasible": "every cost <= alpha + 0.02 |alpha| (Monte-Carlo: the upper 95% bound)",
+                        "feasible": "every cost <= alpha + 0.02 |alpha| + 1e-6 max(|alpha|, C) (Monte-Carlo: the "
+                                    "upper 95% bound with the rule of three)",
                         "judged_policy": "each seed's returned policy (TrainResult.state: the learner's selection by its own estimates)",
                         "monte_carlo_key": JUDGE_KEY}
     # the file's provenance (benchmarks/report.py): the full command, the latest run's machine
@@ -248,6 +261,13 @@ def merge(path: Path, run_id: str, run: dict, refs: dict, cells: dict) -> dict:
     used = {c.get("run") for by_task in results.values() for c in by_task.values()}
     data["runs"] = {k: v for k, v in data["runs"].items() if k in used}
     return data
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """``text`` into ``path`` through a temporary file and a rename (never a truncated file)."""
+    from fhc_jax.experiment.rundir import write_bytes_atomic
+
+    write_bytes_atomic(path, text.encode())
 
 
 def to_json(x: Any) -> Any:
@@ -270,8 +290,40 @@ def parse_list(value: str, valid: list[str] | tuple[str, ...], what: str) -> lis
     return names
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr (``robustness.py: error: ...``),
+    exit status 2."""
+
+    def error(self, message: str):  # noqa: D102 (argparse's hook)
+        fail(message)
+
+
+def fail(message: str, status: int = 2):
+    """One line on stderr and exit with ``status``."""
+    print(f"robustness.py: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(status)
+
+
+def check_out(path: Path) -> None:
+    """``--out`` before anything is trained: a writable file, and valid JSON holding an object
+    where it exists (the results are merged into it after every cell)."""
+    try:
+        check_writable_file(path, "--out")
+    except RunDirectoryError as err:
+        fail(str(err))
+    if path.exists():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            fail(f"--out {path} exists but is not a results file to merge into ({type(err).__name__}: "
+                 f"{str(err).splitlines()[0] if str(err) else ''}); choose another --out or move it away")
+        if not isinstance(data, dict) or not isinstance(data.get("results", {}), dict):
+            fail(f"--out {path} exists but does not hold this benchmark's results (a JSON object with 'results'); "
+                 "choose another --out or move it away")
+
+
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n")[0])
     parser.add_argument("--learners", type=lambda v: parse_list(v, LEARNERS, "learner"), default=list(LEARNERS),
                         help="comma-separated learners (fhc_jax.algos modules)")
     parser.add_argument("--tasks", type=lambda v: parse_list(v, list(suite.TASKS), "task"), default=list(suite.TASKS),
@@ -282,9 +334,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON file to merge the results into")
     args = parser.parse_args(argv)
     if args.seeds < 1:
-        parser.error(f"--seeds must be >= 1, found {args.seeds}")
-    if args.episodes < 20_000:
-        parser.error(f"--episodes must be >= 20000, found {args.episodes}")
+        fail(f"--seeds must be an integer >= 1, found {args.seeds}")
+    if not 20_000 <= args.episodes <= MAX_EPISODES:
+        fail(f"--episodes must be an integer in [20000, {MAX_EPISODES}] (rollout_returns draws one key per "
+             f"episode), found {args.episodes}")
+    check_out(args.out)  # before training: a cell's results are merged into it
 
     run_id = time.strftime("%Y%m%dT%H%M%S")
     run = {"command": shlex.join(["python", "benchmarks/robustness.py", *(sys.argv[1:] if argv is None else argv)]),
@@ -307,8 +361,12 @@ def main(argv: list[str] | None = None) -> dict:
             timing = f" ({cell['compile_s']:.0f}s compile + {cell['run_s']:.0f}s run)" if "run_s" in cell else ""
             print(f"  {learner:15s} {cell.get('error') or cell_text(cell)}{timing}", flush=True)
             jax.clear_caches()
-            args.out.parent.mkdir(parents=True, exist_ok=True)  # merge after every cell: partial runs persist
-            args.out.write_text(json.dumps(to_json(merge(args.out, run_id, run, refs, cells)), indent=1) + "\n")
+            try:  # merge after every cell: partial runs persist
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(args.out, json.dumps(to_json(merge(args.out, run_id, run, refs, cells)), indent=1) + "\n")
+            except (OSError, ValueError) as err:
+                fail(f"cannot write --out {args.out} ({type(err).__name__}: {err}); the cells merged before are kept",
+                     1)
     data = json.loads(args.out.read_text())
     learners = [l for l in LEARNERS if l in data["results"]]
     tasks = [t for t in suite.TASKS if any(t in data["results"][l] for l in learners)]

@@ -76,14 +76,32 @@ def _block_sums(x: np.ndarray, weighted: bool) -> np.ndarray:
     return np.asarray([b.sum() for b in np.array_split(v, blocks)], np.float64)
 
 
+def _named(tree: Any) -> Any:
+    """``tree`` with nodes that name their fields (named tuples, ``TabularCMDP``: ``_fields``) as
+    dicts of them, so that leaf paths read ``transitions.probabilities`` rather than ``0.1``."""
+    fields = getattr(tree, "_fields", None)
+    if not isinstance(tree, type) and isinstance(fields, tuple) and all(isinstance(f, str) for f in fields):
+        return {f: _named(getattr(tree, f)) for f in fields}
+    if type(tree) in (tuple, list):
+        return type(tree)(_named(v) for v in tree)
+    if type(tree) is dict:
+        return {k: _named(v) for k, v in tree.items()}
+    return tree
+
+
+def _leaves(tree: Any) -> list[tuple[str, Any]]:
+    """(path, leaf) of every leaf of ``tree`` (named tuples by field name)."""
+    return [(jax.tree_util.keystr(path, simple=True, separator=".") or "value", leaf)
+            for path, leaf in jax.tree_util.tree_flatten_with_path(_named(tree))[0]]
+
+
 def tree_fingerprint(tree: Any) -> dict[str, Any]:
     """The fingerprint of a pytree's leaves: ``sha`` (every leaf's path, shape, dtype and
     float64 bytes) and per leaf ``path``, ``shape``, ``dtype`` and ``sketch`` (module
     docstring); non-numeric leaves by their text."""
     h = hashlib.sha256()
     leaves = []
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        name = jax.tree_util.keystr(path, simple=True, separator=".") or "value"
+    for name, leaf in _leaves(tree):
         try:
             x = _as_array(leaf)
             numeric = x.dtype.kind in "biuf"
@@ -176,13 +194,17 @@ def _tree_difference(stored: dict | None, now: dict | None) -> str | None:
     if [x.get("path") for x in old] != [x.get("path") for x in new]:
         return "its leaves differ (" + ", ".join(sorted({x.get("path") for x in old} ^ {x.get("path") for x in new})
                                                  or ["their order"]) + ")"
+    changed = []
     for a, b in zip(old, new):
-        if a.get("shape") != b.get("shape") or a.get("text") != b.get("text"):
-            return f"leaf {a['path']} has shape {b.get('shape')} (was {a.get('shape')})" if "shape" in a else \
-                f"leaf {a['path']} differs"
-        if "sketch" in a and not _sketch_close(a["sketch"], b["sketch"], b.get("_abs")):
-            return f"leaf {a['path']} differs"
-    return None
+        if a.get("shape") != b.get("shape"):
+            return f"leaf {a['path']} has shape {b.get('shape')} (was {a.get('shape')})"
+        if a.get("text") != b.get("text") or ("sketch" in a and not _sketch_close(a["sketch"], b["sketch"],
+                                                                                   b.get("_abs"))):
+            changed.append(a["path"])
+    if not changed:
+        return None
+    shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    return f"leaf {shown} differs" if len(changed) == 1 else f"leaves {shown} differ"
 
 
 def _sketch_close(old: list, new: list, scale: list | None) -> bool:
@@ -199,8 +221,7 @@ def _with_scales(tree_fp: dict | None, tree: Any) -> dict | None:
     if tree_fp is None:
         return None
     numeric = [x for x in tree_fp["leaves"] if "sketch" in x]
-    arrays = [_as_array(leaf).astype(np.float64) for leaf in jax.tree.leaves(tree)
-              if _is_numeric(leaf)]
+    arrays = [_as_array(leaf).astype(np.float64) for _, leaf in _leaves(tree) if _is_numeric(leaf)]
     for fp, x in zip(numeric, arrays):
         fp["_abs"] = _block_sums(x, False).tolist()
     return tree_fp

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from toy_env import ToyEnv
 
 from fhc_jax import TabularCMDP
-from toy_env import ToyEnv
 
 
 class DataEnv(ToyEnv):

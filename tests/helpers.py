@@ -1,6 +1,7 @@
 """Shared test helpers (imported as ``from helpers import ...``; pytest puts tests/ on the path):
 seeded random CMDPs and policies, a hand-computable two-state CMDP, a continuous-state
-environment without an exact model, and a Monte-Carlo estimate with 95% half-widths."""
+environment without an exact model, a Monte-Carlo estimate with 95% half-widths, and an
+environment whose cost is a rare event (``RareCost``)."""
 
 from __future__ import annotations
 
@@ -127,3 +128,44 @@ def monte_carlo(env, policy, n=5000, key=1):
     r, c = np.asarray(ret.rewards), np.asarray(ret.costs)[:, 0]
     half = lambda x: 1.96 * x.std() / np.sqrt(x.size)
     return r.mean(), half(r), c.mean(), half(c)
+
+
+@struct.dataclass
+class RareState:
+    time: jax.Array
+
+
+class RareCost(Environment):
+    """One stage, one action: an episode costs ``size`` with probability ``p`` (true expected cost
+    p * size), nothing otherwise; no exact model (judged by Monte-Carlo)."""
+
+    def __init__(self, p: float = 0.027, size: float = 10.0, alpha: float = 0.255):
+        self._p, self._size, self._alpha = p, size, alpha
+
+    horizon = property(lambda self: 1)
+    num_actions = property(lambda self: 1)
+    num_constraints = property(lambda self: 1)
+    observation_shape = property(lambda self: (1,))
+    observation_dtype = property(lambda self: jnp.float32)
+    default_params = property(lambda self: jnp.asarray([self._alpha], jnp.float32))
+
+    def _static_config(self):
+        return (self._p, self._size, self._alpha)
+
+    def observation(self, state, params):
+        return jnp.zeros((1,), jnp.float32)
+
+    def thresholds(self, params):
+        return params
+
+    def reset(self, key, params):
+        state = RareState(time=jnp.zeros((), jnp.int32))
+        return self.observation(state, params), state
+
+    def noise(self, key, params):
+        return jax.random.uniform(key)
+
+    def transition(self, noise, state, action, params):
+        cost = jnp.where(noise < self._p, self._size, 0.0).astype(jnp.float32)[None]
+        nxt = RareState(time=state.time + 1)
+        return self.observation(nxt, params), nxt, jnp.float32(1.0), cost, nxt.time == 1, {}

@@ -68,10 +68,10 @@ def test_a_coordinator_port_in_use_is_a_usage_error(tmp_path, capfd):
                          "2", "--process-id", "0"])
     assert code == 2
     err = capfd.readouterr().err.strip().splitlines()
-    assert err == [f"fhc-jax train: error: --coordinator localhost:{port}: port {port} is in use on this host (by "
-                   "another program, or by process 0 of another run, or a second process was given --process-id 0), "
-                   "so process 0 cannot serve JAX's coordination service there; choose a free port, the same in "
-                   "every process, and give each process its own --process-id"]
+    assert err == [(f"fhc-jax train: error: --coordinator localhost:{port}: port {port} is in use on this host (by "
+                    "another program, or by process 0 of another run, or a second process was given --process-id 0), "
+                    "so process 0 cannot serve JAX's coordination service there; choose a free port, the same in "
+                    "every process, and give each process its own --process-id")]
     assert not out.exists()
 
 

@@ -15,13 +15,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import struct
+from helpers import RareCost, random_cmdp
 
 from fhc_jax.algos.core import multipliers
 from fhc_jax.cli import main
-from fhc_jax.envs.base import Environment
-from fhc_jax.experiment import (compare_report, config, evaluation, fingerprint, judge, returned, rundir, runner,
-                                training)
+from fhc_jax.experiment import (
+    compare_report,
+    config,
+    evaluation,
+    fingerprint,
+    judge,
+    returned,
+    rundir,
+    runner,
+    training,
+)
 from fhc_jax.experiment.typed_settings import ConfigError
 
 SCALES = (1e-12, 1.0, 1e12)
@@ -56,8 +64,6 @@ def test_the_probe_of_case_b():
 
 def test_the_cost_scale_of_an_exact_model():
     """C^(k) = H max|g| + max|g_H|, the bound on an episode's cost (3 stages of cost 2 here)."""
-    from helpers import random_cmdp
-
     cmdp = random_cmdp(0, horizon=3, num_constraints=2)
     cmdp = cmdp.replace(costs=np.full_like(np.asarray(cmdp.costs), 2.0), terminal_costs=np.zeros((2, 5)))
     np.testing.assert_allclose(judge.cost_scale(cmdp), [6.0, 6.0])
@@ -66,54 +72,13 @@ def test_the_cost_scale_of_an_exact_model():
 # ----------------------------------------------------------------------------- E: Monte-Carlo
 
 
-@struct.dataclass
-class _RareState:
-    time: jax.Array
-
-
-class RareCost(Environment):
-    """One stage, one action: an episode costs ``size`` with probability ``p`` (true expected cost
-    p * size), nothing otherwise; no exact model (judged by Monte-Carlo)."""
-
-    def __init__(self, p: float = 0.027, size: float = 10.0, alpha: float = 0.255):
-        self._p, self._size, self._alpha = p, size, alpha
-
-    horizon = property(lambda self: 1)
-    num_actions = property(lambda self: 1)
-    num_constraints = property(lambda self: 1)
-    observation_shape = property(lambda self: (1,))
-    observation_dtype = property(lambda self: jnp.float32)
-    default_params = property(lambda self: jnp.asarray([self._alpha], jnp.float32))
-
-    def _static_config(self):
-        return (self._p, self._size, self._alpha)
-
-    def observation(self, state, params):
-        return jnp.zeros((1,), jnp.float32)
-
-    def thresholds(self, params):
-        return params
-
-    def reset(self, key, params):
-        state = _RareState(time=jnp.zeros((), jnp.int32))
-        return self.observation(state, params), state
-
-    def noise(self, key, params):
-        return jax.random.uniform(key)
-
-    def transition(self, noise, state, action, params):
-        cost = jnp.where(noise < self._p, self._size, 0.0).astype(jnp.float32)[None]
-        nxt = _RareState(time=state.time + 1)
-        return self.observation(nxt, params), nxt, jnp.float32(1.0), cost, nxt.time == 1, {}
-
-
 def test_a_monte_carlo_bound_never_collapses_when_no_cost_is_seen():
     """E: 20 episodes that saw no cost event were judged '[0.0, 0.0] feasible' at a true cost of
     0.27 against alpha 0.255; the upper end now adds the rule of three over the larger of the
     largest episode cost and one typical step cost, as the learners' own bound does."""
     env = RareCost()
     params = env.default_params
-    policy = lambda key, obs, h: jnp.zeros((), jnp.int32)  # noqa: E731
+    policy = lambda key, obs, h: jnp.zeros((), jnp.int32)
     mc = judge.monte_carlo(env, params, [policy], 20)
     j = judge.judge_monte_carlo(env, params, [policy], 20)
     assert not j.feasible[0] and j.cost_half_width[0, 0] > 0

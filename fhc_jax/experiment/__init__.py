@@ -21,7 +21,12 @@ caches):
   (:func:`~fhc_jax.experiment.distributed.initialize`, ``jax.distributed``).
 * :mod:`~fhc_jax.experiment.checkpoint`: orbax checkpoints of the full carry with a verified
   manifest; bit-identical resume from the newest intact checkpoint.
-* :mod:`~fhc_jax.experiment.training`: ``fhc-jax train`` (:func:`~fhc_jax.experiment.training.train_run`).
+* :mod:`~fhc_jax.experiment.fingerprint`: what a run was trained on beyond its settings (the
+  environment's static configuration, params and exact model), checked on ``--resume`` and
+  ``eval``.
+* :mod:`~fhc_jax.experiment.training`: ``fhc-jax train`` (:func:`~fhc_jax.experiment.training.train_run`);
+  :mod:`~fhc_jax.experiment.returned`: which iteration each seed returned and how it compares
+  with the last iterate.
 * :mod:`~fhc_jax.experiment.judge`: final policies against the exact optimum (or a Monte-Carlo
   reference), with one feasibility rule, and their summaries; what it returns
   (:class:`~fhc_jax.experiment.judgement.Judgement`, :class:`~fhc_jax.experiment.judgement.Optimum`)
@@ -46,7 +51,7 @@ from fhc_jax.experiment.judgement import Judgement
 from fhc_jax.experiment.checkpoint import CheckpointError
 from fhc_jax.experiment.rundir import RunDirectoryError, machine_info
 from fhc_jax.experiment.writer_lock import RunInUseError
-from fhc_jax.experiment.distributed import Cluster, DistributedError
+from fhc_jax.experiment.distributed import Cluster, ConfigurationMismatch, DistributedError
 from fhc_jax.experiment.progress import parse_run_line
 from fhc_jax.experiment.runner import (ChunkedTrainer, ChunkState, Divergence, DivergenceError, RunResult, seed_keys,
                                        train_seeds)
@@ -60,6 +65,7 @@ __all__ = [
     "ChunkedTrainer",
     "Cluster",
     "ConfigError",
+    "ConfigurationMismatch",
     "DEFAULT_TOLERANCE",
     "DistributedError",
     "Divergence",

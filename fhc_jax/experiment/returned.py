@@ -16,7 +16,8 @@ for a bad run, and why the learner chose it (its own estimate of the last iterat
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

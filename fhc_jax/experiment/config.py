@@ -414,7 +414,16 @@ def load_environment(name: str) -> EnvEntry:
         raise ConfigError(f"unknown environment {name!r}; registered: {', '.join(ENVIRONMENTS)} "
                           "(or give module:ClassOrFactory of your own)")
     path = ENVIRONMENTS.get(name, name)
-    constructor = _import(path)
+    if name.startswith("brax:"):  # any Brax environment by name (fhc_jax.envs.brax_interop)
+        from fhc_jax.envs import brax_interop
+        try:
+            constructor = brax_interop.task_constructor(name[len("brax:"):])
+        except ImportError as err:
+            raise EnvironmentImportError(f"env {name!r}: {err}") from None
+        except ValueError as err:
+            raise ConfigError(f"env {name!r}: {err}") from None
+    else:
+        constructor = _import(path)
     if not callable(constructor):
         raise ConfigError(f"env {name!r}: {path} is not a class or function")
     moves = np.asarray(_import(ACTION_MOVES[name]), np.int64).reshape(-1, 2) if name in ACTION_MOVES else None

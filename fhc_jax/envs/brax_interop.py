@@ -83,6 +83,11 @@ def import_brax() -> Any:
     return brax
 
 
+def registered(brax: Any) -> list[str]:
+    """The names of Brax's registered environments (``brax.envs``' registry), sorted."""
+    return sorted(name for name in brax.envs._envs if isinstance(name, str))
+
+
 @struct.dataclass
 class BraxState:
     """State of a wrapped Brax environment.
@@ -384,7 +389,7 @@ def brax_task(name: str, horizon: int = 100, alpha: float = 10.0, cost: str = "c
     if cost not in COSTS:
         raise ValueError(f"brax:{name}: cost must be one of {', '.join(map(repr, COSTS))}, found {cost!r}")
     brax = import_brax()
-    known = sorted(brax.envs._envs)
+    known = registered(brax)
     if name not in known:
         raise ValueError(f"brax:{name}: unknown Brax environment {name!r}; Brax registers: {', '.join(known)}")
     backends = ("generalized", "positional", "spring", "mjx")
@@ -403,7 +408,7 @@ def task_constructor(name: str) -> Callable[..., BraxEnv]:
         ImportError: brax is not installed (the message says how to install it).
         ValueError: ``name`` is not one of Brax's registered environments.
     """
-    known = sorted(import_brax().envs._envs)
+    known = registered(import_brax())
     if name not in known:
         raise ValueError(f"unknown Brax environment {name!r}; Brax registers: {', '.join(known)}")
 

@@ -99,11 +99,18 @@ def test_portfolio_garch_goes_in_unwrapped():
     assert out.costs.shape == (8, 20, 1) and np.all(np.isfinite(np.asarray(out.costs)))
 
 
-def test_eco_ant_goes_in_through_from_brax():
-    """safenax's Brax environments keep a scalar state.info["cost"]: from_brax reads it as one
-    constraint (checked abstractly: an Ant compiles for minutes on CPU)."""
-    env = from_brax(safenax.EcoAntV2(backend="spring"), horizon=10, alpha=1.0)
-    assert env.num_constraints == 1 and env.action_space.dim == 8
+def test_brax_environments_go_in_through_from_brax():
+    """safenax's Ants keep a scalar state.info["cost"]: from_brax reads it as one constraint
+    (checked abstractly, with jax.eval_shape: nothing is compiled); Hopper has no cost of its
+    own and is refused without a cost_fn."""
+    for ant in (safenax.EcoAntV1(backend="spring"), safenax.EcoAntV2(backend="spring"),
+                safenax.FragileAnt(cost_budget=1000.0, backend="spring")):
+        env = from_brax(ant, horizon=10, alpha=1.0)
+        assert env.num_constraints == 1 and env.action_space.dim == 8 and env.observation_shape == (28,)
+    hopper = safenax.HopperV1(backend="spring")
+    with pytest.raises(ValueError, match="no cost: give cost_fn"):
+        from_brax(hopper, horizon=10)
+    assert from_brax(hopper, horizon=10, cost_fn=lambda s, a, n: jnp.sum(a * a)).num_constraints == 1
 
 
 @pytest.mark.slow

@@ -16,11 +16,12 @@ the loop carry), per Brax physics pipeline (``--backends``):
   train on).
 
 Compile time is measured apart (``jit(f).lower(key).compile()``); run time is the median of
-``--repeats`` calls, each ending in ``jax.block_until_ready``.
+``--repeats`` calls, each ending in ``jax.block_until_ready``, the three loops called in turn
+(so that on a shared machine they see the same load; the load average is recorded).
 
 **Training** (``--train``): ``--learner``'s plain ``Config()`` on ``brax:inverted_pendulum``
-(``fhc_jax.envs.brax_interop.brax_task``: H = 100, the control-effort budget alpha = 10, the
-"spring" pipeline), ``--seeds`` seeds in one ``jit(vmap(train))``, each returned policy judged
+(``fhc_jax.envs.brax_interop.brax_task``: H = 100, the control-effort budget ``--alpha``
+(default 1), the "spring" pipeline), ``--seeds`` seeds in one ``jit(vmap(train))``, each returned policy judged
 by ``fhc_jax.rollout_returns`` over ``--episodes`` episodes (mean and 95% half-width; a seed is
 within budget when the upper end of its cost interval is at most 1.02 alpha), next to two
 yardsticks judged the same way: zero force (no control cost) and uniformly random actions.
@@ -28,7 +29,7 @@ yardsticks judged the same way: zero force (no control cost) and uniformly rando
 Usage::
 
     python benchmarks/brax_interop.py [--episodes-per-run 1024] [--horizon 100] [--repeats 7]
-                                      [--backends spring,generalized] [--train] [--learner ppo_lagrangian]
+                                      [--backends spring,generalized] [--train] [--learner ppo_lagrangian] [--alpha 1]
 
 Results go to ``benchmarks/results/brax_interop.json`` (needs brax: ``pip install -e ".[brax]"``).
 """
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import time
 from pathlib import Path
 
@@ -54,17 +56,24 @@ from timing import command_line
 ENV = "inverted_pendulum"
 
 
-def _time(fn, repeats: int) -> tuple[float, float]:
+def _compile(fn) -> tuple[float, object]:
     t0 = time.perf_counter()
     compiled = jax.jit(fn).lower(jax.random.key(0)).compile()
     compile_s = time.perf_counter() - t0
     jax.block_until_ready(compiled(jax.random.key(1)))  # warm-up
-    times = []
+    return compile_s, compiled
+
+
+def _interleaved(compiled: dict, repeats: int) -> dict[str, float]:
+    """Median run time of each compiled loop, the loops run in turn (round-robin), so that all
+    of them see the same share of a machine that others use too."""
+    times: dict[str, list[float]] = {name: [] for name in compiled}
     for r in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(compiled(jax.random.key(100 + r)))
-        times.append(time.perf_counter() - t0)
-    return compile_s, float(np.median(times))
+        for name, fn in compiled.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(jax.random.key(100 + r)))
+            times[name].append(time.perf_counter() - t0)
+    return {name: float(np.median(t)) for name, t in times.items()}
 
 
 def throughput(backend: str, k: int, h: int, repeats: int) -> dict:
@@ -95,13 +104,18 @@ def throughput(backend: str, k: int, h: int, repeats: int) -> dict:
         t = fhc.rollout(key, env, params, policy, k)
         return t.observations, t.actions, t.rewards, t.costs
 
+    loops = {"brax jit(vmap(step)) in lax.scan": raw, "fhc_jax.rollout_returns": returns,
+             "fhc_jax.rollout": trajectories}
+    compiled, compile_s = {}, {}
+    for name, fn in loops.items():
+        compile_s[name], compiled[name] = _compile(fn)
+    run_s = _interleaved(compiled, repeats)
     rows = {}
-    for name, fn in {"brax jit(vmap(step)) in lax.scan": raw, "fhc_jax.rollout_returns": returns,
-                     "fhc_jax.rollout": trajectories}.items():
-        compile_s, run_s = _time(fn, repeats)
-        rows[name] = {"compile_s": round(compile_s, 2), "run_s": run_s, "env_steps_per_s": k * h / run_s}
-        print(f"  {backend:<12} {name:<34} compile {compile_s:6.1f} s  run {1e3 * run_s:8.1f} ms  "
-              f"{k * h / run_s / 1e3:8.1f}k steps/s", flush=True)
+    for name in loops:
+        rows[name] = {"compile_s": round(compile_s[name], 2), "run_s": run_s[name],
+                      "env_steps_per_s": k * h / run_s[name]}
+        print(f"  {backend:<12} {name:<34} compile {compile_s[name]:6.1f} s  run {1e3 * run_s[name]:8.1f} ms  "
+              f"{k * h / run_s[name] / 1e3:8.1f}k steps/s", flush=True)
     base = rows["brax jit(vmap(step)) in lax.scan"]["run_s"]
     for row in rows.values():
         row["speed_vs_brax"] = base / row["run_s"]
@@ -117,13 +131,13 @@ def monte_carlo(env, params, policy, episodes: int) -> dict:
             "costs": c.mean(0).tolist(), "cost_half_width": (hw * c.std(0, ddof=1)).tolist()}
 
 
-def train(learner: str, seeds: int, episodes: int) -> dict:
+def train(learner: str, seeds: int, episodes: int, alpha: float) -> dict:
     """``learner``'s plain Config() on brax:inverted_pendulum, judged (module docstring)."""
     module = importlib.import_module(f"fhc_jax.algos.{learner}")
-    env = brax_task(ENV, horizon=100, alpha=10.0, cost="control", backend="spring")
+    env = brax_task(ENV, horizon=100, alpha=alpha, cost="control", backend="spring")
     params = env.default_params
-    alpha = np.asarray(env.thresholds(params), np.float64)
-    limit = cost_limits(alpha)
+    thresholds = np.asarray(env.thresholds(params), np.float64)
+    limit = cost_limits(thresholds)
     keys = jax.random.split(jax.random.key(0), seeds)
     t0 = time.perf_counter()
     compiled = jax.jit(jax.vmap(module.make_train(env, params, module.Config()))).lower(keys).compile()
@@ -141,14 +155,14 @@ def train(learner: str, seeds: int, episodes: int) -> dict:
                   status_ok=bool(np.asarray(out.status.ok)[i]))
         rows.append(mc)
         print(f"  seed {i}: reward {mc['reward']:.2f} +- {mc['reward_half_width']:.2f}, cost {mc['costs'][0]:.2f} "
-              f"+- {mc['cost_half_width'][0]:.2f} (alpha {alpha[0]:g}), within budget {mc['within_budget']}", flush=True)
+              f"+- {mc['cost_half_width'][0]:.2f} (alpha {alpha:g}), within budget {mc['within_budget']}", flush=True)
     zero = lambda key, obs, h: jnp.zeros((1,), jnp.float32)
     yardsticks = {"zero force": monte_carlo(env, params, zero, episodes),
                   "uniformly random": monte_carlo(env, params, fhc.random_policy(env), episodes)}
     for name, mc in yardsticks.items():
         print(f"  {name}: reward {mc['reward']:.2f} +- {mc['reward_half_width']:.2f}, cost {mc['costs'][0]:.2f}", flush=True)
     config = module.Config()
-    return {"learner": learner, "config": "Config()", "env": f"brax:{ENV} (spring), H = 100, cost |a|^2, alpha = 10",
+    return {"learner": learner, "config": "Config()", "env": f"brax:{ENV} (spring), H = 100, cost |a|^2, alpha = {alpha:g}",
             "seeds": seeds, "episodes": episodes, "num_iterations": config.num_iterations,
             "episodes_per_iteration": config.episodes_per_iteration, "compile_s": round(compile_s, 1),
             "run_s": round(run_s, 1), "wall_s": round(compile_s + run_s, 1), "seed_results": rows,
@@ -164,6 +178,7 @@ def main() -> None:
     parser.add_argument("--backends", default="spring,generalized")
     parser.add_argument("--train", action="store_true", help="also train --learner's plain Config() and judge it")
     parser.add_argument("--learner", default="ppo_lagrangian")
+    parser.add_argument("--alpha", type=float, default=1.0, help="the control-effort budget of --train")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--episodes", type=int, default=10_000, help="Monte-Carlo episodes per judged policy")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "brax_interop.json"))
@@ -182,11 +197,13 @@ def main() -> None:
               f"{row['speed_vs_brax']:>7.2f}x")
     out = {"benchmark": "brax_interop", "env": f"brax {ENV} via from_brax (control-effort cost |a|^2)",
            "brax_version": getattr(brax, "__version__", "unknown"), "episodes": k, "horizon": h,
-           "repeats": args.repeats, "rows": rows, "machine": machine_info(), "command": command_line()}
+           "repeats": args.repeats, "rows": rows, "machine": machine_info(), "command": command_line(),
+           # the machine may be shared: the load during the run puts the speeds in context
+           "load_average_1_5_15_min": [round(x, 1) for x in os.getloadavg()]}
     path = Path(args.out)
     if args.train:
         print(f"training {args.learner} Config() on brax:{ENV}, {args.seeds} seeds")
-        out["training"] = train(args.learner, args.seeds, args.episodes)
+        out["training"] = train(args.learner, args.seeds, args.episodes, args.alpha)
         t = out["training"]
         print(f"{args.learner}: {t['within_budget_seeds']}/{args.seeds} seeds within budget; compile {t['compile_s']} s, "
               f"train {t['run_s']} s")

@@ -288,7 +288,7 @@ def from_brax(
     Returns:
         :class:`BraxEnv`; ``default_params`` holds the thresholds.
     Raises:
-        ValueError (before any JIT; one abstract reset and step are traced with
+        ValueError: before any JIT (one abstract reset and step are traced with
             ``jax.eval_shape``): horizon < 1; ``env`` without ``reset``/``step``/``action_size``
             or wrapped for training; an observation that is not one array; a ``step`` whose
             State differs in structure from ``reset``'s or whose reward is not a scalar; a

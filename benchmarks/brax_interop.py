@@ -46,12 +46,12 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from timing import command_line
 
 import fhc_jax as fhc
 from fhc_jax.envs.brax_interop import brax_task, control_effort, from_brax, import_brax
 from fhc_jax.experiment.judge import Z95, cost_limits
 from fhc_jax.experiment.rundir import machine_info
-from timing import command_line
 
 ENV = "inverted_pendulum"
 
@@ -93,7 +93,8 @@ def throughput(backend: str, k: int, h: int, repeats: int) -> dict:
             new = jax.vmap(benv.step)(states, a)
             return (new, total_r + new.reward, total_c + jnp.sum(a * a, axis=-1)), None
 
-        (last, total_r, total_c), _ = jax.lax.scan(body, (states, jnp.zeros(k), jnp.zeros(k)), jax.random.split(k_act, h))
+        init = (states, jnp.zeros(k), jnp.zeros(k))
+        (last, total_r, total_c), _ = jax.lax.scan(body, init, jax.random.split(k_act, h))
         return total_r, total_c, last.obs  # the final observations: XLA cannot skip the physics
 
     def returns(key):  # the reward depends on the physics through the absorbing state
@@ -160,9 +161,11 @@ def train(learner: str, seeds: int, episodes: int, alpha: float) -> dict:
     yardsticks = {"zero force": monte_carlo(env, params, zero, episodes),
                   "uniformly random": monte_carlo(env, params, fhc.random_policy(env), episodes)}
     for name, mc in yardsticks.items():
-        print(f"  {name}: reward {mc['reward']:.2f} +- {mc['reward_half_width']:.2f}, cost {mc['costs'][0]:.2f}", flush=True)
+        print(f"  {name}: reward {mc['reward']:.2f} +- {mc['reward_half_width']:.2f}, cost {mc['costs'][0]:.2f}",
+              flush=True)
     config = module.Config()
-    return {"learner": learner, "config": "Config()", "env": f"brax:{ENV} (spring), H = 100, cost |a|^2, alpha = {alpha:g}",
+    return {"learner": learner, "config": "Config()",
+            "env": f"brax:{ENV} (spring), H = 100, cost |a|^2, alpha = {alpha:g}",
             "seeds": seeds, "episodes": episodes, "num_iterations": config.num_iterations,
             "episodes_per_iteration": config.episodes_per_iteration, "compile_s": round(compile_s, 1),
             "run_s": round(run_s, 1), "wall_s": round(compile_s + run_s, 1), "seed_results": rows,
@@ -205,8 +208,8 @@ def main() -> None:
         print(f"training {args.learner} Config() on brax:{ENV}, {args.seeds} seeds")
         out["training"] = train(args.learner, args.seeds, args.episodes, args.alpha)
         t = out["training"]
-        print(f"{args.learner}: {t['within_budget_seeds']}/{args.seeds} seeds within budget; compile {t['compile_s']} s, "
-              f"train {t['run_s']} s")
+        print(f"{args.learner}: {t['within_budget_seeds']}/{args.seeds} seeds within budget; "
+              f"compile {t['compile_s']} s, train {t['run_s']} s")
     elif path.exists():  # keep the last training record
         previous = json.loads(path.read_text())
         if "training" in previous:

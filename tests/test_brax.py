@@ -180,7 +180,7 @@ def test_from_brax_refuses_what_it_cannot_wrap(pendulum):
         fhc.envs.from_brax(pendulum, horizon=5, cost_fn=cart_costs, alpha=-1.0)
     env = fhc.envs.from_brax(pendulum, horizon=5, cost_fn=cart_costs)
     with pytest.raises(ValueError, match="box"):
-        env.num_actions
+        _ = env.num_actions
     with pytest.raises(ValueError, match=r"params.thresholds \(alpha\) must be finite and >= 0"):
         env.reset(jax.random.key(0), env.default_params.replace(thresholds=jnp.array([-1.0, 0.0])))
 

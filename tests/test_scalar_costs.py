@@ -14,8 +14,8 @@ import fhc_jax as fhc
 from fhc_jax.envs.gymnax_interop import from_gymnax, to_gymnax
 
 gymnax = pytest.importorskip("gymnax")
-from flax import struct  # noqa: E402
-from gymnax.environments import environment, spaces  # noqa: E402
+from flax import struct
+from gymnax.environments import environment, spaces
 
 N, WALK, RUN = 4, 0.5, 0.9  # cells 0..N (N the goal); P(advance) walking and running
 

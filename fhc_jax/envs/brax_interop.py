@@ -46,7 +46,8 @@ default).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, ClassVar, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -76,7 +77,7 @@ def import_brax() -> Any:
     """The ``brax`` module, or an ``ImportError`` whose one line says how to install it."""
     try:
         import brax
-        import brax.envs  # noqa: F401 (the registry of environments)
+        import brax.envs
     except ImportError as err:
         raise ImportError(f"fhc_jax.envs.from_brax needs brax, which is not installed ({err}): {INSTALL_HINT} "
                           "(docs/brax.md: a CPU install without the CUDA plugin)") from None
@@ -245,7 +246,7 @@ class BraxEnv(Environment[BraxState, BraxParams]):
 
 def _brax_name(env: Any) -> str:
     inner = env
-    while hasattr(inner, "env") and inner is not getattr(inner, "env"):
+    while hasattr(inner, "env") and inner is not inner.env:
         inner = inner.env
     return type(inner).__name__
 
@@ -300,12 +301,14 @@ def from_brax(
     if num_constraints is not None:
         num_constraints = check_int(own, "num_constraints", num_constraints, 1)
     if cost_fn is not None and not callable(cost_fn):
-        raise ValueError(f"{own}: cost_fn must be callable (state, action, next_state) -> (M,) or (), found {cost_fn!r}")
+        raise ValueError(f"{own}: cost_fn must be callable (state, action, next_state) -> (M,) or (), "
+                         f"found {cost_fn!r}")
     if not isinstance(cost_key, str):
         raise ValueError(f"{own}: cost_key must be a string, found {cost_key!r}")
     if isinstance(env, Environment) or not (callable(getattr(env, "reset", None))
                                             and callable(getattr(env, "step", None)) and hasattr(env, "action_size")):
-        raise ValueError(f"{own}: env must be a Brax Env (with reset, step and action_size), found {type(env).__name__}")
+        raise ValueError(f"{own}: env must be a Brax Env (with reset, step and action_size), "
+                         f"found {type(env).__name__}")
     refused = [w for w in _wrappers(env) if w in _REFUSED_WRAPPERS]
     if refused:
         raise ValueError(f"{own}: env is wrapped by {refused[0]}, which breaks finite-horizon episodes (auto-reset "

@@ -43,10 +43,9 @@ the fhc_jax params plus ``max_steps_in_episode = horizon``). gymnax 1.0's ``step
 ``info["cost"]`` (a scalar () with ``to_gymnax(env, scalar_cost=True)`` when M = 1, the
 convention of Safety-Gym-style code). **At the last stage** (h + 1 == H) the terminal reward
 r_H and terminal costs g_H of the final state are ADDED to that step's reward and
-``info["cost"]``, so the sum of an
-episode's rewards (costs) is the paper's total, eq. (1) ((2)). The horizon's end is reported as
-``terminated`` (nothing follows it: do not bootstrap), and gymnax also flags it ``truncated``
-because ``max_steps_in_episode = horizon``.
+``info["cost"]``, so the sum of an episode's rewards (costs) is the paper's total, eq. (1)
+((2)). The horizon's end is reported as ``terminated`` (nothing follows it: do not bootstrap),
+and gymnax also flags it ``truncated`` because ``max_steps_in_episode = horizon``.
 
 **Registered tasks** (``fhc-jax train --env gymnax:<name>``; settings ``horizon``, ``alpha``,
 ``cost``); the reward is gymnax's, absorbing after termination:
@@ -407,8 +406,8 @@ def from_gymnax(
     if cost_fn is None:
         if not isinstance(abstract_info, dict) or cost_key not in abstract_info:
             keys = sorted(abstract_info) if isinstance(abstract_info, dict) else []
-            raise ValueError(f"{own}: no cost: give cost_fn(state, action, next_state, params) -> (M,) or (), or a gymnax "
-                             f"environment whose step_env info has {cost_key!r} (its info keys: {keys})")
+            raise ValueError(f"{own}: no cost: give cost_fn(state, action, next_state, params) -> (M,) or (), or a "
+                             f"gymnax environment whose step_env info has {cost_key!r} (its info keys: {keys})")
         cost = abstract_info[cost_key]
         source = f"info[{cost_key!r}]"
     else:

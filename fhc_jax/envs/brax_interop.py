@@ -36,7 +36,7 @@ time limit ends episodes early when it is shorter than the horizon.
 
 **Command line** (``fhc-jax train --env brax:NAME``, NAME one of Brax's registered
 environments, e.g. ``brax:inverted_pendulum``): :func:`brax_task` with the settings
-``env.horizon``, ``env.alpha``, ``env.cost`` ("control": the control effort |a|^2 of the
+``env.horizon`` (default 100), ``env.alpha`` (1), ``env.cost`` ("control": the control effort |a|^2 of the
 clipped action per stage, an energy budget, defined for every Brax environment; "info": Brax's
 ``info[cost_key]`` or ``metrics[cost_key]``), ``env.cost_key`` and ``env.backend`` (Brax's
 physics pipeline: "generalized", "positional", "spring" or "mjx"; empty: the environment's
@@ -370,7 +370,7 @@ def control_effort(state: Any, action: Array, next_state: Any) -> Array:
 COSTS: dict[str, BraxCostFn | None] = {"control": control_effort, "info": None}
 
 
-def brax_task(name: str, horizon: int = 100, alpha: float = 10.0, cost: str = "control", cost_key: str = "cost",
+def brax_task(name: str, horizon: int = 100, alpha: float = 1.0, cost: str = "control", cost_key: str = "cost",
               backend: str = "") -> BraxEnv:
     """Brax's registered environment ``name`` (``brax.envs.get_environment``) with a cost, as
     ``--env brax:NAME`` builds it.
@@ -379,7 +379,9 @@ def brax_task(name: str, horizon: int = 100, alpha: float = 10.0, cost: str = "c
         name: a Brax environment name (``brax.envs._envs``: "inverted_pendulum", "reacher",
             "hopper", "ant", ...).
         horizon: H >= 1.
-        alpha: the threshold of the cost over an episode, >= 0.
+        alpha: the threshold of the cost over an episode, >= 0 (default 1: on
+            ``inverted_pendulum`` with H = 100, PPO-Lagrangian's default run balances the pole
+            within it, ``benchmarks/brax_interop.py``).
         cost: "control" (|a|^2 per stage, the control effort of the clipped action; at most d,
             the action size) or "info" (Brax's ``info[cost_key]`` or ``metrics[cost_key]``).
         cost_key: the key read by ``cost="info"``.
@@ -415,7 +417,7 @@ def task_constructor(name: str) -> Callable[..., BraxEnv]:
     if name not in known:
         raise ValueError(f"unknown Brax environment {name!r}; Brax registers: {', '.join(known)}")
 
-    def make(horizon: int = 100, alpha: float = 10.0, cost: str = "control", cost_key: str = "cost",
+    def make(horizon: int = 100, alpha: float = 1.0, cost: str = "control", cost_key: str = "cost",
              backend: str = "") -> BraxEnv:
         return brax_task(name, horizon=horizon, alpha=alpha, cost=cost, cost_key=cost_key, backend=backend)
 

@@ -32,13 +32,13 @@ from fhc_jax.algos import cpo, fh_constrained, nn_constrained, ppo_lagrangian
 from fhc_jax.experiment import judge
 
 from judge import machine_info
-from timing import command_line, compile_and_time
+from timing import compile_and_time, provenance
 
 LEARNERS = {"fh-constrained": fh_constrained, "nn-constrained": nn_constrained, "ppo-lag": ppo_lagrangian, "cpo": cpo}
 
 
 def has_sampled_path(module) -> bool:
-    return module.ALGORITHM.observation_logits is not None
+    return module.ALGORITHM.observation_outputs is not None
 
 
 def throughput(env, params, module, k: int, iterations: int, repeats: int) -> dict:
@@ -52,7 +52,7 @@ def quality(env, params, module, seeds: int, episodes: int, iterations: int | No
             train_params=None, key=None) -> dict:
     """``seeds`` vmapped runs of ``config`` (default: the learner's ``Config()``, with
     ``iterations`` updates if given), each final policy judged by Monte-Carlo (``episodes``)
-    against ``reference`` (a ``judge.Optimum`` or None) on ``params``; the runs train on
+    against ``reference`` (a ``judgement.Optimum`` or None) on ``params``; the runs train on
     ``train_params`` when given (e.g. a tighter budget than the one judged), else on ``params``,
     with the seeds ``split(key, seeds)`` (default ``key(0)``)."""
     cfg = config if config is not None else module.Config() if iterations is None else \
@@ -94,11 +94,12 @@ def main() -> None:
     parser.add_argument("--learners", default=",".join(LEARNERS))
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "battery.json"))
     args = parser.parse_args()
+    source = provenance()  # the command and the git revision, read before anything is measured
 
     env = fhc.BatteryStorage()
     params = env.default_params
     learners = {n: LEARNERS[n] for n in args.learners.split(",") if has_sampled_path(LEARNERS[n])}
-    result: dict = {"command": command_line(), "machine": machine_info(), "env": repr(env), "horizon": env.horizon, "speed": {}, "quality": {}}
+    result: dict = {**source, "machine": machine_info(), "env": repr(env), "horizon": env.horizon, "speed": {}, "quality": {}}
     for name, module in learners.items():
         rows = [throughput(env, params, module, k, args.speed_iterations, args.repeats) for k in args.batch_sizes]
         result["speed"][name] = rows

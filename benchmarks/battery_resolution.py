@@ -29,7 +29,7 @@ import numpy as np
 import fhc_jax as fhc
 from fhc_jax.envs.battery import BatteryStorage
 from fhc_jax.experiment.rundir import machine_info
-from timing import command_line
+from timing import provenance
 
 RESOLUTIONS = ((11, 5), (21, 9), (41, 15), (81, 25), (161, 41))
 
@@ -72,6 +72,7 @@ def main() -> None:
     parser.add_argument("--num-constraints", type=int, default=1)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "battery_resolution.json"))
     args = parser.parse_args()
+    source = provenance()  # the command and the git revision, read before anything is measured
     env = BatteryStorage(num_constraints=args.num_constraints)
     params = env.default_params
     rows = []
@@ -102,7 +103,7 @@ def main() -> None:
           f"{still['reward']:.2f} EUR, costs {np.round(still['costs'], 3).tolist()}")
     out = {"benchmark": "battery_resolution", "num_constraints": env.num_constraints, "episodes": args.episodes,
            "thresholds": np.asarray(params.thresholds).tolist(), "rows": rows, "unconstrained": free,
-           "stationary": still, "machine": machine_info(), "command": command_line()}
+           "stationary": still, "machine": machine_info(), **source}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {args.out}")

@@ -46,7 +46,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from timing import command_line
+from timing import provenance
 
 import fhc_jax as fhc
 from fhc_jax.envs.brax_interop import brax_task, control_effort, from_brax, import_brax
@@ -187,6 +187,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "brax_interop.json"))
     args = parser.parse_args()
     k, h = args.episodes_per_run, args.horizon
+    source = provenance()  # the command and the git revision, read before anything is measured
     brax = import_brax()
 
     print(f"Brax {ENV}, K = {k}, H = {h}, uniform actions, median of {args.repeats} ({jax.devices()[0].platform})")
@@ -198,9 +199,9 @@ def main() -> None:
     for name, row in rows.items():
         print(f"{name:<48} {row['compile_s']:>9.1f} {1e3 * row['run_s']:>9.1f} {row['env_steps_per_s'] / 1e3:>9.1f}k "
               f"{row['speed_vs_brax']:>7.2f}x")
-    out = {"benchmark": "brax_interop", "env": f"brax {ENV} via from_brax (control-effort cost |a|^2)",
+    out = {**source, "benchmark": "brax_interop", "env": f"brax {ENV} via from_brax (control-effort cost |a|^2)",
            "brax_version": getattr(brax, "__version__", "unknown"), "episodes": k, "horizon": h,
-           "repeats": args.repeats, "rows": rows, "machine": machine_info(), "command": command_line(),
+           "repeats": args.repeats, "rows": rows, "machine": machine_info(),
            # the machine may be shared: the load during the run puts the speeds in context
            "load_average_1_5_15_min": [round(x, 1) for x in os.getloadavg()]}
     path = Path(args.out)

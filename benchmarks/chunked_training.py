@@ -29,11 +29,11 @@ import numpy as np
 
 import fhc_jax as fhc
 from fhc_jax.algos import fh_constrained as fc
-from fhc_jax.experiment import checkpoint, rundir
+from fhc_jax.experiment import checkpoint, metrics_file, rundir
 from fhc_jax.experiment.config import RUN_DEFAULTS
 from fhc_jax.experiment.rundir import machine_info
-from timing import command_line
-from fhc_jax.experiment.runner import Progress
+from timing import provenance
+from fhc_jax.experiment.progress import Progress
 from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
 
 
@@ -47,6 +47,7 @@ def main() -> None:
                     help="chunks between checkpoints of the default-checkpointing mode (default: fhc-jax train's)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "chunked_training.json"))
     args = ap.parse_args()
+    source = provenance()  # the command and the git revision, read before anything is measured
 
     env = fhc.GridWorld()
     params = env.default_params
@@ -79,7 +80,7 @@ def main() -> None:
 
         def on_chunk(st):
             progress(st)
-            rundir.write_bytes_atomic(tmp / "metrics.csv", rundir.metrics_csv(
+            rundir.write_bytes_atomic(tmp / "metrics.csv", metrics_file.metrics_csv(
                 st.metrics, st.exact_iterations, st.exact_reward, st.exact_costs, st.iteration).encode())
             if ckpt_dir is not None and (st.iteration // args.chunk_size % every == 0 or st.iteration == args.iterations):
                 checkpoint.save(ckpt_dir, trainer, st)
@@ -120,7 +121,7 @@ def main() -> None:
     payload = {"benchmark": "chunked_training", "iterations": args.iterations, "seeds": args.seeds,
                "chunk_size": args.chunk_size, "episodes_per_iteration": cfg.episodes_per_iteration,
                "repeats": args.repeats, "results": results, "bit_identical_to_monolithic": same,
-               "machine": machine_info(), "command": command_line()}
+               "machine": machine_info(), **source}
     rundir.write_json_atomic(Path(args.out), payload)
     print(f"wrote {args.out}")
 

@@ -29,11 +29,12 @@ import numpy as np
 from fhc_jax.algos import cpo, ecop, nn_constrained, ppo_lagrangian
 from fhc_jax.envs import gymnax_interop
 from fhc_jax.experiment import judge
+from fhc_jax.experiment.judgement import Optimum
 from fhc_jax.experiment.rundir import write_json_atomic
 
 from battery import print_quality, quality, throughput
 from judge import machine_info
-from timing import command_line
+from timing import provenance
 
 LEARNERS = {"nn-constrained": nn_constrained, "ecop": ecop, "ppo-lag": ppo_lagrangian, "cpo": cpo}
 
@@ -61,11 +62,12 @@ def main() -> None:
     parser.add_argument("--learners", default=",".join(LEARNERS))
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    source = provenance()  # the command and the git revision, read before anything is measured
     out = Path(args.out or Path(__file__).parent / "results" / f"continuous_{args.task}.json")
 
     env, params = make_task(args.task)
     learners = {n: LEARNERS[n] for n in args.learners.split(",")}
-    result: dict = {"command": command_line(), "machine": machine_info(), "env": repr(env), "horizon": env.horizon,
+    result: dict = {**source, "machine": machine_info(), "env": repr(env), "horizon": env.horizon,
                     "action_space": str(env.action_space), "speed": {}, "quality": {}}
     if not args.no_speed:
         for name, module in learners.items():
@@ -84,8 +86,8 @@ def main() -> None:
             best = max(q["seeds"], key=lambda r: r["exact_reward"])
             result["unconstrained_ppo"] = q
             mc_cost = np.asarray(best["exact_costs"], np.float64)
-            reference = judge.Optimum(reward=float(best["exact_reward"]), costs=mc_cost, multipliers=np.zeros(1),
-                                      policy=None, stage_costs=None, stage_rewards=None, solve_time_s=0.0)
+            reference = Optimum(reward=float(best["exact_reward"]), costs=mc_cost, multipliers=np.zeros(1),
+                                policy=None, stage_costs=None, stage_rewards=None, solve_time_s=0.0)
             label = "unconstrained PPO (alpha = 1e9, best of its seeds)"
             for row in q["seeds"]:
                 print(f"[quality] unconstrained PPO seed {row['seed']}: {row['exact_reward']:9.2f}, "

@@ -27,7 +27,7 @@ import numpy as np
 from fhc_jax.algos import cpo
 from fhc_jax.envs import GridWorld
 from judge import machine_info, train_and_judge
-from timing import command_line, compile_and_time
+from timing import compile_and_time, provenance
 
 
 def quality(env, params, config: cpo.Config, seeds: int = 5) -> dict:
@@ -66,11 +66,12 @@ def main() -> None:
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "cpo.json"))
     args = parser.parse_args()
+    source = provenance()  # the command and the git revision, read before anything is measured
 
     env = GridWorld()
     params = env.default_params
     result: dict = {
-        "command": command_line(),
+        **source,
         "machine": machine_info(),
         "default_config": {k: v for k, v in vars(cpo.Config()).items()},
     }

@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fhc_jax.experiment.rundir import load_average, machine_info  # noqa: E402
-from timing import command_line  # noqa: E402
+from timing import provenance  # noqa: E402
 
 SMALL = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=40", "--set",
          "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0", "--seeds", "4"]
@@ -184,11 +184,12 @@ def main() -> None:
     ap.add_argument("--skip-processes", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "distributed.json"))
     args = ap.parse_args()
+    source = provenance()  # the command and the git revision, read before anything is measured
     root = Path(tempfile.mkdtemp(prefix="fhc-distributed-"))
     previous = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
     load_start = load_average()
     try:
-        result = {"command": command_line(), "machine": machine_info(), "load_average_start": load_start}
+        result = {**source, "machine": machine_info(), "load_average_start": load_start}
         result["overhead_one_process"] = previous.get("overhead_one_process") if args.skip_overhead \
             else overhead(root, args.repeats)
         result["small_run"] = "gridworld 3x3, H = 4, 40 updates x K = 8 episodes x 4 seeds, chunks of 5"

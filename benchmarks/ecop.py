@@ -29,7 +29,7 @@ from pathlib import Path
 import jax
 import numpy as np
 from judge import Judged, machine_info, train_and_judge
-from timing import command_line
+from timing import provenance
 
 from fhc_jax.algos import ecop, saute
 from fhc_jax.envs import GridWorld
@@ -81,6 +81,7 @@ def main() -> None:
     parser.add_argument("--obs", choices=("xy", "xyt"), default=None, help="network input (default: the Config's)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    source = provenance()  # the command and the git revision, read before anything is measured
 
     module = ecop if args.algo == "ecop" else saute
     env = GridWorld()
@@ -90,7 +91,7 @@ def main() -> None:
     name = f"{config.observation}/{q['seed_set']}"
     out = Path(args.out or Path(__file__).parent / "results" / f"{args.algo}.json")
     result = json.loads(out.read_text()) if out.exists() else {}
-    result["command"] = command_line()
+    result.update(source)
     result["machine"] = machine_info()
     result["default_config"] = {k: (v if isinstance(v, (int, float, str, bool)) else repr(v))
                                 for k, v in vars(module.Config()).items()}

@@ -13,7 +13,7 @@ uniform per step for the slip):
   about as lean as plain numpy gets;
 * ``numpy (1 episode)``: one episode at a time, scalar operations per step.
 
-Both record the same trajectory arrays as ``fhc_jax.rollout.Trajectory`` (states,
+Both record the same trajectory arrays as ``fhc_jax.Trajectory`` (states,
 observations, actions, rewards, costs, next states, terminal terms). A second table times
 Monte-Carlo evaluation, ``fhc_jax.rollout_returns`` (episode totals accumulated in the loop
 carry, no trajectory arrays written), against the numpy loop that does the same
@@ -81,7 +81,7 @@ import numpy as np  # noqa: E402
 from fhc_jax.cmdp.evaluate import evaluate  # noqa: E402
 from fhc_jax.envs import GridWorld  # noqa: E402
 from fhc_jax.experiment.rundir import machine_info  # noqa: E402
-from timing import command_line  # noqa: E402
+from timing import provenance  # noqa: E402
 from fhc_jax.experiment.rundir import write_json_atomic  # noqa: E402
 import fhc_jax as fhc  # noqa: E402
 from fhc_jax.rollout import episode, rollout, rollout_returns, uniform_random_policy  # noqa: E402
@@ -295,6 +295,7 @@ def policy_ratios(rows: list[dict]) -> dict:
 
 
 def main(args: argparse.Namespace) -> dict:
+    source = provenance()  # the command and the git revision, read before anything is measured
     env = GridWorld()
     params = env.default_params
     tables = numpy_tables(params, env.size)
@@ -390,7 +391,7 @@ def main(args: argparse.Namespace) -> dict:
         policy="uniform random",
         repeats=repeats,
         quick=args.quick,
-        command=command_line(),
+        **source,
         machine=machine_info(),
         jax=rows,
         jax_returns_only=returns_rows,

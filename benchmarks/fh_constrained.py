@@ -34,11 +34,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fhc_jax.algos import fh_constrained as fc, tabular_rollout
+from fhc_jax.algos import fh_constrained as fc
+from fhc_jax.algos.core import tabular_rollout
 from fhc_jax.envs import GridWorld
 from fhc_jax.experiment.rundir import write_json_atomic
 from judge import machine_info, train_and_judge
-from timing import command_line, compile_and_time
+from timing import compile_and_time, provenance
 
 
 def _block(x):
@@ -181,11 +182,12 @@ def main() -> None:
                         help="comma-separated K values of the speed table (default 1,256,4096)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "fh_constrained.json"))
     args = parser.parse_args()
+    source = provenance()  # the command and the git revision, read before anything is measured
 
     env = GridWorld()
     params = env.default_params
     result: dict = {
-        "command": command_line(),
+        **source,
         "machine": machine_info(),
         "default_config": {k: (repr(v) if not isinstance(v, (int, float, str, bool)) else v)
                            for k, v in vars(fc.Config()).items()},

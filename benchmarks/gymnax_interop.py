@@ -45,7 +45,7 @@ import numpy as np
 import fhc_jax as fhc
 from fhc_jax.envs.gymnax_interop import cartpole
 from fhc_jax.experiment.rundir import machine_info
-from timing import command_line
+from timing import provenance
 
 
 def _time(fn, repeats: int) -> tuple[float, float]:
@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "gymnax_interop.json"))
     args = parser.parse_args()
+    source = provenance()  # the command and the git revision, read before anything is measured
     k, h = args.episodes, args.horizon
 
     env = cartpole(horizon=h)
@@ -138,7 +139,7 @@ def main() -> None:
     print(f"interop speed ratio (fhc_jax.rollout_returns vs gymnax step_env): {ratio:.2f}x (target >= 0.8x)")
     out = {"benchmark": "gymnax_interop", "env": "gymnax CartPole-v1 via from_gymnax (position cost)",
            "episodes": k, "horizon": h, "repeats": args.repeats, "rows": rows, "speed_ratio": ratio,
-           "target": 0.8, "machine": machine_info(), "command": command_line()}
+           "target": 0.8, "machine": machine_info(), **source}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {args.out}")

@@ -12,19 +12,20 @@ import jax
 import numpy as np
 
 from fhc_jax.experiment import judge
+from fhc_jax.experiment.judgement import Judgement, Optimum
 from fhc_jax.experiment.rundir import machine_info
 
 
 @dataclass
 class Judged:
     """One quality run: ``out`` (the vmapped ``TrainResult``), the optimum ``best``
-    (:class:`fhc_jax.experiment.judge.Optimum`), the :class:`~fhc_jax.experiment.judge.Judgement`,
+    (:class:`fhc_jax.experiment.judgement.Optimum`), the :class:`~fhc_jax.experiment.judgement.Judgement`,
     alpha, wall and compile seconds, and one row per seed (exact reward and cost, gap, fraction
     of the optimum, whether the judge finds the seed feasible: ``cost_ok``)."""
 
     out: Any
-    best: judge.Optimum
-    judgement: judge.Judgement
+    best: Optimum
+    judgement: Judgement
     alpha: float
     wall_s: float
     compile_s: float
@@ -32,7 +33,7 @@ class Judged:
 
     def summary(self) -> dict:
         """The fields every learner benchmark reports (its own fields go beside them)."""
-        ex = self.out.metrics.exact
+        ex = self.out.metrics.evaluation
         return {
             "wall_s_including_compile": self.wall_s,
             "compile_s": self.compile_s,

@@ -30,11 +30,11 @@ import numpy as np
 import optax
 
 import fhc_jax as fhc
-from fhc_jax.algos import nn_constrained as nc
-from fhc_jax.algos.networks import NetworkSpec
+from fhc_jax.algos import nn_constrained as nc, nn_losses as nl
+from fhc_jax.algos.core.networks import NetworkSpec
 from fhc_jax.envs import GridWorld
 from judge import machine_info, train_and_judge
-from timing import command_line, compile_and_time
+from timing import compile_and_time, provenance
 
 
 def quality(env, params, config: nc.Config, seeds: int = 5) -> dict:
@@ -56,7 +56,7 @@ def capacity(env, params, config: nc.Config, steps: int = 4000) -> dict:
     best = fhc.solve(cmdp)
     target = jnp.asarray(best.policy, jnp.float32)
     occ = jnp.asarray(fhc.evaluate(cmdp, target).occupancy[:-1], jnp.float32)
-    nets = nc.Networks.build(env.horizon, env.num_actions, env.num_constraints, NetworkSpec.of(config),
+    nets = nl.Networks.build(env.horizon, env.num_actions, env.num_constraints, NetworkSpec.of(config),
                              config.output_scale)
     table = nc.setup(env, params, config).obs_table
     actor = nets.actor.init(jax.random.key(0), table[0, 0])
@@ -83,7 +83,7 @@ def capacity(env, params, config: nc.Config, steps: int = 4000) -> dict:
 def steps_per_second(env, params, k: int, iterations: int, repeats: int = 3) -> dict:
     cfg = nc.Config(num_iterations=iterations, episodes_per_iteration=k, eval_every=0)
     compile_s, t = compile_and_time(nc.make_train(env, params, cfg), repeats)
-    return {"K": k, "iterations": iterations, "loss_form": nc.resolve_loss_form(cfg, env.num_states),
+    return {"K": k, "iterations": iterations, "update_form": nc.resolve_update_form(cfg, env.num_states),
             "compile_s": compile_s, "run_s": t, "env_steps_per_s": iterations * k * env.horizon / t,
             "updates_per_s": iterations / t}
 
@@ -98,11 +98,12 @@ def main() -> None:
                         help="comma-separated K values of the speed table (default 256,4096)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "nn_constrained.json"))
     args = parser.parse_args()
+    source = provenance()  # the command and the git revision, read before anything is measured
 
     env = GridWorld()
     params = env.default_params
     result: dict = {
-        "command": command_line(),
+        **source,
         "machine": machine_info(),
         "default_config": {k: (repr(v) if not isinstance(v, (int, float, str, bool)) else v)
                            for k, v in vars(nc.Config()).items()},
@@ -130,7 +131,7 @@ def main() -> None:
             iters = 100 if k <= 256 else 10
             row = steps_per_second(env, params, k, iters if not args.quick else max(iters // 2, 5))
             rows.append(row)
-            print(f"[speed] K={k:5d} ({row['loss_form']}): {row['env_steps_per_s'] / 1e6:.2f}M env-steps/s, "
+            print(f"[speed] K={k:5d} ({row['update_form']}): {row['env_steps_per_s'] / 1e6:.2f}M env-steps/s, "
                   f"{row['updates_per_s']:.1f} updates/s; compile {row['compile_s']:.1f}s")
         result["speed"] = rows
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

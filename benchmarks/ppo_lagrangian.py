@@ -31,7 +31,7 @@ from fhc_jax.algos import ppo_lagrangian as pl
 from fhc_jax.envs import GridWorld
 from judge import machine_info, train_and_judge
 from fhc_jax.experiment.rundir import load_average
-from timing import command_line, compile_and_time
+from timing import compile_and_time, provenance
 from fhc_jax.envs.gridworld import MOVES
 
 
@@ -92,11 +92,12 @@ def main() -> None:
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "ppo_lagrangian.json"))
     args = parser.parse_args()
+    source = provenance()  # the command and the git revision, read before anything is measured
 
     env = GridWorld()
     params = env.default_params
     result: dict = {
-        "command": command_line(),
+        **source,
         "machine": machine_info(),
         "default_config": {k: (repr(v) if not isinstance(v, (int, float, str, bool)) else v)
                            for k, v in vars(pl.Config()).items()},

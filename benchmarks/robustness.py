@@ -46,9 +46,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from timing import source_revision
 
 import fhc_jax as fhc
-from fhc_jax.algos.learner import play_environment
+from fhc_jax.algos.core.scaffold import play_environment
 from fhc_jax.envs import suite
 from fhc_jax.experiment.judge import Z95, cost_limits
 from fhc_jax.experiment.rundir import machine_info
@@ -234,7 +235,7 @@ def merge(path: Path, run_id: str, run: dict, refs: dict, cells: dict) -> dict:
                         "judged_policy": "each seed's returned policy (TrainResult.state: the learner's selection by its own estimates)",
                         "monte_carlo_key": JUDGE_KEY}
     # the file's provenance (benchmarks/report.py): the full command, the latest run's machine
-    # and jax; each cell names the run (its slice's command) it came from
+    # and jax; each cell names the run (its slice's command and git revision) it came from
     data["command"] = "python benchmarks/robustness.py"
     for key in ("machine", "jax"):
         if key in run:
@@ -287,7 +288,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     run_id = time.strftime("%Y%m%dT%H%M%S")
     run = {"command": shlex.join(["python", "benchmarks/robustness.py", *(sys.argv[1:] if argv is None else argv)]),
-           "machine": machine_info(), "jax": jax.__version__}
+           **source_revision(), "machine": machine_info(), "jax": jax.__version__}
     refs: dict[str, dict] = {}
     cells: dict[str, dict] = {}
     for name in args.tasks:

@@ -21,7 +21,7 @@ import argparse
 from pathlib import Path
 
 from judge import machine_info
-from timing import command_line, compile_and_time
+from timing import compile_and_time, provenance
 
 import fhc_jax as fhc
 from fhc_jax.algos import cpo, ecop, nn_constrained, ppo_lagrangian
@@ -37,6 +37,7 @@ def main() -> None:
     parser.add_argument("--learners", default=",".join(LEARNERS))
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "sampled_path.json"))
     args = parser.parse_args()
+    source = provenance()  # the command and the git revision, read before anything is measured
     names = args.learners.split(",")
     unknown = [n for n in names if n not in LEARNERS]
     if unknown:
@@ -45,7 +46,7 @@ def main() -> None:
     env = fhc.GridWorld()
     params = env.default_params
     result: dict = {"benchmark": "sampled_path", "env": repr(env), "iterations": args.iterations,
-                    "repeats": args.repeats, "machine": machine_info(), "command": command_line(), "rows": {}}
+                    "repeats": args.repeats, "machine": machine_info(), **source, "rows": {}}
     print(f"{'learner':15s} {'K':>5s} {'tabular run':>12s} {'sampled run':>12s} {'ratio':>6s} "
           f"{'compile (tab / samp)':>21s}")
     for name in names:

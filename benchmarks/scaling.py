@@ -57,9 +57,8 @@ import numpy as np
 
 import fhc_jax as fhc
 from fhc_jax.experiment import config as registry
-from fhc_jax.experiment.rundir import machine_info
-from timing import command_line
-from fhc_jax.experiment.rundir import write_bytes_atomic, write_json_atomic
+from fhc_jax.experiment.rundir import machine_info, write_bytes_atomic, write_json_atomic
+from timing import provenance
 
 RESULTS = Path(__file__).resolve().parent / "results" / "scaling.json"
 LEARNER_AXES = ("K", "H", "size", "M")
@@ -452,6 +451,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    source = provenance()  # the command and the git revision, read before anything is measured
     grid = QUICK if args.quick else FULL
     out = Path(args.out)
     budget = Budget(args.budget_s)
@@ -466,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     solver_axes = [a for a in args.axes if a in SOLVER_AXES]
     result["solver"] = {} if args.no_solver else solver_curves(solver_axes, grid, args.repeats, budget)
     result["analysis"] = analyse(result)
-    result["command"] = command_line()
+    result.update(source)
     result["machine"] = machine_info()
     result["uptime_before"], result["uptime_after"] = load_before, uptime()
     result["wall_s"] = budget.used

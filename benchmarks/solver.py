@@ -21,7 +21,7 @@ import numpy as np
 
 import fhc_jax as fhc
 from fhc_jax.experiment.rundir import machine_info
-from timing import command_line
+from timing import provenance
 from fhc_jax.experiment.rundir import write_json_atomic
 
 RESULTS = Path(__file__).resolve().parent / "results" / "solver.json"
@@ -58,6 +58,7 @@ def main() -> None:
     parser.add_argument("--large-lp", action="store_true",
                         help="also run the LP on the default 10x10, H=100 grid (about 5 minutes)")
     args = parser.parse_args()
+    source = provenance()  # the command and the git revision, read before anything is measured
     repeats = 1 if args.quick else args.repeats
     rows = []
 
@@ -105,7 +106,7 @@ def main() -> None:
         f, m, _ = timed(lambda: fhc.evaluate(c64, u64), max(repeats, 5))
     report("evaluate 10x10 H=100 float64", cmdp, f, m)
 
-    write_json_atomic(RESULTS, {"command": command_line(), "machine": machine_info(), "quick": args.quick, "rows": rows})
+    write_json_atomic(RESULTS, {**source, "machine": machine_info(), "quick": args.quick, "rows": rows})
     print(f"wrote {RESULTS}")
 
 

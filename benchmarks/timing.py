@@ -1,14 +1,18 @@
 """Timing and provenance shared by the benchmarks: compile once (``jit(...).lower().compile()``,
 timed apart), then the median wall time of several runs, each ending in
-``jax.block_until_ready``; and the command line every results file records."""
+``jax.block_until_ready``; and what every results file records about where it came from: the
+command line and the git revision of the code it measured (:func:`provenance`)."""
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -29,6 +33,47 @@ def compile_and_time(train: Callable, repeats: int = 3) -> tuple[float, float]:
         jax.block_until_ready(compiled(jax.random.key(r)))
         times.append(time.perf_counter() - t0)
     return compile_s, float(np.median(times))
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: the tracked code whose uncommitted changes make a measurement ``dirty`` (the results files
+#: under benchmarks/results are what the scripts write, not what they measure)
+MEASURED_CODE = ("fhc_jax", "benchmarks", ":(exclude)benchmarks/results")
+
+
+def _git(*args: str, root: Path = ROOT) -> str:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30,
+                          check=True).stdout
+
+
+def source_revision(root: Path = ROOT) -> dict[str, Any]:
+    """The git revision of the checkout the benchmark runs from.
+
+    Returns:
+        ``revision`` (the full ``git rev-parse HEAD``), ``dirty`` (whether tracked files under
+        fhc_jax/ or benchmarks/, results excluded, differ from it) and ``dirty_paths``; where git
+        or the repository is unavailable, ``revision`` None and ``revision_unavailable`` (why),
+        unless the environment variable ``BENCHMARK_REVISION`` names the revision (a copy of the
+        tree without ``.git``, e.g. on a remote accelerator): then ``dirty`` is None (unknown).
+    """
+    try:
+        revision = _git("rev-parse", "HEAD", root=root).strip()
+        status = _git("status", "--porcelain", "--untracked-files=no", "--", *MEASURED_CODE, root=root)
+    except (OSError, subprocess.SubprocessError) as e:
+        given = os.environ.get("BENCHMARK_REVISION", "").strip()
+        if given:
+            return {"revision": given, "dirty": None, "revision_from": "BENCHMARK_REVISION"}
+        reason = getattr(e, "stderr", None) or str(e)
+        return {"revision": None, "revision_unavailable": f"git rev-parse HEAD failed: {reason.strip()[:200]}"}
+    paths = [line[3:] for line in status.splitlines() if line.strip()]
+    return {"revision": revision, "dirty": bool(paths), "dirty_paths": paths, "revision_from": "checkout"}
+
+
+def provenance() -> dict[str, Any]:
+    """The fields every results file starts with: ``command`` (:func:`command_line`) and the
+    revision fields of :func:`source_revision`. Call it when the measurement starts."""
+    return {"command": command_line(), **source_revision()}
 
 
 def command_line() -> str:

@@ -52,7 +52,7 @@ import jax  # noqa: E402
 from fhc_jax.experiment import rundir, tracking, training  # noqa: E402
 from fhc_jax.experiment.config import load_spec  # noqa: E402
 from fhc_jax.experiment.rundir import load_average, machine_info  # noqa: E402
-from timing import command_line  # noqa: E402
+from timing import provenance  # noqa: E402
 
 MODES = ("none", "tensorboard", "wandb")
 
@@ -65,6 +65,7 @@ def main() -> None:
     ap.add_argument("--plots", action="store_true", help="also draw the figures (and log them as images)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "tracking_overhead.json"))
     args = ap.parse_args()
+    source = provenance()  # the command and the git revision, read before anything is measured
 
     overrides = [] if args.iterations is None else [f"num_iterations={args.iterations}"]
     spec = load_spec("fh-constrained", overrides=overrides, seeds=args.seeds)
@@ -154,7 +155,7 @@ def main() -> None:
                "repeats": args.repeats, "warmup": warm, "results": results,
                "metrics_csv_identical_across_loggers": True,
                "load_average_start": load_start, "load_average_end": load_average(),
-               "machine": mc, "command": command_line(), "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+               "machine": mc, **source, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     rundir.write_json_atomic(Path(args.out), payload)
     print(f"load average {load_start} -> {payload['load_average_end']}")
     print(f"wrote {args.out}")

@@ -42,6 +42,7 @@ import subprocess
 import sys
 import time
 from importlib.metadata import version
+from pathlib import Path
 
 import numpy as np
 
@@ -156,6 +157,11 @@ def main() -> None:
     if args.worker:
         print(json.dumps(_worker(args.before, args.after, args.worker, args.calls, args.train_calls, args.iterations)))
         return
+    # imported here, not at the top: a worker imports no jax before the package copies
+    from timing import source_revision
+
+    # the revision of the --after checkout (the code whose checks are measured), read first
+    source = source_revision(Path(args.after).resolve())
     per_process = []
     for p in range(args.processes):
         order = "before" if p % 2 == 0 else "after"
@@ -185,6 +191,7 @@ def main() -> None:
               f"{', the same compiled program' if table[name]['same_compiled_program'] else ''}")
     result = {
         "command": "python " + " ".join([os.path.relpath(__file__), *sys.argv[1:]]),
+        **source,
         "what": "median over processes of each process's median time per call (wall clock, and CPU time of the "
                 "process, which another process's load disturbs less), the two package copies loaded into "
                 "one process and called alternately; rollout_returns at K = 4096 per call (jax.jit(lambda k: "

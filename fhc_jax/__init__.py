@@ -11,14 +11,16 @@ from fhc_jax.cmdp import (
     Solution,
     SparseTransitions,
     TabularCMDP,
+    TradeOff,
     evaluate,
     solve,
     solve_unconstrained,
+    tradeoff,
 )
 from fhc_jax.envs import BatteryStorage, Environment, GridWorld, TabularEnv
-from fhc_jax.rollout import (Returns, Trajectory, random_policy, rollout, rollout_returns, trajectory_observations,
-                             uniform_random_policy)
-from fhc_jax.algos.policies import softmax_policy, table_policy
+from fhc_jax.rollout import random_policy, rollout, rollout_returns, trajectory_observations, uniform_random_policy
+from fhc_jax.trajectory import Returns, Trajectory
+from fhc_jax.algos.core.policies import softmax_policy, table_policy
 from fhc_jax import algos, cmdp, envs
 
 __version__ = "0.1.0"
@@ -48,4 +50,6 @@ __all__ = [
     "evaluate",
     "solve",
     "solve_unconstrained",
+    "TradeOff",
+    "tradeoff",
 ]

@@ -1,7 +1,8 @@
 """The ``fhc-jax`` command line.
 
 * ``fhc-jax solve``: exact unconstrained and constrained optima of an environment (``--env``,
-  default the paper's gridworld; ``--set env.KEY=VALUE``).
+  default the paper's gridworld; ``--set env.KEY=VALUE``); ``--tradeoff [N]`` adds the exact
+  trade-off curve (reward and multiplier against the threshold) as a table and a figure.
 * ``fhc-jax train``: train a learner on several seeds in chunks into a run directory
   (config.json, metrics.csv, summary.json, policy.npz, checkpoints/, plots/); ``--resume``.
 * ``fhc-jax plot RUN_DIR``: redraw a run directory's figures from its files.
@@ -14,6 +15,9 @@
 
 ``--env`` takes a registered name (:data:`fhc_jax.experiment.config.ENVIRONMENTS`) or
 ``module:ClassOrFactory`` of your own environment.
+
+This module holds the parser (:func:`build_parser`), :func:`main` and ``solve``; the other
+commands are :mod:`fhc_jax.cli_commands`.
 
 ``train``, ``sweep`` and ``compare`` run over several processes or hosts with ``--coordinator
 HOST:PORT --num-processes N --process-id I`` (or ``--distributed``: from a cluster scheduler's
@@ -46,6 +50,8 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from fhc_jax.cli_commands import _cmd_compare, _cmd_eval, _cmd_plot, _cmd_sweep, _cmd_train, _error, _one_line
 
 
 def _solution_dict(sol) -> dict:
@@ -82,205 +88,82 @@ def _cmd_solve(args: argparse.Namespace) -> int:
             raise config.ConfigError(f"environment {entry.name!r} has no exact model (has_exact_model is False)")
         if args.out:  # before solving: a file we cannot write is known now, not after the solve
             rundir.check_writable_file(args.out)
+        plot_path = _check_tradeoff_args(args, env)
     except ValueError as err:
         return _error("solve", err)
     cmdp = env.to_cmdp(params)
     unconstrained = fhc.solve_unconstrained(cmdp)
+    title = f"{entry.describe(settings)}: {config.env_repr(env)}"
+    figure_title = f"{entry.describe(settings)}: exact trade-off"
     try:
         constrained = fhc.solve(cmdp, method=args.method)
     except fhc.InfeasibleConstraintError as err:
         print(f"fhc-jax solve: {err}", file=sys.stderr)
+        if args.tradeoff is not None:  # the curve shows where the feasible thresholds are
+            from fhc_jax.experiment import tradeoff_plot
+
+            tradeoff_plot.report(cmdp, args.tradeoff, None, plot_path, figure_title)
         return 1
     alpha = np.asarray(cmdp.thresholds, dtype=np.float64)
-    gap = 1.0 - constrained.reward / unconstrained.reward if unconstrained.reward else 0.0
-    print(f"{entry.describe(settings)}: {config.env_repr(env)}, S={cmdp.num_states}, A={cmdp.num_actions}, H={cmdp.horizon}, "
-          f"alpha={alpha.tolist()}")
+    loss_line, loss, relative = _reward_loss(unconstrained, constrained)
+    print(f"{title}, S={cmdp.num_states}, A={cmdp.num_actions}, H={cmdp.horizon}, alpha={alpha.tolist()}")
     print(f"{'optimum':<14}{'reward':>10}{'cost':>22}{'multiplier':>22}{'solve [s]':>11}")
     for name, sol in (("unconstrained", unconstrained), ("constrained", constrained)):
         print(f"{name:<14}{sol.reward:>10.4f}{np.array2string(sol.costs, precision=4):>22}"
               f"{np.array2string(sol.multipliers, precision=4):>22}{sol.solve_time:>11.3f}")
-    print(f"constraint costs {gap:.1%} of the unconstrained reward "
-          f"(method={constrained.method}, {constrained.oracle_calls} backward inductions)")
+    print(f"{loss_line} (method={constrained.method}, {constrained.oracle_calls} backward inductions)")
+    curves = []
+    if args.tradeoff is not None:
+        from fhc_jax.experiment import tradeoff_plot
+
+        curves = tradeoff_plot.report(cmdp, args.tradeoff, constrained, plot_path, figure_title)
     if args.out:
         rundir.write_json_atomic(Path(args.out), {
             "env": {"name": entry.name, **settings},
             "unconstrained": _solution_dict(unconstrained),
             "constrained": _solution_dict(constrained),
-            "relative_reward_loss": gap,
+            "reward_loss": loss,
+            "relative_reward_loss": relative,
+            **({"tradeoff": [c.as_dict() for c in curves], "tradeoff_plot": str(plot_path)} if curves else {}),
             "machine": rundir.machine_info(),
         })
         print(f"wrote {args.out}")
     return 0
 
 
-def _one_line(err: BaseException) -> str:
-    lines = [x.strip() for x in str(err).strip().splitlines() if x.strip()]
-    return " ".join(lines) if lines else type(err).__name__
+def _reward_loss(unconstrained, constrained) -> tuple[str, float, float | None]:
+    """The reward the constraints cost, J_u - J_c (>= 0 up to rounding), in words, with a
+    relative figure (J_u - J_c) / |J_u| only where it means something (J_u != 0), for rewards
+    of any sign. Returns (the summary line, J_u - J_c, the relative figure or None)."""
+    j_u, j_c = float(unconstrained.reward), float(constrained.reward)
+    loss = j_u - j_c
+    what = "the constraint" if np.size(constrained.multipliers) == 1 else "the constraints"
+    if not np.any(np.asarray(constrained.multipliers) > 0):
+        return f"{what} do{'es' * (what == 'the constraint')} not bind (multiplier 0): no reward lost", loss, \
+            (loss / abs(j_u) if j_u else None)
+    line = f"{what} cost{'s' * (what == 'the constraint')} {loss:.6g} reward (J_u - J_c = {j_u:.6g} - {j_c:.6g})"
+    if j_u == 0:
+        return f"{line}; no relative figure: the unconstrained reward J_u is 0", loss, None
+    return f"{line}, {loss / abs(j_u):.1%} of |J_u|, the unconstrained reward's magnitude", loss, loss / abs(j_u)
 
 
-def _error(command: str, err: BaseException, status: int = 2) -> int:
-    print(f"fhc-jax {command}: error: {_one_line(err)}", file=sys.stderr)
-    return status
+def _check_tradeoff_args(args: argparse.Namespace, env):
+    """``--tradeoff N`` and ``--plot`` before any computation: N in [2, 10000], a model with a
+    constraint, a writable figure path (returned; None without ``--tradeoff``)."""
+    from fhc_jax.experiment import config, rundir, tradeoff_plot
 
-
-def _spec_from_args(args: argparse.Namespace, settings: dict | None = None):
-    from fhc_jax.experiment.config import load_spec
-
-    return load_spec(args.algo, config_file=args.config, overrides=args.set or (), seeds=args.seeds,
-                     observation=args.obs, env=args.env, settings=settings)
-
-
-def _cmd_train(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import rundir, training
-
-    config_given = any(x is not None for x in (args.algo, args.env, args.config, args.seeds, args.obs)) or bool(args.set)
-    try:  # everything validated before compiling
-        spec = None
-        if not args.resume:
-            spec = _spec_from_args(args)
-        elif config_given:  # options on top of the stored run: train_run refuses any change
-            spec = _spec_from_args(args, rundir.read_run(args.out).spec.settings())
-        result = training.train_run(spec, args.out, resume=args.resume, overwrite=args.overwrite,
-                                    quiet=args.quiet, max_chunks=args.max_chunks, plots=not args.no_plots,
-                                    loggers=args.logger)
-    except ValueError as err:
-        return _error("train", err)
-    if result.get("complete") and _writer():
-        print(f"wrote {args.out}")
-    return 0
-
-
-def _cmd_plot(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import plots, rundir
-
-    try:
-        stages = None
-        if args.stages:
-            try:
-                stages = [int(x) for x in args.stages.split(",")]
-            except ValueError:
-                raise ValueError(f"--stages expects comma-separated stage numbers, e.g. 0,50,99; found "
-                                 f"{args.stages!r}") from None
-        if not Path(args.run_dir).is_dir():
-            raise rundir.RunDirectoryError(f"{args.run_dir} is not a run directory (not a directory)")
-        written = plots.plot_run(args.run_dir, stages)
-    except ValueError as err:
-        return _error("plot", err)
-    for path in written:
-        print(path)
-    return 0
-
-
-def _cmd_eval(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import evaluation
-
-    say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    try:  # everything is checked before anything is compiled
-        result, out = evaluation.eval_run(args.run_dir, args.set or (), episodes=args.episodes, name=args.out,
-                                          say=say)
-    except ValueError as err:
-        return _error("eval", err)
-    print(evaluation.format_evaluation(result))
-    print(f"wrote {out}")
-    return 0
-
-
-def _cmd_sweep(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import rundir, runner, sweep
-
-    writer = _writer()  # several processes: process 0 writes the files
-    try:
-        from fhc_jax.experiment import tracking
-
-        loggers = tracking.resolve_loggers(args.logger)
-        spec = _spec_from_args(args)
-        grid = sweep.parse_grid(args.grid)
-        sweep.grid_specs(spec, grid)  # validate every grid point before compiling
-        rundir.check(args.out, resume=False, overwrite=args.overwrite, can_resume=False)
-    except ValueError as err:
-        return _error("sweep", err)
-    with contextlib.ExitStack() as held:
-        try:
-            error = None
-            try:
-                if writer:
-                    held.enter_context(rundir.locked(args.out, f"fhc-jax sweep --out {args.out}"))
-                    rundir.prepare(args.out, resume=False, overwrite=args.overwrite, can_resume=False)
-                    rundir.write_json_atomic(Path(args.out) / rundir.CONFIG, sweep.sweep_config(spec, grid))
-            except Exception as err:  # noqa: BLE001 (raised on every process by agree)
-                error = err
-            runner.agree(error)
-            result = sweep.run_sweep(spec, grid, shard=not args.no_shard, quiet=args.quiet or not writer,
-                                     loggers=loggers if writer else None, out=args.out)
-        except ValueError as err:
-            return _error("sweep", err)
-        error = None
-        if writer:
-            try:
-                sweep.write_sweep(args.out, spec, grid, result)
-            except Exception as err:  # noqa: BLE001
-                error = err
-        runner.agree(error)
-    if writer:
-        print(sweep.format_sweep(result))
-        print(f"wrote {args.out}")
-    return 0
-
-
-def _cmd_compare(args: argparse.Namespace) -> int:
-    from fhc_jax.experiment import compare, rundir, runner
-
-    writer = _writer()  # several processes: process 0 writes the files and prints the progress
-    try:  # validated before anything is compiled
-        if args.seeds < 1:
-            raise ValueError(f"--seeds must be an integer >= 1, found {args.seeds}")
-        from fhc_jax.experiment import tracking
-
-        loggers = tracking.resolve_loggers(args.logger)
-        study = compare.load_study(args.study)
-        runs = compare.select_runs(args.algos, args.inputs, study)
-        compare.build_specs(runs, args.seeds, args.set or (), env=args.env, common=study.settings)
-        name = study.name if args.name is None else args.name
-        if not name or "/" in name or name in (".", ".."):
-            raise ValueError(f"--name must be a plain file name stem, found {name!r}")
-        for ext in ("json", "md", "png"):
-            rundir.check_writable_file(Path(args.out) / f"{name}.{ext}")
-    except ValueError as err:
-        return _error("compare", err)
-    with contextlib.ExitStack() as held:
-        try:
-            error = None
-            try:
-                if writer:
-                    held.enter_context(rundir.locked(args.out, f"fhc-jax compare --out {args.out} --name {name}",
-                                                     lock_file=rundir.shared_lock_file(args.out, name)))
-            except Exception as err:  # noqa: BLE001 (raised on every process by agree)
-                error = err
-            runner.agree(error)
-            result = compare.run_comparison(runs, seeds=args.seeds, overrides=args.set or (), env=args.env,
-                                            study=study, quiet=args.quiet or not writer,
-                                            loggers=loggers if writer else None, log_dir=args.out, log_name=name)
-        except ValueError as err:
-            return _error("compare", err)
-        error, paths = None, {}
-        if writer:
-            try:
-                paths = compare.write_outputs(result, args.out, stem=name)
-            except Exception as err:  # noqa: BLE001
-                error = err
-        runner.agree(error)
-    if writer:
-        print(compare.format_markdown(result))
-        for path in paths.values():
-            print(f"wrote {path}")
-    return 0
-
-
-def _writer() -> bool:
-    """Whether this process writes files and results (process 0 of a run over several)."""
-    from fhc_jax.experiment import runner
-
-    return runner.is_writer()
+    if args.tradeoff is None:
+        if args.plot is not None:
+            raise config.ConfigError("--plot is the figure of --tradeoff; add --tradeoff [N] or drop --plot")
+        return None
+    if not 2 <= args.tradeoff <= 10_000:
+        raise config.ConfigError(f"--tradeoff N: the number of thresholds must lie in [2, 10000], found {args.tradeoff}")
+    if env.num_constraints < 1:
+        raise config.ConfigError("--tradeoff: the environment has no constraint, so there is no trade-off curve")
+    path = Path(args.plot) if args.plot is not None else tradeoff_plot.default_plot_path(args.out)
+    if path.suffix.lower() != ".png":
+        raise config.ConfigError(f"--plot {path}: the figure is a PNG file; give a name ending in .png")
+    return rundir.check_writable_file(path, "--plot")
 
 
 def _add_logger_option(p: argparse.ArgumentParser) -> None:
@@ -310,14 +193,14 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, default=None, help="number of seeds R (default 5)")
     p.add_argument("--config", default=None, help="TOML file of settings (see fhc_jax.experiment.config)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override one setting, e.g. --set env.size=4 --set critic_step.init=0.5 (repeatable)")
+                   help="override one setting, e.g. --set env.size=4 --set critic_lr.init=0.5 (repeatable)")
     p.add_argument("--out", required=True, help="run directory, e.g. runs/demo")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
 def _add_cluster_options(p: argparse.ArgumentParser) -> None:
-    from fhc_jax.experiment.runner import HEARTBEAT_TIMEOUT_S, INIT_TIMEOUT_S
+    from fhc_jax.experiment.distributed import HEARTBEAT_TIMEOUT_S, INIT_TIMEOUT_S
 
     g = p.add_argument_group("several processes or hosts (jax.distributed; run the same command in every process)")
     g.add_argument("--coordinator", default=None, metavar="HOST:PORT",
@@ -342,8 +225,8 @@ _WORKER_ENV = "FHC_JAX_DISTRIBUTED_WORKER"
 
 
 def _cluster(args: argparse.Namespace):
-    """The :class:`~fhc_jax.experiment.runner.Cluster` the options ask for, or None (one process)."""
-    from fhc_jax.experiment.runner import Cluster
+    """The :class:`~fhc_jax.experiment.distributed.Cluster` the options ask for, or None (one process)."""
+    from fhc_jax.experiment.distributed import Cluster
 
     if not any(getattr(args, name, None) not in (None, False)
                for name in ("coordinator", "num_processes", "process_id", "distributed")):
@@ -494,10 +377,10 @@ def _fault_line(argv: Sequence[str], log: str) -> str | None:
     """The one line for a worker that JAX's runtime ended (None: the log holds no verdict):
     which process is lost, where the run stands and the command that continues it."""
     args = build_parser().parse_args(list(argv))
-    from fhc_jax.experiment import checkpoint, rundir, runner
+    from fhc_jax.experiment import checkpoint, distributed, rundir
 
     cluster = _cluster(args)
-    verdict = runner.runtime_verdict(log, args.process_id, args.num_processes, args.init_timeout)
+    verdict = distributed.runtime_verdict(log, args.process_id, args.num_processes, args.init_timeout)
     if verdict is None:
         return None
     flags = " ".join(cluster.flags())
@@ -530,6 +413,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", choices=("dual", "lp"), default="dual",
                    help="dual: Lagrangian duality + DP (default); lp: HiGHS occupancy LP (slow)")
     p.add_argument("--out", help="write the results as JSON to this file")
+    p.add_argument("--tradeoff", nargs="?", type=int, const=21, default=None, metavar="N",
+                   help="also the exact trade-off curve of each constraint: the optimum's reward, multiplier and "
+                        "reward lost at N thresholds (default 21) from the cheapest policy's cost to the unconstrained "
+                        "optimum's, printed with the threshold in use marked, and plotted (--plot)")
+    p.add_argument("--plot", default=None, metavar="PATH",
+                   help="the trade-off figure (PNG) of --tradeoff (default: next to --out as NAME_tradeoff.png, "
+                        "else tradeoff.png in the working directory)")
     p.set_defaults(func=_cmd_solve)
 
     p = sub.add_parser("train", help="train a learner on several seeds into a run directory",
@@ -537,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "between chunks). Settings: algo, env.name and env.* (the environment's "
                                    "settings), run.* (seeds, seed, chunk_size, checkpoint_every, "
                                    "feasibility_tolerance) and the learner's Config fields (dotted for "
-                                   "schedules: critic_step.init).")
+                                   "schedules: critic_lr.init).")
     _add_config_options(p)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
     p.add_argument("--max-chunks", type=int, default=None, help="stop after this many chunks (resumable)")
@@ -619,7 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if worker:
         _die_with_parent(int(parent))
     args = build_parser().parse_args(argv)
-    from fhc_jax.experiment import checkpoint, config, rundir, runner, training
+    from fhc_jax.experiment import checkpoint, config, distributed, runner, training, writer_lock
 
     command = args.command
     cluster = _cluster(args)
@@ -627,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not worker:  # an abbreviated option the scan above did not recognise
             return _supervise(argv)
         try:
-            runner.initialize(cluster)
+            distributed.initialize(cluster)
         except ValueError as err:
             return _error(command, err)
     try:
@@ -638,12 +528,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"fhc-jax {command}: interrupted", file=sys.stderr)
         return _interrupted(cluster)
-    except runner.DistributedError as err:  # another process failed (its message), or one was lost
+    except distributed.DistributedError as err:  # another process failed (its message), or one was lost
         lost = err.process is None and command == "train"
         hint = f"; continue it on every process with: fhc-jax train --resume --out {args.out} " \
             + " ".join(cluster.flags()) if lost else ""
         return _error(command, f"{err}{hint}", 1)
-    except (rundir.RunInUseError, checkpoint.CheckpointError, runner.DivergenceError,
+    except (writer_lock.RunInUseError, checkpoint.CheckpointError, runner.DivergenceError,
             config.EnvironmentFailure) as err:
         return _error(command, err, 1)
     except ValueError as err:  # usage errors raised outside a command's own handler

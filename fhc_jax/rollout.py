@@ -18,69 +18,46 @@ of an enclosing jitted function, or close over them as in the first line).
 
 Speed: random-number generation dominates a tabular step on CPU. A policy with
 ``action_from_uniform`` in an environment with ``noise_from_uniform`` (``GridWorld``) takes the
-fast path of :func:`rollout`: one threefry block per step, both of its 32-bit words used.
+fast path of :func:`rollout`: one threefry block per step, both of its 32-bit words used
+(:mod:`fhc_jax.random_bits`).
 Write policies with :func:`fhc_jax.softmax_policy` (logits of an observation) or
 :func:`fhc_jax.table_policy` (a probability table) rather than with
 ``jax.random.categorical``: they implement that protocol (one uniform per step, inverse CDF)
 and sample the same distribution several times faster. Writing the trajectory costs more
 than stepping a tabular environment: ``record=`` keeps only the fields a caller reads, in
-the narrowest exact integer dtypes (:class:`Trajectory`).
+the narrowest exact integer dtypes (:class:`~fhc_jax.trajectory.Trajectory`).
 
 **Checks at the boundary** (every public path: :func:`rollout`, :func:`rollout_returns`,
-:func:`episode`). Before anything is traced: K a positive int, the environment's horizon,
-number of constraints and (discrete) number of actions positive ints, ``params`` of the
-environment's structure and shapes (values too when concrete:
-:meth:`~fhc_jax.envs.base.Environment.check_params`). While tracing (static, free at run
-time): a discrete action must be an integer scalar (a float action is refused, never
-truncated), rewards () and costs (M,) of the declared shapes, a :func:`fhc_jax.softmax_policy`'s
-logits of shape (A,), a policy table of shape (H, S, A). At run time, each at one reduction
-per rollout, never a host transfer unless something is wrong:
-
-* **actions of your own policy** outside [0, A): an :class:`~fhc_jax.envs.validation.
-  InvalidActionError` naming the action, the stage, the episode and the valid range. Called
-  eagerly it is raised directly; inside your ``jax.jit`` (e.g. ``jax.jit(lambda k:
-  rollout(k, env, params, policy, 4096))``) it comes from a host callback that runs only when
-  an action was out of range, and reaches you as ``jax.errors.JaxRuntimeError`` (a
-  ``RuntimeError``) whose message contains the same line; under ``jax.vmap`` the batch is reduced first,
-  one report per call (``fhc_jax.envs.validation``). The library's own policies
-  (``softmax_policy``, ``table_policy``, ``uniform_random_policy``, the battery's reference)
-  draw in range by construction and skip this check;
-* **invalid action distributions**: NaN or all -inf logits of a ``softmax_policy`` (at the
-  visited states; on the tabulated path at every state), or a traced policy table with a row
-  without positive weight. Called eagerly: ``ValueError`` naming the stage (and state).
-  Inside traced code the affected episodes' rewards and costs are NaN (all episodes' when a
-  tabulated row is invalid): never a plausible number, and no host callback, so a learner whose
-  parameters diverged keeps reporting the divergence through its own (non-finite) metrics;
-* **non-finite rewards or costs paid by the environment**, called eagerly: ``ValueError``
-  naming the environment and the stage (inside traced code they stay NaN).
-
-Box actions are not checked: the environment clips them into its bounds.
+:func:`episode`): arguments before anything is traced, shapes and dtypes while tracing, and at
+run time out-of-range actions, invalid action distributions and non-finite rewards or costs
+(:mod:`fhc_jax.rollout_checks` says what is refused where, and how it is reported).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Callable, Iterable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
-from jax.extend.random import define_prng_impl, threefry_prng_impl
 
-from fhc_jax.envs.base import Environment, check_int
+from fhc_jax.envs.base import Environment, check_int, check_static
 from fhc_jax.envs.spaces import Box
-from fhc_jax.envs.validation import InvalidActionError, action_range, check_action, check_static, is_concrete, raise_if
+from fhc_jax.envs.validation import action_range, check_action
+from fhc_jax.random_bits import fast_key, restore_keys, threefry2x32, typed_key, uniform_from_bits
+from fhc_jax.rollout_checks import (Plan, check_paid, check_signals, no_bad, poisoned, report_checks,
+                                    terminal_signals, track_first_bad)
+from fhc_jax.trajectory import RECORDABLE, Returns, Trajectory, index_dtype
 
 Array = jax.Array
 
 #: ``policy(key, observation, h) -> action``: unbatched observation, stage h (int32 scalar,
 #: the same for all episodes), action an int32 scalar in [0, A) (discrete actions) or a float32
 #: (d,) vector (box actions, recorded as proposed; the environment clips); a pure function of its
-#: arguments. Keys reach it as ``UNROLLED_THREEFRY`` keys when the caller's key is a threefry
-#: key: the same random streams as ``jax.random.key`` keys, faster on CPU. Optional members
-#: (read by the rollouts, see :func:`rollout`):
+#: arguments. Keys reach it as ``fhc_jax.random_bits.UNROLLED_THREEFRY`` keys when the caller's
+#: key is a threefry key: the same random streams as ``jax.random.key`` keys, faster on CPU.
+#: Optional members (read by the rollouts, see :func:`rollout`):
 #:
 #: * ``action_from_uniform(u, observation, h)``: the fast protocol;
 #: * ``reads_state = True`` with ``action_from_state(u, index, h)``: a policy of the tabular
@@ -99,91 +76,6 @@ Policy = Callable[[Array, Array, Array], Array]
 #: the action a library policy with ``returns_no_action`` returns where its action distribution
 #: has no valid action (``softmax_policy``: NaN or all -inf logits); see :func:`rollout`
 NO_ACTION = -1
-
-
-#: the per-stage fields :func:`rollout` can record (its ``record`` argument); all by default
-RECORDABLE = ("states", "observations", "actions", "rewards", "costs")
-
-
-def index_dtype(n: int) -> np.dtype:
-    """The narrowest signed integer dtype that holds 0..n-1: int8 (n <= 128), int16
-    (n <= 32768), else int32. :func:`rollout` records state and action indices in it."""
-    for dtype in (np.int8, np.int16):
-        if n <= np.iinfo(dtype).max + 1:
-            return np.dtype(dtype)
-    return np.dtype(np.int32)
-
-
-@struct.dataclass
-class Trajectory:
-    """K episodes of H stages (leading axes (K, H)); M constraints.
-
-    Index dtypes: state indices are :func:`index_dtype` (S) and actions :func:`index_dtype` (A)
-    (int8 on the default gridworld: S = 100, A = 9), the narrowest exact signed integers, so
-    that writing the trajectory costs as little as possible. They index arrays directly; cast
-    with ``.astype(jnp.int32)`` before arithmetic that can leave their range (e.g.
-    ``s * A + a``). Fields that ``rollout(..., record=...)`` did not record are None.
-
-    Attributes:
-        states: s_h, state indices, (K, H) (None unless ``env.is_tabular`` and recorded).
-        observations: encoded s_h, (K, H, *obs_shape) (None unless recorded; on tabular
-            environments :func:`trajectory_observations` recomputes them from the states).
-        actions: a_h, (K, H) indices for discrete actions; (K, H, d) float32 for box actions
-            (as the policy proposed them, before the environment clips them).
-        rewards: r_h(s_h, a_h, s_{h+1}) as paid by the environment, (K, H).
-        costs: g_h^(k), (K, H, M).
-        final_states: X_H, the state index after the last stage, (K,) (None unless
-            ``env.is_tabular``).
-        final_observations: encoded X_H, (K, *obs_shape) (input of terminal critics V_H; None
-            unless observations are recorded).
-        terminal_rewards: r_H(X_H), (K,).
-        terminal_costs: g_H^(k)(X_H), (K, M).
-    """
-
-    states: Array | None
-    observations: Array | None
-    actions: Array | None
-    rewards: Array | None
-    costs: Array | None
-    final_states: Array | None
-    final_observations: Array | None
-    terminal_rewards: Array
-    terminal_costs: Array
-
-    @property
-    def num_episodes(self) -> int:
-        return self.terminal_rewards.shape[-1]
-
-    @property
-    def horizon(self) -> int:
-        for x in (self.actions, self.states, self.rewards, self.costs, self.observations):
-            if x is not None:
-                return x.shape[self.terminal_rewards.ndim]
-        raise ValueError("Trajectory.horizon: no per-stage field was recorded")
-
-    @property
-    def next_states(self) -> Array | None:
-        """s_{h+1}, (K, H): the states shifted by one stage, ``next_states[:, -1]`` the final
-        state X_H (computed on access; None without recorded states)."""
-        if self.states is None or self.final_states is None:
-            return None
-        return jnp.concatenate([self.states[..., 1:], self.final_states[..., None]], axis=-1)
-
-    def _recorded(self, name: str) -> Array:
-        value = getattr(self, name)
-        if value is None:
-            raise ValueError(f"Trajectory: {name} were not recorded (rollout's record= must include {name!r})")
-        return value
-
-    @property
-    def episode_rewards(self) -> Array:
-        """Total reward of each episode including r_H (paper eq. (1) sample), (K,)."""
-        return jnp.sum(self._recorded("rewards"), axis=-1) + self.terminal_rewards
-
-    @property
-    def episode_costs(self) -> Array:
-        """Total cost of each episode and constraint including g_H (paper eq. (2) sample), (K, M)."""
-        return jnp.sum(self._recorded("costs"), axis=-2) + self.terminal_costs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,121 +131,10 @@ def _space_text(env: Environment) -> str:
 
 
 def action_dtype(env: Environment) -> np.dtype:
-    """The dtype :func:`rollout` records actions in: :func:`index_dtype` (A) for discrete
-    actions, float32 for box actions."""
+    """The dtype :func:`rollout` records actions in: :func:`~fhc_jax.trajectory.index_dtype`
+    (A) for discrete actions, float32 for box actions."""
     space = env.action_space
     return np.dtype(np.float32) if isinstance(space, Box) else index_dtype(space.n)
-
-
-# ----------------------------------------------------------------------------- random words
-
-_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
-
-
-def _rotl(x: Array, d: int) -> Array:
-    return jax.lax.shift_left(x, jnp.uint32(d)) | jax.lax.shift_right_logical(x, jnp.uint32(32 - d))
-
-
-def threefry2x32(k1: Array, k2: Array, x1: Array, x2: Array) -> tuple[Array, Array]:
-    """Threefry-2x32 block cipher (20 rounds, Salmon et al. 2011) as straight-line jnp code.
-
-    The same function as jax's ``threefry2x32`` primitive, which XLA's CPU backend runs as a
-    rolled loop of small kernels; unrolled, a bulk draw is one fused kernel. uint32 arrays
-    (broadcast together); returns the block's two output words.
-    """
-    ks = (k1, k2, k1 ^ k2 ^ jnp.uint32(0x1BD11BDA))
-    x1, x2 = x1 + k1, x2 + k2
-    for i in range(5):
-        for r in _ROTATIONS[i % 2]:
-            x1 = x1 + x2
-            x2 = _rotl(x2, r) ^ x1
-        x1 = x1 + ks[(i + 1) % 3]
-        x2 = x2 + ks[(i + 2) % 3] + jnp.uint32(i + 1)
-    return x1, x2
-
-
-def uniform_from_bits(bits: Array) -> Array:
-    """float32 uniforms in [0, 1) from uint32 words, exactly as ``jax.random.uniform`` maps its
-    random bits (top 23 bits as the mantissa): ``uniform(key) == uniform_from_bits(bits(key))``."""
-    mantissa = jax.lax.shift_right_logical(bits, jnp.uint32(9)) | jnp.uint32(0x3F800000)
-    return jax.lax.bitcast_convert_type(mantissa, jnp.float32) - 1.0
-
-
-def uniform_pairs(key: Array, shape: tuple[int, ...]) -> Array:
-    """Two independent float32 uniforms in [0, 1) per element from ONE threefry block (its two
-    32-bit output words), packed as complex64 ``u1 + 1j * u2`` of ``shape``.
-
-    Read ``.real`` and ``.imag`` where they are consumed (e.g. inside a ``lax.scan`` body): XLA's
-    CPU backend evaluates a fused elementwise computation once per output array, so returning
-    two separate arrays would compute every block twice. Half the blocks of two
-    ``jax.random.uniform`` calls (whose 32-bit draws XOR the two words of a block).
-    """
-    key, impl = fast_key(_typed(key))
-    if impl == "threefry2x32":
-        data = jax.random.key_data(key)
-        ctr_hi, ctr_lo = _counters(tuple(shape))
-        words = threefry2x32(data[0], data[1], ctr_hi, ctr_lo)
-    else:
-        words = jax.random.bits(key, (2, *shape), jnp.uint32)
-    return jax.lax.complex(*(uniform_from_bits(w) for w in words))
-
-
-def _typed(key: Array) -> Array:
-    """A typed key (legacy raw uint32[2] keys are wrapped with the default implementation)."""
-    return key if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else jax.random.wrap_key_data(key)
-
-
-# ----------------------------------------------------------------------------- fast keys
-# For policies without the fast protocol, which draw from a key inside the scan: the same
-# threefry algorithm registered as a PRNG implementation (jax's partitionable split,
-# random_bits and fold_in), so wrapping a threefry key's data with it gives bit-identical
-# random streams computed as one fused kernel instead of a rolled loop of small ones.
-
-
-def _counters(shape: tuple[int, ...]) -> tuple[Array, Array]:
-    n = math.prod(shape)
-    if n >= 2**32:
-        raise NotImplementedError("more than 2**32 random values from one key")
-    return jnp.zeros(shape, jnp.uint32), jax.lax.iota(jnp.uint32, n).reshape(shape)
-
-
-def _split(key: Array, shape: tuple[int, ...]) -> Array:
-    return jnp.stack(threefry2x32(key[0], key[1], *_counters(shape)), axis=-1)
-
-
-def _random_bits(key: Array, bit_width: int, shape: tuple[int, ...]) -> Array:
-    b1, b2 = threefry2x32(key[0], key[1], *_counters(shape))
-    if bit_width == 64:
-        return (b1.astype(jnp.uint64) << 32) | b2.astype(jnp.uint64)
-    bits = b1 ^ b2
-    return bits if bit_width == 32 else bits.astype({8: jnp.uint8, 16: jnp.uint16}[bit_width])
-
-
-def _fold_in(key: Array, data: Array) -> Array:
-    return jnp.stack(threefry2x32(key[0], key[1], jnp.zeros((), jnp.uint32), jnp.asarray(data, jnp.uint32)))
-
-
-UNROLLED_THREEFRY = define_prng_impl(
-    key_shape=(2,), seed=threefry_prng_impl.seed, split=_split, random_bits=_random_bits,
-    fold_in=_fold_in, name="threefry2x32_unrolled", tag="fu",
-)
-
-
-def _rewrap(keys: Array, impl) -> Array:
-    return jax.random.wrap_key_data(jax.random.key_data(keys), impl=impl)
-
-
-def fast_key(key: Array) -> tuple[Array, Any]:
-    """(key with the unrolled implementation if that gives the same stream, caller's impl)."""
-    impl = jax.random.key_impl(key)
-    if impl == "threefry2x32" and jax.config.jax_threefry_partitionable:
-        return _rewrap(key, UNROLLED_THREEFRY), impl
-    return key, impl
-
-
-def _restore_keys(tree: Any, impl) -> Any:
-    is_key = lambda x: jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
-    return jax.tree.map(lambda x: _rewrap(x, impl) if is_key(x) else x, tree)
 
 
 # ----------------------------------------------------------------------------- rollout
@@ -411,41 +192,21 @@ def _stage_inputs(steps_keys: Array, impl: Any, env: Environment, params: Any, p
         return jax.lax.complex(*(uniform_from_bits(w) for w in words))
     stage_keys = jax.vmap(lambda k: jax.random.split(k, (horizon, 2)), out_axes=1)(steps_keys)  # (H, K, 2)
     noise = jax.vmap(jax.vmap(env.noise, in_axes=(0, None)), in_axes=(0, None))(stage_keys[..., 1], params)
-    return stage_keys[..., 0], _restore_keys(noise, impl)
+    return stage_keys[..., 0], restore_keys(noise, impl)
 
 
 def _episode_inputs(key: Array, env: Environment, params: Any, policy: Policy, num_episodes: int) -> tuple[Array, Any]:
     """Reset keys (K,) and per-stage randomness (leading (H, K)) of the K episodes of ``key``:
     episode i uses ``split(key, K)[i]`` only, split again into (reset key, steps key)."""
-    key, impl = fast_key(_typed(key))
+    key, impl = fast_key(typed_key(key))
     keys = jax.random.split(key, num_episodes)
     reset_keys, steps_keys = jax.vmap(jax.random.split, out_axes=1)(keys)
-    return _restore_keys(reset_keys, impl), _stage_inputs(steps_keys, impl, env, params, policy)
+    return restore_keys(reset_keys, impl), _stage_inputs(steps_keys, impl, env, params, policy)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Plan:
-    """How one rollout plays its policy, decided while tracing (:func:`_plan`).
-
-    Attributes:
-        owner: the public function, for messages.
-        actor: what acts in the loop: the policy, or its table over states (:func:`tabulates`).
-        fast: the one-uniform fast path (:func:`uses_uniforms`).
-        per_step: the per-step check: "range" (a policy of yours: actions outside [0, A) are
-            reported), "no_action" (:data:`NO_ACTION` marks an invalid distribution: rewards
-            and costs of the step are NaN) or "" (none: in range by construction, or box actions).
-        table: ``actor.table_check()``: (status (3,) int32, describe) or None.
-    """
-
-    owner: str
-    actor: Any
-    fast: bool
-    per_step: str
-    table: Any
-
-
-def _plan(owner: str, env: Environment, params: Any, policy: Any, num_episodes: int | None) -> _Plan:
-    """Static checks of a rollout's arguments (module docstring), then its :class:`_Plan`."""
+def _plan(owner: str, env: Environment, params: Any, policy: Any, num_episodes: int | None) -> Plan:
+    """Static checks of a rollout's arguments (:mod:`fhc_jax.rollout_checks`), then its
+    :class:`~fhc_jax.rollout_checks.Plan`."""
     check_static(env, owner)
     if num_episodes is not None:
         check_int(owner, "num_episodes (K)", num_episodes, 1)
@@ -465,14 +226,15 @@ def _plan(owner: str, env: Environment, params: Any, policy: Any, num_episodes: 
     else:
         per_step = "range"
     table = actor.table_check() if callable(getattr(actor, "table_check", None)) else None
-    return _Plan(owner, actor, uses_uniforms(env, policy), per_step, table)
+    return Plan(owner, actor, uses_uniforms(env, policy), per_step, table)
 
 
-def _stage_step(x: Any, obs: Any, state: Any, h: Array, env: Environment, params: Any, plan: _Plan):
+def _stage_step(x: Any, obs: Any, state: Any, h: Array, env: Environment, params: Any, plan: Plan):
     """One stage of one episode from its randomness ``x`` (an element of ``_stage_inputs``):
     the policy's action, then ``env.transition``. Returns (action, next_obs, next_state,
     reward, costs, ok): ``ok`` () bool whether the action was valid (None without a per-step
-    check, :class:`_Plan`); with "no_action", reward and costs are NaN where it was not."""
+    check, :class:`~fhc_jax.rollout_checks.Plan`); with "no_action", reward and costs are NaN
+    where it was not."""
     actor, owner = plan.actor, plan.owner
     if callable(getattr(actor, "check_actions", None)):
         actor.check_actions(env, obs, h)
@@ -503,107 +265,19 @@ def _stage_step(x: Any, obs: Any, state: Any, h: Array, env: Environment, params
         ok = action != NO_ACTION
         taken = jnp.maximum(action, 0)
     next_obs, next_state, reward, costs, _, _ = env.transition(step_noise, state, taken, params)
-    _check_signals(env, owner, "transition", reward, costs)
+    check_signals(env, owner, "transition", reward, costs)
     if plan.per_step == "no_action":
         reward = jnp.where(ok, reward, jnp.nan)
         costs = jnp.where(ok, costs, jnp.nan)
     return action, next_obs, next_state, reward, costs, ok
 
 
-def _check_signals(env: Environment, owner: str, method: str, reward: Any, costs: Any) -> None:
-    """Static shapes of what an environment pays: a reward () and costs (M,)."""
-    if jnp.shape(reward) != ():
-        raise ValueError(f"{owner}: {env.name}.{method} returned a reward of shape {tuple(jnp.shape(reward))}; "
-                         "expected () (one number per episode and stage)")
-    m = env.num_constraints
-    if jnp.shape(costs) != (m,):
-        raise ValueError(f"{owner}: {env.name}.{method} returned costs of shape {tuple(jnp.shape(costs))}; expected "
-                         f"(M,) = ({m},) (num_constraints = {m}; for one constraint return jnp.array([c]))")
-
-
-def _terminal(env: Environment, owner: str, state: Any, params: Any) -> tuple[Array, Array]:
-    """(r_H, g_H) of a final state, shapes checked."""
-    reward, costs = env.terminal_reward(state, params), env.terminal_costs(state, params)
-    _check_signals(env, owner, "terminal_reward/terminal_costs", reward, costs)
-    return reward, costs
-
-
-def _first_bad(ok: Array, h: Array, action: Array, carry: tuple[Array, Array], horizon: int) -> tuple[Array, Array]:
-    """Update (first invalid stage, its action) of one episode (stage H: none so far)."""
-    stage, bad_action = carry
-    first = (stage == horizon) & jnp.logical_not(ok)
-    return jnp.where(first, h, stage), jnp.where(first, action.astype(jnp.int32), bad_action)
-
-
-def _no_bad(horizon: int) -> tuple[Array, Array]:
-    return jnp.asarray(horizon, jnp.int32), jnp.zeros((), jnp.int32)
-
-
-def _finish(plan: _Plan, env: Environment, first_bad: tuple[Array, Array] | None) -> Array | None:
-    """Report what the rollout's checks found (module docstring): ``first_bad`` (first invalid
-    stage, its action), each (K,) or () for one episode. Returns the "poison" flag (bool ()),
-    True where the results must be made NaN (a traced invalid table), or None."""
-    horizon, owner = env.horizon, plan.owner
-    poison = None
-    if plan.table is not None:
-        status, describe = plan.table
-        if is_concrete(status):
-            raise_if(status, lambda v: f"{owner}: {describe(v)}", ValueError)
-        else:
-            poison = status[0] > 0
-    if first_bad is None or not plan.per_step:
-        return poison
-    stage, action = (jnp.atleast_1d(x) for x in first_bad)
-    i = jnp.argmin(stage)
-    status = jnp.stack([(stage[i] < horizon).astype(jnp.int32), stage[i], action[i], i.astype(jnp.int32)])
-    episode = (lambda s: f" (episode {s[3]})") if jnp.ndim(first_bad[0]) else (lambda s: "")
-    if plan.per_step == "range":
-        raise_if(status, lambda s: f"{owner}: the policy returned action {s[2]} at stage {s[1]}{episode(s)}; "
-                                   f"{env.name} takes {action_range(env)} (Discrete({env.action_space.n}))")
-    elif is_concrete(status):  # "no_action": traced results carry NaN instead
-        raise_if(status, lambda s: f"{owner}: {_policy_name(plan.actor)} has no valid action at stage {s[1]}"
-                                   f"{episode(s)}: its logits are NaN or all -inf", ValueError)
-    return poison
-
-
-def _policy_name(policy: Any) -> str:
-    return {"SoftmaxPolicy": "softmax_policy", "TablePolicy": "table_policy"}.get(type(policy).__name__,
-                                                                                 type(policy).__name__)
-
-
-def _poisoned(x: Array | None, poison: Array | None) -> Array | None:
-    if x is None or poison is None:
-        return x
-    return jnp.where(poison, jnp.nan, x)
-
-
-def _check_paid(owner: str, env: Environment, rewards: Array, costs: Array, kind: str) -> None:
-    """Called eagerly: refuse non-finite rewards or costs paid by the environment. ``kind``:
-    "stage" (rewards (..., H), costs (..., H, M)), "terminal" (r_H (...), g_H (..., M)) or
-    "total" (episode totals); the message names the stage and episode."""
-    if not is_concrete((rewards, costs)):
-        return
-    r = np.asarray(rewards)
-    c = np.asarray(costs).reshape(*r.shape, -1)
-    bad_r, bad_c = ~np.isfinite(r), ~np.isfinite(c).all(-1)
-    if not (bad_r | bad_c).any():
-        return
-    where = tuple(int(i) for i in np.argwhere(bad_r | bad_c)[0])
-    what = "reward" if bad_r[where] else "cost"
-    value = r[where] if bad_r[where] else c[where].tolist()
-    episode = where[0] if (kind == "stage" and len(where) > 1) or (kind != "stage" and where) else None
-    place = {"stage": f"at stage {where[-1] if where else 0}", "terminal": f"as its terminal {what} (stage H)",
-             "total": "in an episode's total"}[kind]
-    place += "" if episode is None else f" (episode {episode})"
-    raise ValueError(f"{owner}: {env.name} paid a non-finite {what} {place}: {value}; the environment or its "
-                     "params produce it (not the policy, nor a step size)")
-
-
 def check_record(record: Iterable[str]) -> frozenset[str]:
     """Validate ``rollout``'s ``record`` argument (before any compilation).
 
     Raises:
-        ValueError: ``record`` is not a collection of names from :data:`RECORDABLE`.
+        ValueError: ``record`` is not a collection of names from
+            :data:`~fhc_jax.trajectory.RECORDABLE`.
     """
     if isinstance(record, str) or not isinstance(record, Iterable):
         raise ValueError(f"rollout: record must be a tuple of field names from {RECORDABLE}, found {record!r}")
@@ -614,15 +288,15 @@ def check_record(record: Iterable[str]) -> frozenset[str]:
     return frozenset(names)
 
 
-def _scan(reset_key: Array, stage_xs: Any, env: Environment, params: Any, plan: _Plan,
+def _scan(reset_key: Array, stage_xs: Any, env: Environment, params: Any, plan: Plan,
           record: frozenset[str] = frozenset(RECORDABLE)):
     """One episode's loop given its reset key and per-stage randomness (``_stage_inputs``,
     leading H): (the recorded per-stage outputs, a dict of leading-H arrays, final state,
     (first invalid stage, its action) or None).
 
-    Tabular environments record the state index in :func:`index_dtype` (S) (observations are
-    encoded from it after the loop); others record the state pytree when observations are
-    recorded.
+    Tabular environments record the state index in :func:`~fhc_jax.trajectory.index_dtype` (S)
+    (observations are encoded from it after the loop); others record the state pytree when
+    observations are recorded.
     """
     obs, state = env.reset(reset_key, params)
     tabular = env.is_tabular
@@ -645,11 +319,11 @@ def _scan(reset_key: Array, stage_xs: Any, env: Environment, params: Any, plan: 
         if "costs" in record:
             out["costs"] = costs
         if checked:
-            bad = _first_bad(ok, h, action, bad, env.horizon)
+            bad = track_first_bad(ok, h, action, bad, env.horizon)
         return (next_obs, next_state, bad), out
 
     stages = jnp.arange(env.horizon, dtype=jnp.int32)
-    bad = _no_bad(env.horizon) if checked else None
+    bad = no_bad(env.horizon) if checked else None
     (_, final_state, bad), outs = jax.lax.scan(body, (obs, state, bad), (stages, stage_xs))
     return outs, final_state, bad
 
@@ -666,7 +340,7 @@ def _trajectory(outs: dict[str, Any], final_state: Any, env: Environment, params
         else:
             observations = jax.vmap(lambda s: env.observation(s, params))(outs["states"])
         final_observations = env.observation(final_state, params)
-    terminal_reward, terminal_costs = _terminal(env, owner, final_state, params)
+    terminal_reward, terminal_costs = terminal_signals(env, owner, final_state, params)
     return Trajectory(
         states=outs["states"] if tabular and "states" in record else None,
         observations=observations,
@@ -685,17 +359,18 @@ def _observe_index(env: Environment, params: Any, index: Array, h: Array) -> Arr
     return env.observation(env.state_at(jnp.asarray(index, jnp.int32), h), params)
 
 
-def _checked_trajectory(traj: Trajectory, plan: _Plan, env: Environment, bad: Any) -> Trajectory:
-    """The rollout's checks (:func:`_finish`, then, called eagerly, :func:`_check_paid`)
+def _checked_trajectory(traj: Trajectory, plan: Plan, env: Environment, bad: Any) -> Trajectory:
+    """The rollout's checks (:func:`~fhc_jax.rollout_checks.report_checks`, then, called
+    eagerly, :func:`~fhc_jax.rollout_checks.check_paid`)
     applied to its trajectory."""
-    poison = _finish(plan, env, bad)
+    poison = report_checks(plan, env, bad)
     if poison is not None:
-        traj = traj.replace(rewards=_poisoned(traj.rewards, poison), costs=_poisoned(traj.costs, poison),
-                            terminal_rewards=_poisoned(traj.terminal_rewards, poison),
-                            terminal_costs=_poisoned(traj.terminal_costs, poison))
+        traj = traj.replace(rewards=poisoned(traj.rewards, poison), costs=poisoned(traj.costs, poison),
+                            terminal_rewards=poisoned(traj.terminal_rewards, poison),
+                            terminal_costs=poisoned(traj.terminal_costs, poison))
     if traj.rewards is not None and traj.costs is not None:
-        _check_paid(plan.owner, env, traj.rewards, traj.costs, "stage")
-    _check_paid(plan.owner, env, traj.terminal_rewards, traj.terminal_costs, "terminal")
+        check_paid(plan.owner, env, traj.rewards, traj.costs, "stage")
+    check_paid(plan.owner, env, traj.terminal_rewards, traj.terminal_costs, "terminal")
     return traj
 
 
@@ -717,13 +392,14 @@ def rollout(key: Array, env: Environment, params: Any, policy: Policy, num_episo
     declares ``reads_state``) is played from the tabular state index ``env.state_index(s_h)``,
     never from the observation, whatever the environment observes.
 
-    **What is recorded.** ``record`` names the per-stage fields to keep (:data:`RECORDABLE`,
-    all by default): e.g. ``record=("states", "actions", "rewards", "costs")`` skips the
-    observations, which :func:`trajectory_observations` recomputes from the states on
-    tabular environments. Writing the (K, H) arrays costs more than stepping a tabular
-    environment, so record only what you read. State and action indices are stored in the
-    narrowest exact signed integer dtype (:class:`Trajectory`); final states, terminal
-    rewards and terminal costs are always kept.
+    **What is recorded.** ``record`` names the per-stage fields to keep
+    (:data:`~fhc_jax.trajectory.RECORDABLE`, all by default): e.g. ``record=("states",
+    "actions", "rewards", "costs")`` skips the observations, which
+    :func:`trajectory_observations` recomputes from the states on tabular environments. Writing
+    the (K, H) arrays costs more than stepping a tabular environment, so record only what you
+    read. State and action indices are stored in the narrowest exact signed integer dtype
+    (:class:`~fhc_jax.trajectory.Trajectory`); final states, terminal rewards and terminal
+    costs are always kept.
 
     Randomness: episode i uses ``key_i = split(key, K)[i]`` only (the same key gives the same
     trajectories for any K), ``reset_key, steps_key = split(key_i)``; s_0 comes from
@@ -731,12 +407,13 @@ def rollout(key: Array, env: Environment, params: Any, policy: Policy, num_episo
 
     * fast path (:func:`uses_uniforms`: the policy has ``action_from_uniform(u, obs, h)`` (or
       ``action_from_state(u, index, h)``) and the environment ``noise_from_uniform(u, params)``):
-      ONE threefry block per stage, the
-      block ``threefry2x32(steps_key, (0, h))`` (with jax's default partitionable threefry, the
-      key data of ``jax.random.split(steps_key, H)[h]``); its first 32-bit word gives the policy's uniform u and its second the
-      environment's, mapped to [0, 1) as ``jax.random.uniform`` maps bits
-      (:func:`uniform_from_bits`). The action is ``policy.action_from_uniform(u, obs, h)`` and
-      the step noise ``env.noise_from_uniform(u', params)``. A policy implementing the protocol
+      ONE threefry block per stage, the block ``threefry2x32(steps_key, (0, h))`` (with jax's
+      default partitionable threefry, the key data of ``jax.random.split(steps_key, H)[h]``);
+      its first 32-bit word gives the policy's uniform u and its second the environment's,
+      mapped to [0, 1) as ``jax.random.uniform`` maps bits
+      (:func:`fhc_jax.random_bits.uniform_from_bits`). The action is
+      ``policy.action_from_uniform(u, obs, h)`` and the step noise
+      ``env.noise_from_uniform(u', params)``. A policy implementing the protocol
       must satisfy ``policy(key, obs, h) == action_from_uniform(uniform(key), obs, h)``
       (e.g. :class:`UniformRandomPolicy`, or inverse-CDF sampling of a probability table);
     * otherwise ``split(steps_key, (H, 2))[h]`` are the (policy, env) keys of stage h: the
@@ -748,7 +425,7 @@ def rollout(key: Array, env: Environment, params: Any, policy: Policy, num_episo
     recorded. The recorded observations are ``env.observation(s_h, params)``, encoded after
     the scan (on tabular environments from ``env.state_at(s_h, h)``).
 
-    **Checks** (module docstring): the arguments before tracing, shapes and dtypes while
+    **Checks** (:mod:`fhc_jax.rollout_checks`): the arguments before tracing, shapes and dtypes while
     tracing, and at run time your own policy's actions (an error naming the action, the stage
     and the valid range, also inside your ``jax.jit``) and a library policy's action
     distribution (called eagerly an error; traced, NaN rewards and costs).
@@ -762,9 +439,9 @@ def rollout(key: Array, env: Environment, params: Any, policy: Policy, num_episo
             ``action_from_uniform``.
         num_episodes: K >= 1 (static).
         record: names of the per-stage fields to record (static), a subset of
-            :data:`RECORDABLE`; the others are None.
+            :data:`~fhc_jax.trajectory.RECORDABLE`; the others are None.
     Returns:
-        :class:`Trajectory` with leading axes (K, H).
+        :class:`~fhc_jax.trajectory.Trajectory` with leading axes (K, H).
     Raises:
         ValueError: ``record`` names an unknown field; K is not a positive int; the
             environment's horizon, number of constraints or actions is not a positive int;
@@ -804,20 +481,6 @@ def trajectory_observations(trajectory: Trajectory, env: Environment, params: An
     return observations, final
 
 
-@struct.dataclass
-class Returns:
-    """Total reward and costs of K episodes, terminal signals included (samples of the
-    paper's eqs. (1)-(2)).
-
-    Attributes:
-        rewards: sum_h r_h + r_H of each episode, (K,).
-        costs: sum_h g_h^(k) + g_H^(k) of each episode, (K, M).
-    """
-
-    rewards: Array
-    costs: Array
-
-
 def rollout_returns(key: Array, env: Environment, params: Any, policy: Policy, num_episodes: int) -> Returns:
     """Episode totals of the same K episodes as :func:`rollout` (same key, same randomness,
     identical totals up to float summation order), without recording trajectories.
@@ -825,11 +488,12 @@ def rollout_returns(key: Array, env: Environment, params: Any, policy: Policy, n
     For Monte-Carlo policy evaluation: the (K, H) trajectory arrays are never written, and the
     totals accumulate in the loop carry, so memory is O(K) and the loop is bound by the
     environment step and random-number generation alone. Jit with
-    ``static_argnums=(1, 3, 4)``. The same checks as :func:`rollout` (module docstring);
-    called eagerly, a non-finite total is refused naming the episode.
+    ``static_argnums=(1, 3, 4)``. The same checks as :func:`rollout`
+    (:mod:`fhc_jax.rollout_checks`); called eagerly, a non-finite total is refused naming the
+    episode.
 
     Returns:
-        :class:`Returns` with ``rewards`` (K,) and ``costs`` (K, M).
+        :class:`~fhc_jax.trajectory.Returns` with ``rewards`` (K,) and ``costs`` (K, M).
     Raises:
         ValueError, InvalidActionError: as :func:`rollout`.
     """
@@ -844,21 +508,21 @@ def rollout_returns(key: Array, env: Environment, params: Any, policy: Policy, n
             h, x = xs
             action, next_obs, next_state, reward, costs, ok = _stage_step(x, obs, state, h, env, params, plan)
             if checked:
-                bad = _first_bad(ok, h, action, bad, env.horizon)
+                bad = track_first_bad(ok, h, action, bad, env.horizon)
             return (next_obs, next_state, total_r + reward, total_c + costs, bad), None
 
-        terminal_r, terminal_c = _terminal(env, plan.owner, state, params)
+        terminal_r, terminal_c = terminal_signals(env, plan.owner, state, params)
         init = (obs, state, jnp.zeros_like(terminal_r), jnp.zeros_like(terminal_c),
-                _no_bad(env.horizon) if checked else None)
+                no_bad(env.horizon) if checked else None)
         stages = jnp.arange(env.horizon, dtype=jnp.int32)
         (_, final, total_r, total_c, bad), _ = jax.lax.scan(body, init, (stages, stage_xs))
-        terminal_r, terminal_c = _terminal(env, plan.owner, final, params)
+        terminal_r, terminal_c = terminal_signals(env, plan.owner, final, params)
         return total_r + terminal_r, total_c + terminal_c, bad
 
     rewards, costs, bad = jax.vmap(one, in_axes=(0, 1))(*_episode_inputs(key, env, params, policy, num_episodes))
-    poison = _finish(plan, env, bad)
-    rewards, costs = _poisoned(rewards, poison), _poisoned(costs, poison)
-    _check_paid(plan.owner, env, rewards, costs, "total")
+    poison = report_checks(plan, env, bad)
+    rewards, costs = poisoned(rewards, poison), poisoned(costs, poison)
+    check_paid(plan.owner, env, rewards, costs, "total")
     return Returns(rewards=rewards, costs=costs)
 
 
@@ -869,9 +533,9 @@ def episode(key: Array, env: Environment, params: Any, policy: Policy, *,
     policy is never tabulated here)."""
     record = check_record(record)
     plan = _plan("episode", env, params, policy, None)
-    key, impl = fast_key(_typed(key))
+    key, impl = fast_key(typed_key(key))
     reset_key, steps_key = jax.random.split(key)
     stage_xs = jax.tree.map(lambda x: x[:, 0], _stage_inputs(steps_key[None], impl, env, params, policy))
-    outs, final_state, bad = _scan(_restore_keys(reset_key, impl), stage_xs, env, params, plan, record)
+    outs, final_state, bad = _scan(restore_keys(reset_key, impl), stage_xs, env, params, plan, record)
     traj = _trajectory(outs, final_state, env, params, record, plan.owner)
     return _checked_trajectory(traj, plan, env, bad)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.envs.battery import BatteryStorage, gaussian_projection, physics
+from fhc_jax.envs.battery import BatteryStorage, physics
+from fhc_jax.envs.battery_reference import gaussian_projection
 
 
 def _mixed_rule(env, params, resolution):

@@ -12,11 +12,8 @@ import pytest
 
 import fhc_jax as fhc
 from fhc_jax.algos import fh_constrained
-from fhc_jax.envs.battery import (
-    BatteryStorage,
-    DiscretizedPolicy,
-    DiscretizedRatePolicy,
-)
+from fhc_jax.envs.battery import BatteryStorage
+from fhc_jax.envs.battery_reference import DiscretizedPolicy, DiscretizedRatePolicy
 from fhc_jax.envs.gymnax_interop import GymnaxEnv, from_gymnax, pendulum, to_gymnax
 from fhc_jax.envs.spaces import Box
 from fhc_jax.envs.wrappers import ScaledSignals, signal_scales

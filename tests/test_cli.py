@@ -119,8 +119,8 @@ def test_config_errors_before_compiling(tmp_path, monkeypatch, capsys):
     toml = tmp_path / "bad.toml"
     toml.write_text("[env]\nsize = 4\nwidth = 3\n")
     cases = [
-        (["--set", "critc_step.init=0.5"], "did you mean 'critic_step.init'"),
-        (["--set", "critic_step.power=0.4"], "critic_step.power must lie in (0.5, 1]"),
+        (["--set", "critc_step.init=0.5"], "did you mean 'critic_lr.init'"),
+        (["--set", "critic_lr.power=0.4"], "critic_lr.power must lie in (0.5, 1]"),
         (["--set", "env.horizon=four"], "env.horizon must be an integer, found 'four'"),
         (["--config", str(toml)], "unknown key 'env.width'"),
         (["--config", str(tmp_path / "missing.toml")], "does not exist"),
@@ -139,7 +139,7 @@ def test_console_script_sweep_sharded_equals_unsharded(tmp_path):
     """`fhc-jax sweep` in a subprocess with 4 host devices (runs axis sharded, padded 6 -> 8)
     gives the results of the same sweep unsharded in this process."""
     out = tmp_path / "sweep"
-    grid = ["--grid", "trace=0.2,0.8", "--grid", "critic_step.init=0.5,1.0,0.8"]
+    grid = ["--grid", "trace=0.2,0.8", "--grid", "critic_lr.init=0.5,1.0,0.8"]
     exe = Path(sys.executable).with_name("fhc-jax")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fhc_jax.cli"]
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")

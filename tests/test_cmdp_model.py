@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from conftest import random_cmdp
+from helpers import random_cmdp
 
 
 def _fields(cmdp):

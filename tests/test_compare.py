@@ -14,7 +14,9 @@ import pytest
 
 from fhc_jax.algos import fh_constrained, resolve_env_defaults
 from fhc_jax.cli import main
-from fhc_jax.experiment import compare, config, judge
+from fhc_jax.experiment import compare, compare_report, judge, study_file
+from fhc_jax.experiment.judgement import Optimum
+from fhc_jax.experiment.typed_settings import ConfigError
 
 TINY = ["env.size=3", "env.horizon=4", "env.alpha=3.0", "num_iterations=6", "episodes_per_iteration=8",
         "run.chunk_size=3", "cpo.episodes_per_iteration=16"]
@@ -92,12 +94,12 @@ def test_exact_values_match_fhc_evaluate(tmp_path):
     the mean of the per-iteration batch means over the window. The statistics over seeds, their
     table and the performance profiles are there, and the progress written to a stream that is
     not a terminal has one plain, parseable line per completed run."""
-    from fhc_jax.experiment.runner import parse_run_line
+    from fhc_jax.experiment.progress import parse_run_line
 
     stream = io.StringIO()  # not a terminal
-    res = compare.run_comparison(compare.select_runs(["fh-constrained"]), seeds=2, overrides=TINY[:-1],
+    res = compare.run_comparison(study_file.select_runs(["fh-constrained"]), seeds=2, overrides=TINY[:-1],
                                  stream=stream, keep_policies=True)
-    spec = compare.build_specs(compare.select_runs(["fh-constrained"]), 2, TINY[:-1])[0]
+    spec = study_file.build_specs(study_file.select_runs(["fh-constrained"]), 2, TINY[:-1])[0]
     env, params = spec.make_env()
     ev = judge.evaluate_policies(env.to_cmdp(params), res["_policies"][0])
     row = res["runs"][0]
@@ -121,13 +123,13 @@ def test_exact_values_match_fhc_evaluate(tmp_path):
     assert (parsed[0]["done"], parsed[0]["total"], parsed[0]["eta_s"]) == (1, 1, 0.0)
     assert "(2 seeds, 95% intervals)" in parsed[0]["detail"]
     # the markdown's second table and the performance-profile figure
-    paths = compare.write_outputs({k: v for k, v in res.items() if k != "_policies"}, tmp_path, stem="c")
+    paths = compare_report.write_outputs({k: v for k, v in res.items() if k != "_policies"}, tmp_path, stem="c")
     md = paths["md"].read_text()
     assert "| Algorithm | Input | Seeds | Exact reward: mean [95% CI] |" in md
     stats_row = next(line for line in md.splitlines() if line.startswith("| FH-Constrained | tabular (h, s) | 2 |"))
     assert f"{st['reward']['mean']:.2f} [{st['reward']['mean_ci95'][0]:.2f}, " in stats_row
     assert paths["profile"] == tmp_path / "c_profile.png" and paths["profile"].stat().st_size > 10_000
-    panels = compare.profile_panels(json.loads(paths["json"].read_text()))
+    panels = compare_report.profile_panels(json.loads(paths["json"].read_text()))
     np.testing.assert_allclose(panels[0][1]["FH-Constrained"], ev["reward"] / res["optimum"]["reward"], rtol=1e-5)
 
 
@@ -135,8 +137,8 @@ def test_judge_run_window_and_violations():
     r, n, k = 3, 100, 256
     metrics = {"reward": np.tile(np.arange(n, dtype=float), (r, 1)), "costs": np.full((r, n, 1), 20.0)}
     metrics["costs"][1, -5:, 0] = 100.0  # seed 1's last iterations: mean over the window > alpha
-    opt = judge.Optimum(reward=45.0, costs=np.array([25.0]), multipliers=np.array([0.5]), policy=np.zeros(1),
-                        stage_costs=np.zeros(1), stage_rewards=np.zeros(1), solve_time_s=0.0)
+    opt = Optimum(reward=45.0, costs=np.array([25.0]), multipliers=np.array([0.5]), policy=np.zeros(1),
+                  stage_costs=np.zeros(1), stage_rewards=np.zeros(1), solve_time_s=0.0)
     judged = judge.judge(np.array([40.0, 41.0, 42.0]), np.array([[25.4], [25.6], [10.0]]), np.array([25.0]),
                          optimum=opt)
     out = compare.judge_run(metrics, judged, k)
@@ -155,25 +157,25 @@ def test_judge_run_window_and_violations():
 
 
 def test_selection_and_settings_validation():
-    names = [r.name for r in compare.select_runs()]
+    names = [r.name for r in study_file.select_runs()]
     assert names == ["FH-Constrained", "NN-Constrained (xy)", "PPO-Lagrangian (xy)", "PPO-Lagrangian (xyt)",
                      "CPO (xy)", "CPO (xyt)", "e-COP (xy)", "Saute-Lagrangian (xy)", "Saute-Lagrangian (xyt)"]
-    assert [r.name for r in compare.select_runs(["ppo_lagrangian", "cpo"], ["xyt"])] == [
+    assert [r.name for r in study_file.select_runs(["ppo_lagrangian", "cpo"], ["xyt"])] == [
         "PPO-Lagrangian (xyt)", "CPO (xyt)"]
     with pytest.raises(ValueError, match="no run"):
-        compare.select_runs(["nn-constrained"], ["xyt"])
-    specs = compare.build_specs(compare.select_runs(["fh-constrained", "cpo"], ["xyt"]), 3,
-                                ["env.size=4", "cpo.num_iterations=7", "theta_bound=2.0"])
+        study_file.select_runs(["nn-constrained"], ["xyt"])
+    specs = study_file.build_specs(study_file.select_runs(["fh-constrained", "cpo"], ["xyt"]), 3,
+                                   ["env.size=4", "cpo.num_iterations=7", "theta_bound=2.0"])
     assert [s.algo for s in specs] == ["fh-constrained", "cpo"]
     assert all(s.env["size"] == 4 and s.seeds == 3 for s in specs)
     assert specs[1].learner.num_iterations == 7 and specs[1].learner.observation == "xyt"
     default = resolve_env_defaults(fh_constrained.Config(), True)  # GridWorld has a tabular exact model
     assert specs[0].learner.num_iterations == default.num_iterations and specs[0].learner.theta_bound == 2.0
     for bad in (["nope=1"], ["cpo.nope=1"], ["env.nope=1"], ["observation=xyt"]):
-        with pytest.raises(config.ConfigError):
-            compare.build_specs(compare.select_runs(["fh-constrained", "cpo"]), 2, bad)
-    with pytest.raises(config.ConfigError, match="not among"):
-        compare.build_specs(compare.select_runs(["cpo"]), 2, ["ppo-lag.num_iterations=3"])
+        with pytest.raises(ConfigError):
+            study_file.build_specs(study_file.select_runs(["fh-constrained", "cpo"]), 2, bad)
+    with pytest.raises(ConfigError, match="not among"):
+        study_file.build_specs(study_file.select_runs(["cpo"]), 2, ["ppo-lag.num_iterations=3"])
 
 
 def test_cli_rejects_bad_settings_before_compiling(tmp_path, capsys):
@@ -191,11 +193,11 @@ theta_bound = 2.0
 [[run]]
 label = "FH slow critic"
 algo = "fh-constrained"
-set = { critic_step = { init = 0.25 }, num_iterations = 9 }
+set = { critic_lr = { init = 0.25 }, num_iterations = 9 }
 [[run]]
 label = "FH fast critic"
 algo = "fh_constrained"
-set = { "critic_step.init" = 1.0 }
+set = { "critic_lr.init" = 1.0 }
 [[run]]
 algo = "cpo"
 set = { observation = "xyt" }
@@ -208,18 +210,19 @@ def test_a_study_file_is_read_with_its_precedence(tmp_path):
     both."""
     path = tmp_path / "study.toml"
     path.write_text(STUDY)
-    study = compare.load_study(path)
+    study = study_file.load_study(path)
     assert study.name == "two_step_sizes" and study.notes == ("two FH-Constrained critics",)
     assert [(r.name, r.algo, r.observation) for r in study.runs] == [
         ("FH slow critic", "fh-constrained", None), ("FH fast critic", "fh-constrained", None),
         ("CPO (xyt)", "cpo", "xyt")]
-    assert [r.name for r in compare.select_runs(inputs=["xy"], study=study)] == ["FH slow critic", "FH fast critic"]
-    slow, fast, cpo = compare.build_specs(study.runs, 2, ["env.size=3", "cpo.num_iterations=4"], common=study.settings)
-    assert slow.learner.critic_step.init == 0.25 and fast.learner.critic_step.init == 1.0
+    assert [r.name for r in study_file.select_runs(inputs=["xy"], study=study)] == ["FH slow critic", "FH fast critic"]
+    slow, fast, cpo = study_file.build_specs(study.runs, 2, ["env.size=3", "cpo.num_iterations=4"],
+                                             common=study.settings)
+    assert slow.learner.critic_lr.init == 0.25 and fast.learner.critic_lr.init == 1.0
     assert (slow.num_iterations, fast.num_iterations, cpo.num_iterations) == (9, 6, 4)
     assert slow.learner.theta_bound == fast.learner.theta_bound == 2.0 and cpo.learner.observation == "xyt"
     assert all(s.env["size"] == 3 and s.seeds == 2 for s in (slow, fast, cpo))
-    slow, _, _ = compare.build_specs(study.runs, 2, ["num_iterations=5"], common=study.settings)
+    slow, _, _ = study_file.build_specs(study.runs, 2, ["num_iterations=5"], common=study.settings)
     assert slow.num_iterations == 5
 
 
@@ -235,8 +238,8 @@ def test_a_study_file_is_read_with_its_precedence(tmp_path):
 def test_study_file_errors_are_one_line_before_compiling(tmp_path, capsys, text, message):
     path = tmp_path / "bad.toml"
     path.write_text(text)
-    with pytest.raises(config.ConfigError, match=message):
-        compare.load_study(path)
+    with pytest.raises(ConfigError, match=message):
+        study_file.load_study(path)
     assert main(["compare", str(path), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("fhc-jax compare: error: ") and err.count("\n") == 1
@@ -246,11 +249,11 @@ def test_study_file_errors_are_one_line_before_compiling(tmp_path, capsys, text,
 def test_rows_of_a_study_must_share_one_environment(tmp_path):
     path = tmp_path / "envs.toml"
     path.write_text("[[run]]\nalgo = 'cpo'\nset = { 'env.size' = 3 }\n[[run]]\nalgo = 'ppo-lag'\n")
-    study = compare.load_study(path)
-    with pytest.raises(config.ConfigError, match="must share one environment"):
-        compare.build_specs(study.runs, 1, common=study.settings)
-    with pytest.raises(config.ConfigError, match="observation is chosen per run"):
-        compare.build_specs(study.runs, 1, ["cpo.observation=xy"])
+    study = study_file.load_study(path)
+    with pytest.raises(ConfigError, match="must share one environment"):
+        study_file.build_specs(study.runs, 1, common=study.settings)
+    with pytest.raises(ConfigError, match="observation is chosen per run"):
+        study_file.build_specs(study.runs, 1, ["cpo.observation=xy"])
 
 
 @pytest.mark.slow
@@ -265,7 +268,7 @@ def test_cli_runs_a_study_file(tmp_path, capsys):
                  "--out", str(out), "--quiet"]) == 0
     res = json.loads((out / "two_step_sizes.json").read_text())
     assert [r["name"] for r in res["runs"]] == ["FH slow critic", "FH fast critic"]
-    assert res["runs"][0]["changed_settings"]["critic_step.init"] == 0.25
+    assert res["runs"][0]["changed_settings"]["critic_lr.init"] == 0.25
     assert res["runs"][0]["num_iterations"] == 9 and res["runs"][1]["num_iterations"] == 6
     assert res["notes"] == ["two FH-Constrained critics"]
     assert "two FH-Constrained critics" in (out / "two_step_sizes.md").read_text()

@@ -15,8 +15,9 @@ import pytest
 from scipy.optimize import minimize
 
 import fhc_jax as fhc
-from fhc_jax.algos import cpo, returns, tabular_rollout, trust_region
-from fhc_jax.algos.networks import MLP
+from fhc_jax.algos import cpo, trust_region
+from fhc_jax.algos.core import returns, tabular_rollout
+from fhc_jax.algos.core.networks import MLP
 from fhc_jax.envs.gridworld import GridWorld
 from fhc_jax.envs.tabular import TabularEnv
 from fhc_jax.rollout import uses_uniforms
@@ -294,18 +295,18 @@ def test_learning_on_bandit_cmdp_moves_to_the_threshold():
     for seed in range(2):
         state = jax.tree.map(lambda x: x[seed], out.final_state)
         ev = fhc.evaluate(cmdp, cpo.policy_table(state, BANDIT, cmdp))
-        initial_reward = float(out.metrics.exact.reward[seed, 0])
-        initial_cost = float(out.metrics.exact.costs[seed, 0, 0])
+        initial_reward = float(out.metrics.evaluation.reward[seed, 0])
+        initial_cost = float(out.metrics.evaluation.costs[seed, 0, 0])
         assert abs(initial_cost - 1.0) < 0.05 and abs(initial_reward - 1.2) < 0.05
         assert float(ev.costs[0]) <= 1.5 + 0.1, (seed, float(ev.costs[0]))
         assert float(ev.costs[0]) >= 1.3, (seed, float(ev.costs[0]))  # moved toward the threshold
         assert float(ev.reward) >= initial_reward + 0.25, (seed, float(ev.reward), initial_reward)
-        np.testing.assert_allclose(out.metrics.exact.reward[seed, -1], ev.reward, rtol=1e-4)
-        np.testing.assert_allclose(out.metrics.exact.costs[seed, -1], ev.costs, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(out.metrics.evaluation.reward[seed, -1], ev.reward, rtol=1e-4)
+        np.testing.assert_allclose(out.metrics.evaluation.costs[seed, -1], ev.costs, rtol=1e-4, atol=1e-5)
     m = out.metrics
     assert m.reward.shape == (2, 40) and m.costs.shape == (2, 40, 1) and m.multipliers.shape == (2, 40, 1)
     assert m.kl.shape == m.step_fraction.shape == m.optimisation_case.shape == m.entropy.shape == (2, 40)
-    np.testing.assert_array_equal(m.exact.iteration[0], [0, 20, 40])
+    np.testing.assert_array_equal(m.evaluation.iteration[0], [0, 20, 40])
     assert np.all(np.asarray(m.multipliers) >= 0)
     assert np.all(np.asarray(m.kl) <= BANDIT_CONFIG.max_kl + 1e-6)
     assert np.all((np.asarray(m.optimisation_case) >= 0) & (np.asarray(m.optimisation_case) <= 4))
@@ -401,7 +402,7 @@ def test_distinct_inputs():
         ({"backtrack_ratio": 1.0}, r"Config.backtrack_ratio must lie in \(0, 1\)"),
         ({"gamma": 1.5}, r"Config.gamma must lie in \[0, 1\]"),
         ({"gae_lambda": -0.1}, r"Config.gae_lambda must lie in \[0, 1\]"),
-        ({"critic_learning_rate": 0.0}, r"Config.critic_learning_rate must be > 0"),
+        ({"critic_lr": 0.0}, r"Config.critic_lr must be > 0"),
     ],
 )
 def test_config_validation(changes, match):

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from fhc_jax import cli
-from fhc_jax.experiment import rundir, runner
-from fhc_jax.experiment.config import ConfigError
+from fhc_jax.experiment import distributed, rundir
+from fhc_jax.experiment.typed_settings import ConfigError
 
 TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20",
         "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0"]
@@ -46,15 +46,15 @@ NEVER_JOINED = (_LOGS / "never_joined.log").read_text()
 ])
 def test_cluster_refuses_out_of_range_fields(fields, message):
     with pytest.raises(ConfigError) as err:
-        runner.Cluster(**fields).check()
+        distributed.Cluster(**fields).check()
     assert message in str(err.value)
 
 
 def test_cluster_flags_join_the_same_run_again():
-    c = runner.Cluster("node1:1234", 4, 2, heartbeat_timeout_s=10).check()
+    c = distributed.Cluster("node1:1234", 4, 2, heartbeat_timeout_s=10).check()
     assert c.flags() == ["--coordinator", "node1:1234", "--num-processes", "4", "--process-id", "2",
                          "--heartbeat-timeout", "10"]
-    assert runner.Cluster().flags() == ["--distributed"]  # everything from the scheduler's environment
+    assert distributed.Cluster().flags() == ["--distributed"]  # everything from the scheduler's environment
     args = cli.build_parser().parse_args(["train", "--out", "x", *c.flags()])
     assert cli._cluster(args) == c
     assert cli._cluster(cli.build_parser().parse_args(["train", "--out", "x"])) is None
@@ -63,15 +63,16 @@ def test_cluster_flags_join_the_same_run_again():
 
 
 def test_runtime_verdict_names_the_lost_process():
-    assert runner.runtime_verdict(PEER_DIED, 0, 2) == "process 1 of 2 stopped sending heartbeats (died or hung)"
-    assert runner.runtime_verdict(COORDINATOR_DIED, 1, 2) == "process 0 of 2 (the coordinator) is gone"
-    assert runner.runtime_verdict(NEVER_JOINED, 0, 2, 60) == "process 1 of 2 did not join within 60 s"
-    assert runner.runtime_verdict(NEVER_JOINED, 1, 2, 60) == "process 0 of 2 (the coordinator) did not join within 60 s"
-    assert runner.runtime_verdict(NEVER_JOINED, 3, 8, 60) == "not every process of 8 joined within 60 s"
-    unknown = "F1127 12:00:00.000000 1 client.h:80] " + runner.FATAL + ". absl::Status: INTERNAL: something else\n"
-    assert runner.runtime_verdict(unknown, 0, 2) == \
+    assert distributed.runtime_verdict(PEER_DIED, 0, 2) == "process 1 of 2 stopped sending heartbeats (died or hung)"
+    assert distributed.runtime_verdict(COORDINATOR_DIED, 1, 2) == "process 0 of 2 (the coordinator) is gone"
+    assert distributed.runtime_verdict(NEVER_JOINED, 0, 2, 60) == "process 1 of 2 did not join within 60 s"
+    assert distributed.runtime_verdict(NEVER_JOINED, 1, 2, 60) == \
+        "process 0 of 2 (the coordinator) did not join within 60 s"
+    assert distributed.runtime_verdict(NEVER_JOINED, 3, 8, 60) == "not every process of 8 joined within 60 s"
+    unknown = "F1127 12:00:00.000000 1 client.h:80] " + distributed.FATAL + ". absl::Status: INTERNAL: something else\n"
+    assert distributed.runtime_verdict(unknown, 0, 2) == \
         "JAX's distributed runtime stopped this process: INTERNAL: something else"
-    assert runner.runtime_verdict("Traceback (most recent call last):\nValueError: x\n", 0, 2) is None
+    assert distributed.runtime_verdict("Traceback (most recent call last):\nValueError: x\n", 0, 2) is None
     # the supervisor holds back exactly the runtime's records
     records = [line for line in PEER_DIED.splitlines() if line.startswith(("E1", "F1"))]
     assert len(records) == 3 and all(cli._runtime_error(line.encode()) for line in records)
@@ -105,12 +106,12 @@ def test_fault_line_names_the_process_and_the_resume_command(tmp_path):
 
 
 def test_agree_and_share_in_one_process():
-    runner.agree()
-    assert runner.share(7) == 7
+    distributed.agree()
+    assert distributed.share(7) == 7
     with pytest.raises(KeyError):
-        runner.agree(KeyError("mine"))
+        distributed.agree(KeyError("mine"))
     with pytest.raises(OSError):
-        runner.share(3, OSError("disk full"))
+        distributed.share(3, OSError("disk full"))
 
 
 def test_bad_cluster_option_is_a_usage_error(tmp_path, capfd):

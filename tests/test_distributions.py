@@ -1,4 +1,4 @@
-"""Action heads (fhc_jax.algos.distributions) against independent references: distrax's
+"""Action heads (fhc_jax.algos.core.distributions) against independent references: distrax's
 MultivariateNormalDiag and Categorical, scipy's normal density, and sampling statistics."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 import fhc_jax as fhc
-from fhc_jax.algos.distributions import (LOG_STD_MAX, LOG_STD_MIN, Categorical, DiagonalGaussian, action_head)
+from fhc_jax.algos.core.distributions import (LOG_STD_MAX, LOG_STD_MIN, Categorical, DiagonalGaussian, action_head)
 from fhc_jax.envs.spaces import Box, Discrete
 
 LOW, HIGH = (-1.0, 0.0, -3.0), (1.0, 4.0, 1.0)

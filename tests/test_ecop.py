@@ -128,7 +128,7 @@ def test_learning_regression_small_grid_judged_exactly():
     assert tables.shape == (2, 12, 25, 9)
     ev = jax.vmap(fhc.evaluate, in_axes=(None, 0))(cmdp, tables)
     uniform = fhc.evaluate(cmdp, jnp.full((12, 25, 9), 1.0 / 9))
-    np.testing.assert_allclose(ev.reward, out.metrics.exact.reward[:, -1], rtol=1e-5)
+    np.testing.assert_allclose(ev.reward, out.metrics.evaluation.reward[:, -1], rtol=1e-5)
     assert np.all(np.asarray(ev.reward) > 2.0 * float(uniform.reward)), (ev.reward, uniform.reward)
     assert np.all(np.asarray(ev.costs[:, 0]) <= 1.1 * 4.0), ev.costs
     s_r, s_c = signal_scales(env, params)  # the multipliers are reported in the environment's units

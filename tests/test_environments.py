@@ -13,7 +13,8 @@ import pytest
 import fhc_jax as fhc
 from fhc_jax.cli import main
 from fhc_jax.envs.base import Environment
-from fhc_jax.experiment import compare, config, runner
+from fhc_jax.experiment import config, runner, study_file
+from fhc_jax.experiment.typed_settings import ConfigError
 
 TOY = "toy_env:ToyEnv"
 
@@ -45,14 +46,14 @@ def test_gridworld_settings_come_from_its_constructor():
     ({"slip": "high"}, r"env.slip must be a number, found 'high' \(str\)"),
 ])
 def test_gridworld_types_checked_per_key(values, message):
-    with pytest.raises(config.ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message):
         config.load_environment("gridworld").validate(values)
 
 
 def test_constructor_ranges_reported_as_config_errors():
-    with pytest.raises(config.ConfigError, match=r"env 'gridworld': GridWorld.make_params: slip must be a number in \[0, 1\]"):
+    with pytest.raises(ConfigError, match=r"env 'gridworld': GridWorld.make_params: slip must be a number in \[0, 1\]"):
         config.make_env("gridworld", {"slip": 1.5})
-    with pytest.raises(config.ConfigError, match=r"ToyEnv: horizon must be >= 1"):
+    with pytest.raises(ConfigError, match=r"ToyEnv: horizon must be >= 1"):
         config.make_env(TOY, {"horizon": 0})
 
 
@@ -60,8 +61,8 @@ def test_user_environment_keys_are_its_own():
     entry = config.load_environment(TOY)
     assert [(s.name, s.kind, s.default) for s in entry.settings] == [("horizon", "int", 3), ("alpha", "float", 1.0)]
     assert entry.action_moves is None
-    with pytest.raises(config.ConfigError, match=r"unknown key 'env.size'.* for environment 'toy_env:ToyEnv'; "
-                                                    r"valid keys: env.alpha, env.horizon, env.name$"):
+    with pytest.raises(ConfigError, match=r"unknown key 'env.size'.* for environment 'toy_env:ToyEnv'; "
+                                             r"valid keys: env.alpha, env.horizon, env.name$"):
         config.load_spec(env=TOY, overrides=["env.size=3"])
     spec = config.load_spec(env=TOY, overrides=["env.alpha=2"])
     assert spec.env == {"horizon": 3, "alpha": 2.0} and spec.env_title() == f"{TOY} (alpha=2)"
@@ -98,16 +99,16 @@ def test_factories_and_refusals(monkeypatch):
                           ("no_such_module_xyz:Env", "cannot import module 'no_such_module_xyz'"),
                           (f"{module}:Missing", "has no attribute 'Missing'"),
                           ("gridwrld", "unknown environment 'gridwrld'; registered: gridworld")]:
-        with pytest.raises(config.ConfigError, match=message):
+        with pytest.raises(ConfigError, match=message):
             config.load_environment(name)
-    with pytest.raises(config.ConfigError, match="returned object, not an fhc_jax.envs.Environment"):
+    with pytest.raises(ConfigError, match="returned object, not an fhc_jax.envs.Environment"):
         config.make_env(f"{module}:_not_an_env")
 
 
 def test_compare_refuses_inputs_the_environment_lacks():
-    with pytest.raises(config.ConfigError, match=r"input 'xy' of PPO-Lagrangian \(xy\) is not supported by "
-                                                    r"environment 'toy_env:ToyEnv' \(its observations: one_hot, index\)"):
-        compare.build_specs(compare.select_runs(["fh-constrained", "ppo-lag"], ["xy"]), 2, env=TOY)
+    with pytest.raises(ConfigError, match=r"input 'xy' of PPO-Lagrangian \(xy\) is not supported by "
+                                             r"environment 'toy_env:ToyEnv' \(its observations: one_hot, index\)"):
+        study_file.build_specs(study_file.select_runs(["fh-constrained", "ppo-lag"], ["xy"]), 2, env=TOY)
 
 
 @pytest.mark.slow

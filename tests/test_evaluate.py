@@ -8,25 +8,8 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from conftest import random_cmdp, random_policy
+from helpers import STAY, SWITCH, random_cmdp, random_policy, switch_cmdp
 
-STAY, SWITCH = 0, 1
-
-
-def switch_cmdp(alpha: float = 0.5) -> fhc.TabularCMDP:
-    """Two states, H = 2. Action 0 stays, action 1 switches state (deterministic).
-    Switching pays reward 1; arriving in state 1 costs 1 (per next state); r_H(s) = 10 s;
-    start in state 0."""
-    p = np.zeros((2, 2, 2))
-    p[:, STAY] = np.eye(2)
-    p[:, SWITCH] = np.eye(2)[::-1]
-    rewards = np.zeros((2, 2, 2))
-    rewards[:, :, SWITCH] = 1.0
-    costs = np.broadcast_to(np.array([0.0, 1.0]), (1, 2, 2, 2, 2))  # g_h(s, a, s') = s'
-    return fhc.TabularCMDP(
-        transitions=p, rewards=rewards, costs=costs, terminal_rewards=[0.0, 10.0],
-        terminal_costs=[[0.0, 0.0]], thresholds=[alpha], initial_distribution=[1.0, 0.0],
-    )
 
 
 def test_hand_computed_uniform_policy(x64):

@@ -19,7 +19,7 @@ from flax import struct
 import fhc_jax as fhc
 from fhc_jax.cli import main
 from fhc_jax.envs.base import Environment
-from fhc_jax.experiment import config, evaluation, judge, load_run, rundir
+from fhc_jax.experiment import config, evaluation, judge, load_run, rundir, writer_lock
 
 TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20",
         "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0"]
@@ -198,7 +198,7 @@ def test_missing_or_damaged_files_are_refused_naming_the_file(trained, tmp_path,
     # a checkpoint of another configuration (its manifest's hash differs from config.json's settings)
     run = _copy(trained, tmp_path, "foreign")
     cfg = json.loads((run / "config.json").read_text())
-    cfg["settings"]["critic_step.init"] = 0.123
+    cfg["settings"]["critic_lr.init"] = 0.123
     (run / "config.json").write_text(json.dumps(cfg))
     refused(run, 1, "written under another configuration")
 
@@ -244,7 +244,7 @@ def test_run_directories_of_another_format_are_refused_with_the_command_to_rerun
 
 def test_eval_is_refused_while_another_process_writes_the_run(trained, tmp_path, capsys):
     run = _copy(trained, tmp_path)
-    with rundir.locked(run, "fhc-jax train --resume --out " + str(run)):
+    with writer_lock.locked(run, "fhc-jax train --resume --out " + str(run)):
         assert main(["eval", str(run)]) == 1
     err = capsys.readouterr().err
     assert "is in use by process" in err and "fhc-jax train --resume" in err

@@ -9,6 +9,7 @@ import pytest
 import fhc_jax as fhc
 from fhc_jax.algos import fh_constrained as fc, resolve_env_defaults
 from fhc_jax.experiment import checkpoint, config, runner, sweep
+from fhc_jax.experiment.typed_settings import ConfigError
 
 TINY = ["env.size=3", "env.horizon=4", "num_iterations=20", "episodes_per_iteration=8", "run.chunk_size=5"]
 
@@ -29,13 +30,13 @@ def test_registry_names_and_errors():
 
 def test_toml_and_overrides(tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text('num_iterations = 12\nvariant = "paper"\n[critic_step]\ninit = 0.5\n'
+    path.write_text('num_iterations = 12\nvariant = "paper"\n[critic_lr]\ninit = 0.5\n'
                     '[env]\nname = "gridworld"\nsize = 4\nalpha = [3.0]\n[run]\nseeds = 2\n'
                     'feasibility_tolerance = 0.0\n')
     spec = config.load_spec("fh-constrained", config_file=path, overrides=["env.horizon=5", "trace=1"])
     assert spec.env_name == "gridworld" and spec.env["size"] == 4 and spec.env["horizon"] == 5 and spec.seeds == 2
     assert spec.feasibility_tolerance == 0.0 and spec.settings()["env.name"] == "gridworld"
-    assert spec.learner.critic_step.init == 0.5 and spec.learner.variant == "paper"
+    assert spec.learner.critic_lr.init == 0.5 and spec.learner.variant == "paper"
     assert spec.learner.trace == 1.0 and isinstance(spec.learner.trace, float)
     assert spec.chunk_size == 12  # min(eval_every, num_iterations)
     assert config.load_spec(settings=spec.settings()) == spec  # config.json round trip
@@ -44,13 +45,13 @@ def test_toml_and_overrides(tmp_path):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("critc_step.init=1", r"unknown key 'critc_step.init' \(did you mean 'critic_step.init'\?\).*valid keys: .*actor_step.decay"),
+    ("critc_step.init=1", r"unknown key 'critc_step.init' \(did you mean 'critic_lr.init'\?\).*valid keys: .*actor_lr.decay"),
     ("env.sise=4", r"unknown key 'env.sise'.*env.size"),
     ("run.seeds=0", r"run.seeds must be an integer >= 1, found 0"),
     ("run.feasibility_tolerance=-0.1", r"run.feasibility_tolerance must be a number >= 0, found -0.1"),
     ("env.name=nowhere", r"unknown environment 'nowhere'; registered: gridworld"),
-    ("critic_step.power=0.3", r"critic_step.power must lie in \(0.5, 1\]"),
-    ("critic_step.init=abc", r"critic_step.init must be a number, found 'abc' \(str\)"),
+    ("critic_lr.power=0.3", r"critic_lr.power must lie in \(0.5, 1\]"),
+    ("critic_lr.init=abc", r"critic_lr.init must be a number, found 'abc' \(str\)"),
     ("num_iterations=2.5", r"num_iterations must be an integer, found 2.5"),
     ("env.size=1", r"size must be an integer >= 2, found 1"),
     ("env.slip=1.5", r"slip"),
@@ -77,8 +78,8 @@ def test_chunked_equals_make_train():
     out = jax.jit(jax.vmap(fc.make_train(env, env.default_params, cfg)))(runner.seed_keys(0, 2))
     np.testing.assert_array_equal(res.final_state.theta, np.asarray(out.state.theta))
     np.testing.assert_array_equal(res.state.metrics["multipliers"], np.asarray(out.metrics.multipliers))
-    np.testing.assert_array_equal(res.state.exact_iterations, np.asarray(out.metrics.exact.iteration)[0])
-    np.testing.assert_array_equal(res.state.exact_reward, np.asarray(out.metrics.exact.reward))
+    np.testing.assert_array_equal(res.state.exact_iterations, np.asarray(out.metrics.evaluation.iteration)[0])
+    np.testing.assert_array_equal(res.state.exact_reward, np.asarray(out.metrics.evaluation.reward))
     assert res.policy.shape == (2, 4, 9, 9)
 
 
@@ -108,7 +109,7 @@ def test_checkpoint_resume_bit_identical(tmp_path):
 
 def test_sweep_grid_validation():
     spec = config.load_spec("fh-constrained", overrides=TINY, seeds=1)
-    assert sweep.parse_grid(["trace=0.2,0.5", "critic_step.init=1"]) == {"trace": [0.2, 0.5], "critic_step.init": [1]}
+    assert sweep.parse_grid(["trace=0.2,0.5", "critic_lr.init=1"]) == {"trace": [0.2, 0.5], "critic_lr.init": [1]}
     with pytest.raises(ValueError, match="only numeric hyperparameters"):
         sweep.grid_specs(spec, {"episodes_per_iteration": [4, 8]})
     with pytest.raises(ValueError, match="only numeric hyperparameters"):
@@ -117,13 +118,13 @@ def test_sweep_grid_validation():
         sweep.grid_specs(spec, {"trace": [0.5, 3.0]})
     with pytest.raises(ValueError, match="--grid expects"):
         sweep.parse_grid(["trace"])
-    assert len(sweep.grid_specs(spec, {"trace": [0.2, 0.5], "critic_step.init": [0.5, 1.0]})) == 4
+    assert len(sweep.grid_specs(spec, {"trace": [0.2, 0.5], "critic_lr.init": [0.5, 1.0]})) == 4
 
 
 def test_coarse_map_settings_round_trip_and_switch_kinds():
     """A coarse map's ``stage_inputs`` is written to config.json and read back; a switch of
     ``features.kind`` keeps the option both kinds have."""
-    from fhc_jax.algos import features
+    from fhc_jax.algos.core import features
 
     spec = config.load_spec("fh-constrained", env="battery", overrides=[
         "features.kind=radial_basis", "features.num_centers=5", "features.stage_inputs=false"])
@@ -136,6 +137,6 @@ def test_coarse_map_settings_round_trip_and_switch_kinds():
     assert switched == features.TileCoding(tiles=6, stage_inputs=False)  # from Auto()'s stage_inputs
     assert config.load_spec("fh-constrained", env="battery", overrides=[
         "features.stage_inputs=true", "features.kind=tile_coding"]).learner.features == features.TileCoding()
-    with pytest.raises(config.ConfigError, match="features.stage_inputs"):
+    with pytest.raises(ConfigError, match="features.stage_inputs"):
         config.load_spec("fh-constrained", env="battery", overrides=["features.stage_inputs=maybe"])
 

@@ -8,11 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_cmdp
+from helpers import random_cmdp
 from scipy import stats
 
 import fhc_jax as fhc
-from fhc_jax.algos.policies import SoftmaxPolicy, TablePolicy, softmax_inverse_cdf
+from fhc_jax.algos.core.policies import SoftmaxPolicy, TablePolicy, softmax_inverse_cdf
 from fhc_jax.rollout import rollout, rollout_returns, tabulates, uses_uniforms
 
 DRAWS = 200_000
@@ -251,7 +251,7 @@ def test_learner_policies_use_the_fast_helpers():
     out = jax.jit(fc.make_train(env, params, fc.Config(num_iterations=2, episodes_per_iteration=4, eval_every=0)))(jax.random.key(0))
     policy = fc.policy(out.state, env, params)
     assert isinstance(policy, TablePolicy) and uses_uniforms(env, policy)
-    from fhc_jax.algos.learner import observation_policy
+    from fhc_jax.algos.core.evaluation import observation_policy
 
     assert isinstance(observation_policy(lambda obs, h: jnp.zeros(9)), SoftmaxPolicy)
 

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.algos import features, fh_constrained as fc, multipliers, tabular_rollout as common
+from fhc_jax.algos import fh_constrained as fc, fh_kernels
+from fhc_jax.algos.core import features, multipliers, tabular_rollout as common
 from fhc_jax.algos import PowerSchedule, stack
 from fhc_jax.envs.gridworld import GridWorld
 from fhc_jax.envs.tabular import TabularEnv
 from fhc_jax.rollout import uses_uniforms
-from conftest import random_cmdp
+from helpers import random_cmdp
 
 
 # ----------------------------------------------------------------------------- reference
@@ -29,7 +30,7 @@ def reference_update(theta, v, w, lam, batch, phi, alpha, a_n, b_n, c_n, bound, 
     stage h (h = 0..H). theta[h] has shape (X, A); v[h], w[k][h] shape (X,). Everything on
     the right-hand side uses the iteration-n values, as the equations are written. The one
     departure of fhc_jax's paper variant: (algo7)'s step c(n) applies to the violation in units
-    of d^(k) = max(|alpha^(k)|, H / 100) (fhc_jax.algos.multipliers, "Units").
+    of d^(k) = max(|alpha^(k)|, H / 100) (fhc_jax.algos.core.multipliers, "Units").
     """
     H = len(theta)
     M = len(lam)
@@ -95,22 +96,22 @@ def test_k1_equals_paper_equations(spec, form, combine):
     cfg = fc.Config(
         num_iterations=1, episodes_per_iteration=1, features=spec, variant="paper", combine=combine,
         update_form=form, theta_bound=1.7, multiplier_max=5.0,
-        critic_step=PowerSchedule(0.3, 0.55, 2.0), actor_step=PowerSchedule(0.2, 0.7, 2.0),
-        multiplier_step=PowerSchedule(0.1, 0.9, 2.0),
+        critic_lr=PowerSchedule(0.3, 0.55, 2.0), actor_lr=PowerSchedule(0.2, 0.7, 2.0),
+        multiplier_lr=PowerSchedule(0.1, 0.9, 2.0),
     )
     table = features.build(spec, env)
     rng = np.random.default_rng(0)
     nu = np.array([0.4, 1.3])
     state = _random_state(rng, env, table.num_features, nu).replace(features=spec)
     model = common.tabular_model(env, params)
-    logits = jax.nn.softmax(fc._logits_table(state.theta, table), axis=-1)
+    logits = jax.nn.softmax(fc.logits_table(state.theta, table), axis=-1)
     batch = common.rollout_tabular(jax.random.key(1), model, jnp.cumsum(logits, -1), lambda c, s: c[s], 1)
     new, _ = fc.update(state, batch, None, fc.setup(env, params, cfg), cfg)
 
     phi_tab = np.eye(env.num_states) if table.one_hot else np.asarray(table.all_stages(env.horizon), np.float64)
     phi = [phi_tab if table.one_hot else phi_tab[h] for h in range(env.horizon + 1)]
     n = 3
-    a_n, b_n, c_n = (float(s.init / (1 + n / s.decay) ** s.power) for s in (cfg.critic_step, cfg.actor_step, cfg.multiplier_step))
+    a_n, b_n, c_n = (float(s.init / (1 + n / s.decay) ** s.power) for s in (cfg.critic_lr, cfg.actor_lr, cfg.multiplier_lr))
     crit = np.asarray(state.critics, np.float64)
     ref = reference_update(
         [np.asarray(t, np.float64) for t in state.theta],
@@ -130,6 +131,15 @@ def test_k1_equals_paper_equations(spec, form, combine):
     np.testing.assert_allclose(np.asarray(new.w), np.array([np.stack(wk) for wk in w]), atol=1e-5)
     np.testing.assert_allclose(np.asarray(new.multipliers), -np.array(lam), atol=1e-5)
     assert int(new.step) == 4
+    # the library's readable form of the equations agrees with the loops and with the fast forms
+    paper = fc.paper_update(state, batch, fc.setup(env, params, cfg), cfg)
+    np.testing.assert_allclose(np.asarray(paper.theta), np.stack(th), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(paper.critics[..., 0]), np.stack(v), atol=1e-5)
+    np.testing.assert_allclose(np.moveaxis(np.asarray(paper.critics[..., 1:]), -1, 0),
+                               np.array([np.stack(wk) for wk in w]), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(paper.multipliers), -np.array(lam), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(new.theta), np.asarray(paper.theta), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(new.critics), np.asarray(paper.critics), atol=1e-5)
 
 
 @pytest.mark.slow
@@ -143,7 +153,7 @@ def test_update_forms_agree(spec, combine, variant):
     rng = np.random.default_rng(1)
     state = _random_state(rng, env, table.num_features, [0.4, 1.3]).replace(features=spec)
     model = common.tabular_model(env, params)
-    mu = jax.nn.softmax(fc._logits_table(state.theta, table), axis=-1)
+    mu = jax.nn.softmax(fc.logits_table(state.theta, table), axis=-1)
     batch = common.rollout_tabular(jax.random.key(2), model, jnp.cumsum(mu, -1), lambda c, s: c[s], 16)
     out = []
     for form in ("table", "samples"):
@@ -164,7 +174,7 @@ def test_mass_combine_divides_by_the_summed_activations():
     table = features.build(spec, env)
     state = _random_state(np.random.default_rng(3), env, table.num_features, [0.4, 1.3]).replace(features=spec)
     model = common.tabular_model(env, params)
-    mu = jax.nn.softmax(fc._logits_table(state.theta, table), axis=-1)
+    mu = jax.nn.softmax(fc.logits_table(state.theta, table), axis=-1)
     k = 64
     batch = common.rollout_tabular(jax.random.key(4), model, jnp.cumsum(mu, -1), lambda c, s: c[s], k)
     new = {}
@@ -198,7 +208,7 @@ def test_mass_combine_divides_by_the_summed_activations():
 TINY = GridWorld(size=4, horizon=8, alpha=1.0, num_hotspots=1, num_quiet=2, num_phases=2)
 TINY_CONFIG = fc.Config(
     num_iterations=300, episodes_per_iteration=64, eval_every=100,
-    multiplier_step=PowerSchedule(0.02, 0.8, 100.0), theta_bound=3.0, trace=0.5,
+    multiplier_lr=PowerSchedule(0.02, 0.8, 100.0), theta_bound=3.0, trace=0.5,
 )
 
 
@@ -223,17 +233,17 @@ def test_learning_regression_small_grid():
     for seed in range(2):
         state = jax.tree.map(lambda x: x[seed], out.final_state)
         ev = fhc.evaluate(cmdp, fc.policy_table(state, TINY, params))
-        initial = float(out.metrics.exact.reward[seed, 0])
+        initial = float(out.metrics.evaluation.reward[seed, 0])
         assert float(ev.costs[0]) <= 1.0 * 1.02, (seed, float(ev.costs[0]))
         assert float(ev.reward) >= initial + 1.5, (seed, float(ev.reward), initial)
         assert float(ev.reward) >= 0.8 * best.reward, (seed, float(ev.reward), best.reward)
         # the in-jit exact evaluation agrees with evaluating the returned policy
-        np.testing.assert_allclose(out.metrics.exact.reward[seed, -1], ev.reward, rtol=1e-4)
-        np.testing.assert_allclose(out.metrics.exact.costs[seed, -1], ev.costs, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(out.metrics.evaluation.reward[seed, -1], ev.reward, rtol=1e-4)
+        np.testing.assert_allclose(out.metrics.evaluation.costs[seed, -1], ev.costs, rtol=1e-4, atol=1e-5)
     assert out.metrics.reward.shape == (2, 300)
     assert out.metrics.costs.shape == (2, 300, 1)
     assert out.metrics.multipliers.shape == (2, 300, 1)
-    np.testing.assert_array_equal(out.metrics.exact.iteration[0], [0, 100, 200, 300])
+    np.testing.assert_array_equal(out.metrics.evaluation.iteration[0], [0, 100, 200, 300])
     assert np.all(np.asarray(out.metrics.multipliers) >= 0)
 
 
@@ -289,16 +299,16 @@ def test_policy_for_rollout_matches_table():
 
 @pytest.mark.slow
 def test_works_with_tabular_env_and_two_constraints():
-    from conftest import random_cmdp
+    from helpers import random_cmdp
 
     cmdp = random_cmdp(3, num_states=6, num_actions=3, horizon=4, num_constraints=2, thresholds=np.array([1.5, 1.5]))
     env = fhc.TabularEnv(cmdp)
     cfg = fc.Config(num_iterations=30, episodes_per_iteration=32, eval_every=10)
     out = jax.jit(fc.make_train(env, env.default_params, cfg))(jax.random.key(0))
     assert out.metrics.multipliers.shape == (30, 2)
-    assert out.metrics.exact.costs.shape == (4, 2)
+    assert out.metrics.evaluation.costs.shape == (4, 2)
     ev = fhc.evaluate(cmdp, fc.policy_table(out.final_state, env))
-    np.testing.assert_allclose(ev.costs, out.metrics.exact.costs[-1], rtol=1e-4)
+    np.testing.assert_allclose(ev.costs, out.metrics.evaluation.costs[-1], rtol=1e-4)
 
 
 # ----------------------------------------------------------------------------- validation
@@ -307,12 +317,12 @@ def test_works_with_tabular_env_and_two_constraints():
 @pytest.mark.parametrize(
     "changes,match",
     [
-        (dict(critic_step=PowerSchedule(1.0, 0.5)), r"critic_step.power must lie in \(0.5, 1\].*squared"),
-        (dict(multiplier_step=PowerSchedule(1.0, 1.2)), r"multiplier_step.power must lie in \(0.5, 1\].*diverge"),
-        (dict(actor_step=PowerSchedule(1.0, 0.55)), r"actor_step.power must be > Config.critic_step.power"),
-        (dict(multiplier_step=PowerSchedule(1.0, 0.6)), r"multiplier_step.power must be > Config.actor_step.power"),
-        (dict(actor_step=PowerSchedule(0.0, 0.6)), r"actor_step.init must be > 0"),
-        (dict(critic_step=PowerSchedule(1.0, 0.55, -1.0)), r"critic_step.decay must be > 0"),
+        (dict(critic_lr=PowerSchedule(1.0, 0.5)), r"critic_lr.power must lie in \(0.5, 1\].*squared"),
+        (dict(multiplier_lr=PowerSchedule(1.0, 1.2)), r"multiplier_lr.power must lie in \(0.5, 1\].*diverge"),
+        (dict(actor_lr=PowerSchedule(1.0, 0.55)), r"actor_lr.power must be > Config.critic_lr.power"),
+        (dict(multiplier_lr=PowerSchedule(1.0, 0.6)), r"multiplier_lr.power must be > Config.actor_lr.power"),
+        (dict(actor_lr=PowerSchedule(0.0, 0.6)), r"actor_lr.init must be > 0"),
+        (dict(critic_lr=PowerSchedule(1.0, 0.55, -1.0)), r"critic_lr.decay must be > 0"),
         (dict(theta_bound=0.0), r"theta_bound must be > 0"),
         (dict(trace=1.5), r"trace must lie in \[0, 1\]"),
         (dict(policy_averaging=1.0), r"policy_averaging must lie in \[0, 1\)"),
@@ -328,14 +338,14 @@ def test_config_validation(changes, match):
 
 
 def test_constant_step_sizes_need_opt_out():
-    const = dict(critic_step=PowerSchedule(0.5, 0.0), actor_step=PowerSchedule(0.1, 0.0), multiplier_step=PowerSchedule(0.01, 0.0))
+    const = dict(critic_lr=PowerSchedule(0.5, 0.0), actor_lr=PowerSchedule(0.1, 0.0), multiplier_lr=PowerSchedule(0.01, 0.0))
     with pytest.raises(ValueError, match="Assumption 3"):
         fc.Config(**const)
     fc.Config(**const, check_step_sizes=False)
 
 
 def test_coarse_features_need_a_grid():
-    from conftest import random_cmdp
+    from helpers import random_cmdp
 
     env = fhc.TabularEnv(random_cmdp(0))
     with pytest.raises(ValueError, match="spatial environment"):
@@ -355,10 +365,10 @@ def test_advantage_increment_matches_direct_loop():
     for h in range(h_):
         np.add.at(count_sa[h], (states[h], actions[h]), 1.0)
         np.add.at(total_sa[h], (states[h], actions[h]), delta[h])
-    got = np.asarray(fc._advantage_increment_from_sums(
+    got = np.asarray(fh_kernels.advantage_increment_from_sums(
         jnp.asarray(count_sa, jnp.float32), jnp.asarray(total_sa, jnp.float32), table, k, True))
     # the per-sample form (small batches) sums to the same per-cell increment
-    weight, count_s = fc._advantage_weights(jnp.asarray(states), jnp.asarray(actions), jnp.asarray(delta, jnp.float32), a_)
+    weight, count_s = fh_kernels.advantage_weights(jnp.asarray(states), jnp.asarray(actions), jnp.asarray(delta, jnp.float32), a_)
     per_sample = np.zeros((h_, s_, a_))
     for h in range(h_):
         np.add.at(per_sample[h], (states[h], actions[h]), np.asarray(weight[h] / count_s[h]))
@@ -377,7 +387,7 @@ def test_advantage_increment_matches_direct_loop():
 def test_improved_multiplier_is_pi_controlled():
     """nu = clip(nu_I + K_p u), nu_I the paper's integral step on u, the relative violation
     (mean episode cost - alpha + margin) / d, with the margin 2 z sigma_C / sqrt(eval_episodes)
-    and d = max(|alpha|, H / 100) (fhc_jax.algos.multipliers)."""
+    and d = max(|alpha|, H / 100) (fhc_jax.algos.core.multipliers)."""
     env = SMALL
     params = env.default_params
     cfg = fc.Config(num_iterations=1, episodes_per_iteration=8, multiplier_gain=0.3)
@@ -391,7 +401,7 @@ def test_improved_multiplier_is_pi_controlled():
     alpha = np.asarray(params.thresholds, np.float64)
     margin = 2 * 1.645 * costs.std(0) / np.sqrt(cfg.eval_episodes)
     violation = (costs.mean(0) - alpha + margin) / np.maximum(np.abs(alpha), env.horizon / 100)
-    integral = np.clip(cfg.multiplier_step(0) * violation, 0.0, cfg.multiplier_max)
+    integral = np.clip(cfg.multiplier_lr(0) * violation, 0.0, cfg.multiplier_max)
     np.testing.assert_allclose(new.multiplier_state.integral, integral, rtol=1e-5)
     np.testing.assert_allclose(new.multipliers, np.clip(integral + 0.3 * violation, 0.0, cfg.multiplier_max), rtol=1e-5)
 
@@ -410,9 +420,9 @@ def test_reported_policy_is_the_polyak_average():
     np.testing.assert_allclose(carry.state.theta_average, expected, rtol=1e-5, atol=1e-6)
     table = fc.policy_table(carry.state, TINY, TINY.default_params)
     feats = features.build(learner.config.features, TINY)  # the resolved spec
-    np.testing.assert_allclose(table, jax.nn.softmax(fc._logits_table(jnp.asarray(expected), feats), -1), atol=1e-6)
+    np.testing.assert_allclose(table, jax.nn.softmax(fc.logits_table(jnp.asarray(expected), feats), -1), atol=1e-6)
     last = fc.policy_table(carry.state.replace(theta_average=carry.state.theta), TINY, TINY.default_params)
-    np.testing.assert_allclose(last, jax.nn.softmax(fc._logits_table(carry.state.theta, feats), -1), atol=1e-6)
+    np.testing.assert_allclose(last, jax.nn.softmax(fc.logits_table(carry.state.theta, feats), -1), atol=1e-6)
     assert not np.allclose(table, last)
 
 
@@ -431,10 +441,10 @@ def test_advantage_weights_match_the_pairwise_form(seed):
     same_sa = same_s & (actions[:, :, None] == actions[:, None, :])
     n_s, n_sa = same_s.sum(-1), same_sa.sum(-1)
     mean_s = (same_s * delta[:, None, :]).sum(-1) / n_s
-    mean_s = np.where(n_s >= fc.BASELINE_SAMPLES, mean_s, 0.0)
-    assert np.any(n_s < fc.BASELINE_SAMPLES)  # both branches are exercised
+    mean_s = np.where(n_s >= fh_kernels.BASELINE_SAMPLES, mean_s, 0.0)
+    assert np.any(n_s < fh_kernels.BASELINE_SAMPLES)  # both branches are exercised
     mean_sa = (same_sa * delta[:, None, :]).sum(-1) / n_sa
-    w, count = fc._advantage_weights(jnp.asarray(states), jnp.asarray(actions), jnp.asarray(delta), a)
+    w, count = fh_kernels.advantage_weights(jnp.asarray(states), jnp.asarray(actions), jnp.asarray(delta), a)
     np.testing.assert_allclose(count, n_s)
     np.testing.assert_allclose(w, (mean_sa - mean_s) * n_s / n_sa, rtol=1e-5, atol=1e-6)
 
@@ -443,7 +453,7 @@ def test_one_episode_per_update_learns():
     """K = 1 (the paper's setting): with one episode every visited (stage, state) has one
     sampled action, so a visit-averaged advantage that subtracts the state's own mean would be
     0 and the actor would never move; the state's empirical baseline needs two samples
-    (``fhc_jax.algos.returns.state_baseline``), below that the critic-baselined delta itself
+    (``fhc_jax.algos.core.returns.state_baseline``), below that the critic-baselined delta itself
     moves the sampled action. The default improved variant then learns from one episode per
     update (the uniform policy earns 29% of the optimum here)."""
     env = GridWorld(size=3, horizon=4)

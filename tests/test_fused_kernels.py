@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from conftest import random_cmdp, random_policy
+from helpers import random_cmdp, random_policy
 from fhc_jax.cmdp import transitions as tr
 from fhc_jax.cmdp.evaluate import _evaluate
 

@@ -16,7 +16,7 @@ import pytest
 
 import fhc_jax as fhc
 from fhc_jax.algos import ecop, nn_constrained as nc
-from fhc_jax.algos.distributions import LOG_STD_MAX, LOG_STD_MIN, DiagonalGaussian
+from fhc_jax.algos.core.distributions import LOG_STD_MAX, LOG_STD_MIN, DiagonalGaussian
 from fhc_jax.algos.nn_losses import gaussian_sample_targets
 from box_task import Reach
 
@@ -45,8 +45,8 @@ def _check_learned(module, out, seeds: int = 2) -> list[tuple[float, float, floa
         assert r > -2.0, (seed, r, c)
         assert c_up <= 1.15, (seed, r, c, c_up)
         # the in-training Monte-Carlo evaluation saw the same improvement
-        assert float(out.metrics.exact.reward[seed, 0]) < -9.0
-        assert abs(float(out.metrics.exact.reward[seed, -1]) - r) < 0.5
+        assert float(out.metrics.evaluation.reward[seed, 0]) < -9.0
+        assert abs(float(out.metrics.evaluation.reward[seed, -1]) - r) < 0.5
     return found
 
 
@@ -56,10 +56,10 @@ def test_nn_constrained_improved_learns_reach_within_its_budget():
     updates of 256 episodes, a faster multiplier than the defaults (tuned for thousands of
     updates) and a shorter Polyak average."""
     cfg = nc.Config(num_iterations=60, episodes_per_iteration=256, eval_every=0, eval_episodes=1024,
-                    policy_averaging=0.8, multiplier_step=fhc.algos.PowerSchedule(0.2, 0.8, 1000.0),
+                    policy_averaging=0.8, multiplier_lr=fhc.algos.PowerSchedule(0.2, 0.8, 1000.0),
                     multiplier_gain=0.5)
     out = jax.jit(jax.vmap(nc.make_train(REACH, REACH.default_params, cfg)))(jax.random.split(jax.random.key(0), 2))
-    assert out.metrics.exact.reward.shape == (2, 2)  # Monte-Carlo estimates at 0 and 60
+    assert out.metrics.evaluation.reward.shape == (2, 2)  # Monte-Carlo estimates at 0 and 60
     assert jax.tree.leaves(out.state.actor)[0].shape[:2] == (2, REACH.horizon)
     _check_learned(nc, out)
 
@@ -239,7 +239,7 @@ def test_ecop_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld(
         out = jax.jit(jax.vmap(ecop.make_train(env, params, cfg)))(keys)
         ev = jax.vmap(fhc.evaluate, in_axes=(None, 0))(cmdp, ecop.policy_table(out.final_state, env, params))
         results[path] = (np.asarray(ev.reward), np.asarray(ev.costs)[:, 0])
-        np.testing.assert_allclose(out.metrics.exact.reward[:, -1], ev.reward, rtol=1e-5)
+        np.testing.assert_allclose(out.metrics.evaluation.reward[:, -1], ev.reward, rtol=1e-5)
     (r_t, c_t), (r_s, c_s) = results["tabular"], results["sampled"]
     assert abs(r_t.mean() - r_s.mean()) < 3 * max(r_t.std(), r_s.std(), 0.05), (r_t, r_s)
     assert abs(c_t.mean() - c_s.mean()) < 3 * max(c_t.std(), c_s.std(), 0.05), (c_t, c_s)

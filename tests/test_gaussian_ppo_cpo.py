@@ -16,9 +16,10 @@ from jax.flatten_util import ravel_pytree
 
 import fhc_jax as fhc
 from fhc_jax.algos import cpo, ppo_lagrangian as pl, saute, trust_region
-from fhc_jax.algos.distributions import DiagonalGaussian
-from fhc_jax.algos.learner import play_environment
-from fhc_jax.algos.networks import MLP
+from fhc_jax.envs import saute as saute_envs
+from fhc_jax.algos.core.distributions import DiagonalGaussian
+from fhc_jax.algos.core.scaffold import play_environment
+from fhc_jax.algos.core.networks import MLP
 
 ENV = Reach()
 PARAMS = ENV.default_params
@@ -55,13 +56,13 @@ def test_learns_reach_within_the_budget(name):
     learner's ``policy``; the in-training evaluation estimates the same policy)."""
     module, cfg = (pl, PPO) if name == "ppo" else (cpo, CPO)
     out = jax.jit(module.make_train(ENV, PARAMS, cfg))(jax.random.key(0))
-    r0, c0 = float(out.metrics.exact.reward[0]), float(out.metrics.exact.costs[0, 0])
+    r0, c0 = float(out.metrics.evaluation.reward[0]), float(out.metrics.evaluation.costs[0, 0])
     assert abs(r0 - INITIAL_REWARD) < 0.3 and abs(c0 - 1.83) < 0.1, (r0, c0)
     r, r_half, c, c_half = _monte_carlo(module.policy(out.final_state, ENV, PARAMS))
     assert r - r_half > -1.5, (r, r_half)
     assert abs(c - 1.0) + c_half < 0.15, (c, c_half)
-    assert abs(float(out.metrics.exact.reward[-1]) - r) < 0.1
-    assert abs(float(out.metrics.exact.costs[-1, 0]) - c) < 0.1
+    assert abs(float(out.metrics.evaluation.reward[-1]) - r) < 0.1
+    assert abs(float(out.metrics.evaluation.costs[-1, 0]) - c) < 0.1
     assert np.all(np.isfinite(np.asarray(out.metrics.entropy)))
     # exploration shrank from the initial sigma = 0.5 (differential entropy log 0.5 + 1.42 = 0.73)
     assert float(out.metrics.entropy[0]) == pytest.approx(math.log(0.5) + 0.5 * (1 + math.log(2 * math.pi)), abs=1e-5)
@@ -79,7 +80,7 @@ def test_vmap_over_seeds(name):
     keys = jax.random.split(jax.random.key(4), 2)
     both, swapped = train(keys), train(keys[::-1])
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b[::-1], rtol=1e-5, atol=1e-6), both, swapped)
-    assert both.metrics.reward.shape == (2, cfg.num_iterations) and both.metrics.exact.reward.shape == (2, 2)
+    assert both.metrics.reward.shape == (2, cfg.num_iterations) and both.metrics.evaluation.reward.shape == (2, 2)
     actor = both.state.params["actor"] if name == "ppo" else both.state.actor
     flat = jax.vmap(lambda a: ravel_pytree(a)[0])(actor)
     assert flat.shape[0] == 2 and not np.allclose(flat[0], flat[1])  # the seeds differ
@@ -129,7 +130,7 @@ def test_actor_outputs_for_both_log_std_forms(name, log_std):
     state = module.init(jax.random.key(0), setup, cfg)
     actor = state.params["actor"] if name == "ppo" else state.actor
     assert ("free" in actor["params"]) == (log_std == "state_independent")
-    out = module.observation_logits(state, setup, ENV.reset(jax.random.key(1), PARAMS)[0], jnp.int32(0))
+    out = module.observation_outputs(state, setup, ENV.reset(jax.random.key(1), PARAMS)[0], jnp.int32(0))
     assert out.shape == (2,)
     batch = module.rollout(jax.random.key(2), state, setup, cfg)
     assert batch.actions.shape == (ENV.horizon, cfg.episodes_per_iteration, 1) and batch.actions.dtype == jnp.float32
@@ -157,7 +158,7 @@ def test_observation_options_on_a_box_environment(name):
         if name == "ppo":
             assert state.params["reward_critic"]["params"]["Dense_0"]["kernel"].shape[0] == 3
     out = jax.jit(module.make_train(ENV, PARAMS, cfg.replace(observation="env_t")))(jax.random.key(1))
-    assert np.all(np.isfinite(np.asarray(out.metrics.reward))) and np.all(np.isfinite(np.asarray(out.metrics.exact.reward)))
+    assert np.all(np.isfinite(np.asarray(out.metrics.reward))) and np.all(np.isfinite(np.asarray(out.metrics.evaluation.reward)))
     obs = ENV.reset(jax.random.key(2), PARAMS)[0]
     assert module.policy(out.state, ENV, PARAMS)(jax.random.key(3), obs, jnp.int32(5)).shape == (1,)
     with pytest.raises(ValueError, match=r"Config.observation must be one of 'env', 'env_t' for Reach on the sampled path"):
@@ -269,10 +270,10 @@ def test_saute_trains_a_gaussian_policy_on_box_actions():
                        observation="env")
     out = jax.jit(saute.make_train(ENV, PARAMS, cfg))(jax.random.key(0))
     assert out.state.budget == "continuous"
-    assert isinstance(saute.ALGORITHM.action_head(saute.policy_setup(saute.BudgetEnv(ENV), PARAMS, out.state)),
+    assert isinstance(saute.ALGORITHM.action_head(saute.policy_setup(saute_envs.BudgetEnv(ENV), PARAMS, out.state)),
                       DiagonalGaussian)
     env, params = play_environment(saute, out.state, ENV, PARAMS)
-    assert isinstance(env, saute.BudgetEnv) and env.observation_shape == (3,)  # (x, h / H, z)
+    assert isinstance(env, saute_envs.BudgetEnv) and env.observation_shape == (3,)  # (x, h / H, z)
     ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(
         jax.random.key(11), env, params, saute.policy(out.state, env, params), 4096)
     r, c = float(np.mean(ret.rewards)), float(np.mean(ret.costs[:, 0]))

@@ -172,7 +172,7 @@ def test_from_gymnax_errors():
 
 
 def test_registered_gymnax_tasks():
-    from fhc_jax.experiment.config import ConfigError
+    from fhc_jax.experiment.typed_settings import ConfigError
     from fhc_jax.experiment.config import make_env
 
     env, params = make_env("gymnax:CartPole-v1", {"horizon": 20, "cost": "angle"})

@@ -8,6 +8,7 @@ import pytest
 
 import fhc_jax as fhc
 from fhc_jax.experiment import judge, rundir
+from fhc_jax.experiment.judgement import Optimum, relative_excess
 
 
 def test_feasibility_rule_and_tolerance():
@@ -21,12 +22,12 @@ def test_feasibility_rule_and_tolerance():
     assert j.feasible.tolist() == [True, False, True] and j.feasible_seeds == 2
     assert judge.judge([1.0], [[25.4]], [25.0], tolerance=0.0).feasible.tolist() == [False]
     assert judge.judge([1.0, 1.0], [[0.0], [1e-6]], [0.0]).feasible.tolist() == [True, False]
-    np.testing.assert_allclose(judge.relative_excess([[30.0, 0.0, 1.0]], [25.0, 0.0, 0.0]), [[0.2, 0.0, np.inf]])
+    np.testing.assert_allclose(relative_excess([[30.0, 0.0, 1.0]], [25.0, 0.0, 0.0]), [[0.2, 0.0, np.inf]])
 
 
 def test_rows_summary_and_ranking():
-    opt = judge.Optimum(reward=10.0, costs=np.array([5.0, 2.0]), multipliers=np.array([0.3, 0.0]),
-                        policy=np.zeros(1), stage_costs=np.zeros(1), stage_rewards=np.zeros(1), solve_time_s=0.1)
+    opt = Optimum(reward=10.0, costs=np.array([5.0, 2.0]), multipliers=np.array([0.3, 0.0]),
+                  policy=np.zeros(1), stage_costs=np.zeros(1), stage_rewards=np.zeros(1), solve_time_s=0.1)
     j = judge.judge([9.0, 8.0, 11.0], [[5.0, 1.0], [4.0, 2.0], [6.0, 2.0]], [5.0, 2.0], optimum=opt,
                     multipliers=[[0.2, 0.1], [0.3, 0.0], [0.1, 0.0]])
     rows = j.rows()
@@ -66,8 +67,8 @@ def test_machine_info():
 def test_no_fraction_of_a_non_positive_optimum():
     """With J* <= 0 (a pendulum's returns) J / J* grows as J gets worse: the judge reports the
     gap and no fraction."""
-    opt = judge.Optimum(reward=-150.0, costs=np.array([180.0]), multipliers=np.zeros(1), policy=None,
-                        stage_costs=None, stage_rewards=None, solve_time_s=0.0)
+    opt = Optimum(reward=-150.0, costs=np.array([180.0]), multipliers=np.zeros(1), policy=None,
+                  stage_costs=None, stage_rewards=None, solve_time_s=0.0)
     j = judge.judge([-1200.0, -300.0], [[30.0], [40.0]], [40.0], optimum=opt)
     assert j.fraction_of_optimum is None and "fraction_of_optimum" not in j.summary()["worst"]
     rows = j.rows()

@@ -12,12 +12,13 @@ import pytest
 
 import fhc_jax as fhc
 import flax.linen as nn
-from fhc_jax.algos import nn_constrained as nc, tabular_rollout as common
+from fhc_jax.algos import nn_constrained as nc, nn_losses as nl
+from fhc_jax.algos.core import tabular_rollout as common
 from fhc_jax.algos import PowerSchedule, stack
-from fhc_jax.algos.networks import MLP, NetworkSpec, Stacked
+from fhc_jax.algos.core.networks import MLP, NetworkSpec, Stacked
 from fhc_jax.envs.gridworld import GridWorld
 from fhc_jax.envs.tabular import TabularEnv
-from conftest import random_cmdp
+from helpers import random_cmdp
 
 SMALL = GridWorld(size=3, horizon=4, num_constraints=2, alpha=[1.5, 2.0])
 
@@ -111,8 +112,8 @@ def test_sampled_path_actor_losses_equal_the_per_sample_forms():
     from fhc_jax.algos.nn_losses import gaussian_actor_loss, improved_actor_loss, sample_cross_entropy
 
     h, k, d, a = 3, 7, 2, 4
-    rows = nc.Networks.build(h, a, 1, NetworkSpec.of(nc.Config(width=5)))
-    cols = nc.Networks.build(h, a, 1, NetworkSpec.of(nc.Config(width=5)), feature_major=True)
+    rows = nl.Networks.build(h, a, 1, NetworkSpec.of(nc.Config(width=5)))
+    cols = nl.Networks.build(h, a, 1, NetworkSpec.of(nc.Config(width=5)), feature_major=True)
     actor = rows.actor.init(jax.random.key(0), jnp.zeros((d,)))
     obs = jax.random.normal(jax.random.key(1), (h + 1, k, d))
     q = jax.nn.softmax(jax.random.normal(jax.random.key(2), (h, k, a)))
@@ -158,7 +159,7 @@ def reference_losses(nets, state, batch, obs_table, thresholds, nu):
 @pytest.mark.slow
 @pytest.mark.parametrize("form", ["samples", "table"])
 def test_losses_equal_direct_reference(form):
-    cfg = nc.Config(variant="paper", loss_form=form, width=6)
+    cfg = nc.Config(variant="paper", update_form=form, width=6)
     state, batch, nets, obs_table = _small_batch(cfg)
     thresholds = jnp.asarray([1.5, 2.0], jnp.float32)
     observations = common.batch_observations(obs_table, batch.states)
@@ -181,7 +182,7 @@ def test_loss_forms_give_the_same_update(variant):
     thresholds = jnp.asarray([1.5, 2.0], jnp.float32)
     outs = []
     for form in ("samples", "table"):
-        cfg = nc.Config(variant=variant, loss_form=form, width=6)
+        cfg = nc.Config(variant=variant, update_form=form, width=6)
         state, batch, nets, obs_table = _small_batch(cfg, k=12)
         outs.append(_jit_update(state, batch, nets, obs_table, thresholds, cfg))
     if variant == "paper":  # the improved actor's per-cell advantage has no per-sample form
@@ -197,8 +198,8 @@ def test_loss_forms_give_the_same_update(variant):
 @pytest.mark.slow
 def test_paper_multiplier_uses_constraint_critic():
     """Paper (algo7): nu <- clip(nu + c(n) mean_i W_0(s_0^i) / d, 0, -P), W including -alpha,
-    d = max(|alpha|, H / 100) the violation unit (fhc_jax.algos.multipliers)."""
-    cfg = nc.Config(variant="paper", width=6, multiplier_step=PowerSchedule(0.5, 0.8, 10.0))
+    d = max(|alpha|, H / 100) the violation unit (fhc_jax.algos.core.multipliers)."""
+    cfg = nc.Config(variant="paper", width=6, multiplier_lr=PowerSchedule(0.5, 0.8, 10.0))
     state, batch, nets, obs_table = _small_batch(cfg)
     thresholds = jnp.asarray([1.5, 2.0], jnp.float32)
     new, metrics = _jit_update(state, batch, nets, obs_table, thresholds, cfg)
@@ -214,7 +215,7 @@ TINY = GridWorld(size=4, horizon=8, alpha=1.0, num_hotspots=1, num_quiet=2, num_
 # it was recorded with, 0.4 (the default before issue 30)
 TINY_CONFIG = nc.Config(
     num_iterations=400, episodes_per_iteration=64, eval_every=100, observation="xy",
-    width=16, multiplier_step=PowerSchedule(0.02, 0.8, 100.0), multiplier_gain=0.005, trace=0.4,
+    width=16, multiplier_lr=PowerSchedule(0.02, 0.8, 100.0), multiplier_gain=0.005, trace=0.4,
 )
 
 
@@ -241,10 +242,10 @@ def test_learning_regression_small_grid():
     assert tables.shape == (2, TINY.horizon, TINY.num_states, TINY.num_actions)
     for seed in range(2):
         ev = fhc.evaluate(cmdp, tables[seed])
-        initial = float(out.metrics.exact.reward[seed, 0])
+        initial = float(out.metrics.evaluation.reward[seed, 0])
         assert float(ev.costs[0]) <= 1.0 * 1.02, (seed, float(ev.costs[0]))
         assert float(ev.reward) >= initial + 0.6 * (best.reward - initial), (seed, float(ev.reward), initial, best.reward)
-        np.testing.assert_allclose(out.metrics.exact.reward[seed, -1], ev.reward, rtol=1e-4)
+        np.testing.assert_allclose(out.metrics.evaluation.reward[seed, -1], ev.reward, rtol=1e-4)
     assert out.metrics.reward.shape == (2, 400)
     assert out.metrics.critic_loss.shape == (2, 400)
     assert np.all(np.asarray(out.metrics.multipliers) >= 0)
@@ -304,8 +305,8 @@ def test_tabular_env_one_hot_input_and_hyperparameter_vmap():
         (dict(trace=1.5), "trace"),
         (dict(multiplier_max=0.0), "multiplier_max"),
         (dict(initial_multiplier=30.0), "initial_multiplier"),
-        (dict(actor_step=PowerSchedule(0.01, 0.5, 100.0)), "actor_step.power"),
-        (dict(multiplier_step=PowerSchedule(0.01, 0.6, 100.0)), "multiplier_step.power"),
+        (dict(actor_lr=PowerSchedule(0.01, 0.5, 100.0)), "actor_lr.power"),
+        (dict(multiplier_lr=PowerSchedule(0.01, 0.6, 100.0)), "multiplier_lr.power"),
         (dict(output_scale=-1.0), "output_scale"),
         (dict(actor_epochs=0), "actor_epochs"),
         (dict(logit_step=0.0), "logit_step"),
@@ -345,7 +346,7 @@ def test_reported_actor_is_the_polyak_average():
 def test_improved_actor_weights_visited_cells_by_visits_to_the_power(power, monkeypatch):
     """``visit_weight_power`` p: the improved actor's regression weighs each (h, s) by n_h(s)^p,
     n_h(s) the batch's visits (counted here independently), and unvisited cells by 0."""
-    cfg = nc.Config(width=6, visit_weight_power=power, loss_form="table", actor_epochs=1)
+    cfg = nc.Config(width=6, visit_weight_power=power, update_form="table", actor_epochs=1)
     state, batch, _, _ = _small_batch(cfg, k=12)
     seen = []
     original = nc.improved_actor_loss

@@ -6,28 +6,8 @@ as a script: ``python tests/test_pinned_learners.py --record``; only do that for
 documented change of behaviour). On the jax version that recorded them the comparison is
 bit-for-bit; on another version float rounding may differ, so it is to 1e-4.
 
-History of the recording: FH- and NN-Constrained are bit-identical to the values recorded
-before the scaffold refactor. PPO-Lagrangian and CPO were re-recorded once, when their GAE
-became the one lambda-return recursion of ``fhc_jax.algos.returns`` (A = G - V instead of a
-backward sum of TD errors: the same estimator, rounded differently): the largest changes were
-1.9e-6 (PPO policy), 1.7e-4 (CPO "xy" policy, rounding amplified by the line search) and
-1.9e-4 (its exact cost); multipliers and training metrics were unchanged. With the previous GAE
-patched back in, every array was bit-identical. FH-Constrained's "samples" case was
-re-recorded once, when the per-sample advantage weights became group sums over a sort
-(O(H K log K)) instead of pairwise comparisons (O(H K^2)): the policy moved by at most 7.5e-9
-(6.7e-8 relative, summation order), every other array was bit-identical
-(tests/test_fh_constrained.py checks the weights against the pairwise form). Every learner
-was re-recorded when the multipliers moved on the relative violation (C - alpha) / d and the
-learners trained in units of the signals' magnitudes (issue 30), which changed every learner's
-numbers; e-COP and Saute-Lagrangian were pinned then, and the returned policy (``out.state``)
-is the selection, pinned beside the final iterate's policy and the selected iteration. Re-recorded
-then for NN-Constrained's improved variant (it kept the one-sample state baseline when
-FH-Constrained moved to two); every other array was bit-identical, PPO-Lagrangian's too after
-its PID gains became K_P = 1, K_I = 0.25 (the short pinned run never exceeds its threshold, so
-its multiplier stays 0). NN-Constrained's improved variant was re-recorded once more when its
-default ``trace`` went from 0.4 to 0.6 (issue 30: the 0.4 critic targets left ``inventory_own``
-infeasible); every other array was bit-identical. e-COP was re-recorded when its "auto" input
-became one-hot states on the tabular path (was "xy"); every other array was bit-identical.
+Re-record only for a deliberate change of behaviour, in a commit that says which arrays moved
+and why (the history of the recordings is in git).
 """
 
 from __future__ import annotations
@@ -40,7 +20,8 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.algos import cpo, ecop, fh_constrained as fc, features, nn_constrained as nc, ppo_lagrangian as pl, saute
+from fhc_jax.algos import cpo, ecop, fh_constrained as fc, nn_constrained as nc, ppo_lagrangian as pl, saute
+from fhc_jax.algos.core import features
 
 DATA = pathlib.Path(__file__).parent / "data" / "pinned_learners.npz"
 
@@ -55,7 +36,7 @@ def _cases():
         "fh_paper": (fc, fc.Config(**small, variant="paper")),
         "fh_rbf_mean": (fc, fc.Config(**small, features=features.RadialBasis(3), combine="mean")),
         "nn_improved": (nc, nc.Config(**small)),
-        "nn_paper_samples": (nc, nc.Config(**small, variant="paper", loss_form="samples")),
+        "nn_paper_samples": (nc, nc.Config(**small, variant="paper", update_form="samples")),
         "ppo_pid_xy": (pl, pl.Config(**small)),
         "ppo_lagrangian_xyt": (pl, pl.Config(**small, observation="xyt", multiplier_method="lagrangian")),
         "cpo_xy": (cpo, cpo.Config(**small)),
@@ -75,8 +56,8 @@ def _run(module, config) -> dict[str, np.ndarray]:
         "multipliers": out.state.multipliers,
         "reward": out.metrics.reward,
         "costs": out.metrics.costs,
-        "exact_reward": out.metrics.exact.reward,
-        "exact_costs": out.metrics.exact.costs,
+        "exact_reward": out.metrics.evaluation.reward,
+        "exact_costs": out.metrics.evaluation.costs,
     }
     return {k: np.asarray(v) for k, v in values.items()}
 

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.algos import multipliers, ppo_lagrangian as pl, tabular_rollout
+from fhc_jax.algos import ppo_lagrangian as pl
+from fhc_jax.algos.core import multipliers, tabular_rollout
 from fhc_jax.envs.gridworld import GridWorld
 from fhc_jax.envs.tabular import TabularEnv
 from fhc_jax.rollout import uses_uniforms
@@ -254,12 +255,12 @@ def test_learning_on_bandit_cmdp_with_binding_constraint(method):
     for seed in range(2):
         state = jax.tree.map(lambda x: x[seed], out.final_state)
         ev = fhc.evaluate(cmdp, pl.policy_table(state, BANDIT))
-        initial = float(out.metrics.exact.reward[seed, 0])
+        initial = float(out.metrics.evaluation.reward[seed, 0])
         assert abs(initial - 1.0) < 0.05
         assert abs(float(ev.costs[0]) - 1.5) <= BANDIT_TOLERANCE[method], (method, seed, float(ev.costs[0]))
         assert float(ev.reward) >= initial + 0.3, (method, seed, float(ev.reward), initial)
         # the in-jit exact evaluation agrees with evaluating the returned policy
-        np.testing.assert_allclose(float(out.metrics.exact.reward[seed, -1]), float(ev.reward), rtol=1e-5)
+        np.testing.assert_allclose(float(out.metrics.evaluation.reward[seed, -1]), float(ev.reward), rtol=1e-5)
         # the multiplier is active (the constraint binds)
         assert float(out.metrics.multipliers[seed, -20:, 0].mean()) > 0.0
 
@@ -294,7 +295,7 @@ def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
     n = GRID_CONFIG.num_iterations
     assert m.reward.shape == (n,) and m.costs.shape == (n, 2) and m.multipliers.shape == (n, 2)
     assert np.all(np.asarray(m.multipliers) >= 0)
-    assert list(np.asarray(m.exact.iteration)) == [0, 3, 6] and m.exact.costs.shape == (3, 2)
+    assert list(np.asarray(m.evaluation.iteration)) == [0, 3, 6] and m.evaluation.costs.shape == (3, 2)
     assert np.all(np.asarray(m.epochs) >= 1) and np.all(np.asarray(m.epochs) <= GRID_CONFIG.num_epochs)
     # batched policy table (leading seed axis) matches the per-seed tables
     tables = pl.policy_table(batched.final_state, TINY_GRID)
@@ -304,7 +305,7 @@ def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
     cmdp = TINY_GRID.to_cmdp(TINY_GRID.default_params)
     for i in range(3):
         ev = fhc.evaluate(cmdp, tables[i])
-        np.testing.assert_allclose(np.asarray(batched.metrics.exact.costs[i, -1]), np.asarray(ev.costs), rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(batched.metrics.evaluation.costs[i, -1]), np.asarray(ev.costs), rtol=1e-5)
 
 
 @pytest.mark.slow

@@ -14,7 +14,8 @@ import pytest
 from toy_env import ToyEnv
 
 from fhc_jax.cli import main
-from fhc_jax.experiment import config, judge, rundir, runner
+from fhc_jax.experiment import config, judge, rundir, runner, writer_lock
+from fhc_jax.experiment.judgement import Optimum
 
 TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20", "--set",
         "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0", "--set",
@@ -107,7 +108,7 @@ def test_eval_of_a_run_another_process_writes_advises_waiting(trained, tmp_path,
     training process's lock then refused. It names the writer and says to wait."""
     run = _copy(trained, tmp_path, "busy")
     shutil.rmtree(run / "checkpoints" / "20")
-    with rundir.locked(run, f"fhc-jax train --out {run}"):
+    with writer_lock.locked(run, f"fhc-jax train --out {run}"):
         assert main(["eval", str(run)]) == 1
         line = one_line(capsys)
     assert "is in use by process" in line and f"(fhc-jax train --out {run}," in line
@@ -151,8 +152,8 @@ def test_solve_names_a_user_environment(capsys):
 
 def test_an_infeasible_seed_is_not_shown_as_a_share_of_the_optimum():
     """A seed above the threshold can beat J*: its 100.3% is no achievement, and says so."""
-    opt = judge.Optimum(reward=10.0, costs=np.array([3.0]), multipliers=np.array([0.5]), policy=None,
-                        stage_costs=None, stage_rewards=None, solve_time_s=0.0)
+    opt = Optimum(reward=10.0, costs=np.array([3.0]), multipliers=np.array([0.5]), policy=None,
+                  stage_costs=None, stage_rewards=None, solve_time_s=0.0)
     judged = judge.judge([10.03, 9.5], [[3.5], [2.9]], [3.0], optimum=opt)
     rows = judge.format_table(judged).splitlines()
     assert "100.3% (infeasible)" in rows[1] and rows[1].split()[-2] == "NO"

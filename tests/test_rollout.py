@@ -10,19 +10,16 @@ import pytest
 
 import fhc_jax as fhc
 from fhc_jax.envs import GridWorld, next_state_table
+from fhc_jax.random_bits import UNROLLED_THREEFRY, uniform_from_bits
 from fhc_jax.rollout import (
-    RECORDABLE,
-    UNROLLED_THREEFRY,
-    Trajectory,
     episode,
-    index_dtype,
     rollout,
     rollout_returns,
     trajectory_observations,
-    uniform_from_bits,
     uniform_random_policy,
     uses_uniforms,
 )
+from fhc_jax.trajectory import RECORDABLE, Trajectory, index_dtype
 
 H = 5
 fast_rollout = jax.jit(rollout, static_argnums=(1, 3, 4))
@@ -246,7 +243,7 @@ def test_fast_path_transition_frequencies_match_to_cmdp(slip):
 
 @pytest.mark.parametrize("impl", ["threefry2x32", "rbg"])
 def test_uniform_pairs_are_uniform_and_independent(impl):
-    from fhc_jax.rollout import uniform_pairs
+    from fhc_jax.random_bits import uniform_pairs
 
     key = jax.random.key(3, impl=impl)
     z = uniform_pairs(key, (200, 500))
@@ -363,7 +360,7 @@ def test_non_tabular_environment_records_observations_from_states():
     for name in ("actions", "rewards", "costs", "terminal_rewards", "terminal_costs"):
         np.testing.assert_array_equal(getattr(part, name), getattr(full, name))
     # the batch of the learners' sampled path from a trajectory of a tabular environment
-    from fhc_jax.algos.tabular_rollout import batch_from_trajectory
+    from fhc_jax.algos.core.tabular_rollout import batch_from_trajectory
 
     grid = GridWorld(size=3, horizon=4)
     traj = rollout(key, grid, grid.default_params, uniform_random_policy(9), 6)

@@ -10,11 +10,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_sampled_path import DRIFT, Drift, _mc
+from helpers import DRIFT, Drift, monte_carlo
 
 import fhc_jax as fhc
 from fhc_jax.algos import cpo, ppo_lagrangian as pl
-from fhc_jax.algos.tabular_rollout import batch_observations, observation_table
+from fhc_jax.algos.core.tabular_rollout import batch_observations, observation_table
 
 PARAMS = DRIFT.default_params
 
@@ -25,14 +25,14 @@ def _judge(module, cfg, cost_slack):
     of its cost at most alpha (1 + cost_slack)); the in-training Monte-Carlo evaluation
     estimates the same policy."""
     out = jax.jit(jax.vmap(module.make_train(DRIFT, PARAMS, cfg)))(jax.random.split(jax.random.key(0), 2))
-    assert out.metrics.exact.reward.shape == (2, 2)  # Monte-Carlo estimates at 0 and N
-    uniform = _mc(DRIFT, fhc.uniform_random_policy(3))
+    assert out.metrics.evaluation.reward.shape == (2, 2)  # Monte-Carlo estimates at 0 and N
+    uniform = monte_carlo(DRIFT, fhc.uniform_random_policy(3))
     for seed in range(2):
         state = jax.tree.map(lambda x: x[seed], out.final_state)
-        r, r_half, c, c_half = _mc(DRIFT, module.policy(state, DRIFT, PARAMS))
+        r, r_half, c, c_half = monte_carlo(DRIFT, module.policy(state, DRIFT, PARAMS))
         assert r - r_half > uniform[0] + uniform[1], (r, uniform)
         assert c + c_half <= 2.0 * (1.0 + cost_slack), (c, c_half)
-        assert abs(float(out.metrics.exact.reward[seed, -1]) - r) < 0.25
+        assert abs(float(out.metrics.evaluation.reward[seed, -1]) - r) < 0.25
 
 
 @pytest.mark.slow
@@ -101,7 +101,7 @@ def test_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld(name)
                                                                            path=path))))(keys)
         ev = jax.vmap(lambda t: fhc.evaluate(cmdp, t))(module.policy_table(out.final_state, GRID, params))
         results[path] = (np.asarray(ev.reward), np.asarray(ev.costs)[:, 0])
-        np.testing.assert_allclose(out.metrics.exact.reward[:, -1], ev.reward, rtol=1e-4)
+        np.testing.assert_allclose(out.metrics.evaluation.reward[:, -1], ev.reward, rtol=1e-4)
     (r_t, c_t), (r_s, c_s) = results["tabular"], results["sampled"]
     assert abs(r_t.mean() - r_s.mean()) < 3 * max(r_t.std(), r_s.std(), 0.05), (r_t, r_s)
     assert abs(c_t.mean() - c_s.mean()) < 3 * max(c_t.std(), c_s.std(), 0.05), (c_t, c_s)
@@ -147,14 +147,14 @@ def test_sampled_path_errors(module):
 
 @pytest.mark.slow
 def test_policy_and_observation_logits_without_an_exact_model():
-    """policy_setup rebuilds what observation_logits needs on an environment without tabular
-    states; the policy samples softmax(observation_logits)."""
+    """policy_setup rebuilds what observation_outputs needs on an environment without tabular
+    states; the policy samples softmax(observation_outputs)."""
     for module, cfg in ((pl, pl.Config(num_iterations=2, episodes_per_iteration=8, observation="env_t", eval_episodes=16)),
                         (cpo, cpo.Config(num_iterations=2, episodes_per_iteration=8, observation="env_t",
                                          eval_episodes=16))):
         out = jax.jit(module.make_train(DRIFT, PARAMS, cfg))(jax.random.key(0))
         setup = module.policy_setup(DRIFT, PARAMS, out.state)
-        z = module.observation_logits(out.state, setup, jnp.asarray([0.3]), jnp.asarray(5))
+        z = module.observation_outputs(out.state, setup, jnp.asarray([0.3]), jnp.asarray(5))
         assert z.shape == (3,) and np.all(np.isfinite(np.asarray(z)))
         act = module.policy(out.state, DRIFT, PARAMS)
         assert 0 <= int(act(jax.random.key(1), jnp.asarray([0.3]), jnp.asarray(5))) < 3
@@ -166,7 +166,7 @@ def test_auto_observation_takes_the_learners_tabular_encoder():
     environment's own observation on the sampled path and where the encoder is missing; an
     explicit choice is kept."""
     from fhc_jax.algos import ecop
-    from fhc_jax.algos.sampled_inputs import resolve_observation
+    from fhc_jax.algos.core.paths import resolve_observation
 
     grid = fhc.GridWorld(size=3, horizon=4, alpha=2.0)
     battery = fhc.BatteryStorage()

@@ -10,99 +10,35 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import struct
 
 import fhc_jax as fhc
-from fhc_jax.algos import learner, nn_constrained as nc
-from fhc_jax.envs.base import Environment
-
-
-@struct.dataclass
-class DriftState:
-    x: jax.Array
-    time: jax.Array
-
-
-@struct.dataclass
-class DriftParams:
-    alpha: jax.Array
-    noise: jax.Array
-
-
-class Drift(Environment):
-    """A continuous-state task with a moving target: position x in [0, 1]; actions stay, up
-    (+0.25) or down (-0.25) plus Gaussian noise; reward 1 - |x - target_h| with the target at
-    0.85 in the first half of the episode and 0.15 in the second (a stationary policy cannot
-    follow it); every move costs 1, at most alpha moves per episode in expectation."""
-
-    def __init__(self, horizon: int = 8):
-        self._horizon = horizon
-
-    horizon = property(lambda self: self._horizon)
-    num_actions = property(lambda self: 3)
-    num_constraints = property(lambda self: 1)
-    observation_shape = property(lambda self: (1,))
-    observation_dtype = property(lambda self: jnp.float32)
-    default_params = property(lambda self: DriftParams(alpha=jnp.asarray([2.0]), noise=jnp.asarray(0.05)))
-
-    def _static_config(self):
-        return (self._horizon,)
-
-    def observation(self, state, params):
-        return state.x[None]
-
-    def thresholds(self, params):
-        return params.alpha
-
-    def reset(self, key, params):
-        state = DriftState(x=jnp.asarray(0.5, jnp.float32), time=jnp.zeros((), jnp.int32))
-        return self.observation(state, params), state
-
-    def noise(self, key, params):
-        return jax.random.normal(key, (), jnp.float32)
-
-    def transition(self, noise, state, action, params):
-        move = jnp.asarray([0.0, 0.25, -0.25], jnp.float32)[action]
-        x = jnp.clip(state.x + move + params.noise * noise, 0.0, 1.0)
-        target = jnp.where(state.time < self._horizon // 2, 0.85, 0.15)
-        reward = 1.0 - jnp.abs(x - target)
-        costs = jnp.asarray([1.0], jnp.float32) * (action != 0)
-        nxt = DriftState(x=x, time=state.time + 1)
-        return self.observation(nxt, params), nxt, reward, costs, nxt.time == self._horizon, {}
-
-
-DRIFT = Drift()
-
-
-def _mc(env, policy, n=5000, key=1):
-    ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(key), env, env.default_params, policy, n)
-    r, c = np.asarray(ret.rewards), np.asarray(ret.costs)[:, 0]
-    half = lambda x: 1.96 * x.std() / np.sqrt(x.size)
-    return r.mean(), half(r), c.mean(), half(c)
+from fhc_jax.algos import nn_constrained as nc
+from fhc_jax.algos.core import sampled_inputs, scaffold
+from helpers import DRIFT, Drift, monte_carlo
 
 
 @pytest.mark.slow  # end-to-end training: the slow tier (CI runs both tiers)
 def test_nn_constrained_learns_a_continuous_task_judged_by_monte_carlo():
     # a short run: a faster multiplier than the defaults (tuned for thousands of updates)
     cfg = nc.Config(num_iterations=60, episodes_per_iteration=128, eval_every=30, eval_episodes=512, actor_epochs=4,
-                    multiplier_step=fhc.algos.PowerSchedule(0.2, 0.8, 1000.0), multiplier_gain=0.5)
+                    multiplier_lr=fhc.algos.PowerSchedule(0.2, 0.8, 1000.0), multiplier_gain=0.5)
     train = nc.make_train(DRIFT, DRIFT.default_params, cfg)
     out = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 2))
-    tabular_only = dataclasses.replace(fhc.algos.fh_constrained.ALGORITHM, observation_logits=None)
+    tabular_only = dataclasses.replace(fhc.algos.fh_constrained.ALGORITHM, observation_outputs=None)
     with pytest.raises(ValueError, match="declares no tabular exact model"):
-        learner.make_learner(tabular_only, DRIFT, DRIFT.default_params, fhc.algos.fh_constrained.Config())
-    assert out.metrics.exact.reward.shape == (2, 3)  # Monte-Carlo estimates at 0, 30, 60
-    uniform = _mc(DRIFT, fhc.uniform_random_policy(3))
+        scaffold.make_learner(tabular_only, DRIFT, DRIFT.default_params, fhc.algos.fh_constrained.Config())
+    assert out.metrics.evaluation.reward.shape == (2, 3)  # Monte-Carlo estimates at 0, 30, 60
+    uniform = monte_carlo(DRIFT, fhc.uniform_random_policy(3))
     for seed in range(2):
         state = jax.tree.map(lambda x: x[seed], out.final_state)
-        r, r_half, c, c_half = _mc(DRIFT, nc.policy(state, DRIFT, DRIFT.default_params))
+        r, r_half, c, c_half = monte_carlo(DRIFT, nc.policy(state, DRIFT, DRIFT.default_params))
         # it learned to follow the moving target within the movement budget: the lower 95%
         # bound of its reward above the uniform policy's upper bound (which spends 5.3 moves),
         # the upper 95% bound of its cost within alpha = 2 (+15% after only 60 updates)
         assert r - r_half > uniform[0] + uniform[1], (r, uniform)
         assert c + c_half <= 2.0 * 1.15, c
         # the in-training Monte-Carlo evaluation estimates the same policy's value
-        assert abs(float(out.metrics.exact.reward[seed, -1]) - r) < 0.25
+        assert abs(float(out.metrics.evaluation.reward[seed, -1]) - r) < 0.25
 
 
 @pytest.mark.slow
@@ -117,11 +53,11 @@ def test_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld():
     results = {}
     for path in ("tabular", "sampled"):
         cfg = nc.Config(num_iterations=80, episodes_per_iteration=64, eval_every=0, path=path, actor_epochs=4,
-                        variant="paper", loss_form="samples")
+                        variant="paper", update_form="samples")
         out = jax.jit(jax.vmap(nc.make_train(env, params, cfg)))(keys)
         ev = jax.vmap(lambda t: fhc.evaluate(cmdp, t))(nc.policy_table(out.final_state, env, params))
         results[path] = (np.asarray(ev.reward), np.asarray(ev.costs)[:, 0])
-        np.testing.assert_allclose(out.metrics.exact.reward[:, -1], ev.reward, rtol=1e-5)
+        np.testing.assert_allclose(out.metrics.evaluation.reward[:, -1], ev.reward, rtol=1e-5)
     (r_t, c_t), (r_s, c_s) = results["tabular"], results["sampled"]
     spread = max(r_t.std(), r_s.std(), 0.05)
     assert abs(r_t.mean() - r_s.mean()) < 3 * spread, (r_t, r_s)
@@ -146,12 +82,12 @@ def test_fh_constrained_with_features_of_continuous_observations(spec):
     (paper Assumption 2), on the continuous task, judged by Monte-Carlo intervals."""
     fc = fhc.algos.fh_constrained
     cfg = fc.Config(num_iterations=150, episodes_per_iteration=128, eval_every=75, eval_episodes=512, features=spec,
-                    multiplier_step=fhc.algos.PowerSchedule(0.1, 0.8, 1000.0), multiplier_gain=0.3)
+                    multiplier_lr=fhc.algos.PowerSchedule(0.1, 0.8, 1000.0), multiplier_gain=0.3)
     out = jax.jit(jax.vmap(fc.make_train(DRIFT, DRIFT.default_params, cfg)))(jax.random.split(jax.random.key(0), 2))
-    uniform = _mc(DRIFT, fhc.uniform_random_policy(3))
+    uniform = monte_carlo(DRIFT, fhc.uniform_random_policy(3))
     for seed in range(2):
         state = jax.tree.map(lambda x: x[seed], out.state)
-        r, r_half, c, c_half = _mc(DRIFT, fc.policy(state, DRIFT, DRIFT.default_params))
+        r, r_half, c, c_half = monte_carlo(DRIFT, fc.policy(state, DRIFT, DRIFT.default_params))
         assert r - r_half > uniform[0] + uniform[1] + 0.5, (r, uniform)
         assert c + c_half <= 2.0 * 1.1, c
 
@@ -175,7 +111,7 @@ def test_stage_inputs_false_drops_the_components_that_only_tell_the_stage_and_au
     for spec, x in ((feat.RadialBasis(5, stage_inputs=False), 25), (feat.TileCoding(6, 3, stage_inputs=False), 108)):
         dropped = fc._features(spec, env, params)
         assert dropped.num_features == x and dropped.components == (0, 1)
-        o = learner.observation_sample(env, params)
+        o = sampled_inputs.observation_sample(env, params)
         reference = fc._features(dataclasses.replace(spec, stage_inputs=True), flat, params)
         np.testing.assert_array_equal(np.asarray(dropped(o)), np.asarray(reference(o[:, :2])))
     assert full.num_features == 125 and full.components is None
@@ -242,7 +178,7 @@ def test_cli_trains_and_judges_an_environment_without_an_exact_model(tmp_path, m
 
     monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
     out = tmp_path / "drift"
-    assert main(["train", "--env", "test_sampled_path:Drift", "--algo", "nn-constrained", "--seeds", "2",
+    assert main(["train", "--env", "helpers:Drift", "--algo", "nn-constrained", "--seeds", "2",
                  "--set", "num_iterations=10", "--set", "episodes_per_iteration=32", "--set", "eval_episodes=64",
                  "--set", "run.eval_episodes=500", "--out", str(out), "--quiet"]) == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -280,7 +216,7 @@ def test_learners_train_in_the_signals_units_and_report_in_the_environments():
     cfg = nc.Config(num_iterations=3, episodes_per_iteration=16, eval_every=0, eval_episodes=64, actor_epochs=2)
     outs = [jax.jit(nc.make_train(e, e.default_params, cfg))(jax.random.key(0)) for e in (DRIFT, cents)]
     np.testing.assert_allclose(outs[1].metrics.reward, 100.0 * outs[0].metrics.reward, rtol=1e-4)
-    np.testing.assert_allclose(outs[1].metrics.exact.reward, 100.0 * outs[0].metrics.exact.reward, rtol=1e-4)
+    np.testing.assert_allclose(outs[1].metrics.evaluation.reward, 100.0 * outs[0].metrics.evaluation.reward, rtol=1e-4)
 
 
 @pytest.mark.slow
@@ -298,7 +234,7 @@ def test_fh_importance_floor_in_the_sampled_actor_increment(floor):
     theta = jnp.asarray(np.random.default_rng(0).normal(0.0, 3.0, state.theta.shape), jnp.float32)
     state = state.replace(theta=theta, theta_average=theta)
     traj = fhc.rollout(jax.random.key(1), env, params, fc.policy(state, env, params), 64)
-    batch = fhc.algos.tabular_rollout.batch_from_trajectory(traj)
+    batch = fhc.algos.core.tabular_rollout.batch_from_trajectory(traj)
     new = fc.update(state, batch, None, setup, cfg)[0]
 
     phi = np.asarray(setup.features(batch.observations), np.float64)  # (H+1, K, X)
@@ -314,7 +250,7 @@ def test_fh_importance_floor_in_the_sampled_actor_increment(floor):
     assert (mu_a < 0.3).mean() > 0.1  # the floors 1e-4 and 0.3 give different increments here
     per_sample = delta[..., None] * (onehot / np.maximum(mu_a, floor) - 1.0)
     inc = np.einsum("hkx,hka->hxa", phi[:-1], per_sample) / np.maximum(phi[:-1].sum(1), 1.0)[..., None]
-    expected = np.asarray(theta, np.float64) + 3.0 * inc  # b(0) = actor_step.init
+    expected = np.asarray(theta, np.float64) + 3.0 * inc  # b(0) = actor_lr.init
     np.testing.assert_allclose(np.asarray(new.theta), expected, rtol=1e-4, atol=1e-3)
     assert fc.Config().importance_floor == 0.05  # the fixed floor of earlier versions
     with pytest.raises(ValueError, match=r"importance_floor must lie in \(0, 1\], found 0"):

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.algos import saute
-from fhc_jax.algos.policies import table_policy
-from fhc_jax.algos.tabular_rollout import Batch
+from fhc_jax.algos import saute, saute_setup
+from fhc_jax.envs import saute as saute_envs
+from fhc_jax.algos.core.policies import table_policy
+from fhc_jax.algos.core.tabular_rollout import Batch
 from fhc_jax.envs import suite
 from fhc_jax.envs.wrappers import ScaledSignals
 
@@ -48,7 +49,7 @@ def _within(sample, want, sigmas=4.0, extra=0.0, other_episodes=None):
 def test_augmented_state_and_reshaped_reward_hand_computed_episode():
     cmdp = _chain()
     base = fhc.TabularEnv(cmdp)
-    senv = saute.SauteEnv(base, observation="index")
+    senv = saute_envs.SauteEnv(base, observation="index")
     assert senv.levels == 4 and senv.num_states == 8  # counts 0..3 = ceil(alpha) + 1
     actions = [1, 1, 0, 1]
     # by hand: (s, c) 0:(0,0) -> (1,1) -> (1,2) -> (0,2) -> (1,3); z' = 0.5, 0, 0, -0.5
@@ -74,7 +75,7 @@ def test_augmented_state_and_reshaped_reward_hand_computed_episode():
     np.testing.assert_allclose(shaped[:, 0], want_shaped, rtol=1e-6)
     np.testing.assert_allclose(terminal, [-3.0])  # the final budget is exhausted too
     # the network input: the base encoding, then z
-    xz = saute.SauteEnv(base, base_observation="one_hot")
+    xz = saute_envs.SauteEnv(base, base_observation="one_hot")
     np.testing.assert_allclose(xz.observation(state, cmdp), [0.0, 1.0, -0.5])
 
 
@@ -85,7 +86,7 @@ def test_continuous_budget_state_and_reshaped_reward_hand_computed_episode():
     cmdp = _chain().replace(costs=np.broadcast_to(np.array([0.0, 0.7]), (1, 4, 2, 2)),
                             terminal_costs=np.array([[0.0, 0.2]]))
     base = fhc.TabularEnv(cmdp)
-    benv = saute.BudgetEnv(base)
+    benv = saute_envs.BudgetEnv(base)
     assert benv.observation_shape == (3,) and not benv.is_tabular and benv.name == base.name
     obs, state = benv.reset(jax.random.key(0), cmdp)
     observations, rewards, costs = [np.asarray(obs)], [], []
@@ -117,8 +118,8 @@ def test_continuous_budget_state_and_reshaped_reward_hand_computed_episode():
 def test_non_integer_costs_are_refused():
     cmdp = _chain().replace(costs=np.full((1, 4, 2, 2), 0.5))
     with pytest.raises(ValueError, match="integer multiples"):
-        saute.augmented_cmdp(fhc.TabularEnv(cmdp), cmdp)
-    saute.augmented_cmdp(fhc.TabularEnv(cmdp), cmdp, cost_unit=0.5)  # 0.5 = one unit: exact
+        saute_envs.augmented_cmdp(fhc.TabularEnv(cmdp), cmdp)
+    saute_envs.augmented_cmdp(fhc.TabularEnv(cmdp), cmdp, cost_unit=0.5)  # 0.5 = one unit: exact
 
 
 @pytest.mark.parametrize("values,unit", [((0.0, 1.0), 1.0), ((0.0, 0.5, 1.5), 0.5), ((0.4, 0.6, 1.0), 0.2),
@@ -132,7 +133,7 @@ def test_detect_cost_unit(values, unit):
     costs[0, :, 1, 1] = values[-1]
     costs[0, :, 0, 1] = values[len(values) // 2]
     env = fhc.TabularEnv(_chain().replace(costs=costs))
-    got = saute.detect_cost_unit(env)
+    got = saute_envs.detect_cost_unit(env)
     assert (got is None) if unit is None else got == pytest.approx(unit, rel=1e-6)
 
 
@@ -149,7 +150,7 @@ def test_budget_representation_and_default_observation():
     for scale in (1.0, 2.0, 0.01):
         env = fhc.TabularEnv(suite.rescale(cmdp, 1.0, scale))
         params = env.default_params
-        assert saute.resolve_budget(env, params, saute.Config()) == ("count", pytest.approx(2.0))
+        assert saute_setup.resolve_budget(env, params, saute.Config()) == ("count", pytest.approx(2.0))
         scaled = ScaledSignals(env, 1.0, [scale * 0.5])  # the learner's copy in other units still counts 2 units
         setup = saute.setup(scaled, params, saute.Config())
         assert setup.budget == "count" and setup.env.levels == 4 and setup.ppo.rows.shape == (2 * 4, 3)
@@ -176,12 +177,12 @@ def test_augmented_model_matches_monte_carlo_and_markov_equivalent():
     policy on the base model (to float rounding)."""
     env = fhc.GridWorld(size=4, horizon=8, alpha=3.0)
     params = env.default_params
-    aug = saute.augmented_cmdp(env, params)
-    senv = saute.SauteEnv(env, 3.0, observation="index")
+    aug = saute_envs.augmented_cmdp(env, params)
+    senv = saute_envs.SauteEnv(env, 3.0, observation="index")
     assert aug.num_states == 16 * 5
     table = jnp.asarray(np.random.default_rng(0).dirichlet(np.ones(9), size=(8, aug.num_states)), jnp.float32)
     exact = fhc.evaluate(aug, table)
-    markov = fhc.evaluate(env.to_cmdp(params), saute.markov_policy(table, env, params))
+    markov = fhc.evaluate(env.to_cmdp(params), saute_envs.markov_policy(table, env, params))
     np.testing.assert_allclose(markov.reward, exact.reward, rtol=1e-5)
     np.testing.assert_allclose(markov.costs, exact.costs, rtol=1e-5)
     rewards, costs = _mc(senv, params, table_policy(table, senv), 40_000)
@@ -209,12 +210,12 @@ def test_estimated_markov_policy_matches_the_budget_policy_played_in_budget_env(
     state = _sharpened(saute.init(jax.random.key(0), setup, cfg), jax.random.key(3))
     table = saute.policy_table(state, env, params)
     exact = fhc.evaluate(env.to_cmdp(params), table)
-    benv = saute.BudgetEnv(env)
+    benv = saute_envs.BudgetEnv(env)
     rewards, costs = _mc(benv, params, saute.policy(state, benv, params), 20_000)
     _within(rewards, exact.reward, extra=0.01 * abs(float(exact.reward)))
     _within(costs[:, 0], exact.costs[0], extra=0.01 * float(exact.costs[0]))
     # played at a budget that never moves, the same network earns measurably differently
-    blind = fhc.softmax_policy(lambda obs, h: saute.observation_logits(
+    blind = fhc.softmax_policy(lambda obs, h: saute.observation_outputs(
         state, saute.policy_setup(benv, params, state), obs.at[-1].set(1.0), h))
     r_blind, _ = _mc(benv, params, blind, 20_000)
     assert abs(np.mean(r_blind) - np.mean(rewards)) > 8 * np.std(rewards) / np.sqrt(20_000)
@@ -234,14 +235,14 @@ def test_learning_regression_small_grid_judged_exactly():
                        observation="xyt")
     out = jax.jit(saute.make_train(env, params, cfg))(jax.random.key(0))
     assert out.state.budget == "count"
-    aug = fhc.evaluate(saute.augmented_cmdp(env, params), saute.augmented_policy_table(out.state, env, params))
-    np.testing.assert_allclose(out.metrics.exact.reward[-1], aug.reward, rtol=1e-4)
-    np.testing.assert_allclose(out.metrics.exact.costs[-1], aug.costs, rtol=1e-4)
+    aug = fhc.evaluate(saute_envs.augmented_cmdp(env, params), saute.augmented_policy_table(out.state, env, params))
+    np.testing.assert_allclose(out.metrics.evaluation.reward[-1], aug.reward, rtol=1e-4)
+    np.testing.assert_allclose(out.metrics.evaluation.costs[-1], aug.costs, rtol=1e-4)
     uniform = fhc.evaluate(env.to_cmdp(params), jnp.full((12, 25, 9), 1.0 / 9))
     assert float(aug.reward) > 1.3 * float(uniform.reward), (aug.reward, uniform.reward)
     assert float(aug.costs[0]) <= 1.1 * 4.0, aug.costs
     # the same network played in BudgetEnv, where it tracks its own budget, has the exact value
-    benv = saute.BudgetEnv(env, observation="xyt")
+    benv = saute_envs.BudgetEnv(env, observation="xyt")
     rewards, costs = _mc(benv, params, saute.policy(out.state, benv, params), 20_000)
     _within(rewards, aug.reward)
     _within(costs[:, 0], aug.costs[0])
@@ -287,8 +288,8 @@ def _improves(out, env, params, min_percent):
     alpha = float(cmdp.thresholds[0])
     assert float(ev.costs[0]) <= 1.02 * alpha, (ev.costs, alpha)
     assert 100 * float(ev.reward) / best >= min_percent, (ev.reward, best)
-    assert float(ev.reward) > float(out.metrics.exact.reward[0]), (ev.reward, out.metrics.exact.reward)
-    np.testing.assert_allclose(out.metrics.exact.reward[-1], fhc.evaluate(cmdp, saute.policy_table(
+    assert float(ev.reward) > float(out.metrics.evaluation.reward[0]), (ev.reward, out.metrics.evaluation.reward)
+    np.testing.assert_allclose(out.metrics.evaluation.reward[-1], fhc.evaluate(cmdp, saute.policy_table(
         out.final_state, env, params)).reward, rtol=1e-4)  # the scaffold judged the same table
 
 
@@ -338,14 +339,14 @@ def test_continuous_budget_without_exact_model_is_judged_by_monte_carlo_in_budge
     cfg = saute.Config(num_iterations=20, episodes_per_iteration=64, eval_every=10, eval_episodes=4096)
     out = jax.jit(saute.make_train(env, params, cfg))(jax.random.key(0))
     assert out.state.budget == "continuous"
-    with pytest.raises(ValueError, match=r"play it in fhc_jax.algos.saute.BudgetEnv\(env, observation='env'\)"):
+    with pytest.raises(ValueError, match=r"play it in fhc_jax.envs.saute.BudgetEnv\(env, observation='env'\)"):
         saute.policy(out.final_state, env, params)
-    benv = saute.BudgetEnv(env)
+    benv = saute_envs.BudgetEnv(env)
     rewards, costs = _mc(benv, params, saute.policy(out.final_state, benv, params), 20_000, key=9)
-    _within(rewards, out.metrics.exact.reward[-1], other_episodes=cfg.eval_episodes)
-    _within(costs[:, 0], out.metrics.exact.costs[-1, 0], other_episodes=cfg.eval_episodes)
+    _within(rewards, out.metrics.evaluation.reward[-1], other_episodes=cfg.eval_episodes)
+    _within(costs[:, 0], out.metrics.evaluation.costs[-1, 0], other_episodes=cfg.eval_episodes)
     one_hot = out.final_state.replace(network=out.final_state.network.replace(observation="one_hot"))
-    with pytest.raises(ValueError, match=r"gives 'env'; build it as saute.BudgetEnv\(env, observation='one_hot'\)"):
+    with pytest.raises(ValueError, match=r"gives 'env'; build it as fhc_jax.envs.saute.BudgetEnv\(env, observation='one_hot'\)"):
         saute.policy(one_hot, benv, params)
 
 

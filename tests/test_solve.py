@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from conftest import random_cmdp
-from test_evaluate import switch_cmdp
+from helpers import random_cmdp
+from helpers import switch_cmdp
 
 
 def test_hand_computed_constrained_optimum(x64):

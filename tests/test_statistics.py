@@ -1,5 +1,5 @@
 """Statistics over seeds (``fhc_jax.experiment.statistics``) and the overall progress of sweeps
-and comparisons (``fhc_jax.experiment.runner.RunsProgress``).
+and comparisons (``fhc_jax.experiment.progress.RunsProgress``).
 
 The bootstrap is checked against a stratified bootstrap computed here by hand with numpy (the
 same index draws from a seeded global generator, the same percentiles), its intervals' coverage
@@ -17,14 +17,15 @@ import pytest
 from scipy import stats as sps
 
 from fhc_jax.experiment import config, judge, statistics, sweep
-from fhc_jax.experiment.runner import Progress, RunsProgress, parse_run_line
+from fhc_jax.experiment.judgement import Optimum
+from fhc_jax.experiment.progress import Progress, RunsProgress, parse_run_line
 
 rliable_metrics = pytest.importorskip("rliable.metrics")
 
 
-def _optimum(reward: float) -> judge.Optimum:
-    return judge.Optimum(reward=reward, costs=np.array([25.0]), multipliers=np.array([0.5]), policy=None,
-                         stage_costs=None, stage_rewards=None, solve_time_s=0.0)
+def _optimum(reward: float) -> Optimum:
+    return Optimum(reward=reward, costs=np.array([25.0]), multipliers=np.array([0.5]), policy=None,
+                   stage_costs=None, stage_rewards=None, solve_time_s=0.0)
 
 
 # ----------------------------------------------------------------------------- estimators
@@ -266,7 +267,7 @@ def test_runs_progress_lines_and_eta():
     lines = stream.getvalue().splitlines()
     assert "\r" not in stream.getvalue() and len(lines) == 2
     first, second = (parse_run_line(line) for line in lines)
-    assert first == {"done": 1, "total": 4, "elapsed_s": 10.0, "eta_s": 30.0, "name": "CPO (xy)",
+    assert first == {"done": 1, "total": 4, "unit": "runs", "elapsed_s": 10.0, "eta_s": 30.0, "name": "CPO (xy)",
                      "detail": "reward 1.00 | odd detail"}
     assert second["done"] == 2 and second["elapsed_s"] == 30.0 and second["eta_s"] == 30.0 and second["detail"] == ""
     assert parse_run_line("fh-constrained 3/20 [###.....] 15% | 1.2k env-steps/s") is None
@@ -276,6 +277,14 @@ def test_runs_progress_lines_and_eta():
     assert tty.getvalue().startswith("\r\033[K[1/1 runs done]")
     with pytest.raises(ValueError, match="total must be >= 1"):
         RunsProgress(0)
+    # what it counts is named in both lines, and read back
+    configs = _Stream(False)
+    sweep_progress = RunsProgress(2, configs, clock=lambda: 0.0, unit="configurations")
+    assert sweep_progress.status(0.5) == "overall 0.5/2 configurations, elapsed 0 s, eta 0 s"
+    assert parse_run_line(sweep_progress.done("trace=0.2"))["unit"] == "configurations"
+    assert configs.getvalue().startswith("[1/2 configurations done] elapsed 0.0 s | eta 0.0 s | trace=0.2")
+    with pytest.raises(ValueError, match="unit must be a lowercase word"):
+        RunsProgress(2, unit="Runs done]")
     one = RunsProgress(1, _Stream(False))
     one.done("a")
     with pytest.raises(ValueError, match="already done"):
@@ -305,13 +314,14 @@ def test_sweep_rows_have_statistics_and_one_progress_line_per_setting(tmp_path):
     out = stream.getvalue()
     assert "\r" not in out
     parsed = [p for p in map(parse_run_line, out.splitlines()) if p is not None]
-    assert [(p["done"], p["total"]) for p in parsed] == [(1, 2), (2, 2)]
+    assert [(p["done"], p["total"], p["unit"]) for p in parsed] == [(1, 2, "configurations"), (2, 2, "configurations")]
     assert [p["name"] for p in parsed] == ["trace=0.2", "trace=0.5"]
     assert all("seeds feasible" in p["detail"] and "(2 seeds, 95% intervals)" in p["detail"] for p in parsed)
     assert parsed[-1]["eta_s"] == 0.0
-    # the chunk lines (one per chunk) end with the overall progress
+    # the chunk lines (one per chunk) name the grid and end with the overall progress, in configurations
     chunk_lines = [line for line in out.splitlines() if line.startswith("sweep fh-constrained")]
-    assert len(chunk_lines) == 2 and all("overall" in line and "runs, elapsed" in line for line in chunk_lines)
+    assert len(chunk_lines) == 2 and all("(2 configurations x 2 seeds = 4 runs)" in line for line in chunk_lines)
+    assert all("overall" in line and "/2 configurations, elapsed" in line for line in chunk_lines)
     for i, row in enumerate(result["rows"]):
         st = row["statistics"]
         assert st["n_seeds"] == 2 and st["reward"]["n_seeds"] == 2

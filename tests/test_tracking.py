@@ -168,7 +168,7 @@ def test_tensorboard_config_summary_and_plots(tracked_run):
     assert json.loads("\n".join(line[4:] for line in text.splitlines())) == json.loads(json.dumps(config))
     hparams = ea.PluginTagToContent("hparams")
     assert {"_hparams_/experiment", "_hparams_/session_start_info", "_hparams_/session_end_info"} <= set(hparams)
-    assert b"critic_step.init" in hparams["_hparams_/session_start_info"]
+    assert b"critic_lr.init" in hparams["_hparams_/session_start_info"]
     images = set(ea.Tags()["images"])
     assert images == {f"plots/{p.stem}" for p in (tracked_run / "plots").glob("*.png")} and len(images) >= 3
     assert ea.Images("plots/learning_curves")[0].width > 100
@@ -181,7 +181,7 @@ def test_wandb_offline_run_written_without_network(tracked_run):
     assert len(run_file) == 1
     data = run_file[0].read_bytes()
     for key in (b"seed_0/reward", b"seed_1/exact_cost_0", b"speed/env_steps_per_s",
-                b"summary/aggregate/feasible_seeds", b"plots/learning_curves", b"critic_step.init"):
+                b"summary/aggregate/feasible_seeds", b"plots/learning_curves", b"critic_lr.init"):
         assert key in data, key
     assert list((runs[0] / "files" / "media" / "images").glob("plots/learning_curves*.png"))
 

@@ -12,7 +12,7 @@ strict mode still fails on its warnings):
 * A section header (``Returns:``, ``Raises:``, ...) right under the previous section gets
   the blank line above it that griffe needs to recognise it.
 * Each learner module's ``make_learner, make_train, policy_table, policy =
-  learner.interface(ALGORITHM)`` becomes four documented functions with the scaffold's
+  scaffold.interface(ALGORITHM)`` becomes four documented functions with the scaffold's
   signature (without its ``algo`` argument) and docstring; static analysis alone would show
   four undocumented attributes. A scaffold function that is renamed or gone fails the build.
 """
@@ -27,11 +27,11 @@ _ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|obj|exc|const):`~?([^`]+)
 _HEADED = re.compile(r"^(?P<indent>[ \t]*)(?P<head>Attributes|Args|Static fields|Numeric fields) \((?P<legend>.*)\):[ \t]*$",
                      re.MULTILINE)
 _SECTION = {"Attributes": "Attributes", "Static fields": "Attributes", "Numeric fields": "Attributes", "Args": "Args"}
-_INTERFACE = re.compile(r"^(\w+(?:\s*,\s*\w+)*)\s*=\s*learner\.interface\(")
+_INTERFACE = re.compile(r"^(\w+(?:\s*,\s*\w+)*)\s*=\s*scaffold\.interface\(")
 
 
 def _interface_line(module: griffe.Module) -> tuple[int, list[str]]:
-    """(line number, names) of the module's ``a, b, ... = learner.interface(ALGORITHM)``
+    """(line number, names) of the module's ``a, b, ... = scaffold.interface(ALGORITHM)``
     (griffe does not create attributes from tuple assignments), or (0, [])."""
     for i, line in enumerate(module.lines, start=1):
         match = _INTERFACE.match(line)
@@ -76,22 +76,22 @@ class FhcDocstrings(griffe.Extension):
     def on_package(self, *, pkg: griffe.Module, **kwargs) -> None:
         if pkg.path != "fhc_jax":
             return
-        scaffold = pkg["algos.learner"]
+        scaffold = pkg["algos.core.scaffold"]
         for module in pkg["algos"].modules.values():
             lineno, names = _interface_line(module)
             for name in names:
                 template = scaffold[name]  # KeyError: the scaffold lost a public function
                 params = list(template.parameters)
                 if not params or params[0].name != "algo":
-                    raise ValueError(f"griffe_fhc: fhc_jax.algos.learner.{name} no longer takes algo first")
+                    raise ValueError(f"griffe_fhc: fhc_jax.algos.core.scaffold.{name} no longer takes algo first")
                 fn = griffe.Function(
                     name, lineno=lineno, endlineno=lineno,
                     parameters=griffe.Parameters(*(griffe.Parameter(p.name, annotation=p.annotation, kind=p.kind,
                                                                     default=p.default) for p in params[1:])),
                     returns=template.returns,
                 )
-                note = (f"\n\n``fhc_jax.algos.learner.{name}`` bound to this module's ``ALGORITHM`` "
-                        "by ``learner.interface``.")
+                note = (f"\n\n``fhc_jax.algos.core.scaffold.{name}`` bound to this module's ``ALGORITHM`` "
+                        "by ``scaffold.interface``.")
                 fn.docstring = griffe.Docstring(template.docstring.value + note, lineno=lineno, parent=fn,
                                                 parser=template.docstring.parser,
                                                 parser_options=template.docstring.parser_options)

@@ -15,7 +15,7 @@ without a tabular exact model, or ``path="sampled"``: ``fhc_jax.rollout``, recor
 observations) every sample is its own "distinct input": the same sums over the H K samples,
 O(H K) per update, with the action head's log-probabilities and KL
 (:func:`~fhc_jax.algos.trust_region.sampled_trust_region_step`). On box action spaces (sampled
-path only: no tabular model) the policy is a diagonal Gaussian (:mod:`fhc_jax.algos.distributions`;
+path only: no tabular model) the policy is a diagonal Gaussian (:mod:`fhc_jax.algos.core.distributions`;
 the environment clips the actions) and the trust region, its Fisher matrix and the line search
 use the Gaussian's KL. ``metrics.multipliers`` reports
 the dual variable nu* of the linearised cost constraint. The equations, the dual case analysis
@@ -33,19 +33,19 @@ import numpy as np
 import optax
 from flax import struct
 
-from fhc_jax.algos import learner
-from fhc_jax.algos.distributions import ActionHead, check_initial_log_std, config_head
-from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
-from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy
-from fhc_jax.algos.networks import ACTIVATIONS, MLP, NetworkConfig, NetworkSpec, Stacked
-from fhc_jax.algos.returns import advantages_and_targets
+from fhc_jax.algos.core import scaffold
+from fhc_jax.algos.core.distributions import ActionHead, check_initial_log_std, config_head
+from fhc_jax.algos.core.hyperparameters import hyperparameters, numeric, static
+from fhc_jax.algos.core.evaluation import EvaluationMetrics, observation_policy
+from fhc_jax.algos.core.paths import judged_exactly
+from fhc_jax.algos.core.networks import ACTIVATIONS, MLP, NetworkConfig, NetworkSpec, Stacked
+from fhc_jax.algos.core.returns import advantages_and_targets
 from fhc_jax.algos.trust_region import (  # noqa: F401 (public here)
     CellStatistics, SampleStatistics, sampled_trust_region_step, trust_region_step,
 )
-from fhc_jax.algos.sampled_inputs import (
-    ENV_OBSERVATIONS, critic_value_scale, input_table, resolve_path, stage_inputs, with_stage,
-)
-from fhc_jax.algos.tabular_rollout import Batch, TabularModel, batch_from_trajectory, rollout_policy_table, tabular_model, value_scale
+from fhc_jax.algos.core.paths import ENV_OBSERVATIONS, resolve_path
+from fhc_jax.algos.core.sampled_inputs import critic_value_scale, input_table, stage_inputs, with_stage
+from fhc_jax.algos.core.tabular_rollout import Batch, TabularModel, batch_from_trajectory, rollout_policy_table, tabular_model, value_scale
 from fhc_jax.rollout import rollout as rollout_episodes
 
 Array = jax.Array
@@ -56,16 +56,12 @@ ACTOR_OUTPUT_SCALE = 0.01  # the actor starts near the uniform policy
 
 @hyperparameters
 class Config(NetworkConfig):
-    """Hyperparameters of CPO. Defaults were chosen on the default ``GridWorld`` (10x10, H = 100,
-    alpha = 25) for a short run (5 vmapped seeds train in about a minute on a CPU) and hold on
-    the robustness suite (``docs/benchmarks.md``); CPO's multiplier is the dual of each update's
-    subproblem, so it needs no unit-dependent gain. Choices made for that budget: 32 x 32 tanh networks (64 x 64 costs
-    about 3.5x more per update with "xyt", whose 10,000 distinct inputs make the network the
-    bottleneck), a subsampled Fisher matrix (``fisher_samples = 1024``), a larger trust region
-    than TRPO's usual 0.01 (``max_kl = 0.05``; the batches of 512 episodes are large) and
-    ``gae_lambda = 1`` (Monte-Carlo advantages with the critic as a baseline only: with "xy" the
-    critic cannot see the stage, and on the default gridworld lambda = 0.95 leaves the policy
-    well below the threshold, about 4 points less reward with "xyt").
+    """Hyperparameters of CPO, for a short run (CPO's multiplier is the dual of each update's
+    subproblem, so it needs no unit-dependent gain): 32 x 32 tanh networks, a subsampled Fisher
+    matrix (``fisher_samples = 1024``), a larger trust region than TRPO's usual 0.01
+    (``max_kl = 0.05``: the batches of 512 episodes are large) and ``gae_lambda = 1``
+    (Monte-Carlo advantages with the critic as a baseline only: a stationary critic on "xy"
+    cannot see the stage). docs/algorithms/cpo.md says what each default is for.
 
     Static fields (set shapes or code paths; part of the compilation cache key):
         num_iterations: updates per training run (N). episodes_per_iteration: K.
@@ -88,12 +84,12 @@ class Config(NetworkConfig):
             per-sample statistics; any environment) or "auto" (tabular where possible).
         log_std, initial_log_std: box action spaces only: the form of the Gaussian head's
             log-std and log(sigma / half range) of the initial policy
-            (:class:`~fhc_jax.algos.networks.NetworkSpec`).
+            (:class:`~fhc_jax.algos.core.networks.NetworkSpec`).
 
     Numeric fields (pytree leaves: ``jax.vmap`` over them without recompiling):
         max_kl: trust-region radius delta on the mean KL. damping: F + damping I.
         backtrack_ratio: line-search shrink factor beta. gamma: discount (1: the paper's
-        undiscounted objective). gae_lambda: GAE parameter. critic_learning_rate: Adam step.
+        undiscounted objective). gae_lambda: GAE parameter. critic_lr: Adam step.
     """
 
     num_iterations: int = static(100, low=1)
@@ -112,21 +108,21 @@ class Config(NetworkConfig):
     backtrack_ratio: float = numeric(0.8, low=0.0, high=1.0, low_open=True, high_open=True)
     gamma: float = numeric(1.0, low=0.0, high=1.0)
     gae_lambda: float = numeric(1.0, low=0.0, high=1.0)
-    critic_learning_rate: float = numeric(3e-3, low=0.0, low_open=True)
+    critic_lr: float = numeric(3e-3, low=0.0, low_open=True)
 
     def __post_init__(self):
         check_initial_log_std(self)
 
 
 @struct.dataclass
-class TrainState(learner.NetworkState):
+class TrainState(scaffold.NetworkState):
     """Learner parameters (M = 1 constraint).
 
     Attributes:
         actor: flax parameters of the policy MLP, o (D,) -> logits (A,) (box action spaces: the
-            Gaussian's [m, s], ``fhc_jax.algos.distributions``).
+            Gaussian's [m, s], ``fhc_jax.algos.core.distributions``).
         critics: flax parameters of the reward and cost critics, stacked on a leading axis of
-            length 1 + M (:class:`fhc_jax.algos.networks.Stacked`); outputs are in units of
+            length 1 + M (:class:`fhc_jax.algos.core.networks.Stacked`); outputs are in units of
             :func:`~fhc_jax.algos.ppo_lagrangian.value_scale`.
         critic_opt: the critics' Adam state.
         multipliers: nu*, the dual variable of the last update's linearised cost constraint, (M,).
@@ -153,7 +149,8 @@ class Metrics:
         optimisation_case: the subproblem's case 0-4 (module docstring), int32 (N,).
         entropy: mean policy entropy over the batch's states before the update (the
             differential entropy of the Gaussian on box action spaces: it may be negative), (N,).
-        exact: exact reward and costs every ``eval_every`` updates.
+        evaluation: the reported policy's reward and costs every ``eval_every`` updates, exact on
+            tabular exact models and Monte-Carlo estimates elsewhere (:class:`EvaluationMetrics`).
     """
 
     reward: Array
@@ -163,7 +160,7 @@ class Metrics:
     step_fraction: Array
     optimisation_case: Array
     entropy: Array
-    exact: ExactMetrics
+    evaluation: EvaluationMetrics
 
 
 def _modules(spec: NetworkSpec, head: ActionHead, num_channels: int) -> tuple[MLP, Stacked]:
@@ -197,10 +194,10 @@ class Setup:
         inputs: the U distinct observations, (U, D); cell: their index per (h, s), (H, S).
         model: the rollout model. threshold: alpha, (). value_scale: the critics' output
             scale per channel (reward, cost), (1 + M,).
-        sampled: the sampled path (inputs and cell only for :func:`logits`, None without
+        sampled: the sampled path (inputs and cell only for :func:`table_logits`, None without
             tabular states); env, params: what it rolls out; observation: "env" or "env_t";
             horizon: H.
-        head: the action distribution of the actor's outputs (``fhc_jax.algos.distributions``:
+        head: the action distribution of the actor's outputs (``fhc_jax.algos.core.distributions``:
             ``Categorical(A)``, or a ``DiagonalGaussian`` on box action spaces).
     """
 
@@ -230,8 +227,8 @@ class Setup:
 
 
 def _sampled_setup(env, params, spec: NetworkSpec, config: Config | None) -> Setup:
-    """The sampled path's setup of the networks ``spec`` (``config`` None: only what :func:`logits` and
-    :func:`observation_logits` need); distinct inputs only where there are tabular states."""
+    """The sampled path's setup of the networks ``spec`` (``config`` None: only what :func:`table_logits` and
+    :func:`observation_outputs` need); distinct inputs only where there are tabular states."""
     head = config_head(env, spec)
     actor, critic = _modules(spec, head, 1 + env.num_constraints)
     inputs = cell = None
@@ -251,7 +248,7 @@ def setup(env, params, config: Config) -> Setup:
             subproblem has a single linearised constraint); an observation the environment
             does not support; more critic minibatches than distinct inputs (H K samples on the
             sampled path); ``path="tabular"`` without a tabular exact model, or non-flat
-            observations (:func:`~fhc_jax.algos.sampled_inputs.resolve_path`).
+            observations (:func:`~fhc_jax.algos.core.paths.resolve_path`).
     """
     m = env.num_constraints
     if m != 1:
@@ -288,9 +285,9 @@ def setup(env, params, config: Config) -> Setup:
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
-    """What :func:`logits` needs (the actor and its distinct inputs), or :func:`observation_logits`
+    """What :func:`table_logits` needs (the actor and its distinct inputs), or :func:`observation_outputs`
     where there is no tabular exact model, from the train state's
-    :class:`~fhc_jax.algos.networks.NetworkSpec`."""
+    :class:`~fhc_jax.algos.core.networks.NetworkSpec`."""
     spec = train_state.network
     if not judged_exactly(env):
         return _sampled_setup(env, params, spec, None)
@@ -322,12 +319,12 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
     )
 
 
-def logits(train_state: TrainState, setup: Setup) -> Array:
+def table_logits(train_state: TrainState, setup: Setup) -> Array:
     """The stationary network's logits at every stage and state, (H, S, A)."""
     return setup.actor.apply(train_state.actor, setup.inputs)[setup.cell]
 
 
-def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
+def observation_outputs(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
     """The actor's outputs at one raw observation (D,) of stage h, (``head.num_outputs``,):
     the reported policy's logits (A,), or the Gaussian's [m, s] (2d,) on box action spaces."""
     return setup.actor.apply(train_state.actor, setup.actor_input(observation, h))
@@ -338,7 +335,7 @@ def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -
     distinct inputs, (U, A), for the update. On the sampled path: ``fhc_jax.rollout`` with the
     actor applied to each observation (the update recomputes pi_old at the samples)."""
     if setup.sampled:
-        act = observation_policy(lambda obs, h: observation_logits(train_state, setup, obs, h), setup.head)
+        act = observation_policy(lambda obs, h: observation_outputs(train_state, setup, obs, h), setup.head)
         return batch_from_trajectory(rollout_episodes(key, setup.env, setup.params, act, config.episodes_per_iteration))
     logp = jax.nn.log_softmax(setup.actor.apply(train_state.actor, setup.inputs), axis=-1)
     batch = rollout_policy_table(key, setup.model, jnp.exp(logp)[setup.cell], config.episodes_per_iteration)
@@ -406,7 +403,7 @@ def fit_critics(critics: Any, critic_opt: Any, stats: CellStatistics | SampleSta
     num_inputs = inputs.shape[0]
     minibatch = num_inputs // config.critic_minibatches
     targets = stats.ret_sums / jnp.maximum(stats.counts, 1.0)[:, None]  # (U, C)
-    opt = optax.adam(config.critic_learning_rate)
+    opt = optax.adam(config.critic_lr)
 
     def critic_loss(cp, idx):
         err = (_critic_values(setup, cp, inputs[idx]) - targets[idx]) / setup.value_scale
@@ -470,9 +467,9 @@ def update(
     return new_state, metrics
 
 
-ALGORITHM = learner.Algorithm(
+ALGORITHM = scaffold.Algorithm(
     name="cpo", config_type=Config, metrics_type=Metrics, setup=setup, init=init, rollout=rollout,
-    update=update, logits=logits, policy_setup=policy_setup, observation_logits=observation_logits, update_keys=2,
+    update=update, table_logits=table_logits, policy_setup=policy_setup, observation_outputs=observation_outputs, update_keys=2,
     action_head=lambda setup: setup.head,
 )
-make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)
+make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

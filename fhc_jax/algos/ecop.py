@@ -2,7 +2,7 @@
 NeurIPS 2024, arXiv 2406.09563), for finite-horizon tabular CMDPs, compiled as one program.
 
 Per-stage (non-stationary) policies as the paper intends: the actors pi_h = softmax(f_{theta_h})
-and the critics [V_h, V_{C,h}] are two :class:`~fhc_jax.algos.networks.Stacked` MLP families
+and the critics [V_h, V_{C,h}] are two :class:`~fhc_jax.algos.core.networks.Stacked` MLP families
 with a leading stage axis, on the observation o_h(s) (by default one-hot states on the
 tabular path, standardised). Per iteration: roll out K episodes, finite-horizon GAE per
 signal (exact terminal values, no bootstrapping past H), the per-stage multipliers lambda_t
@@ -25,7 +25,7 @@ tabulated over every (h, s), the model's fast rollout); any other (or ``path="sa
 rolls out through ``fhc_jax.rollout`` and applies the networks to the recorded observations
 ("env": the environment's own observation, standardised over the states that 64 episodes of
 the uniform policy visit), judged by Monte-Carlo. On box action spaces (continuous actions,
-always the sampled path) the actors are diagonal Gaussians (:mod:`fhc_jax.algos.distributions`:
+always the sampled path) the actors are diagonal Gaussians (:mod:`fhc_jax.algos.core.distributions`:
 the network computes the mean, the log-std is a free per-stage vector or a second output,
 ``Config.log_std``; the environment clips the actions): the ratios rho of both surrogates,
 the entropy and the KL are the head's (``head.log_prob``, ``head.entropy``, ``head.kl``), the
@@ -42,14 +42,19 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from fhc_jax.algos import learner, multipliers, ppo_lagrangian
-from fhc_jax.algos.distributions import ActionHead, Categorical, check_initial_log_std, config_head
-from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
-from fhc_jax.algos.learner import judged_exactly, observation_policy, observation_sample
-from fhc_jax.algos.networks import ACTIVATIONS, NetworkConfig, NetworkSpec, Stacked
-from fhc_jax.algos.returns import advantages_and_targets
-from fhc_jax.algos.sampled_inputs import critic_value_scale, resolve_observation
-from fhc_jax.algos.tabular_rollout import (
+from fhc_jax.algos import ppo_lagrangian
+from fhc_jax.algos.core import scaffold
+from fhc_jax.algos.core import multipliers
+from fhc_jax.algos.core.distributions import ActionHead, Categorical, check_initial_log_std, config_head
+from fhc_jax.algos.core.hyperparameters import hyperparameters, numeric, static
+from fhc_jax.algos.core.evaluation import observation_policy
+from fhc_jax.algos.core.paths import judged_exactly
+from fhc_jax.algos.core.sampled_inputs import observation_sample
+from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec, Stacked
+from fhc_jax.algos.core.returns import advantages_and_targets
+from fhc_jax.algos.core.paths import resolve_observation, takes_sampled_path
+from fhc_jax.algos.core.sampled_inputs import critic_value_scale
+from fhc_jax.algos.core.tabular_rollout import (
     Batch,
     TabularModel,
     batch_from_trajectory,
@@ -67,9 +72,7 @@ OBSERVATIONS = ("xy", "xyt", "one_hot", "env")
 
 @hyperparameters
 class Config(NetworkConfig):
-    """Hyperparameters of e-COP. Defaults tuned briefly for the default ``GridWorld`` (10x10,
-    H = 100, alpha = 25) by vmapped sweeps judged exactly (``benchmarks/ecop.py``,
-    docs/algorithms/ecop.md).
+    """Hyperparameters of e-COP (what each default is for: docs/algorithms/ecop.md).
 
     Static fields:
         num_iterations: N updates. episodes_per_iteration: K episodes per update.
@@ -77,7 +80,7 @@ class Config(NetworkConfig):
             support; tabular path), "env" (the environment's own observation; the only input
             of the sampled path), or "auto" (the default: "one_hot" on the tabular path of an
             environment that supports it, else "env";
-            :func:`~fhc_jax.algos.sampled_inputs.resolve_observation`).
+            :func:`~fhc_jax.algos.core.paths.resolve_observation`).
         width, depth, activation: the per-stage MLPs (actor and critic).
         normalize_inputs: standardise the inputs over all (stage, state) (on environments
             without tabular states: over the observations of 64 episodes of the uniform policy).
@@ -90,7 +93,7 @@ class Config(NetworkConfig):
             (default: "tabular" where the environment has a tabular exact model).
         log_std, initial_log_std: box action spaces only: the form of the Gaussian head's
             log-std and log(sigma / half range) of the initial policy
-            (:class:`~fhc_jax.algos.networks.NetworkSpec`).
+            (:class:`~fhc_jax.algos.core.networks.NetworkSpec`).
 
     Numeric fields (pytree leaves; ``vmap`` over them without recompiling):
         actor_lr, critic_lr: Adam step sizes. max_grad_norm: gradient clipping per family.
@@ -99,7 +102,7 @@ class Config(NetworkConfig):
             epoch (0 disables it).
         damping: the initial damping factor beta (> 0) in relative units: the step of the
             multiplier update (7) on the relative violation Psi / u (u the violation unit,
-            :mod:`fhc_jax.algos.multipliers`, "Units"), beta / u in the loss (8). damping_growth: p >= 1, beta <- min(beta_max, p beta) when
+            :mod:`fhc_jax.algos.core.multipliers`, "Units"), beta / u in the loss (8). damping_growth: p >= 1, beta <- min(beta_max, p beta) when
             C(pi_k) >= c_k. damping_max: beta_max.
         initial_multiplier: lambda_t at n = 0. multiplier_max: lambda_t in [0, multiplier_max].
         output_scale: initial scale of the actors' output layer (small: near-uniform policy).
@@ -135,7 +138,7 @@ class Config(NetworkConfig):
 
 
 @struct.dataclass
-class TrainState(learner.NetworkState):
+class TrainState(scaffold.NetworkState):
     """Learner state (H stages, M constraints); network leaves carry a leading stage axis H.
 
     Attributes:
@@ -159,7 +162,7 @@ class TrainState(learner.NetworkState):
 class Metrics(ppo_lagrangian.Metrics):
     """Per-iteration metrics (N iterations, M constraints): PPO-Lagrangian's
     (:class:`fhc_jax.algos.ppo_lagrangian.Metrics`: reward, costs, approx_kl, entropy,
-    clip_fraction, value_loss, epochs, exact) and
+    clip_fraction, value_loss, epochs, evaluation) and
 
     Attributes:
         multipliers: mean over stages of lambda_t after the update, (N, M).
@@ -277,7 +280,7 @@ def _networks(horizon: int, head: ActionHead | int, num_constraints: int, spec: 
               output_scale: Any = 0.1, feature_major: bool = False) -> tuple[Stacked, Stacked]:
     """(actor, critic) stacked families of the ``spec``'s architecture; the actor has ``head``'s
     outputs (an int A: ``Categorical(A)``); ``feature_major``: the layout for the sampled path's
-    per-sample batches (:class:`~fhc_jax.algos.networks.Stacked`)."""
+    per-sample batches (:class:`~fhc_jax.algos.core.networks.Stacked`)."""
     head = Categorical(head) if isinstance(head, int) else head
     outputs, free = head.network_outputs
     return (Stacked(spec.mlp(outputs, free_outputs=free, output_scale=output_scale), horizon, feature_major),
@@ -299,10 +302,7 @@ def _inputs(env, params, observation: str, normalize: bool) -> Array:
 
 def _is_sampled(env, path: str, observation: str) -> bool:
     """Whether ``Config.path`` takes the sampled path on ``env`` (validated before compiling)."""
-    if path == "tabular" and not judged_exactly(env):
-        raise ValueError(f"ecop: Config.path = 'tabular' needs a tabular exact model, which {env.name} does not "
-                         "declare (use path = 'auto' or 'sampled')")
-    sampled = path == "sampled" or (path == "auto" and not judged_exactly(env))
+    sampled = takes_sampled_path("ecop", env, path)
     if sampled and observation != "env":
         raise ValueError(f"ecop: Config.observation must be 'env' for {env.name} on the sampled path (the "
                          f"environment's own observation), found {observation!r}")
@@ -313,7 +313,7 @@ def _is_sampled(env, path: str, observation: str) -> bool:
 
 
 def _sampled_setup(env, params, spec: NetworkSpec, full: bool) -> Setup:
-    """The sampled path's setup (``full=False``: only what :func:`observation_logits` needs).
+    """The sampled path's setup (``full=False``: only what :func:`observation_outputs` needs).
     Inputs are standardised over the tabulated observations of a tabular environment, else over
     the observations of 64 episodes of the uniform policy."""
     head = config_head(env, spec)
@@ -357,9 +357,9 @@ def setup(env, params, config: Config) -> Setup:
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
-    """What :func:`logits` (tabular exact models) or :func:`observation_logits` (any other
+    """What :func:`table_logits` (tabular exact models) or :func:`observation_outputs` (any other
     environment) needs, from the input and architecture recorded in the train state (its
-    :class:`~fhc_jax.algos.networks.NetworkSpec`)."""
+    :class:`~fhc_jax.algos.core.networks.NetworkSpec`)."""
     spec = train_state.network
     if not judged_exactly(env):
         return _sampled_setup(env, params, spec, full=False)
@@ -402,12 +402,12 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
     )
 
 
-def logits(train_state: TrainState, setup: Setup) -> Array:
+def table_logits(train_state: TrainState, setup: Setup) -> Array:
     """Logits of the reported policy (the Polyak-averaged actor) at every (h, s), (H, S, A)."""
     return setup.actor.apply(train_state.actor_average, setup.obs_table[:-1])
 
 
-def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
+def observation_outputs(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
     """The reported policy's outputs at one raw observation of stage h (sampled path):
     logits (A,), or a Gaussian head's [m, s] (2d,)."""
     stage = jax.tree.map(lambda p: p[h], train_state.actor_average)
@@ -527,9 +527,9 @@ def update(train_state: TrainState, batch: Batch, key: Array | None, setup: Setu
     return new_state, metrics
 
 
-ALGORITHM = learner.Algorithm(
+ALGORITHM = scaffold.Algorithm(
     name="ecop", config_type=Config, metrics_type=Metrics, setup=setup, init=init, rollout=rollout,
-    update=update, logits=logits, policy_setup=policy_setup, observation_logits=observation_logits,
+    update=update, table_logits=table_logits, policy_setup=policy_setup, observation_outputs=observation_outputs,
     action_head=lambda setup: setup.head,
 )
-make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)
+make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

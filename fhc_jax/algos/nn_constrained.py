@@ -1,7 +1,7 @@
 """NN-Constrained: the paper's deep variant of FH-Constrained (Section 5), with per-stage neural
 actors and critics stacked on one leading stage axis and trained in one jit.
 
-Each network family is ONE stacked module (:mod:`fhc_jax.algos.networks`): actors
+Each network family is ONE stacked module (:mod:`fhc_jax.algos.core.networks`): actors
 mu_h(s, .) = softmax(f_{theta_h}(o_h(s))) for h < H, Lagrangian critics V_h and constraint
 critics W_h^(k) for h <= H, on the observation o_h(s) ("xy", the paper's input, "xyt" or
 "one_hot"; default 2 x 10 tanh MLPs). The losses CL, CCL and AL of the paper are sums over the
@@ -11,13 +11,13 @@ a(n) > b(n) > c(n) feed optax optimizers.
 ``Config.variant``: "paper" is the losses verbatim (checked against a per-stage loop reference
 in the tests); "improved" (default) uses Monte-Carlo multiplier steps with a proportional
 term, lambda-return critic targets and a mirror-descent actor step projected onto the network,
-and reports the Polyak average of the actor. ``Config.loss_form`` is a speed choice (per
+and reports the Polyak average of the actor. ``Config.update_form`` is a speed choice (per
 sample or per (stage, state) cell). The losses and the derivation of every departure are in
 docs/algorithms/nn_constrained.md.
 
 **Box action spaces** (continuous actions; such environments have no tabular model, so they
 take the sampled path): the per-stage actors are diagonal Gaussians
-(:mod:`fhc_jax.algos.distributions`; the network outputs the mean, the log-std is a free
+(:mod:`fhc_jax.algos.core.distributions`; the network outputs the mean, the log-std is a free
 per-stage vector or a second output, ``Config.log_std``; the environment clips the actions).
 The paper variant's AL is the same score-function loss with ``head.log_prob``. The improved
 variant's actor step, a per-sample step in logit space for softmax policies, becomes a
@@ -37,17 +37,21 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from fhc_jax.algos import learner, multipliers
-from fhc_jax.algos.distributions import ActionHead, Categorical, check_initial_log_std, config_head
-from fhc_jax.algos.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
-from fhc_jax.algos.learner import ExactMetrics, judged_exactly, observation_policy, observation_sample
-from fhc_jax.algos.networks import ACTIVATIONS, NetworkConfig, NetworkSpec, Stacked
+from fhc_jax.algos.core import scaffold
+from fhc_jax.algos.core import multipliers
+from fhc_jax.algos.core.distributions import ActionHead, Categorical, check_initial_log_std, config_head
+from fhc_jax.algos.core.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
+from fhc_jax.algos.core.evaluation import EvaluationMetrics, observation_policy
+from fhc_jax.algos.core.paths import judged_exactly, takes_sampled_path
+from fhc_jax.algos.core.policies import polyak_average
+from fhc_jax.algos.core.sampled_inputs import observation_sample
+from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec
 from fhc_jax.algos.nn_losses import (
-    advantage_targets, batch_targets, cell_stats, gaussian_actor_loss, gaussian_sample_targets, improved_actor_loss,
-    sample_advantage_targets, sample_cross_entropy, sample_losses, table_losses, visit_weights,
+    Networks, advantage_targets, batch_targets, cell_stats, gaussian_actor_loss, gaussian_sample_targets,
+    improved_actor_loss, sample_advantage_targets, sample_cross_entropy, sample_losses, table_losses, visit_weights,
 )
 from fhc_jax.rollout import rollout as rollout_episodes
-from fhc_jax.algos.tabular_rollout import (
+from fhc_jax.algos.core.tabular_rollout import (
     Batch, TabularModel, batch_from_trajectory, batch_observations, observation_table, rollout_policy_table,
     tabular_model,
 )
@@ -56,17 +60,15 @@ Array = jax.Array
 
 VARIANTS = ("paper", "improved")
 OPTIMIZERS = ("adam", "sgd")
-LOSS_FORMS = ("auto", "table", "samples")
+UPDATE_FORMS = ("auto", "table", "samples")
 OBSERVATIONS = ("env", "xy", "xyt", "one_hot")
 
 
 @hyperparameters
 class Config(NetworkConfig):
-    """Hyperparameters of NN-Constrained. Defaults: vmapped grid searches (``fhc-jax sweep``)
-    on the default ``GridWorld`` (10x10, H = 100, alpha = 25), judged exactly. Training runs
-    in units of the signals' magnitudes and the multiplier law acts on the relative
-    violation, so they carry to other tasks: ``docs/benchmarks.md`` (robustness suite) and
-    ``docs/algorithms/nn_constrained.md`` (Known limits).
+    """Hyperparameters of NN-Constrained. Training runs in units of the signals' magnitudes
+    and the multiplier law acts on the relative violation, so the defaults serve tasks in any
+    units (what each is for: docs/algorithms/nn_constrained.md, Defaults).
 
     Static fields:
         num_iterations: updates per training run (N >= 1).
@@ -78,12 +80,12 @@ class Config(NetworkConfig):
         normalize_inputs: standardise the inputs over all (stage, state) (:func:`input_table`).
         variant: "paper" or "improved" (module docstring).
         optimizer: "adam" or "sgd" (both with the schedules below as learning rates).
-        loss_form: "auto", "table" or "samples" (speed only, module docstring; the improved
+        update_form: "auto", "table" or "samples" (speed only, module docstring; the improved
             actor always uses the per-(h, s) table).
         actor_epochs: optimizer steps of the improved actor per update (>= 1).
         eval_every: exact evaluation every this many updates (0: initial and final only).
         eval_episodes: episodes of each Monte-Carlo evaluation on environments without a
-            tabular exact model (:func:`fhc_jax.algos.learner.monte_carlo_evaluator`).
+            tabular exact model (:func:`fhc_jax.algos.core.evaluation.monte_carlo_evaluator`).
         path: "tabular" rolls out from the exact tabular model and tabulates the networks over
             every (stage, state); "sampled" rolls out through ``fhc_jax.rollout`` and applies
             the networks to the recorded observations (any environment); "auto" (default)
@@ -91,13 +93,13 @@ class Config(NetworkConfig):
         check_step_sizes: validate the schedules against Assumption 3 (default True).
         log_std, initial_log_std: box action spaces only: the form of the Gaussian head's
             log-std and log(sigma / half range) of the initial policy
-            (:class:`~fhc_jax.algos.networks.NetworkSpec`).
+            (:class:`~fhc_jax.algos.core.networks.NetworkSpec`).
 
     Numeric fields (pytree leaves; ``vmap`` over them without recompiling):
-        critic_step: a(n), learning rate of V and W (fastest).
-        actor_step: b(n), learning rate of the actors (middle).
-        multiplier_step: c(n), multiplier step (slowest), on the relative violation
-            (C - alpha) / d (:mod:`fhc_jax.algos.multipliers`, "Units").
+        critic_lr: a(n), learning rate of V and W (fastest).
+        actor_lr: b(n), learning rate of the actors (middle).
+        multiplier_lr: c(n), multiplier step (slowest), on the relative violation
+            (C - alpha) / d (:mod:`fhc_jax.algos.core.multipliers`, "Units").
         multiplier_max: -P, penalties nu in [0, multiplier_max] (> 0), in training units.
         initial_multiplier: nu at n = 0, in training units.
         trace: lambda-return trace of the improved variant, in [0, 1].
@@ -127,13 +129,13 @@ class Config(NetworkConfig):
     normalize_inputs: bool = static(True)
     variant: str = static("improved", choices=VARIANTS)
     optimizer: str = static("adam", choices=OPTIMIZERS)
-    loss_form: str = static("auto", choices=LOSS_FORMS)
+    update_form: str = static("auto", choices=UPDATE_FORMS)
     actor_epochs: int = static(8, low=1)
     eval_every: int = static(100, low=0)
     check_step_sizes: bool = static(True)
-    critic_step: PowerSchedule = schedule(PowerSchedule(init=0.05, power=0.55, decay=500.0))
-    actor_step: PowerSchedule = schedule(PowerSchedule(init=0.03, power=0.7, decay=500.0))
-    multiplier_step: PowerSchedule = schedule(PowerSchedule(init=0.025, power=0.8, decay=1000.0))
+    critic_lr: PowerSchedule = schedule(PowerSchedule(init=0.05, power=0.55, decay=500.0))
+    actor_lr: PowerSchedule = schedule(PowerSchedule(init=0.03, power=0.7, decay=500.0))
+    multiplier_lr: PowerSchedule = schedule(PowerSchedule(init=0.025, power=0.8, decay=1000.0))
     multiplier_max: float = numeric(20.0, low=0.0, low_open=True)
     initial_multiplier: float = numeric(0.0, low=0.0, high="multiplier_max")
     trace: float = numeric(0.6, low=0.0, high=1.0)
@@ -148,7 +150,7 @@ class Config(NetworkConfig):
 
 
 @struct.dataclass
-class TrainState(learner.NetworkState):
+class TrainState(scaffold.NetworkState):
     """Learner parameters (H stages, M constraints); every network leaf has a leading stage axis.
 
     Attributes:
@@ -157,7 +159,7 @@ class TrainState(learner.NetworkState):
         cost_critic: constraint critic params W_0..W_H (M outputs), leaves (H+1, ...).
         actor_opt, critic_opt: optax states (the critic optimizer holds (critic, cost_critic)).
         multipliers: penalties nu = -lambda >= 0 used in c_h, (M,).
-        multiplier_state: the multiplier update's state (:mod:`fhc_jax.algos.multipliers`).
+        multiplier_state: the multiplier update's state (:mod:`fhc_jax.algos.core.multipliers`).
         step: updates done, n, int32 ().
         actor_average: exponential Polyak average of the actor params (weight
             ``Config.policy_averaging``): the reported policy.
@@ -185,7 +187,8 @@ class Metrics:
         critic_costs: the constraint critics' estimate of the expected total cost,
             mean_i W_0(s_0^i) (+ alpha in the paper variant), before the update, (N, M).
         critic_loss: CL + CCL summed over stages (before the update), (N,).
-        exact: exact reward and costs every ``eval_every`` updates.
+        evaluation: the reported policy's reward and costs every ``eval_every`` updates, exact on
+            tabular exact models and Monte-Carlo estimates elsewhere (:class:`EvaluationMetrics`).
     """
 
     reward: Array
@@ -193,31 +196,7 @@ class Metrics:
     multipliers: Array
     critic_costs: Array
     critic_loss: Array
-    exact: ExactMetrics
-
-
-@dataclasses.dataclass(frozen=True)
-class Networks:
-    """The three stacked network families (H stages, M constraints; the actor has the action
-    head's ``num_outputs``: A logits, or [m, s] of a Gaussian)."""
-
-    actor: Stacked
-    critic: Stacked
-    cost_critic: Stacked
-
-    @classmethod
-    def build(cls, horizon: int, head: ActionHead | int, num_constraints: int, spec: NetworkSpec,
-              output_scale: Any = 1.0, feature_major: bool = False) -> "Networks":
-        """From the ``spec``'s width, depth and activation; ``head`` the action head (an int A: ``Categorical(A)``); ``output_scale`` only sets
-        the actors' initialisation; ``feature_major`` the layout of the stacked networks
-        (:class:`~fhc_jax.algos.networks.Stacked`: the sampled path's per-sample batches)."""
-        head = Categorical(head) if isinstance(head, int) else head
-        outputs, free = head.network_outputs
-        return cls(
-            actor=Stacked(spec.mlp(outputs, free_outputs=free, output_scale=output_scale), horizon, feature_major),
-            critic=Stacked(spec.mlp(1), horizon + 1, feature_major),
-            cost_critic=Stacked(spec.mlp(num_constraints), horizon + 1, feature_major),
-        )
+    evaluation: EvaluationMetrics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +216,7 @@ class Setup:
         head: the actor's action head (``Categorical(A)`` or a ``DiagonalGaussian`` on box
             action spaces).
         violation_units: d^(k) of the relative violation (C - alpha) / d the multiplier moves
-            with (:func:`~fhc_jax.algos.multipliers.violation_units`), (M,).
+            with (:func:`~fhc_jax.algos.core.multipliers.violation_units`), (M,).
     """
 
     nets: Networks
@@ -262,10 +241,10 @@ class Setup:
         return (x - self.shift) / self.scale
 
 
-def resolve_loss_form(config: Config, num_states: int) -> str:
+def resolve_update_form(config: Config, num_states: int) -> str:
     """The loss form "auto" picks ("table" iff S <= K)."""
-    if config.loss_form != "auto":
-        return config.loss_form
+    if config.update_form != "auto":
+        return config.update_form
     return "table" if num_states <= config.episodes_per_iteration else "samples"
 
 
@@ -283,7 +262,7 @@ def _input_stats(env, params, observation: str, normalize: bool) -> tuple[Array 
     inputs. With ``normalize`` the inputs are standardised per dimension (a fixed affine map:
     coordinates in [0, 1] become zero-mean, unit-variance, which lets small tanh networks draw
     sharper maps), over every (stage, state) of a tabular environment, else over the states
-    that 64 episodes of the uniform policy visit (:func:`fhc_jax.algos.learner.observation_sample`)."""
+    that 64 episodes of the uniform policy visit (:func:`fhc_jax.algos.core.sampled_inputs.observation_sample`)."""
     name = None if observation == "env" else observation
     if env.is_tabular:
         table = observation_table(env, params, name)
@@ -325,25 +304,17 @@ def setup(env, params, config: Config) -> Setup:
         ValueError: an observation the environment does not support, ``path="tabular"`` on an
             environment without a tabular exact model, or non-flat observations.
     """
-    if config.path == "tabular" and not judged_exactly(env):
-        raise ValueError(f"Config.path = 'tabular' needs a tabular exact model, which {env.name} does not declare")
-    tabular = config.path != "sampled" and judged_exactly(env)
+    tabular = not takes_sampled_path("nn_constrained", env, config.path) and judged_exactly(env)
     thresholds = jnp.asarray(env.thresholds(params), jnp.float32)
     out = _setup(env, params, NetworkSpec.of(config), config.path, tabular_model(env, params) if tabular else None, thresholds,
-                 resolve_loss_form(config, env.num_states) if tabular else "samples")
+                 resolve_update_form(config, env.num_states) if tabular else "samples")
     return dataclasses.replace(out, violation_units=multipliers.violation_units(thresholds, env.horizon))
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
-    """What :func:`logits` and :func:`observation_logits` need, from the input and architecture
-    recorded in the train state (its :class:`~fhc_jax.algos.networks.NetworkSpec`)."""
+    """What :func:`table_logits` and :func:`observation_outputs` need, from the input and architecture
+    recorded in the train state (its :class:`~fhc_jax.algos.core.networks.NetworkSpec`)."""
     return _setup(env, params, train_state.network, "auto", None, None, "table")
-
-
-def _multiplier_law(config: Config, n: Array) -> multipliers.MultiplierUpdate:
-    """(algo7) with the improved variant's proportional term (gain 0 in the paper variant)."""
-    gain = 0.0 if config.variant == "paper" else config.multiplier_gain
-    return multipliers.projected_gradient(config.multiplier_step(n), config.multiplier_max, gain)
 
 
 def init(key: Array, setup: Setup, config: Config) -> TrainState:
@@ -361,10 +332,12 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         actor_average=actor,
         critic=critic,
         cost_critic=cost_critic,
-        actor_opt=_optimizer(config, config.actor_step).init(actor),
-        critic_opt=_optimizer(config, config.critic_step).init((critic, cost_critic)),
+        actor_opt=_optimizer(config, config.actor_lr).init(actor),
+        critic_opt=_optimizer(config, config.critic_lr).init((critic, cost_critic)),
         multipliers=nu,
-        multiplier_state=_multiplier_law(config, 0).init(setup.num_constraints, nu),
+        multiplier_state=multipliers.three_timescale_law(config.variant == "paper", config.multiplier_lr(0),
+                                                          config.multiplier_max,
+                                                          config.multiplier_gain).init(setup.num_constraints, nu),
         step=jnp.zeros((), jnp.int32),
         network=network,
     )
@@ -374,7 +347,7 @@ def _table(nets: Networks, actor: Any, obs_table: Array) -> Array:
     return jax.nn.softmax(nets.actor.apply(actor, obs_table[:-1]), axis=-1)
 
 
-def logits(train_state: TrainState, setup: Setup) -> Array:
+def table_logits(train_state: TrainState, setup: Setup) -> Array:
     """Logits of the reported policy (the Polyak-averaged actor) at every (h, s), (H, S, A)."""
     return setup.nets.actor.apply(train_state.actor_average, setup.obs_table[:-1])
 
@@ -385,7 +358,7 @@ def _stage_logits(nets: Networks, actor: Any, x: Array, h: Array) -> Array:
     return nets.actor.module.apply(jax.tree.map(lambda p: p[h], actor), x)
 
 
-def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
+def observation_outputs(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
     """The reported policy's outputs (``setup.head``: logits (A,), or a Gaussian's [m, s]
     (2d,)) at one raw observation of stage h."""
     return _stage_logits(setup.nets, train_state.actor_average, setup.normalize(observation), h)
@@ -420,7 +393,7 @@ def _values(train_state: TrainState, batch: Batch, setup: Setup) -> tuple[Array,
     (H+1, K, 1+M); the networks' inputs at the samples (standardised recorded observations on
     the sampled path, rows of the input table in the "samples" form; None in the "table"
     form), (H+1, K, D); and on the sampled path the VJP of the critics' predictions (the
-    critic step's gradient, :func:`update_critics`), else None."""
+    critic step's gradient, :func:`critic_step`), else None."""
     nets, obs_table = setup.nets, setup.obs_table
     if setup.sampled:  # the critics' predictions at the samples, once, with their VJP
         observations = setup.normalize(batch.observations.astype(jnp.float32))
@@ -432,7 +405,7 @@ def _values(train_state: TrainState, batch: Batch, setup: Setup) -> tuple[Array,
     return _values_at(nets, train_state, obs_table, batch.states, setup.form, observations), observations, None
 
 
-def update_critics(train_state: TrainState, losses: Any, values: Array, fixed: Any, predictions_vjp: Any,
+def critic_step(train_state: TrainState, losses: Any, values: Array, fixed: Any, predictions_vjp: Any,
                    config: Config) -> tuple[tuple[Any, Any], Any, Array]:
     """The critic step: one optimizer step of (V, W) at rate a(n) on CL + CCL, summed over the
     stages (``losses``: ``state -> (critic loss, actor loss)`` of the batch; on the sampled path
@@ -451,7 +424,7 @@ def update_critics(train_state: TrainState, losses: Any, values: Array, fixed: A
     else:
         critic_loss, critic_grads = jax.value_and_grad(
             lambda c: losses(train_state.replace(critic=c[0], cost_critic=c[1]))[0])(crit)
-    updates, critic_opt = _optimizer(config, config.critic_step).update(critic_grads, train_state.critic_opt, crit)
+    updates, critic_opt = _optimizer(config, config.critic_lr).update(critic_grads, train_state.critic_opt, crit)
     return optax.apply_updates(crit, updates), critic_opt, critic_loss
 
 
@@ -479,17 +452,17 @@ def _improved_regression(train_state: TrainState, batch: Batch, setup: Setup, ob
     return lambda actor: improved_actor_loss(nets, actor, obs_table, q, weights)
 
 
-def update_actor(train_state: TrainState, batch: Batch, setup: Setup, observations: Array | None, fixed: Any,
+def actor_step(train_state: TrainState, batch: Batch, setup: Setup, observations: Array | None, fixed: Any,
                  stats: Any, losses: Any, config: Config) -> tuple[Any, Any]:
     """The actor step at rate b(n): the paper's AL by one optimizer step (``losses`` as in
-    :func:`update_critics`), or the improved variant's ``actor_epochs`` optimizer steps on the
+    :func:`critic_step`), or the improved variant's ``actor_epochs`` optimizer steps on the
     regression of :func:`_improved_regression`.
 
     Returns:
         (actor params, the actor's optimizer state).
     """
     paper = config.variant == "paper"
-    act_opt = _optimizer(config, config.actor_step, 1 if paper else config.actor_epochs)
+    act_opt = _optimizer(config, config.actor_lr, 1 if paper else config.actor_epochs)
     if paper:
         actor_grads = jax.grad(lambda actor: losses(train_state.replace(actor=actor))[1])(train_state.actor)
         actor_updates, actor_opt = act_opt.update(actor_grads, train_state.actor_opt, train_state.actor)
@@ -507,33 +480,29 @@ def update_actor(train_state: TrainState, batch: Batch, setup: Setup, observatio
     return actor, actor_opt
 
 
-def update_multipliers(train_state: TrainState, batch: Batch, setup: Setup, values: Array,
-                       config: Config) -> tuple[Array, multipliers.MultiplierState, Array]:
+def multiplier_step(train_state: TrainState, batch: Batch, setup: Setup, values: Array,
+                    config: Config) -> tuple[Array, multipliers.MultiplierState, Array]:
     """The multiplier step at rate c(n), (algo7) on the relative violation: of the constraint
     critics' estimate mean_i W_0(s_0^i) in the paper variant, of the batch's mean episode cost
-    (with the safety margin, :func:`~fhc_jax.algos.multipliers.relative_violation`) in the
-    improved one, whose law adds the proportional term.
+    (with the safety margin) in the improved one, whose law adds the proportional term
+    (:func:`fhc_jax.algos.core.multipliers.three_timescale_step`).
 
     Returns:
         (penalties nu (M,), the law's state, the critics' estimate of the expected total cost
         (+ alpha in the paper variant) (M,)).
     """
     critic_estimate = jnp.mean(values[0, :, 1:], axis=0)  # mean_i W_0(s_0^i), (M,)
-    if config.variant == "paper":
-        violation, critic_costs = critic_estimate / setup.violation_units, critic_estimate + setup.thresholds
-    else:
-        violation = multipliers.relative_violation(batch.episode_costs, setup.thresholds, setup.violation_units,
-                                                   config.eval_episodes)
-        critic_costs = critic_estimate
-    nu, multiplier_state = _multiplier_law(config, train_state.step).update(train_state.multiplier_state, violation)
-    return nu, multiplier_state, critic_costs
+    return multipliers.three_timescale_step(
+        train_state.multiplier_state, critic_estimate, batch.episode_costs, setup.thresholds, setup.violation_units,
+        config.variant == "paper", config.multiplier_lr(train_state.step), config.multiplier_max,
+        config.multiplier_gain, config.eval_episodes)
 
 
 def update(
     train_state: TrainState, batch: Batch, key: Array | None, setup: Setup, config: Config
 ) -> tuple[TrainState, dict[str, Array]]:
     """One NN-Constrained update from K trajectories: the critic, actor and multiplier steps
-    (:func:`update_critics`, :func:`update_actor`, :func:`update_multipliers`) from the same
+    (:func:`critic_step`, :func:`actor_step`, :func:`multiplier_step`) from the same
     fixed targets.
 
     Args:
@@ -562,9 +531,9 @@ def update(
         head = setup.head if setup.sampled else None  # the tabular path is discrete: softmax
         losses = lambda st: sample_losses(nets, st, observations, batch.actions, fixed, head)
 
-    crit, critic_opt, critic_loss = update_critics(train_state, losses, values, fixed, predictions_vjp, config)
-    actor, actor_opt = update_actor(train_state, batch, setup, observations, fixed, stats, losses, config)
-    nu, multiplier_state, critic_costs = update_multipliers(train_state, batch, setup, values, config)
+    crit, critic_opt, critic_loss = critic_step(train_state, losses, values, fixed, predictions_vjp, config)
+    actor, actor_opt = actor_step(train_state, batch, setup, observations, fixed, stats, losses, config)
+    nu, multiplier_state, critic_costs = multiplier_step(train_state, batch, setup, values, config)
     beta = config.policy_averaging
     new_state = train_state.replace(
         actor=actor,
@@ -575,7 +544,7 @@ def update(
         multipliers=nu,
         multiplier_state=multiplier_state,
         step=train_state.step + 1,
-        actor_average=jax.tree.map(lambda avg, new: beta * avg + (1.0 - beta) * new, train_state.actor_average, actor),
+        actor_average=polyak_average(train_state.actor_average, actor, beta),
     )
     metrics = {
         "multipliers": nu,
@@ -585,9 +554,9 @@ def update(
     return new_state, metrics
 
 
-ALGORITHM = learner.Algorithm(
+ALGORITHM = scaffold.Algorithm(
     name="nn_constrained", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
-    rollout=rollout, update=update, logits=logits, policy_setup=policy_setup,
-    observation_logits=observation_logits, action_head=lambda setup: setup.head,
+    rollout=rollout, update=update, table_logits=table_logits, policy_setup=policy_setup,
+    observation_outputs=observation_outputs, action_head=lambda setup: setup.head,
 )
-make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)
+make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

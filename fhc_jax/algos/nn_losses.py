@@ -1,5 +1,6 @@
-"""The losses of NN-Constrained (paper Section 5) for a batch of K trajectories, in two forms
-with identical values and gradients up to float rounding:
+"""NN-Constrained's networks (:class:`Networks`: the per-stage actor, critic and cost critic
+stacked on the stage axis) and its losses (paper Section 5) for a batch of K trajectories, in
+two forms with identical values and gradients up to float rounding:
 
 * per sample (:func:`sample_losses`, the reference form): CL(v_h), CCL(w_h^(k)) and AL(theta_h)
   as written in the paper, summed over the stages;
@@ -15,20 +16,43 @@ action spaces). Derivations: docs/algorithms/nn_constrained.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fhc_jax.algos.distributions import LOG_STD_MAX, LOG_STD_MIN
-from fhc_jax.algos.returns import lagrangian_targets, visit_averaged_advantages
-from fhc_jax.algos.tabular_rollout import Batch
-
-if TYPE_CHECKING:
-    from fhc_jax.algos.nn_constrained import Networks, TrainState
+from fhc_jax.algos.core.distributions import LOG_STD_MAX, LOG_STD_MIN, ActionHead, Categorical
+from fhc_jax.algos.core.networks import NetworkSpec, Stacked
+from fhc_jax.algos.core.returns import lagrangian_targets, visit_averaged_advantages
+from fhc_jax.algos.core.tabular_rollout import Batch
 
 Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Networks:
+    """The three stacked network families (H stages, M constraints; the actor has the action
+    head's ``num_outputs``: A logits, or [m, s] of a Gaussian)."""
+
+    actor: Stacked
+    critic: Stacked
+    cost_critic: Stacked
+
+    @classmethod
+    def build(cls, horizon: int, head: ActionHead | int, num_constraints: int, spec: NetworkSpec,
+              output_scale: Any = 1.0, feature_major: bool = False) -> "Networks":
+        """From the ``spec``'s width, depth and activation; ``head`` the action head (an int A: ``Categorical(A)``); ``output_scale`` only sets
+        the actors' initialisation; ``feature_major`` the layout of the stacked networks
+        (:class:`~fhc_jax.algos.core.networks.Stacked`: the sampled path's per-sample batches)."""
+        head = Categorical(head) if isinstance(head, int) else head
+        outputs, free = head.network_outputs
+        return cls(
+            actor=Stacked(spec.mlp(outputs, free_outputs=free, output_scale=output_scale), horizon, feature_major),
+            critic=Stacked(spec.mlp(1), horizon + 1, feature_major),
+            cost_critic=Stacked(spec.mlp(num_constraints), horizon + 1, feature_major),
+        )
 
 
 @struct.dataclass
@@ -61,7 +85,7 @@ def batch_targets(values: Array, batch: Batch, multipliers: Array, thresholds: A
 
 
 def sample_losses(
-    nets: Networks, state: TrainState, observations: Array, actions: Array, fixed: Targets, head: Any = None
+    nets: Networks, state: Any, observations: Array, actions: Array, fixed: Targets, head: Any = None
 ) -> tuple[Array, Array]:
     """The paper's losses as sums over samples (the reference form).
 
@@ -70,7 +94,7 @@ def sample_losses(
         observations: o_h(s_h) for stages 0..H, (H+1, K, D). actions: a_h, int (H, K), or
             float (H, K, d) for box actions.
         fixed: :class:`Targets`.
-        head: the actor's action head (``fhc_jax.algos.distributions``): log mu_h(s, a) is
+        head: the actor's action head (``fhc_jax.algos.core.distributions``): log mu_h(s, a) is
             ``head.log_prob`` of the actor's outputs (the score function of a Gaussian on box
             actions); None: a softmax over the outputs (the discrete form).
     Returns:
@@ -128,7 +152,7 @@ def cell_stats(states: Array, actions: Array, fixed: Targets, num_states: int, n
     )
 
 
-def table_losses(nets: Networks, state: TrainState, obs_table: Array, stats: CellStats, k: int) -> tuple[Array, Array]:
+def table_losses(nets: Networks, state: Any, obs_table: Array, stats: CellStats, k: int) -> tuple[Array, Array]:
     """The same losses as :func:`sample_losses`, from per-cell statistics:
     sum_i (y_i - f(s_i))^2 = sum_s [n_s f(s)^2 - 2 f(s) sum y + sum y^2] and
     sum_i log mu(s_i, a_i) A_i = sum_{s,a} log mu(s, a) (sum of A over (s, a)).
@@ -183,8 +207,7 @@ def sample_advantage_targets(logits: Array, onehot_actions: Array, advantages: A
     by eta (mu_b A_b - sum_a mu_a^2 A_a) instead of eta A_hat_b, so rare actions learn in
     proportion to mu, and a constant offset c of the advantages (a critic bias) moves logit b
     by eta c (mu_b - sum_a mu_a^2), towards the likely actions when c > 0. Dividing the
-    sample's step by mu(a_hk) restores the tabular step to first order (both claims were
-    checked numerically; on BatteryStorage the two targets trained to similar results).
+    sample's step by mu(a_hk) restores the tabular step to first order.
 
     Args:
         logits: z at the visited observations, (H, K, A). onehot_actions: e_{a_hk}, (H, K, A).
@@ -222,7 +245,7 @@ def gaussian_sample_targets(head: Any, outputs: Array, actions: Array, advantage
 
     * mean: d log N / d mu = (a - mu) / sigma^2, Fisher 1 / sigma^2, so the natural gradient is
       (a - mu) and mu' = mu + eta A (a - mu); in the network's units (mu = center + half m,
-      ``fhc_jax.algos.distributions``) m' = m + eta A (a - mu) / half;
+      ``fhc_jax.algos.core.distributions``) m' = m + eta A (a - mu) / half;
     * log-std: d log N / d log sigma = z^2 - 1 (z = (a - mu) / sigma), Fisher 2, so
       log sigma' = log sigma + eta A (z^2 - 1) / 2, i.e. s' = s + eta A (z^2 - 1) / 2 with s
       the (clipped) log-std output, then clipped into the head's bounds
@@ -231,7 +254,7 @@ def gaussian_sample_targets(head: Any, outputs: Array, actions: Array, advantage
     A_hk is standardised over the K samples of stage h (centred, divided by the standard
     deviation) so that the step does not grow with the advantages' scale, which the Lagrangian
     multiplier multiplies (unnormalised, the means overshoot to the box's bounds once nu is
-    large: measured on Pendulum, the cost rose from 72 to 683 as nu grew).
+    large).
     Averaged over the samples of a stage (what the squared-error regression fits) the step is
     eta times the natural gradient of the advantage-weighted log-likelihood, E[A grad log pi]
     preconditioned by the inverse Fisher: a natural policy gradient step, the Gaussian analogue

@@ -6,16 +6,16 @@ ONE stationary network for all stages, pi(a | x) = softmax(f_theta(x)) on the en
 observation x ("xy": the paper's Env 1, "xyt": Env 2, "one_hot", "env": the environment's own,
 "env_t": with h / H appended); a stationary policy on "xy" cannot follow a non-stationary
 optimum, which is the paper's point. On box action spaces the actor is a diagonal Gaussian
-(:mod:`fhc_jax.algos.distributions`: the network computes the mean, the log-std is a free
+(:mod:`fhc_jax.algos.core.distributions`: the network computes the mean, the log-std is a free
 vector or a second output, ``Config.log_std``; the environment clips the actions), trained on
 the sampled path (box environments have no tabular model) with the same clipped surrogate:
 log-probabilities, entropies and KLs are the head's. Environments with a tabular exact model take the tabular
 fast path (the networks tabulated over the distinct inputs); any other (or ``path="sampled"``)
 rolls out through ``fhc_jax.rollout`` and applies the networks to the recorded observations
-(:mod:`fhc_jax.algos.sampled_inputs`), O(H K) per update either way. Per iteration: roll out K
+(:mod:`fhc_jax.algos.core.sampled_inputs`), O(H K) per update either way. Per iteration: roll out K
 episodes, finite-horizon GAE per signal with the exact terminal values as V_H (no
 bootstrapping past H), the multipliers from the batch's mean episode cost
-(:mod:`fhc_jax.algos.multipliers`: ``optimizer_ascent`` or ``pid``, whose integral is clipped
+(:mod:`fhc_jax.algos.core.multipliers`: ``optimizer_ascent`` or ``pid``, whose integral is clipped
 to [0, multiplier_max], the anti-windup rule of every fhc_jax learner; OmniSafe clips it only at
 0, and the two agree while the integral stays below the bound), then ``num_epochs`` x
 ``num_minibatches`` clipped-surrogate steps with KL early stopping. The per-iteration
@@ -32,15 +32,17 @@ import numpy as np
 import optax
 from flax import struct
 
-from fhc_jax.algos import learner, multipliers
-from fhc_jax.algos.distributions import check_initial_log_std, config_head
-from fhc_jax.algos.hyperparameters import hyperparameters, numeric, static
-from fhc_jax.algos.learner import ExactMetrics, observation_policy
-from fhc_jax.algos.networks import ACTIVATIONS, NetworkConfig, NetworkSpec
+from fhc_jax.algos.core import scaffold
+from fhc_jax.algos.core import multipliers
+from fhc_jax.algos.core.distributions import check_initial_log_std, config_head
+from fhc_jax.algos.core.hyperparameters import hyperparameters, numeric, static
+from fhc_jax.algos.core.evaluation import EvaluationMetrics, observation_policy
+from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec
 from fhc_jax.algos.ppo_networks import OBSERVATIONS, Setup, _actor_rows, _modules, _optimizer  # noqa: F401 (public here)
-from fhc_jax.algos.returns import advantages_and_targets
-from fhc_jax.algos.sampled_inputs import critic_value_scale, resolve_observation, resolve_path, with_stage
-from fhc_jax.algos.tabular_rollout import Batch, batch_from_trajectory, rollout_policy_table, tabular_model, value_scale
+from fhc_jax.algos.core.returns import advantages_and_targets
+from fhc_jax.algos.core.paths import resolve_observation, resolve_path
+from fhc_jax.algos.core.sampled_inputs import critic_value_scale, with_stage
+from fhc_jax.algos.core.tabular_rollout import Batch, batch_from_trajectory, rollout_policy_table, tabular_model, value_scale
 from fhc_jax.rollout import rollout as rollout_episodes
 
 Array = jax.Array
@@ -52,22 +54,12 @@ UPDATE_FORMS = ("auto", "table", "samples")
 
 @hyperparameters
 class Config(NetworkConfig):
-    """Hyperparameters of PPO-Lagrangian. The network and PPO defaults were chosen on the
-    default ``GridWorld`` (10x10, H = 100, alpha = 25) for a short run (5 vmapped seeds train
-    in about a minute on a CPU); the multiplier's gains act on the relative violation
-    (``fhc_jax.algos.multipliers.relative_violation``) in training units, so they carry to other
-    tasks (the robustness suite, ``docs/benchmarks.md``). Networks: 32 x 32 tanh MLPs (actor and each critic).
-    Tuning notes (default gridworld, "xy"; sweeps over actor_lr, entropy_coef, gae_lambda,
-    clip_eps/target_kl, K and both multiplier methods): 4 epochs x 4 minibatches (16 Adam steps
-    on 1600 samples) at actor lr 1e-2 learn as fast as 8 x 16 steps at 1e-3 on 64 x 64 networks
-    in about 1/4 of the time. ``critic_time`` makes bootstrapping unbiased in the stage, so
-    gae_lambda = 0.95 is usable (a stage-blind critic needs 1). The learned multiplier
-    ("lagrangian", Adam 0.01) spikes early, while the policy is diffuse, then the policy
-    collapses into cost-free behaviour and the multiplier decays to 0; the PI controller
-    (K_P = 0.01, K_I = 0.001, K_D = 0) reacts in proportion. entropy_coef = 0.01 keeps the
-    entropy ~1.3 nats instead of ~0.4. Even unconstrained, the stationary "xy" policy settles
-    in low-cost local optima (exact reward ~9-11 at cost ~4-9): the rewards sit on isolated
-    cells whose fares move every 20 stages.
+    """Hyperparameters of PPO-Lagrangian, for a short run: 32 x 32 tanh MLPs (actor and each
+    critic), 4 epochs x 4 minibatches at actor lr 1e-2, a critic that sees the stage
+    (``critic_time``: bootstrapping is then unbiased in the stage, so ``gae_lambda = 0.95``
+    works) and a PID-Lagrangian multiplier whose gains act on the relative violation in
+    training units (``fhc_jax.algos.core.multipliers.relative_violation``), so they serve any
+    units. docs/algorithms/ppo_lagrangian.md says what each default is for.
 
     Static fields (set shapes or code paths; part of the compilation cache key):
         num_iterations: N iterations (rollout + update). episodes_per_iteration: K.
@@ -75,7 +67,7 @@ class Config(NetworkConfig):
             environment must support, tabular path only), "env" (the environment's own
             observation), "env_t" (with h / H appended), or "auto" (the default: "xy" on the
             tabular path of a spatial environment, else "env";
-            :func:`~fhc_jax.algos.sampled_inputs.resolve_observation`).
+            :func:`~fhc_jax.algos.core.paths.resolve_observation`).
         width, depth, activation: the MLPs (actor, reward critic, cost critic).
         num_epochs, num_minibatches: passes over the batch per iteration, minibatches per
             epoch (at most H K).
@@ -94,7 +86,7 @@ class Config(NetworkConfig):
             the stage even under a stationary policy); the actor still sees ``observation``.
         log_std, initial_log_std: box action spaces only: the form of the Gaussian head's
             log-std and log(sigma / half range) of the initial policy
-            (:class:`~fhc_jax.algos.networks.NetworkSpec`).
+            (:class:`~fhc_jax.algos.core.networks.NetworkSpec`).
 
     Numeric fields (pytree leaves: ``jax.vmap`` over them without recompiling):
         actor_lr, critic_lr: Adam step sizes. max_grad_norm: clipping per network.
@@ -105,7 +97,7 @@ class Config(NetworkConfig):
         initial_multiplier: nu at n = 0 ("pid": the initial integral), in training units.
         multiplier_max: nu_max, penalties (and the PID integral) lie in [0, nu_max].
         pid_kp, pid_ki, pid_kd: PID gains on the relative violation (C - alpha) / d and the
-            relative cost C / d (:mod:`fhc_jax.algos.multipliers`, "Units").
+            relative cost C / d (:mod:`fhc_jax.algos.core.multipliers`, "Units").
         pid_p_ema, pid_d_ema: EMA factors a_p, a_d.
     """
 
@@ -147,7 +139,7 @@ class Config(NetworkConfig):
 
 
 @struct.dataclass
-class TrainState(learner.NetworkState):
+class TrainState(scaffold.NetworkState):
     """Learner state (M constraints).
 
     Attributes:
@@ -178,7 +170,8 @@ class Metrics:
         clip_fraction, value_loss: fraction of samples with |rho - 1| > eps and mean critic
             loss (normalised units), over the executed epochs, (N,).
         epochs: epochs executed (fewer than ``num_epochs`` after KL early stopping), (N,).
-        exact: exact reward and costs of the policy every ``eval_every`` iterations.
+        evaluation: the reported policy's reward and costs every ``eval_every`` updates, exact on
+            tabular exact models and Monte-Carlo estimates elsewhere (:class:`EvaluationMetrics`).
     """
 
     reward: Array
@@ -189,7 +182,7 @@ class Metrics:
     clip_fraction: Array
     value_loss: Array
     epochs: Array
-    exact: ExactMetrics
+    evaluation: EvaluationMetrics
 
 
 # ----------------------------------------------------------------------------- pieces (tested by hand)
@@ -230,8 +223,8 @@ def multiplier_update(config: Config) -> multipliers.MultiplierUpdate:
 
 def _sampled_setup(env, params, spec: NetworkSpec, config: Config | None) -> Setup:
     """The sampled path's setup of the networks ``spec`` (``config`` None: only what
-    :func:`observation_logits` and :func:`logits` need); input rows only where there are
-    tabular states (for :func:`logits`)."""
+    :func:`observation_outputs` and :func:`table_logits` need); input rows only where there are
+    tabular states (for :func:`table_logits`)."""
     rows = per_stage = None
     if env.is_tabular:
         _, rows, per_stage = _actor_rows(env, params, spec.observation)
@@ -253,7 +246,7 @@ def setup(env, params, config: Config) -> Setup:
     Raises:
         ValueError: an observation the environment does not support, more minibatches than
             samples per iteration (H K), ``path="tabular"`` without a tabular exact model, or
-            non-flat observations (:func:`~fhc_jax.algos.sampled_inputs.resolve_path`).
+            non-flat observations (:func:`~fhc_jax.algos.core.paths.resolve_path`).
     """
     config = config.replace(observation=resolve_observation(env, config.path, config.observation))
     sampled = resolve_path("ppo_lagrangian", env, config.path, config.observation)
@@ -298,9 +291,9 @@ def setup(env, params, config: Config) -> Setup:
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
-    """What :func:`logits` (and :func:`observation_logits` where there is no tabular exact
+    """What :func:`table_logits` (and :func:`observation_outputs` where there is no tabular exact
     model) needs: the actor and its inputs, from the train state's observation and architecture
-    (its :class:`~fhc_jax.algos.networks.NetworkSpec`)."""
+    (its :class:`~fhc_jax.algos.core.networks.NetworkSpec`)."""
     spec = train_state.network
     if resolve_path("ppo_lagrangian", env, "auto", spec.observation):
         return _sampled_setup(env, params, spec, None)
@@ -336,12 +329,12 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
     )
 
 
-def logits(train_state: TrainState, setup: Setup) -> Array:
+def table_logits(train_state: TrainState, setup: Setup) -> Array:
     """The stationary network's logits per stage and state, f_theta(x_h(s)), (H, S, A)."""
     return setup.logits_table(train_state.params["actor"])
 
 
-def observation_logits(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
+def observation_outputs(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
     """The actor's outputs at one raw observation (D,) of stage h, (``head.num_outputs``,):
     the reported policy's logits (A,), or the Gaussian's [m, s] (2d,) on box action spaces."""
     x = with_stage(observation, h, setup.horizon) if setup.observation == "env_t" else observation.astype(jnp.float32)
@@ -353,9 +346,9 @@ def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -
     (the update's pi_old). On the sampled path: ``fhc_jax.rollout`` with the actor applied to
     each observation (the update recomputes pi_old at the recorded observations)."""
     if setup.sampled:
-        act = observation_policy(lambda obs, h: observation_logits(train_state, setup, obs, h), setup.action_head)
+        act = observation_policy(lambda obs, h: observation_outputs(train_state, setup, obs, h), setup.action_head)
         return batch_from_trajectory(rollout_episodes(key, setup.env, setup.params, act, config.episodes_per_iteration))
-    table = logits(train_state, setup)
+    table = table_logits(train_state, setup)
     batch = rollout_policy_table(key, setup.model, jax.nn.softmax(table, axis=-1), config.episodes_per_iteration)
     return batch.replace(behaviour=table)
 
@@ -490,9 +483,9 @@ def update(
     return new_state, metrics
 
 
-ALGORITHM = learner.Algorithm(
+ALGORITHM = scaffold.Algorithm(
     name="ppo_lagrangian", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
-    rollout=rollout, update=update, logits=logits, policy_setup=policy_setup,
-    observation_logits=observation_logits, update_keys=1, action_head=lambda setup: setup.action_head,
+    rollout=rollout, update=update, table_logits=table_logits, policy_setup=policy_setup,
+    observation_outputs=observation_outputs, update_keys=1, action_head=lambda setup: setup.action_head,
 )
-make_learner, make_train, policy_table, policy = learner.interface(ALGORITHM)
+make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

@@ -1,6 +1,6 @@
 """PPO-Lagrangian's networks (actor, reward and cost critics), their optimizers and their
 inputs: :class:`Setup` applies them to rows of tabulated inputs on the tabular path and to
-recorded observations on the sampled path (:mod:`fhc_jax.algos.sampled_inputs`)."""
+recorded observations on the sampled path (:mod:`fhc_jax.algos.core.sampled_inputs`)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fhc_jax.algos.distributions import ActionHead, Categorical
-from fhc_jax.algos.networks import MLP, NetworkSpec
-from fhc_jax.algos.sampled_inputs import ENV_OBSERVATIONS, input_table, stage_inputs
-from fhc_jax.algos.tabular_rollout import TabularModel
+from fhc_jax.algos.core.distributions import ActionHead, Categorical
+from fhc_jax.algos.core.networks import MLP, NetworkSpec
+from fhc_jax.algos.core.paths import ENV_OBSERVATIONS
+from fhc_jax.algos.core.sampled_inputs import input_table, stage_inputs
+from fhc_jax.algos.core.tabular_rollout import TabularModel
 
 Array = jax.Array
 
@@ -59,11 +60,11 @@ class Setup:
             the head's ``num_outputs`` on box action spaces, which have no tabular path).
         form, critic_form: the resolved update forms of the actor and of the critics.
         model: the rollout model. thresholds: alpha, (M,). value_scale: B per signal, (1+M,).
-        sampled: the sampled path (rows and critic_rows only for :func:`logits`, None without
+        sampled: the sampled path (rows and critic_rows only for :func:`table_logits`, None without
             tabular states); env, params: what it rolls out; observation: "env" or "env_t";
             critic_stage: the critics' inputs get h / H appended; dims: (actor, critic) input
             sizes.
-        head: the action distribution of the actor's outputs (``fhc_jax.algos.distributions``:
+        head: the action distribution of the actor's outputs (``fhc_jax.algos.core.distributions``:
             ``Categorical(A)``, or a ``DiagonalGaussian`` on box action spaces); None means
             ``Categorical(num_actions)``.
     """

@@ -98,7 +98,7 @@ def head_fisher_vector_product(
     """``v -> (F + damping I) v`` where F is the Hessian at ``theta`` of the weighted mean KL of an
     action head, KLbar(theta') = sum_u w_u KL(pi(. | z_u(theta)) || pi(. | z_u(theta'))), with
     z = ``out_fn`` the actor's outputs (e.g. a Gaussian's [m, s]) and ``kl`` the head's KL
-    (``fhc_jax.algos.distributions``).
+    (``fhc_jax.algos.core.distributions``).
 
     As in :func:`fisher_vector_product`, the KL's gradient in the outputs vanishes at theta' =
     theta, so F = J^T M J exactly, J = dz/dtheta and M = blockdiag_u w_u H_u with H_u the Hessian
@@ -291,7 +291,7 @@ def sampled_trust_region_step(
         actor_params: theta_old. out_old: the actor's outputs at the samples under theta_old, (N, O).
         stats: :class:`SampleStatistics` of the batch. c: Shat - alpha, ().
         key: draws the subsampled Fisher's samples. inputs: the samples' network inputs, (N, D).
-        head: the action head (``fhc_jax.algos.distributions``).
+        head: the action head (``fhc_jax.algos.core.distributions``).
     Returns:
         (new actor parameters, {"multiplier": nu*, "case", "kl", "step_fraction"}).
     """

@@ -4,6 +4,7 @@ from fhc_jax.cmdp.model import CMDPTypeError, TabularCMDP
 from fhc_jax.cmdp.transitions import SparseTransitions
 from fhc_jax.cmdp.evaluate import Evaluation, evaluate
 from fhc_jax.cmdp.solve import InfeasibleConstraintError, Solution, solve, solve_unconstrained
+from fhc_jax.cmdp.tradeoff import TradeOff, tradeoff
 
 __all__ = [
     "TabularCMDP",
@@ -15,4 +16,6 @@ __all__ = [
     "Solution",
     "solve",
     "solve_unconstrained",
+    "TradeOff",
+    "tradeoff",
 ]

@@ -38,18 +38,69 @@ def probability_tolerance(dtype: Any, count: int = 1) -> float:
     return max(_PROB_TOL, max(int(count), 1) * eps)
 
 
-def _as_array(name: str, value: Any, dtype=None) -> Array:
+def _as_array(name: str, value: Any, dtype=None, signal: bool = False) -> Array:
+    """``value`` as a real floating jax array (integers become the default float dtype);
+    ``signal``: a reward, cost or threshold field, checked by :func:`_check_representable`."""
     if isinstance(value, (str, bytes, dict, set)) or value is None:
         raise CMDPTypeError(f"TabularCMDP.{name}: expected a numeric array, got {type(value).__name__}")
     try:
-        arr = jnp.asarray(value, dtype=dtype)
+        with np.errstate(over="ignore", under="ignore"):  # what does not fit is named below
+            arr = jnp.asarray(value, dtype=dtype)
     except (TypeError, ValueError) as err:
         raise CMDPTypeError(f"TabularCMDP.{name}: expected a numeric array, got {type(value).__name__}") from err
     if arr.dtype == jnp.bool_ or not (jnp.issubdtype(arr.dtype, jnp.floating) or jnp.issubdtype(arr.dtype, jnp.integer)):
         raise CMDPTypeError(f"TabularCMDP.{name}: expected a real numeric array, found dtype {arr.dtype}")
     if dtype is None and not jnp.issubdtype(arr.dtype, jnp.floating):
         arr = arr.astype(jnp.result_type(float))
+    if signal:
+        _check_representable(name, value, arr)
     return arr
+
+
+_RESCALE_HINT = {
+    "rewards": "multiply every reward (stage and terminal) by one constant factor",
+    "terminal_rewards": "multiply every reward (stage and terminal) by one constant factor",
+    "costs": "multiply that constraint's costs (stage and terminal) and its threshold by one constant factor",
+    "terminal_costs": "multiply that constraint's costs (stage and terminal) and its threshold by one constant factor",
+    "thresholds": "multiply that constraint's costs (stage and terminal) and its threshold by one constant factor",
+}
+
+
+def _check_representable(name: str, value: Any, arr) -> None:
+    """Refuse a signal field whose values the stored dtype cannot hold: nonzero values below
+    the smallest normal number of ``arr``'s dtype (subnormals, or values that underflowed to 0
+    when stored: CPU arithmetic flushes subnormals to zero, so they would be lost without a
+    word) and finite values beyond its largest. Skipped for traced values.
+
+    Args:
+        name: the field, for the message. value: what the caller passed. arr: it as stored.
+    Raises:
+        ValueError: naming the field, the first bad entry and the remedy (rescale).
+    """
+    if isinstance(arr, jax.core.Tracer) or isinstance(value, jax.core.Tracer) \
+            or not jnp.issubdtype(arr.dtype, jnp.floating):
+        return
+    src = np.asarray(value)
+    if not np.issubdtype(src.dtype, np.floating):
+        return  # integers: normal numbers whatever the float dtype that stores them
+    info = jnp.finfo(arr.dtype)
+    tiny, big, dtype = float(info.tiny), float(info.max), str(arr.dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        mag = np.abs(src.astype(np.float64))
+    fix = (f"{_RESCALE_HINT[name]} (the optimal policy does not change; fhc_jax.envs.suite.rescale does it for a "
+           f"TabularCMDP)")
+    over = np.isfinite(mag) & (mag > big)
+    if over.any():
+        idx = tuple(int(i) for i in np.argwhere(over)[0])
+        raise ValueError(f"TabularCMDP.{name}: {int(over.sum())} values beyond the largest {dtype} number {big:.3g} "
+                         f"(e.g. {float(src[idx]):.3g} at index {idx}) would be stored as infinity: {fix}")
+    under = (mag > 0) & (mag < tiny)
+    if under.any():
+        idx = tuple(int(i) for i in np.argwhere(under)[0])
+        x64 = " or store the model in float64 (jax.config.update('jax_enable_x64', True))" if dtype != "float64" else ""
+        raise ValueError(f"TabularCMDP.{name}: {int(under.sum())} nonzero values below the smallest normal {dtype} "
+                         f"number {tiny:.3g} (e.g. {float(src[idx]):.3g} at index {idx}); {dtype} arithmetic "
+                         f"flushes them to zero, so the model would lose them without a word: {fix}{x64}")
 
 
 def _check_finite(name: str, arr) -> None:
@@ -86,8 +137,12 @@ class TabularCMDP:
     """A finite-horizon constrained MDP with finite states and actions.
 
     A pytree: pass it through ``jit``/``vmap`` freely. Constructing it validates the data
-    (shapes, finiteness, stochasticity) and raises ``ValueError`` naming the bad field;
-    pytree reconstruction inside JAX transformations skips validation.
+    (shapes, finiteness, stochasticity; rewards, costs and thresholds representable in the
+    dtype that stores them: no nonzero value below its smallest normal number, which CPU
+    arithmetic would flush to zero, none beyond its largest) and raises ``ValueError`` naming
+    the bad field; pytree reconstruction inside JAX transformations skips validation.
+    Probabilities below the smallest normal number are accepted (they change no expectation
+    by more than that number).
 
     Attributes (S states, A actions, H stages, M constraints):
         transitions: p_h(s, a, s'): dense (S, A, S) or (H, S, A, S), or a
@@ -149,7 +204,7 @@ class TabularCMDP:
         if s < 1 or a < 1:
             raise ValueError(f"TabularCMDP.transitions: a CMDP needs at least one state and one action, "
                              f"found S = {s} states and A = {a} actions")
-        rewards = _as_array("rewards", rewards)
+        rewards = _as_array("rewards", rewards, signal=True)
         if rewards.ndim not in (3, 4):
             raise ValueError(f"TabularCMDP.rewards: expected shape (H, S, A) or (H, S, A, S), found {tuple(rewards.shape)}")
         h = rewards.shape[0]
@@ -165,19 +220,21 @@ class TabularCMDP:
                     f"TabularCMDP.transitions: time-varying kernel must have H = {h} stages "
                     f"(from rewards), found {lead}"
                 )
-        costs = _as_array("costs", costs)
+        costs = _as_array("costs", costs, signal=True)
         if costs.ndim not in (4, 5):
             raise ValueError(f"TabularCMDP.costs: expected shape (M, H, S, A) or (M, H, S, A, S), found {tuple(costs.shape)}")
         m = costs.shape[0]
         c_allowed = ((m, h, s, a), (m, h, s, a, s)) if dense else ((m, h, s, a),)
         _check_shape("costs", costs, c_allowed, f"(M, H, S, A) with H = {h}, S = {s}, A = {a}")
-        terminal_rewards = _as_array("terminal_rewards", jnp.zeros(s) if terminal_rewards is None else terminal_rewards)
+        terminal_rewards = _as_array("terminal_rewards", jnp.zeros(s) if terminal_rewards is None else terminal_rewards,
+                                     signal=True)
         _check_shape("terminal_rewards", terminal_rewards, ((s,),), "(S,)")
-        terminal_costs = _as_array("terminal_costs", jnp.zeros((m, s)) if terminal_costs is None else terminal_costs)
+        terminal_costs = _as_array("terminal_costs", jnp.zeros((m, s)) if terminal_costs is None else terminal_costs,
+                                   signal=True)
         _check_shape("terminal_costs", terminal_costs, ((m, s),), "(M, S)")
         if thresholds is None:
             raise ValueError(f"TabularCMDP.thresholds: required, expected shape ({m},)")
-        thresholds = _as_array("thresholds", thresholds)
+        thresholds = _as_array("thresholds", thresholds, signal=True)
         _check_shape("thresholds", thresholds, ((m,),), "(M,)")
         if initial_distribution is None:
             raise ValueError(f"TabularCMDP.initial_distribution: required, expected shape ({s},)")

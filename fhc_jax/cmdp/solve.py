@@ -176,26 +176,22 @@ def _mixture(cmdp: TabularCMDP, policies: list[tuple[Array, float]]) -> Array:
     return _mixture_occupancy(cmdp, actions, weights)
 
 
-class _Oracle:
-    """Counts calls and keeps results in float64 numpy."""
-
-    def __init__(self, cmdp: TabularCMDP):
-        self.cmdp = cmdp
-        self.calls = 0
-        m = cmdp.num_constraints
-        self.dtype = cmdp.initial_distribution.dtype
-        self.m = m
-
-    def __call__(self, penalties: np.ndarray, reward_weight: float = 1.0):
-        self.calls += 1
-        acts, j, c = _greedy(
-            self.cmdp, jnp.asarray(reward_weight, self.dtype), jnp.asarray(penalties, self.dtype)
-        )
-        return acts, float(j), np.asarray(c, dtype=np.float64)
+#: Relative tolerance of the exact solvers' feasibility and stopping tests (see :func:`solve`).
+REL_TOL = 1e-9
 
 
-def _tol(scale: float) -> float:
-    return 1e-9 * max(1.0, scale)
+@dataclass(frozen=True)
+class _Units:
+    """The magnitudes the exact solvers measure rewards and costs in (scale-free solving).
+
+    Attributes:
+        reward: c_r = H max|r_h| + max|r_H| (> 0; 1 where every reward is 0), ().
+        costs: c_k = H max|g^(k)_h| + max|g^(k)_H| per constraint (> 0; |alpha^(k)| where
+            every cost k is 0, or 1 where that is 0 too), (M,).
+    """
+
+    reward: float
+    costs: np.ndarray
 
 
 def _max_abs(x) -> float:
@@ -203,12 +199,46 @@ def _max_abs(x) -> float:
     return float(max(x.max(), -x.min())) if x.size else 0.0
 
 
-def _scale(cmdp: TabularCMDP) -> float:
-    """Bound on |total signal| of an episode: H max|r_h, g_h| + max|r_H, g_H| (host-side, one
-    pass over each table, no stacked copy)."""
-    stage = max(_max_abs(cmdp.expected_rewards()), _max_abs(cmdp.expected_costs()))
-    terminal = max(_max_abs(cmdp.terminal_rewards), _max_abs(cmdp.terminal_costs))
-    return stage * cmdp.horizon + terminal
+def _units(cmdp: TabularCMDP) -> _Units:
+    """:class:`_Units` of a model: a bound on |total reward| and on each |total cost| of an
+    episode (host-side, one pass over each table, no stacked copy)."""
+    h, m = cmdp.horizon, cmdp.num_constraints
+    reward = h * _max_abs(cmdp.expected_rewards()) + _max_abs(cmdp.terminal_rewards)
+    if m:
+        stage = np.abs(np.asarray(cmdp.expected_costs(), dtype=np.float64).reshape(m, -1)).max(axis=1)
+        final = np.abs(np.asarray(cmdp.terminal_costs, dtype=np.float64)).max(axis=1)
+        costs = h * stage + final
+    else:
+        costs = np.zeros(0)
+    alpha = np.abs(np.asarray(cmdp.thresholds, dtype=np.float64))
+    costs = np.where(costs > 0, costs, np.where(alpha > 0, alpha, 1.0))
+    return _Units(reward=reward if reward > 0 else 1.0, costs=costs)
+
+
+class _Oracle:
+    """Counts calls and keeps results in float64 numpy, in the units of ``units``: rewards
+    divided by c_r, cost k by c_k (penalties nu are per unit of the divided costs and
+    rewards). With ``units=None`` the model's own units."""
+
+    def __init__(self, cmdp: TabularCMDP, units: _Units | None = None):
+        self.cmdp = cmdp
+        self.calls = 0
+        m = cmdp.num_constraints
+        self.dtype = cmdp.initial_distribution.dtype
+        self.m = m
+        self.reward_unit = 1.0 if units is None else float(units.reward)
+        self.cost_units = np.ones(m) if units is None else np.asarray(units.costs, dtype=np.float64)
+
+    def __call__(self, penalties: np.ndarray, reward_weight: float = 1.0):
+        """Backward induction for (rho / c_r) r - sum_k (nu_k / c_k) g^(k). Returns the
+        deterministic optimum's actions (H, S), its reward J / c_r and costs C / c (M,)."""
+        self.calls += 1
+        weights = np.asarray(penalties, dtype=np.float64) / self.cost_units
+        # without penalties the argmax of the reward alone, in the model's own units: the policy
+        # of solve_unconstrained, whatever ties rounding in other units would break otherwise
+        rho = reward_weight if not weights.any() else reward_weight / self.reward_unit
+        acts, j, c = _greedy(self.cmdp, jnp.asarray(rho, self.dtype), jnp.asarray(weights, self.dtype))
+        return acts, float(j) / self.reward_unit, np.asarray(c, dtype=np.float64) / self.cost_units
 
 
 # ----------------------------------------------------------------------------- public API
@@ -246,6 +276,17 @@ def solve(cmdp: TabularCMDP, method: Literal["dual", "lp"] = "dual", *, max_iter
     ``method="lp"``: the occupancy-measure linear program solved with HiGHS (scipy): the
     cross-check, practical for small instances only.
 
+    **Scale-free.** Both methods measure rewards in units of c_r = H max|r_h| + max|r_H| and
+    each constraint's costs and threshold in units of its own c_k = H max|g^(k)_h| +
+    max|g^(k)_H| (|alpha^(k)| if every cost k is 0, else 1), solve, and map the multipliers
+    back (nu^(k) = nu'^(k) c_r / c_k). Rescaling the rewards by any c > 0 and each constraint's
+    costs with its threshold by any c' > 0 gives the same policy, the reward and costs scaled,
+    and the multipliers scaled by c / c' (to rounding), from costs of 1e-12 to 1e12 of the
+    rewards. Tolerances are relative: a cost counts as meeting its threshold within
+    ``REL_TOL`` (1e-9) x max(c_k, |alpha^(k)|) (the reported costs exceed alpha by at most that),
+    and the multiplier search stops when the dual bound is within ``REL_TOL`` x c_r (1 +
+    sum_k nu'^(k) (1 + |alpha^(k)| / c_k)) of the primal value.
+
     Args:
         cmdp: the model (M >= 1).
         method: "dual" or "lp".
@@ -268,9 +309,10 @@ def solve(cmdp: TabularCMDP, method: Literal["dual", "lp"] = "dual", *, max_iter
     t0 = time.perf_counter()
     with jax.enable_x64(True):
         c64 = cmdp.astype(jnp.float64)
+        units = _units(c64)
         if method == "lp":
-            return _solve_lp(c64, t0)
-        oracle = _Oracle(c64)
+            return _solve_lp(c64, units, t0)
+        oracle = _Oracle(c64, units)
         if cmdp.num_constraints == 0:
             acts, _, _ = oracle(np.zeros(0))
             return _finish(c64, _mixture(c64, [(acts, 1.0)]), np.zeros(0), "dual", oracle.calls, t0)
@@ -278,7 +320,7 @@ def solve(cmdp: TabularCMDP, method: Literal["dual", "lp"] = "dual", *, max_iter
             x, nu = _solve_single(c64, oracle, max_iterations)
         else:
             x, nu = _solve_column_generation(c64, oracle, max_iterations)
-        return _finish(c64, x, nu, "dual", oracle.calls, t0)
+        return _finish(c64, x, nu * units.reward / units.costs, "dual", oracle.calls, t0)
 
 
 def _finish(c64, x, nu, method, calls, t0) -> Solution:
@@ -297,44 +339,78 @@ def _finish(c64, x, nu, method, calls, t0) -> Solution:
 
 
 def _infeasible(oracle: _Oracle, alpha: np.ndarray, joint: bool = False) -> InfeasibleConstraintError:
+    """The error for thresholds ``alpha`` (M,) (the model's units) that no policy meets, with
+    the least achievable cost of each constraint on its own (the model's units)."""
     m = oracle.m
-    mins = np.array([oracle(np.eye(m)[k], reward_weight=0.0)[2][k] for k in range(m)])
+    mins = np.array([oracle(np.eye(m)[k], reward_weight=0.0)[2][k] for k in range(m)]) * oracle.cost_units
     lines = ", ".join(f"constraint {k}: minimum {mins[k]:.6g} vs threshold {alpha[k]:.6g}" for k in range(m))
     what = "the thresholds cannot be met jointly" if joint else "a threshold is below the minimum achievable cost"
     return InfeasibleConstraintError(f"infeasible constraints ({what}); minimum achievable expected total costs: {lines}", mins)
 
 
+def _cost_tolerance(alpha: np.ndarray) -> np.ndarray:
+    """Feasibility tolerance of normalised costs (units c_k) against normalised thresholds
+    ``alpha`` (M,): REL_TOL max(1, |alpha|), i.e. REL_TOL max(c_k, |alpha^(k)|) in the model's units."""
+    return REL_TOL * np.maximum(1.0, np.abs(alpha))
+
+
+def _dual_tolerance(nu: np.ndarray, alpha: np.ndarray) -> float:
+    """Stopping tolerance of the dual bound against the primal value (normalised units):
+    REL_TOL (1 + sum_k nu_k (1 + |alpha_k|)), the rounding scale of J - nu . (C - alpha)."""
+    return REL_TOL * (1.0 + float(np.sum(np.asarray(nu) * (1.0 + np.abs(alpha)))))
+
+
+def _bracket_step(oracle: _Oracle, lo, hi, alpha: float):
+    """One step of the M = 1 multiplier search between the oracle results ``lo`` (cost above
+    ``alpha``) and ``hi`` (cost at most ``alpha``), normalised units.
+
+    The Lagrangian lines L_i(nu) = J_i - nu (C_i - alpha) of the two policies cross at
+    nu_x = (J_lo - J_hi) / (C_lo - C_hi); the oracle at nu_x either certifies both optimal there
+    (D(nu_x) equals the lines' value: nu_x is the optimal multiplier, ``done``) or returns a
+    policy above the segment between them, which replaces ``lo`` or ``hi``.
+
+    Returns:
+        (lo, hi, nu_x, done).
+    """
+    (_, j_lo, c_lo), (_, j_hi, c_hi) = lo, hi
+    nu = max(0.0, (j_lo - j_hi) / (c_lo[0] - c_hi[0]))
+    cand = oracle(np.array([nu]))
+    dual = cand[1] - nu * (cand[2][0] - alpha)
+    line = j_lo - nu * (c_lo[0] - alpha)
+    if dual <= line + _dual_tolerance(np.array([nu]), np.array([alpha])):
+        return lo, hi, nu, True
+    if cand[2][0] > alpha:
+        return cand, hi, nu, False
+    return lo, cand, nu, False
+
+
 def _solve_single(cmdp: TabularCMDP, oracle: _Oracle, max_iterations: int):
-    """M = 1: finite root search on the multiplier with exact two-policy mixing."""
-    alpha = float(np.asarray(cmdp.thresholds)[0])
-    scale = _scale(cmdp)
-    tol = _tol(scale)
+    """M = 1: finite root search on the multiplier with exact two-policy mixing (normalised
+    units: returns the occupancy (H, S, A) and nu' (1,) per unit of c_k / c_r)."""
+    alpha = float(np.asarray(cmdp.thresholds)[0]) / oracle.cost_units[0]
+    tol = float(_cost_tolerance(np.array([alpha]))[0])
     lo = oracle(np.zeros(1))  # nu = 0: best reward
     if lo[2][0] <= alpha + tol:
         return _mixture(cmdp, [(lo[0], 1.0)]), np.zeros(1)
     hi = oracle(np.ones(1), reward_weight=0.0)  # least cost
     if hi[2][0] > alpha + tol:
-        raise _infeasible(oracle, np.asarray(cmdp.thresholds))
-    nu = 0.0
+        raise _infeasible(oracle, np.asarray(cmdp.thresholds, dtype=np.float64))
     for _ in range(max_iterations):
-        (_, j_lo, c_lo), (_, j_hi, c_hi) = lo, hi
-        # Lagrangian lines L_i(nu) = J_i - nu (C_i - alpha) cross at nu_x.
-        nu = max(0.0, (j_lo - j_hi) / (c_lo[0] - c_hi[0]))
-        cand = oracle(np.array([nu]))
-        dual = cand[1] - nu * (cand[2][0] - alpha)
-        line = j_lo - nu * (c_lo[0] - alpha)
-        if dual <= line + tol * (1.0 + nu):
+        lo, hi, nu, done = _bracket_step(oracle, lo, hi, alpha)
+        if done:
             break
-        if cand[2][0] > alpha:
-            lo = cand
-        else:
-            hi = cand
     else:
         raise RuntimeError(f"solve: multiplier search did not converge in {max_iterations} oracle calls")
     c_lo, c_hi = lo[2][0], hi[2][0]
     q = float(np.clip((alpha - c_hi) / (c_lo - c_hi), 0.0, 1.0))  # weight of the costlier policy
     x = _mixture(cmdp, [(lo[0], q), (hi[0], 1.0 - q)])
     return x, np.array([nu])
+
+
+#: HiGHS tolerances of the restricted master LP (data in normalised units, O(1)): its duals are
+#: the multipliers, and the default 1e-7 left them inexact enough for Kelley's method to return
+#: the same column forever
+_MASTER_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
 
 
 def _restricted_master(rewards: np.ndarray, costs: np.ndarray, alpha: np.ndarray, phase1: bool):
@@ -353,7 +429,8 @@ def _restricted_master(rewards: np.ndarray, costs: np.ndarray, alpha: np.ndarray
         c = -rewards
         a_ub = costs.T
         a_eq = np.ones((1, n))
-    res = scipy.optimize.linprog(c, A_ub=a_ub, b_ub=alpha, A_eq=a_eq, b_eq=[1.0], bounds=(0, None), method="highs")
+    res = scipy.optimize.linprog(c, A_ub=a_ub, b_ub=alpha, A_eq=a_eq, b_eq=[1.0], bounds=(0, None), method="highs",
+                                 options=_MASTER_OPTIONS)
     if res.status != 0:
         raise RuntimeError(f"solve: restricted master LP failed: {res.message}")
     nu = -np.asarray(res.ineqlin.marginals)
@@ -361,11 +438,11 @@ def _restricted_master(rewards: np.ndarray, costs: np.ndarray, alpha: np.ndarray
 
 
 def _solve_column_generation(cmdp: TabularCMDP, oracle: _Oracle, max_iterations: int):
-    """M >= 2: Dantzig-Wolfe column generation over deterministic oracle policies."""
-    alpha = np.asarray(cmdp.thresholds, dtype=np.float64)
+    """M >= 2: Dantzig-Wolfe column generation over deterministic oracle policies (normalised
+    units: returns the occupancy (H, S, A) and nu' (M,) per unit of c_k / c_r)."""
+    alpha = np.asarray(cmdp.thresholds, dtype=np.float64) / oracle.cost_units  # normalised units
     m = alpha.shape[0]
-    scale = _scale(cmdp)
-    tol = _tol(scale)
+    tol = float(np.sum(_cost_tolerance(alpha)))
     cols = [oracle(np.zeros(m))] + [oracle(np.eye(m)[k], reward_weight=0.0) for k in range(m)]
 
     def master(phase1):
@@ -381,7 +458,7 @@ def _solve_column_generation(cmdp: TabularCMDP, oracle: _Oracle, max_iterations:
         cand = oracle(nu, reward_weight=0.0)
         # Pricing: a column improves phase 1 iff nu . C_new < nu . alpha - (phase-1 dual value).
         if nu @ cand[2] >= min(nu @ c[2] for c in cols) - tol:
-            raise _infeasible(oracle, alpha, joint=True)
+            raise _infeasible(oracle, np.asarray(cmdp.thresholds, dtype=np.float64), joint=True)
         cols.append(cand)
     else:
         raise RuntimeError(f"solve: feasibility phase did not converge in {max_iterations} rounds")
@@ -391,8 +468,10 @@ def _solve_column_generation(cmdp: TabularCMDP, oracle: _Oracle, max_iterations:
         w, value, nu = master(False)
         cand = oracle(nu)
         dual_value = cand[1] - nu @ (cand[2] - alpha)  # D(nu) >= optimum >= master value
-        if dual_value <= value + tol * (1.0 + nu.sum()):
+        if dual_value <= value + _dual_tolerance(nu, alpha):
             break
+        if any(cand[1] == c[1] and np.array_equal(cand[2], c[2]) for c in cols):
+            break  # no new column prices out: the master's optimum is the optimum (to the LP's precision)
         cols.append(cand)
     else:
         raise RuntimeError(f"solve: column generation did not converge in {max_iterations} rounds")
@@ -403,19 +482,22 @@ def _solve_column_generation(cmdp: TabularCMDP, oracle: _Oracle, max_iterations:
 # ----------------------------------------------------------------------------- LP cross-check
 
 
-def _solve_lp(cmdp: TabularCMDP, t0: float) -> Solution:
+def _solve_lp(cmdp: TabularCMDP, units: _Units, t0: float) -> Solution:
     """Occupancy-measure LP: variables x_h(s, a) >= 0 with flow conservation.
 
     max sum x_h(s,a) r_h(s,a)  s.t.  sum_a x_0(s,a) = beta(s),
     sum_a x_{h+1}(s',a) = sum_{s,a} p_h(s,a,s') x_h(s,a),  sum x g^(k) <= alpha^(k);
-    terminal rewards/costs are folded into stage H-1 through p_{H-1}.
+    terminal rewards/costs are folded into stage H-1 through p_{H-1}. The objective row is
+    divided by c_r, each cost row and its threshold by c_k (``units``; HiGHS's tolerances are
+    absolute), and the multipliers mapped back.
     """
     h_, s_, a_, m = cmdp.horizon, cmdp.num_states, cmdp.num_actions, cmdp.num_constraints
     n = h_ * s_ * a_
     stage, terminal = (np.array(z, dtype=np.float64) for z in _signals(cmdp))
     last = tr.stage(cmdp.transitions, h_ - 1)
     stage[:, -1] += np.asarray(tr.expect_next(last, jnp.asarray(terminal)))
-    obj = stage.reshape(1 + m, n)
+    obj = stage.reshape(1 + m, n) / np.concatenate([[units.reward], units.costs])[:, None]
+    alpha = np.asarray(cmdp.thresholds, np.float64) / units.costs
 
     # Flow rows: one per (h, s); row (h, s) = sum_a x_h(s, a) - inflow from stage h-1.
     rows, cols, vals = [], [], []
@@ -432,13 +514,16 @@ def _solve_lp(cmdp: TabularCMDP, t0: float) -> Solution:
     a_eq = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(h_ * s_, n))
     b_eq = np.zeros(h_ * s_)
     b_eq[:s_] = np.asarray(cmdp.initial_distribution, dtype=np.float64)
-    res = scipy.optimize.linprog(
-        -obj[0], A_ub=sp.csr_matrix(obj[1:]) if m else None, b_ub=np.asarray(cmdp.thresholds, np.float64) if m else None,
-        A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs",
-    )
+    problem = {"c": -obj[0], "A_ub": sp.csr_matrix(obj[1:]) if m else None, "b_ub": alpha if m else None,
+               "A_eq": a_eq, "b_eq": b_eq, "bounds": (0, None)}
+    res = scipy.optimize.linprog(**problem, method="highs")
+    if res.status not in (0, 2):
+        # HiGHS's simplex may end without a verdict ("model status Unknown") on thresholds just
+        # below the least achievable cost; its interior-point method (with crossover) decides them
+        res = scipy.optimize.linprog(**problem, method="highs-ipm")
     if res.status == 2:
-        raise _infeasible(_Oracle(cmdp), np.asarray(cmdp.thresholds, np.float64), joint=m > 1)
+        raise _infeasible(_Oracle(cmdp, units), np.asarray(cmdp.thresholds, np.float64), joint=m > 1)
     if res.status != 0:
         raise RuntimeError(f"solve(method='lp'): HiGHS failed: {res.message}")
-    nu = -np.asarray(res.ineqlin.marginals) if m else np.zeros(0)
+    nu = -np.asarray(res.ineqlin.marginals) * units.reward / units.costs if m else np.zeros(0)
     return _finish(cmdp, np.clip(res.x, 0.0, None).reshape(h_, s_, a_), nu, "lp", 0, t0)

@@ -79,7 +79,7 @@ from flax import struct
 from fhc_jax.cmdp.model import TabularCMDP
 from fhc_jax.envs.encoders import Encoder, OwnObservation, make_encoder
 from fhc_jax.envs.spaces import ActionSpace, Box, Discrete
-from fhc_jax.envs.validation import check_action, check_action_value, check_static, is_concrete
+from fhc_jax.envs.validation import check_action, check_action_value, is_concrete
 
 Array = jax.Array
 
@@ -120,6 +120,28 @@ def check_int(owner: str, name: str, value: Any, low: int, high: int | None = No
     if value < low or (high is not None and value > high):
         raise ValueError(f"{owner}: {name} must be {valid}, found {int(value)}")
     return int(value)
+
+
+def _positive_int(owner: str, what: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        kind = type(value).__name__
+        raise ValueError(f"{owner}: {what} must be a positive int, found {value!r} ({kind})")
+    return int(value)
+
+
+def check_static(env: Any, owner: str) -> None:
+    """The static configuration every environment declares, checked where it is used: H and M
+    positive ints, and A a positive int for discrete actions.
+
+    Raises:
+        ValueError: naming the property, e.g. ``horizon must be a positive int, found 4.0 (float)``.
+    """
+    if not isinstance(env, Environment):
+        raise ValueError(f"{owner}: env must be an fhc_jax.envs.Environment, found {type(env).__name__}")
+    _positive_int(owner, f"{env.name}.horizon", env.horizon)
+    _positive_int(owner, f"{env.name}.num_constraints", env.num_constraints)
+    if not env.has_box_actions:
+        _positive_int(owner, f"{env.name}.num_actions", env.action_space.n)
 
 
 class Environment(abc.ABC, Generic[State, Params]):

@@ -82,10 +82,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from fhc_jax.envs.base import Environment, check_int
+from fhc_jax.envs.base import Environment, check_int, check_static
 from fhc_jax.envs.encoders import Encoder
 from fhc_jax.envs.spaces import ActionSpace, Box, Discrete
-from fhc_jax.envs.validation import check_static
 
 Array = jax.Array
 

@@ -5,7 +5,7 @@ An environment declares its action space by :attr:`fhc_jax.envs.Environment.acti
 (default ``Discrete(num_actions)``). A box environment receives float32 actions of shape
 ``Box.shape`` and clips them into ``[low, high]`` itself (``Box.clip``): a Gaussian policy may
 propose any real vector, and the trajectory records the proposed (unclipped) action, whose
-log-probability the learners need (``fhc_jax.algos.distributions``).
+log-probability the learners need (``fhc_jax.algos.core.distributions``).
 
 Both spaces are frozen dataclasses of Python scalars and tuples: hashable, so an environment's
 static configuration can include them.

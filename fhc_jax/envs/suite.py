@@ -139,15 +139,28 @@ def rescale(cmdp: TabularCMDP, reward_scale: float, cost_scale: float) -> Tabula
         reward_scale: c_r, a finite number > 0.
         cost_scale: c_c, a finite number > 0.
     Raises:
-        ValueError: a scale that is not a finite number > 0.
+        ValueError: a scale that is not a finite number > 0, or one that takes a nonzero value
+            below the smallest normal number of the model's dtype or beyond its largest
+            (``TabularCMDP`` names the field).
     """
     for name, value in (("reward_scale", reward_scale), ("cost_scale", cost_scale)):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
                 or not np.isfinite(value) or value <= 0:
             raise ValueError(f"rescale: {name} must be a finite number > 0, found {value!r}")
-    return cmdp.replace(rewards=cmdp.rewards * reward_scale, terminal_rewards=cmdp.terminal_rewards * reward_scale,
-                        costs=cmdp.costs * cost_scale, terminal_costs=cmdp.terminal_costs * cost_scale,
-                        thresholds=cmdp.thresholds * cost_scale)
+
+    def scaled(x, c):
+        # the model's own arithmetic, unless it flushed a nonzero product to zero (subnormal) or
+        # overflowed: then the exact float64 products, which TabularCMDP refuses by name
+        product = x * c
+        exact = np.asarray(x, np.float64) * c
+        stored = np.asarray(product)
+        lost = ((exact != 0) & (stored == 0)) | ~np.isfinite(stored)
+        return exact if lost.any() else product
+
+    return cmdp.replace(rewards=scaled(cmdp.rewards, reward_scale),
+                        terminal_rewards=scaled(cmdp.terminal_rewards, reward_scale),
+                        costs=scaled(cmdp.costs, cost_scale), terminal_costs=scaled(cmdp.terminal_costs, cost_scale),
+                        thresholds=scaled(cmdp.thresholds, cost_scale))
 
 
 # ----------------------------------------------------------------------------- Garnet CMDPs

@@ -1,4 +1,5 @@
-"""Checks at the API boundary: actions, environment structure and errors raised from traced code.
+"""Checks at the API boundary: actions and errors raised from traced code (an environment's
+declared sizes are checked by :func:`fhc_jax.envs.base.check_static`).
 
 Everything static (shapes, dtypes, the environment's sizes) is checked in Python while JAX
 traces, so a wrong shape or a float action is a ``ValueError`` before anything compiles. Values
@@ -50,30 +51,6 @@ logging.getLogger("jax._src.debugging").addFilter(_QuietCallbackFailure())
 def is_concrete(tree: Any) -> bool:
     """Whether no leaf of ``tree`` is a JAX tracer (its values can be read with numpy)."""
     return not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
-
-
-def _positive_int(owner: str, what: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        kind = type(value).__name__
-        raise ValueError(f"{owner}: {what} must be a positive int, found {value!r} ({kind})")
-    return int(value)
-
-
-def check_static(env: Any, owner: str) -> None:
-    """The static configuration every environment declares, checked where it is used: H and M
-    positive ints, and A a positive int for discrete actions.
-
-    Raises:
-        ValueError: naming the property, e.g. ``horizon must be a positive int, found 4.0 (float)``.
-    """
-    from fhc_jax.envs.base import Environment
-
-    if not isinstance(env, Environment):
-        raise ValueError(f"{owner}: env must be an fhc_jax.envs.Environment, found {type(env).__name__}")
-    _positive_int(owner, f"{env.name}.horizon", env.horizon)
-    _positive_int(owner, f"{env.name}.num_constraints", env.num_constraints)
-    if not env.has_box_actions:
-        _positive_int(owner, f"{env.name}.num_actions", env.action_space.n)
 
 
 def action_range(env: Any) -> str:

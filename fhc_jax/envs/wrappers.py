@@ -2,7 +2,7 @@
 
 :class:`ScaledSignals` divides an environment's rewards by one scale and each constraint's
 costs (and thresholds) by its own: the same decision problem in other units. Every learner
-trains on it (:func:`fhc_jax.algos.learner.make_learner`, scales from :func:`signal_scales`,
+trains on it (:func:`fhc_jax.algos.core.scaffold.make_learner`, scales from :func:`signal_scales`,
 statistics of episodes the learner observes itself), so that one set of default step sizes
 and multiplier laws serves tasks whose rewards are euros per half-hour as well as the
 gridworld's fares of order one, and rescaling an environment's rewards, or its costs together
@@ -24,6 +24,21 @@ from fhc_jax.envs.base import Environment
 Array = jax.Array
 
 
+def _finite_positive(name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """``value`` as a float64 array of ``shape`` with finite entries > 0, else a one-line ValueError."""
+    if isinstance(value, (str, bytes, bool)):
+        raise ValueError(f"ScaledSignals: {name} must be a number > 0, found {value!r}")
+    try:
+        arr = np.asarray(value, np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"ScaledSignals: {name} must be a number > 0, found {value!r}") from None
+    arr = arr.reshape(-1) if shape else arr
+    if arr.shape != shape or not np.all(np.isfinite(arr) & (arr > 0)):
+        what = "a finite number > 0" if not shape else f"{shape[0]} finite number(s) > 0 (one per constraint)"
+        raise ValueError(f"ScaledSignals: {name} must be {what}, found {value!r}")
+    return arr
+
+
 class ScaledSignals(Environment):
     """``env`` with rewards r / ``reward_scale`` and costs g^(k) / ``cost_scales[k]`` (stage and
     terminal), thresholds alpha^(k) / ``cost_scales[k]``. Dynamics, observations and every
@@ -39,12 +54,11 @@ class ScaledSignals(Environment):
     """
 
     def __init__(self, env: Environment, reward_scale: float, cost_scales: Any):
-        cost_scales = tuple(float(c) for c in np.asarray(cost_scales, np.float64).reshape(-1))
-        if not (np.isfinite(reward_scale) and reward_scale > 0) or len(cost_scales) != env.num_constraints \
-                or not all(np.isfinite(c) and c > 0 for c in cost_scales):
-            raise ValueError(f"ScaledSignals: scales must be finite and > 0 (one per constraint), found "
-                             f"{reward_scale!r}, {cost_scales!r}")
-        self.env, self.reward_scale, self.cost_scales = env, float(reward_scale), cost_scales
+        if not isinstance(env, Environment):
+            raise ValueError(f"ScaledSignals: env must be an fhc_jax Environment, found {type(env).__name__}")
+        reward = _finite_positive("reward_scale", reward_scale, ())
+        costs = _finite_positive("cost_scales", cost_scales, (env.num_constraints,))
+        self.env, self.reward_scale, self.cost_scales = env, float(reward), tuple(float(c) for c in costs)
 
     horizon = property(lambda self: self.env.horizon)
     num_actions = property(lambda self: self.env.num_actions)

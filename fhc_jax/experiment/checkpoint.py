@@ -48,8 +48,8 @@ from typing import Any, Callable, Iterator
 import jax
 import numpy as np
 
-from fhc_jax.experiment import rundir, runner
-from fhc_jax.experiment.config import flatten
+from fhc_jax.experiment import distributed, rundir
+from fhc_jax.experiment.typed_settings import flatten
 from fhc_jax.experiment.runner import ChunkState, ChunkedTrainer
 
 #: the manifest's file name inside a checkpoint directory
@@ -119,12 +119,12 @@ def save(directory: str | Path, trainer: ChunkedTrainer, state: ChunkState, max_
         _write(directory, payload, config_hash, step_dir, state.iteration, max_to_keep)
         return step_dir
     error = None
-    if runner.is_writer():  # several processes: process 0 writes, the others learn whether it could
+    if distributed.is_writer():  # several processes: process 0 writes, the others learn whether it could
         try:
             _write(directory, payload, config_hash, step_dir, state.iteration, max_to_keep)
         except Exception as err:  # noqa: BLE001 (reported on every process)
             error = err
-    runner.agree(error)
+    distributed.agree(error)
     return step_dir
 
 
@@ -321,21 +321,21 @@ def restore_verified(directory: str | Path, trainer: ChunkedTrainer, template: C
 def _restore_everywhere(directory: Path, trainer: ChunkedTrainer, template: ChunkState, config_hash: str | None,
                         num_iterations: int | None, say: Callable[[str], None]) -> ChunkState | None:
     state, error = None, None
-    if runner.is_writer():
+    if distributed.is_writer():
         try:
             state = _restore_newest(directory, trainer, template, config_hash, num_iterations, say)
         except Exception as err:  # noqa: BLE001 (raised on every process by share)
             error = err
-    step = runner.share(-1 if state is None else state.iteration, error)
+    step = distributed.share(-1 if state is None else state.iteration, error)
     error = None
-    if not runner.is_writer() and step >= 0:
+    if not distributed.is_writer() and step >= 0:
         try:
             state = _restore_step(directory, step, trainer, template, config_hash, num_iterations)
         except Exception as err:  # noqa: BLE001
             error = CheckpointError(f"checkpoint {directory / str(step)} cannot be read on process "
                                     f"{jax.process_index()}: {_short(err)} (every process needs the run directory "
                                     "on a shared file system)")
-    runner.agree(error)
+    distributed.agree(error)
     return state
 
 

@@ -11,7 +11,7 @@ learner's own ``policy(train_state, env, params)``). Nothing is written.
 
 :func:`evaluate_run` judges those policies with the one judge (:mod:`fhc_jax.experiment.judge`):
 exactly where the learner's policy is a table over a tabular exact model
-(:func:`fhc_jax.algos.learner.judged_exactly`, as training judged it), with the gap to the
+(:func:`fhc_jax.algos.core.paths.judged_exactly`, as training judged it), with the gap to the
 optimum of ``fhc_jax.solve``; otherwise by Monte-Carlo with 95% intervals against the
 environment's reference policy. A changed environment (``--set env.slip=0.2``,
 :func:`target_environment`) judges the same policies elsewhere (robustness): every change is
@@ -22,7 +22,7 @@ observation shape) is refused.
 ``fhc-jax eval RUN`` (:func:`eval_run`) writes ``RUN/eval/<name>.json``
 atomically and touches nothing else (config.json, metrics.csv, summary.json, policy.npz and
 checkpoints stay as they are); it holds the run directory's writer lock
-(:func:`fhc_jax.experiment.rundir.locked`) while it reads the checkpoint and writes, so it never
+(:func:`fhc_jax.experiment.writer_lock.locked`) while it reads the checkpoint and writes, so it never
 reads a run that ``fhc-jax train --resume`` or ``--overwrite`` is changing, and a second writer
 is refused the way every ``fhc-jax`` command refuses one.
 """
@@ -39,12 +39,14 @@ from typing import Any, Callable, Iterable, Mapping
 import jax
 import numpy as np
 
-from fhc_jax.algos.learner import judged_exactly, play_environment
+from fhc_jax.algos.core.paths import judged_exactly
+from fhc_jax.algos.core.scaffold import play_environment
 from fhc_jax.envs.base import Environment
-from fhc_jax.experiment import checkpoint, config, judge, rundir
-from fhc_jax.experiment.config import ConfigError, parse_assignment, plain
+from fhc_jax.experiment import checkpoint, config, judge, rundir, writer_lock
+from fhc_jax.experiment.judgement import Judgement
 from fhc_jax.experiment.rundir import RunFiles
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, seed_keys
+from fhc_jax.experiment.typed_settings import ConfigError, parse_assignment, plain, short_value
 
 Array = jax.Array
 
@@ -288,12 +290,12 @@ class RunEvaluation:
     """What :func:`evaluate_run` found.
 
     Attributes:
-        judgement: the :class:`~fhc_jax.experiment.judge.Judgement` of every seed on the target.
+        judgement: the :class:`~fhc_jax.experiment.judgement.Judgement` of every seed on the target.
         target: the :class:`Target`.
         record: the JSON record (``fhc-jax eval`` writes it to ``RUN/eval/<name>.json``).
     """
 
-    judgement: judge.Judgement
+    judgement: Judgement
     target: Target
     record: dict
 
@@ -324,7 +326,7 @@ def evaluate_run(run: LoadedRun, target: Target | None = None, *,
             say(f"warning: {err}; no policy can meet the threshold")
     else:
         say(f"judging {run.num_seeds} seeds by Monte-Carlo on {target.title} ({target.episodes} episodes each)")
-        # played where the learner plays it (the task's rewards and costs; fhc_jax.algos.learner.play_environment)
+        # played where the learner plays it (the task's rewards and costs; fhc_jax.algos.core.scaffold.play_environment)
         env, params = play_environment(run.module, run.train_state(0), target.env, target.params)
         policies = [run.module.policy(run.train_state(r), env, params) for r in range(run.num_seeds)]
         judged = judge.judge_monte_carlo(env, params, policies, target.episodes, multipliers=nu, tolerance=tol)
@@ -350,7 +352,7 @@ def evaluate_run(run: LoadedRun, target: Target | None = None, *,
     return RunEvaluation(judgement=judged, target=target, record=record)
 
 
-def _difference(summary: dict, judged: judge.Judgement) -> dict[str, Any] | None:
+def _difference(summary: dict, judged: Judgement) -> dict[str, Any] | None:
     """Largest |difference| between summary.json's per-seed reward and costs and ``judged``'s."""
     try:
         reward = np.asarray([row["exact_reward"] for row in summary["seeds"]], np.float64)
@@ -367,7 +369,7 @@ def format_evaluation(evaluation: RunEvaluation) -> str:
     """:func:`fhc_jax.experiment.judge.format_table` of the evaluation, naming the environment
     judged on and whether summary.json's values were reproduced."""
     t = evaluation.target
-    changed = ", ".join(f"{k}={config.short_value(v)}" for k, v in t.changes.items())
+    changed = ", ".join(f"{k}={short_value(v)}" for k, v in t.changes.items())
     text = judge.format_table(evaluation.judgement, where=t.title + (f" [changed: {changed}]" if changed
                                                                       else " [as trained]"))
     diff = evaluation.record.get("summary_difference")
@@ -396,7 +398,7 @@ def output_name(target: Target, run_episodes: int, name: str | None = None) -> s
         if not stem or stem in (".", "..") or stem.startswith(".") or "/" in stem or "\\" in stem or "\0" in stem:
             raise ConfigError(f"--out must be a plain file name (written to RUN/{EVAL_DIR}/NAME.json), found {name!r}")
         return stem
-    parts = [f"{k}={config.short_value(v)}" for k, v in target.changes.items()]
+    parts = [f"{k}={short_value(v)}" for k, v in target.changes.items()]
     if target.episodes is not None and target.episodes != run_episodes:
         parts.append(f"episodes={target.episodes}")
     stem = "_".join(parts) or "trained"
@@ -434,9 +436,9 @@ def eval_run(run: str | Path, env_sets: Iterable[str] = (), *, episodes: int | N
     t0 = time.perf_counter()
     changes = parse_env_sets(env_sets)
     files = rundir.read_run(run)
-    busy = rundir.holder(files.path)
+    busy = writer_lock.holder(files.path)
     if busy is not None:  # e.g. still training: its final checkpoint is not there yet
-        raise rundir.RunInUseError(f"{files.path} is in use by {busy}; {IN_USE}")
+        raise writer_lock.RunInUseError(f"{files.path} is in use by {busy}; {IN_USE}")
     final_checkpoint(files)
     target = target_environment(files, changes, episodes)
     out = files.path / EVAL_DIR / f"{output_name(target, files.spec.eval_episodes, name)}.json"
@@ -448,7 +450,7 @@ def eval_run(run: str | Path, env_sets: Iterable[str] = (), *, episodes: int | N
     if target.exact and episodes is not None:
         (note or (lambda msg: print(msg, file=sys.stderr)))(
             f"{command}: note: --episodes applies to Monte-Carlo judgements; this run is judged exactly")
-    with rundir.locked(files.path, f"{command} {files.path}", advice=IN_USE):
+    with writer_lock.locked(files.path, f"{command} {files.path}", advice=IN_USE):
         files = rundir.read_run(files.path)  # again under the lock: what we load is what no one is writing
         if target_environment(files, changes, episodes).settings != target.settings:
             raise rundir.RunDirectoryError(f"{files.path / rundir.CONFIG} changed while fhc-jax eval started; run it again")

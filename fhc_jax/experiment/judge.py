@@ -23,12 +23,14 @@ of a discretized exact model executed in the environment) judged the same way.
 
 **What is judged.** :func:`judge` takes the exact reward and costs of each seed's final policy
 (computed during training, or by :func:`judge_policies` from the (R, H, S, A) policy tables)
-and the optimum (:func:`optimum`, ``fhc_jax.solve``), and returns a :class:`Judgement`: per
-seed the exact reward and costs, the feasibility flag, the slack alpha - c, the gap to the
-optimum J* - J and the fraction J / J*, learned vs optimal multipliers (:meth:`Judgement.rows`);
-and over seeds the number of feasible seeds, the worst seed's reward and cost, means
-(:meth:`Judgement.summary`). Configurations are ranked by the number of feasible seeds, then
-the worst seed's reward (:meth:`Judgement.rank_key`): a default must hold on every seed.
+and the optimum (:func:`optimum`, ``fhc_jax.solve``), and returns a
+:class:`~fhc_jax.experiment.judgement.Judgement`: per seed the exact reward and costs, the
+feasibility flag, the slack alpha - c, the gap to the optimum J* - J and the fraction J / J*,
+learned vs optimal multipliers (:meth:`~fhc_jax.experiment.judgement.Judgement.rows`); and over
+seeds the number of feasible seeds, the worst seed's reward and cost, means
+(:meth:`~fhc_jax.experiment.judgement.Judgement.summary`). Configurations are ranked by the
+number of feasible seeds, then the worst seed's reward
+(:meth:`~fhc_jax.experiment.judgement.Judgement.rank_key`): a default must hold on every seed.
 
 **Summaries.** :func:`judgement_fields` is a judgement as summary.json's fields (per seed, over
 seeds, statistics with 95% intervals, the optimum); :func:`format_table` prints it.
@@ -36,7 +38,6 @@ seeds, statistics with 95% intervals, the optimum); :func:`format_table` prints 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
@@ -44,6 +45,7 @@ import numpy as np
 
 from fhc_jax.experiment import statistics
 from fhc_jax.experiment.config import DEFAULT_EPISODES, DEFAULT_TOLERANCE  # noqa: F401 (judge.DEFAULT_*)
+from fhc_jax.experiment.judgement import Judgement, Optimum
 
 #: absolute slack of the feasibility rule (rounding of an exact zero)
 ABSOLUTE_SLACK = 1e-9
@@ -63,47 +65,15 @@ def cost_limits(thresholds: Any, tolerance: float = DEFAULT_TOLERANCE) -> np.nda
     return alpha + tolerance * np.abs(alpha) + ABSOLUTE_SLACK
 
 
-def relative_excess(costs: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
-    """(c - alpha) / |alpha| elementwise, (..., M); for alpha = 0: 0 if c <= 0, else inf."""
-    c = np.asarray(costs, np.float64)
-    alpha = np.broadcast_to(np.asarray(thresholds, np.float64), c.shape)
-    safe = np.where(alpha != 0, np.abs(alpha), 1.0)
-    return np.where(alpha != 0, (c - alpha) / safe, np.where(c <= 0, 0.0, np.inf))
-
-
-@dataclasses.dataclass(frozen=True)
-class Optimum:
-    """The exact constrained optimum of a CMDP (``fhc_jax.solve``), as numpy data.
-
-    Attributes (H stages, S states, A actions, M constraints):
-        reward: J*, float. costs: (M,). multipliers: optimal nu* >= 0, (M,).
-        policy: (H, S, A). stage_costs: (M, H+1). stage_rewards: (H+1,). solve_time_s: float.
-        For a reference judged by Monte-Carlo (:func:`reference_optimum`) the reward and costs
-        are estimates and policy / stage values are None.
-    """
-
-    reward: float
-    costs: np.ndarray
-    multipliers: np.ndarray
-    policy: np.ndarray | None
-    stage_costs: np.ndarray | None
-    stage_rewards: np.ndarray | None
-    solve_time_s: float
-
-    def as_dict(self) -> dict[str, Any]:
-        """The JSON fields: reward, costs, multipliers, solve_time_s."""
-        return {"reward": self.reward, "costs": self.costs.tolist(), "multipliers": self.multipliers.tolist(),
-                "solve_time_s": self.solve_time_s}
-
-
 def optimum(cmdp) -> Optimum | None:
     """The exact constrained optimum of ``cmdp`` (``fhc_jax.solve``), None if infeasible."""
     return solve_optimum(cmdp)[0]
 
 
 def solve_optimum(cmdp) -> tuple[Optimum | None, Any]:
-    """(the :class:`Optimum`, None), or (None, the ``fhc_jax.InfeasibleConstraintError``, whose
-    message lists the minimum achievable cost per constraint, as ``fhc-jax solve`` prints it)."""
+    """(the :class:`~fhc_jax.experiment.judgement.Optimum`, None), or (None, the
+    ``fhc_jax.InfeasibleConstraintError``, whose message lists the minimum achievable cost per
+    constraint, as ``fhc-jax solve`` prints it)."""
     import fhc_jax as fhc
 
     try:
@@ -128,142 +98,12 @@ def evaluate_policies(cmdp, policies: np.ndarray) -> dict[str, np.ndarray]:
             "stage_costs": np.asarray(ev.stage_costs), "stage_rewards": np.asarray(ev.stage_rewards)}
 
 
-def stats(x: Any, per_seed: bool = False) -> dict[str, Any]:
-    """mean / std (population, over seeds) / min / max of a (R,) array, and with ``per_seed``
-    its values."""
-    x = np.asarray(x, np.float64)
-    out = {"mean": float(np.mean(x)), "std": float(np.std(x)), "min": float(np.min(x)), "max": float(np.max(x))}
-    return {**out, "per_seed": x.tolist()} if per_seed else out
-
-
 def feasibility(infeasible: Any) -> dict[str, Any]:
     """summary.json's ``feasibility`` record of :func:`solve_optimum`'s error (None: feasible)."""
     if infeasible is None:
         return {"feasible": True}
     return {"feasible": False, "min_costs": np.asarray(infeasible.min_costs, np.float64).tolist(),
             "message": str(infeasible)}
-
-
-@dataclasses.dataclass(frozen=True)
-class Judgement:
-    """R seeds judged (:func:`judge`). Arrays are float64 numpy.
-
-    Attributes:
-        reward: exact J per seed, (R,). costs: exact c^(k), (R, M).
-        thresholds: alpha, (M,). tolerance: the relative feasibility tolerance.
-        limits: :func:`cost_limits`, (M,). feasible: (R,) bool.
-        optimum: the :class:`Optimum` or None (infeasible, or not computed).
-        multipliers: learned nu per seed, (R, M), or None.
-        episodes: None for exact values, else the number of Monte-Carlo episodes per seed.
-        reward_half_width, cost_half_width: 95% confidence half-widths, (R,) and (R, M)
-            (zeros for exact values). ``feasible`` uses ``costs + cost_half_width``.
-    """
-
-    reward: np.ndarray
-    costs: np.ndarray
-    thresholds: np.ndarray
-    tolerance: float
-    limits: np.ndarray
-    feasible: np.ndarray
-    optimum: Optimum | None
-    multipliers: np.ndarray | None
-    episodes: int | None = None
-    reward_half_width: np.ndarray | None = None
-    cost_half_width: np.ndarray | None = None
-
-    @property
-    def method(self) -> str:
-        """"exact" or "monte-carlo (N episodes)"."""
-        return "exact" if self.episodes is None else f"monte-carlo ({self.episodes} episodes)"
-
-    @property
-    def num_seeds(self) -> int:
-        return int(self.reward.shape[0])
-
-    @property
-    def feasible_seeds(self) -> int:
-        return int(np.sum(self.feasible))
-
-    @property
-    def gap(self) -> np.ndarray | None:
-        """J* - J per seed, (R,), or None without an optimum."""
-        return None if self.optimum is None else self.optimum.reward - self.reward
-
-    @property
-    def fraction_of_optimum(self) -> np.ndarray | None:
-        """J / J* per seed, (R,), or None without a positive optimum (with J* <= 0 the ratio
-        grows as J gets worse: a pendulum's returns are negative; read the gap instead)."""
-        if self.optimum is None or not self.optimum.reward > 0:
-            return None
-        return self.reward / self.optimum.reward
-
-    def take(self, index: Any) -> "Judgement":
-        """The judgement of a subset of the seeds (``index`` into the R axis)."""
-        pick = lambda x: None if x is None else x[index]
-        return dataclasses.replace(self, reward=self.reward[index], costs=self.costs[index],
-                                   feasible=self.feasible[index], multipliers=pick(self.multipliers),
-                                   reward_half_width=pick(self.reward_half_width),
-                                   cost_half_width=pick(self.cost_half_width))
-
-    def rank_key(self) -> tuple[int, float]:
-        """(feasible seeds, worst seed's reward): larger is better; a non-finite (diverged)
-        seed's reward counts as -inf."""
-        reward = np.where(np.isfinite(self.reward), self.reward, -np.inf)
-        return self.feasible_seeds, float(np.min(reward))
-
-    def rows(self) -> list[dict[str, Any]]:
-        """One dict per seed: seed, exact_reward, exact_costs, violation = max(0, c - alpha),
-        slack = alpha - c, feasible; with an optimum reward_gap = J* - J, relative_gap =
-        (J* - J) / |J*|, fraction_of_optimum = J / J* (None unless J* > 0), optimal_multipliers;
-        multipliers (learned)."""
-        out = []
-        for r in range(self.num_seeds):
-            c = self.costs[r]
-            row: dict[str, Any] = {
-                "seed": r,
-                "exact_reward": float(self.reward[r]),
-                "exact_costs": c.tolist(),
-                "violation": np.maximum(0.0, c - self.thresholds).tolist(),
-                "slack": (self.thresholds - c).tolist(),
-                "feasible": bool(self.feasible[r]),
-            }
-            if self.episodes is not None:  # Monte-Carlo: the values are estimates with 95% intervals
-                row["judged_by"] = self.method
-                hr, hc = float(self.reward_half_width[r]), self.cost_half_width[r]
-                row["reward_ci95"] = [row["exact_reward"] - hr, row["exact_reward"] + hr]
-                row["costs_ci95"] = np.stack([c - hc, c + hc], -1).tolist()
-            if self.optimum is not None:
-                j_star = self.optimum.reward
-                row["reward_gap"] = j_star - float(self.reward[r])
-                row["relative_gap"] = row["reward_gap"] / abs(j_star) if j_star else None
-                row["fraction_of_optimum"] = float(self.reward[r]) / j_star if j_star > 0 else None
-                row["optimal_multipliers"] = self.optimum.multipliers.tolist()
-            if self.multipliers is not None:
-                row["multipliers"] = self.multipliers[r].tolist()
-            out.append(row)
-        return out
-
-    def summary(self) -> dict[str, Any]:
-        """Over seeds: seeds, feasible_seeds, tolerance, limits; exact_reward and exact_costs
-        statistics (mean, std, min, max); worst seed (lowest reward, fraction of the optimum,
-        highest cost per constraint, largest relative excess over alpha); relative_gap stats."""
-        excess = relative_excess(self.costs, self.thresholds)
-        out: dict[str, Any] = {
-            "seeds": self.num_seeds,
-            "judged_by": self.method,
-            "feasible_seeds": self.feasible_seeds,
-            "tolerance": self.tolerance,
-            "limits": self.limits.tolist(),
-            "exact_reward": stats(self.reward),
-            "exact_costs": {k: getattr(np, k)(self.costs, 0).tolist() for k in ("mean", "std", "min", "max")},
-            "worst": {"reward": float(np.min(self.reward)), "costs": np.max(self.costs, 0).tolist(),
-                      "relative_excess": float(np.max(excess))},
-        }
-        frac = self.fraction_of_optimum
-        if frac is not None:
-            out["worst"]["fraction_of_optimum"] = float(np.min(frac))
-            out["relative_gap"] = stats(self.gap / abs(self.optimum.reward))
-        return out
 
 
 def judge(reward: Any, costs: Any, thresholds: Any, *, optimum: Optimum | None = None,
@@ -337,7 +177,8 @@ def judge_monte_carlo(env, params, policies: list[Any], episodes: int = DEFAULT_
 def reference_optimum(env, params, episodes: int = DEFAULT_EPISODES) -> Optimum | None:
     """The yardstick of a Monte-Carlo judgement: the environment's reference policy
     (``env.reference``, where ``env.has_reference``) judged by :func:`monte_carlo`, as an
-    :class:`Optimum` (no policy table or stage values); None without a reference."""
+    :class:`~fhc_jax.experiment.judgement.Optimum` (no policy table or stage values); None
+    without a reference."""
     if not env.has_reference:
         return None
     import time
@@ -354,7 +195,8 @@ def judge_policies(cmdp, policies: Any, *, optimum: Optimum | None = None, multi
     """Evaluate R policy tables (R, H, S, A) exactly on ``cmdp`` and :func:`judge` them.
 
     Returns:
-        (the :class:`Judgement`, :func:`evaluate_policies`' arrays incl. stage costs).
+        (the :class:`~fhc_jax.experiment.judgement.Judgement`, :func:`evaluate_policies`' arrays
+        incl. stage costs).
     """
     ev = evaluate_policies(cmdp, policies)
     return judge(ev["reward"], ev["costs"], np.asarray(cmdp.thresholds), optimum=optimum, multipliers=multipliers,
@@ -365,9 +207,9 @@ def judge_policies(cmdp, policies: Any, *, optimum: Optimum | None = None, multi
 
 
 def judgement_fields(judged: Judgement) -> dict[str, Any]:
-    """summary.json's judgement: ``seeds`` (:meth:`Judgement.rows`), ``aggregate``
-    (:meth:`Judgement.summary`), ``statistics`` (over seeds, with 95% intervals:
-    :func:`fhc_jax.experiment.statistics.seed_statistics`), ``thresholds``,
+    """summary.json's judgement: ``seeds`` (:meth:`~fhc_jax.experiment.judgement.Judgement.rows`),
+    ``aggregate`` (:meth:`~fhc_jax.experiment.judgement.Judgement.summary`), ``statistics`` (over
+    seeds, with 95% intervals: :func:`fhc_jax.experiment.statistics.seed_statistics`), ``thresholds``,
     ``feasibility_tolerance`` and ``optimum`` (reward, costs, multipliers, solve time; None when
     infeasible)."""
     return {

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from fhc_jax.experiment import rundir
+from fhc_jax.experiment import metrics_file, rundir
 
 
 def pyplot():
@@ -71,9 +71,9 @@ def learning_curves(columns: dict, thresholds: np.ndarray, optimum: dict | None,
                 None if optimum is None else optimum["costs"][k]) for k in range(m)]
     for ax, (col, exact_col, name, alpha, opt) in zip(axes, panels):
         if col in columns:
-            its, vals = rundir.per_seed(columns, col)
+            its, vals = metrics_file.per_seed(columns, col)
             _band(ax, its, vals, "batch (mean, min-max)", "C0")
-        its, ex = rundir.per_seed(columns, exact_col)
+        its, ex = metrics_file.per_seed(columns, exact_col)
         ok = ~np.all(np.isnan(ex), axis=0)
         ax.plot(its[ok], np.mean(ex[:, ok], 0), "o-", color="C1", ms=3, lw=0.8, label="exact (mean)")
         if alpha is not None and np.isfinite(alpha):
@@ -171,7 +171,7 @@ def multipliers(columns: dict, optimum: dict | None, path: Path, title: str) -> 
     names = sorted(c for c in columns if c.startswith("multiplier_"))
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     for k, col in enumerate(names):
-        its, vals = rundir.per_seed(columns, col)
+        its, vals = metrics_file.per_seed(columns, col)
         _band(ax, its, vals, f"nu_{k} (mean, min-max)", f"C{k}")
         if optimum is not None:
             ax.axhline(optimum["multipliers"][k], color=f"C{k}", ls=":", lw=1, label=f"optimal nu*_{k}")
@@ -190,7 +190,7 @@ def plot_run(path: str | Path, stages: Sequence[int] | None = None) -> list[Path
     """
     path = Path(path)
     cfg = rundir.read_config(path)
-    columns = rundir.read_metrics_csv(path / rundir.METRICS)
+    columns = metrics_file.read_metrics_csv(path / rundir.METRICS)
     summary = rundir.read_json(path / rundir.SUMMARY) if (path / rundir.SUMMARY).exists() else {}
     optimum = summary.get("optimum")
     npz: dict[str, Any] = {}

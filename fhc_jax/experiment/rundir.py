@@ -9,6 +9,7 @@ Layout of ``runs/NAME``::
     metrics.csv      one row per (seed, iteration): training metrics of the iteration's batch
                      and, where evaluated (chunk boundaries, iteration 0 included), the exact
                      reward and costs of the policy after that many updates
+                     (:mod:`fhc_jax.experiment.metrics_file`)
     summary.json     the judgement (fhc_jax.experiment.judge) per seed: exact reward/costs,
                      feasibility, slack, gap to the exact optimum, learned vs optimal multipliers;
                      worst-seed aggregates; machine record, timings
@@ -22,16 +23,15 @@ Layout of ``runs/NAME``::
     tensorboard/, wandb/  experiment tracking, with ``--logger`` (:mod:`fhc_jax.experiment.tracking`)
     eval/            ``fhc-jax eval`` judgements of the final policies, one JSON per (changed)
                      environment (:mod:`fhc_jax.experiment.evaluation`); never touches the above
-    .fhc-jax.lock    the writer's lock (:func:`locked`): one process writes a run directory
+    .fhc-jax.lock    the writer's lock (:mod:`fhc_jax.experiment.writer_lock`): one process
+                     writes a run directory
 
 Every file is written to a temporary file in the same directory and renamed over the old one
 (``os.replace``, atomic on POSIX), so an interrupted run never leaves a truncated file.
 
-**One writer per directory.** ``fhc-jax train``, ``eval``, ``sweep`` and ``compare`` hold an
-exclusive ``fcntl.flock`` on the lock file for as long as they write (the operating system
-releases it when the process ends, however it ends); a second writer is refused at once with
-the holder's process id and command line, and ``--overwrite`` never deletes a directory another
-process holds.
+**One writer per directory** (:mod:`fhc_jax.experiment.writer_lock`): a second writer is
+refused at once with the holder's process id and command line, and ``--overwrite`` never
+deletes a directory another process holds.
 
 **Format version.** config.json records :data:`FORMAT_VERSION`. :func:`read_config`, the one
 reader of config.json (``--resume``, ``eval``, ``plot`` and :func:`read_run` go through it),
@@ -44,8 +44,6 @@ Every result file (summaries, sweeps, comparisons, benchmark JSON) records where
 
 from __future__ import annotations
 
-import contextlib
-import csv
 import dataclasses
 import hashlib
 import io
@@ -53,17 +51,16 @@ import json
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 import zipfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
-from fhc_jax.algos.learner import judged_exactly
+from fhc_jax.algos.core.paths import judged_exactly
 from fhc_jax.experiment.config import EnvironmentImportError, ExperimentSpec, load_spec
 
 CONFIG = "config.json"
@@ -77,16 +74,9 @@ LOCK = ".fhc-jax.lock"
 #: the run directory format this version writes and reads (config.json's ``format_version``)
 FORMAT_VERSION = 1
 
-_COLUMN_NAMES = {"costs": "cost", "multipliers": "multiplier"}
-
-
 class RunDirectoryError(ValueError):
     """A run directory that cannot be used as asked (exists, differs, is missing files): a
     usage error (``fhc-jax`` exit status 2)."""
-
-
-class RunInUseError(RuntimeError):
-    """Another process holds the run directory's lock (``fhc-jax`` exit status 1)."""
 
 
 def settings_hash(settings: dict) -> str:
@@ -251,87 +241,7 @@ def one_line(err: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-# ----------------------------------------------------------------------------- one writer
-
-
-def _holder(fd: int) -> str:
-    try:
-        os.lseek(fd, 0, os.SEEK_SET)
-        info = json.loads(os.read(fd, 4096).decode() or "{}")
-        return (f"process {info.get('pid', '?')} on {info.get('host', '?')} "
-                f"({info.get('command', '?')}, since {info.get('started', '?')})")
-    except (OSError, ValueError):
-        return "another process"
-
-
-def holder(path: str | Path) -> str | None:
-    """Who holds the writer's lock of the run directory ``path`` (pid, host, command), or None
-    when nobody does; the lock is only tested, never kept."""
-    target = Path(path) / LOCK
-    try:
-        import fcntl
-
-        fd = os.open(target, os.O_RDONLY)
-    except (ImportError, OSError):  # no lock file (or not POSIX): nobody holds it
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # released when fd closes
-        return None
-    except BlockingIOError:
-        return _holder(fd)
-    finally:
-        os.close(fd)
-
-
-def shared_lock_file(path: str | Path, stem: str) -> Path:
-    """A lock file outside ``path`` for outputs that share a folder with other files (``fhc-jax
-    compare``'s ``NAME.*`` in ``benchmarks/results``): in the temporary directory, named by a
-    hash of the absolute output path and stem, so no lock file is left in the folder."""
-    key = hashlib.sha256(f"{Path(path).absolute()}/{stem}".encode()).hexdigest()[:20]
-    return Path(tempfile.gettempdir()) / "fhc-jax-locks" / f"{key}.lock"
-
-
-@contextlib.contextmanager
-def locked(path: str | Path, command: str, *, name: str = LOCK, lock_file: str | Path | None = None,
-           advice: str = "wait for it to finish, stop it, or choose another --out") -> Iterator[Path]:
-    """Hold the exclusive writer's lock of directory ``path`` (created if missing) while the
-    ``with`` block runs.
-
-    The lock is ``fcntl.flock`` on ``path/name`` (or ``lock_file``), which records the holder (pid, host, command
-    line); the operating system releases it when the process ends, so a killed writer never
-    leaves a stale lock. The lock file itself is never deleted (deleting it would let two
-    writers lock two different files).
-
-    Raises:
-        RunInUseError: another process holds the lock (the message names it).
-        RunDirectoryError: ``path`` cannot be created or written.
-    """
-    path = Path(path)
-    target = Path(lock_file) if lock_file is not None else path / name
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as err:
-        raise RunDirectoryError(f"--out {path}: cannot create or write it ({err.strerror or err})") from None
-    try:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover (not POSIX): no lock
-            fcntl = None
-        if fcntl is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise RunInUseError(f"{path} is in use by {_holder(fd)}; {advice}") from None
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
-                "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, json.dumps(info).encode())
-        yield path
-    finally:
-        os.close(fd)  # releases the flock
+# ----------------------------------------------------------------------------- writable files
 
 
 def check_writable_file(path: str | Path, flag: str = "--out") -> Path:
@@ -396,7 +306,8 @@ def check(path: str | Path, *, resume: bool, overwrite: bool, can_resume: bool =
 
 
 def prepare(path: str | Path, *, resume: bool, overwrite: bool, can_resume: bool = True) -> Path:
-    """Check that ``path`` may be used and create it (hold :func:`locked` first when writing).
+    """Check that ``path`` may be used and create it (hold
+    :func:`~fhc_jax.experiment.writer_lock.locked` first when writing).
 
     * new or empty directory: fine;
     * an existing run (has config.json): ``resume`` continues it, ``overwrite`` deletes it
@@ -435,99 +346,6 @@ def settings_difference(stored: dict, requested: dict) -> list[str]:
     return out
 
 
-# ----------------------------------------------------------------------------- metrics.csv
-
-
-def metric_columns(metrics: dict[str, np.ndarray]) -> list[tuple[str, str, tuple]]:
-    """(column, metric key, index) for every scalar in one iteration's metrics, in the order
-    reward, costs, multipliers, then the rest alphabetically. ``metrics``: name -> (R, N, ...)."""
-    order = [k for k in ("reward", "costs", "multipliers") if k in metrics]
-    order += sorted(k for k in metrics if k not in order)
-    cols = []
-    for k in order:
-        shape = metrics[k].shape[2:]
-        name = _COLUMN_NAMES.get(k, k)
-        if not shape:
-            cols.append((name, k, ()))
-        else:
-            for idx in np.ndindex(*shape):
-                cols.append((f"{name}_{'_'.join(map(str, idx))}", k, idx))
-    return cols
-
-
-def metrics_csv(metrics: dict[str, np.ndarray], exact_iterations: np.ndarray, exact_reward: np.ndarray,
-                exact_costs: np.ndarray, num_iterations: int) -> str:
-    """The text of metrics.csv: rows (seed, iteration) for iteration 0..n (row 0 holds only the
-    exact evaluation of the initial policy); empty cells where nothing was measured.
-
-    Args: metrics name -> (R, n, ...); exact_iterations (E,); exact_reward (R, E); exact_costs (R, E, M).
-    """
-    cols = metric_columns(metrics)
-    num_runs, num_constraints = exact_costs.shape[0], exact_costs.shape[-1]
-    header = ["seed", "iteration"] + [c for c, _, _ in cols] + ["exact_reward"] + [f"exact_cost_{k}" for k in range(num_constraints)]
-    exact_at = {int(it): e for e, it in enumerate(exact_iterations)}
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(header)
-    fmt = lambda v: repr(float(v))
-    for r in range(num_runs):
-        for it in range(num_iterations + 1):
-            row = [r, it]
-            if it == 0:
-                row += [""] * len(cols)
-            else:
-                row += [fmt(metrics[k][r, it - 1][idx]) for _, k, idx in cols]
-            e = exact_at.get(it)
-            if e is None:
-                row += [""] * (1 + num_constraints)
-            else:
-                row += [fmt(exact_reward[r, e])] + [fmt(c) for c in exact_costs[r, e]]
-            w.writerow(row)
-    return buf.getvalue()
-
-
-def read_metrics_csv(path: str | Path) -> dict[str, np.ndarray]:
-    """metrics.csv as columns: name -> float array over rows (NaN for empty cells); ``seed`` and
-    ``iteration`` as int arrays."""
-    path = Path(path)
-    try:
-        with path.open(newline="", encoding="utf-8") as f:
-            rows = list(csv.reader(f))
-    except FileNotFoundError:
-        raise RunDirectoryError(f"{path} does not exist") from None
-    except (UnicodeDecodeError, csv.Error) as err:
-        raise RunDirectoryError(f"{path} is not a readable CSV file ({one_line(err)})") from None
-    except OSError as err:
-        raise RunDirectoryError(f"cannot read {path}: {err.strerror or err}") from None
-    if not rows:
-        raise RunDirectoryError(f"{path} is empty")
-    header, body = rows[0], rows[1:]
-    if "seed" not in header or "iteration" not in header:
-        raise RunDirectoryError(f"{path}: the header has no 'seed' and 'iteration' columns; it is not a "
-                                "metrics.csv written by fhc-jax train")
-    out: dict[str, np.ndarray] = {}
-    for j, name in enumerate(header):
-        vals = [row[j] if j < len(row) else "" for row in body]
-        integer = name in ("seed", "iteration")
-        parsed = []
-        for i, v in enumerate(vals):
-            try:
-                parsed.append(int(v) if integer else (float(v) if v != "" else np.nan))
-            except ValueError:
-                raise RunDirectoryError(f"{path}, line {i + 2}, column {name!r}: {v!r} is not "
-                                        f"{'an integer' if integer else 'a number'}; the file is damaged "
-                                        "(fhc-jax train --resume rewrites it)") from None
-        out[name] = np.array(parsed, dtype=np.int64 if integer else np.float64)
-    return out
-
-
-def per_seed(columns: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:
-    """A column of :func:`read_metrics_csv` as (iterations (N+1,), values (R, N+1))."""
-    seeds = columns["seed"]
-    num_runs = int(seeds.max()) + 1
-    its = columns["iteration"][seeds == 0]
-    values = np.stack([columns[name][seeds == r] for r in range(num_runs)])
-    return its, values
 # ----------------------------------------------------------------------------- reading a run
 
 

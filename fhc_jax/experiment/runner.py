@@ -4,27 +4,25 @@ A learner's iterations run in compiled chunks of ``chunk_size`` updates, vmapped
 (seeds, or hyperparameter configurations x seeds), with exact evaluation, progress, tracking and
 checkpoints between chunks. A chunk is ``jax.jit(jax.vmap(chunk))`` where ``chunk`` is a
 ``lax.scan`` of ``learner.step`` for ``chunk_size`` iterations followed by ``learner.evaluate``
-of the result (:class:`fhc_jax.algos.learner.Learner`). The host sees the carry and the metrics
+of the result (:class:`fhc_jax.algos.core.scaffold.Learner`). The host sees the carry and the metrics
 only between chunks. The runs axis is sharded over all devices (``jax.sharding``: a one-axis
 ``Mesh`` named ``"runs"``, padded to a multiple of the device count), so the same code uses one
 CPU, several GPUs, or several processes and hosts.
 
-**Several processes** (docs/distributed.md). After :func:`initialize` (``jax.distributed``)
-``jax.devices()`` is the global device list: the mesh spans every process, each process builds
-and steps only its addressable shard of the runs (``jax.make_array_from_callback`` of the same
-global inputs), inside the same compiled program, and host-side reads (metrics, evaluations,
-the carry for checkpoints and policies) gather the shards
-(``multihost_utils.process_allgather``), so every process holds the same results. Process 0
-writes (:func:`is_writer`); :func:`agree` makes a failure of work only some processes did
-(process 0's writes) an error on every process; a failed collective operation means a lost
-process, which JAX's runtime reports (:func:`runtime_verdict`).
+**Several processes** (docs/distributed.md). After
+:func:`~fhc_jax.experiment.distributed.initialize` (``jax.distributed``) ``jax.devices()`` is
+the global device list: the mesh spans every process, each process builds and steps only its
+addressable shard of the runs (``jax.make_array_from_callback`` of the same global inputs),
+inside the same compiled program, and host-side reads gather the shards
+(:func:`~fhc_jax.experiment.distributed.to_host`); :mod:`fhc_jax.experiment.distributed` holds
+the rest (who writes, agreeing on failures, the runtime's verdict on a lost process).
 
 :class:`ChunkedTrainer` holds the compiled programs of one learner for R runs;
 :meth:`ChunkedTrainer.drive` is the driver: it starts the runs (from their keys, or restored
-from a checkpoint), prints the progress line (:class:`Progress`), feeds the trackers and the
-caller's hook after every chunk, and stops at N updates, after ``max_chunks`` chunks, or after
-a chunk in which a run diverged. :func:`train_seeds` is its one-call form (one learner, R seeds
--> :class:`RunResult`).
+from a checkpoint), prints the progress line (:class:`~fhc_jax.experiment.progress.Progress`),
+feeds the trackers and the caller's hook after every chunk, and stops at N updates, after
+``max_chunks`` chunks, or after a chunk in which a run diverged. :func:`train_seeds` is its
+one-call form (one learner, R seeds -> :class:`RunResult`).
 
 **Divergence detection.** Every compiled chunk also returns a few reductions computed on the
 device, per run: for each metric the index of its first non-finite iteration in the chunk (-1
@@ -32,33 +30,29 @@ if none), and for each floating-point leaf of the train state and for the exact 
 whether it is entirely finite (no host callbacks; the cost is one pass over the parameters per
 chunk). :meth:`ChunkedTrainer.advance` turns them into a :class:`Divergence`; the runs that
 stayed finite keep their (finite) results.
-
-**Progress.** A plain-text line on stderr (redrawn in place on a terminal, one line per chunk
-in logs and pipes): ``label it/N [bar] env-steps/s reward cost nu exact eta``.
-:class:`RunsProgress` is the overall progress of a sequence of runs (``compare``: one run per
-row; ``sweep``: one per setting): the chunk line gains ``overall done/total runs, elapsed,
-eta``, and every completed run prints one plain line, ``[3/9 runs done] elapsed 120.4 s | eta
-240.8 s | NAME | DETAIL``, that :func:`parse_run_line` reads back.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 import time
-from typing import IO, TYPE_CHECKING, Any, Callable, NoReturn
+from typing import IO, TYPE_CHECKING, Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from fhc_jax.algos.learner import Status, constraint_status, evaluation_iterations, judged_exactly
+from fhc_jax.algos.core.evaluation import evaluation_iterations
+from fhc_jax.algos.core.paths import judged_exactly
+from fhc_jax.algos.core.selection import Status, constraint_status
 from fhc_jax.experiment.config import ExperimentSpec, load_spec
+from fhc_jax.experiment.distributed import is_key, to_host
+from fhc_jax.experiment.progress import Progress, env_steps_per_iteration
 
 if TYPE_CHECKING:
-    from fhc_jax.algos.learner import Learner
+    from fhc_jax.algos.core.scaffold import Learner
     from fhc_jax.experiment.tracking import Trackers
 
 Array = jax.Array
@@ -71,19 +65,6 @@ def seed_keys(seed: int, num_seeds: int) -> Array:
     Typed key array, (R,)."""
     base = jax.random.key(seed)
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(num_seeds, dtype=jnp.uint32))
-
-
-def _is_key(x: Any) -> bool:
-    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
-def _to_host(x: Array) -> np.ndarray:
-    """A global array as numpy on every process (gathers across hosts when needed)."""
-    if _is_key(x):
-        x = jax.random.key_data(x)
-    if jax.process_count() > 1 and not x.is_fully_addressable:  # several processes (tests/test_distributed.py)
-        return _gather(x)
-    return np.asarray(x)
 
 
 def _put(x: np.ndarray, sharding: NamedSharding | None) -> Array:
@@ -155,7 +136,7 @@ class DivergenceError(RuntimeError):
         self.divergence = divergence
 
 
-_STEP_SIZE = re.compile(r"(_step\.init|_lr|learning_rate|^logit_step)$")
+_STEP_SIZE = re.compile(r"(_lr\.init|_lr|^logit_step)$")
 
 
 def divergence_hint(spec: ExperimentSpec) -> str:
@@ -205,7 +186,7 @@ class ChunkState:
     """Where a chunked run stands (between chunks).
 
     Attributes (R runs, n iterations done, E = exact evaluations so far, M constraints):
-        carry: the learner's :class:`~fhc_jax.algos.learner.Carry` with a leading runs axis
+        carry: the learner's :class:`~fhc_jax.algos.core.scaffold.Carry` with a leading runs axis
             (padded to a multiple of the device count; device arrays).
         iteration: n, updates done.
         metrics: per-iteration metrics, name -> (R, n, ...) numpy arrays.
@@ -230,7 +211,7 @@ class ChunkedTrainer:
     """Compiled chunk programs of one learner for R runs.
 
     Args:
-        learner: :class:`fhc_jax.algos.learner.Learner`.
+        learner: :class:`fhc_jax.algos.core.scaffold.Learner`.
         num_runs: R.
         chunk_size: iterations per chunk (>= 1); the last chunk is shorter when it does not
             divide ``num_iterations`` (one more compilation).
@@ -297,7 +278,7 @@ class ChunkedTrainer:
         """Host (numpy, key data for keys, R or padded rows) -> device carry like ``template``."""
         def put(x, t):
             x = self._pad(np.asarray(x))
-            if _is_key(t):
+            if is_key(t):
                 return jax.random.wrap_key_data(_put(x, self.sharding), impl=jax.random.key_impl(t))
             return _put(x.astype(t.dtype), self.sharding)
 
@@ -305,7 +286,7 @@ class ChunkedTrainer:
 
     def host_carry(self, carry: Any) -> Any:
         """Device carry -> numpy (keys as key data), first R runs."""
-        return jax.tree.map(lambda x: _to_host(x)[: self.num_runs], carry)
+        return jax.tree.map(lambda x: to_host(x)[: self.num_runs], carry)
 
     # ------------------------------------------------------------------ programs
     def init(self, keys: Array) -> ChunkState:
@@ -324,8 +305,8 @@ class ChunkedTrainer:
         return ChunkState(
             carry=carry, iteration=0, metrics={},
             exact_iterations=np.array([0]),
-            exact_reward=_to_host(r)[: self.num_runs, None],
-            exact_costs=_to_host(c)[: self.num_runs, None],
+            exact_reward=to_host(r)[: self.num_runs, None],
+            exact_costs=to_host(c)[: self.num_runs, None],
             divergence=self._divergence(health, 0, 0, carry),
         )
 
@@ -343,7 +324,7 @@ class ChunkedTrainer:
 
     def _divergence(self, health: dict[str, Any], start: int, length: int, carry: Any) -> Divergence | None:
         """The chunk's health reductions (device, tiny) -> a :class:`Divergence` or None."""
-        health = jax.tree.map(lambda x: _to_host(x)[: self.num_runs], health)
+        health = jax.tree.map(lambda x: to_host(x)[: self.num_runs], health)
         state_ok, exact_ok = health["state"], health["exact"]
         metric_first = health.get("metrics", {})
         order = [k for k in ("reward", "costs", "multipliers") if k in metric_first]
@@ -382,8 +363,8 @@ class ChunkedTrainer:
                               *self._args(state.carry))
         t0 = time.perf_counter()
         carry, metrics, (r, c), health = prog(*self._args(state.carry))
-        metrics = {k: _to_host(v)[: self.num_runs] for k, v in metrics.items()}
-        r, c = _to_host(r)[: self.num_runs], _to_host(c)[: self.num_runs]
+        metrics = {k: to_host(v)[: self.num_runs] for k, v in metrics.items()}
+        r, c = to_host(r)[: self.num_runs], to_host(c)[: self.num_runs]
         divergence = self._divergence(health, state.iteration, length, carry)
         if state.divergence is not None:
             divergence = state.divergence.merge(divergence)
@@ -417,20 +398,22 @@ class ChunkedTrainer:
         return state
 
     def policy_tables(self, state: ChunkState) -> np.ndarray:
-        """The policies the runs return (:class:`~fhc_jax.algos.learner.Selection`),
+        """The policies the runs return (:class:`~fhc_jax.algos.core.selection.Selection`),
         (R, H, S, A) numpy."""
         prog = self._compiled("policy", jax.vmap(lambda c: self.learner.policy_table(c.selection.state)), state.carry)
-        return _to_host(prog(state.carry))[: self.num_runs]
+        return to_host(prog(state.carry))[: self.num_runs]
 
     def status(self, state: ChunkState) -> list[Status]:
-        """Each run's :class:`~fhc_jax.algos.learner.Status` (host-side, from the metrics of a
+        """Each run's :class:`~fhc_jax.algos.core.selection.Status` (host-side, from the metrics of a
         complete run: the multiplier's trend and the cost over the last tenth, and whether the
-        returned policy's upper cost bounds are within the thresholds)."""
-        met = _to_host(state.carry.selection.feasible)[: self.num_runs]
+        returned policy meets the constraints, :attr:`~fhc_jax.algos.core.scaffold.Learner.verify`:
+        its exact costs where there is a tabular exact model, else its upper cost bounds)."""
+        prog = self._compiled("verify", jax.vmap(self.learner.verify), state.carry)
+        met, costs = (to_host(x)[: self.num_runs] for x in prog(state.carry))
         m, c = state.metrics["multipliers"], state.metrics["costs"]
         return [jax.tree.map(np.asarray, constraint_status(
-            m[r], c[r], self.learner.thresholds, self.learner.violation_units, self.learner.multiplier_units, met[r]))
-            for r in range(self.num_runs)]
+            m[r], c[r], self.learner.thresholds, self.learner.violation_units, self.learner.multiplier_units, met[r],
+            costs[r])) for r in range(self.num_runs)]
 
     def template(self, keys: Array) -> ChunkState:
         """A :class:`ChunkState` whose carry has the structure, shapes and dtypes of the runs'
@@ -468,7 +451,8 @@ class ChunkedTrainer:
             env: the environment trained on (the progress line's speed and kind of evaluation).
             params: its params (the progress line's thresholds).
             label: the progress line's label (None: no progress line); stream: where it goes
-                (default stderr); overall: its last part (:meth:`RunsProgress.status`).
+                (default stderr); overall: its last part
+                (:meth:`~fhc_jax.experiment.progress.RunsProgress.status`).
             trackers: :class:`~fhc_jax.experiment.tracking.Trackers` fed after every chunk
                 (begun at the start state; the caller closes them).
             restore: ``template -> ChunkState | None``: a checkpoint restored into
@@ -523,8 +507,8 @@ class RunResult:
             diverged seeds' values are non-finite; the other seeds' results are valid at
             ``state.iteration``.
         returned_state: the train states of the returned policies (the learners'
-            :class:`~fhc_jax.algos.learner.Selection`), leading axis R (numpy).
-        status: each seed's :class:`~fhc_jax.algos.learner.Status` (None before the run is
+            :class:`~fhc_jax.algos.core.selection.Selection`), leading axis R (numpy).
+        status: each seed's :class:`~fhc_jax.algos.core.selection.Status` (None before the run is
             complete).
     """
 
@@ -578,415 +562,3 @@ def train_seeds(module, env, params, config, num_seeds: int, *, seed: int = 0, c
     return trainer.result(state)
 
 
-# ----------------------------------------------------------------------------- progress
-
-
-def env_steps_per_iteration(config, horizon: int) -> int | None:
-    """Environment transitions consumed by one update of a learner ``Config`` with
-    ``episodes_per_iteration`` K: K * H; None for a config without that field."""
-    k = getattr(config, "episodes_per_iteration", None)
-    return k * horizon if isinstance(k, int) else None
-
-
-def _si(x: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if x >= scale:
-            return f"{x / scale:.2f}{unit}"
-    return f"{x:.0f}"
-
-
-class Progress:
-    """Callable ``on_chunk`` hook that prints ``label it/N [bar] env-steps/s reward cost nu exact eta``.
-
-    Args:
-        label: e.g. the algorithm's name.
-        total: N iterations.
-        num_runs: R runs progressing together (env-steps/s counts all of them).
-        steps_per_iteration: env transitions per update and run (None: show it/s only).
-        thresholds: alpha, (M,), shown next to the cost (None: not shown).
-        stream: where to print (default stderr).
-        overall: called with this run's fraction done; its text ends the line
-            (:meth:`RunsProgress.status`).
-    """
-
-    def __init__(self, label: str, total: int, num_runs: int, steps_per_iteration: int | None,
-                 thresholds: np.ndarray | None, stream: IO[str] | None = None, start_iteration: int = 0,
-                 start_elapsed: float = 0.0, exact: bool = True, overall: Callable[[float], str] | None = None):
-        self.overall = overall
-        self.label, self.total, self.num_runs = label, total, num_runs
-        self.evaluation = "exact" if exact else "mc"  # Monte-Carlo estimates without a tabular exact model
-        self.steps = steps_per_iteration
-        self.thresholds = None if thresholds is None else np.asarray(thresholds)
-        self.stream = sys.stderr if stream is None else stream
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.last_elapsed = start_elapsed
-        self.last_iteration = start_iteration
-
-    def __call__(self, state: ChunkState) -> None:
-        # chunk time only (state.elapsed_s excludes compilation and checkpoint writes)
-        dt = max(state.elapsed_s - self.last_elapsed, 1e-9)
-        done = state.iteration - self.last_iteration
-        self.last_elapsed, self.last_iteration = state.elapsed_s, state.iteration
-        frac = state.iteration / self.total
-        bar = "#" * int(20 * frac) + "." * (20 - int(20 * frac))
-        rate = done / dt
-        speed = f"{_si(rate * self.steps * self.num_runs)} env-steps/s" if self.steps else f"{rate:.1f} it/s"
-        parts = [f"{self.label} {state.iteration:>{len(str(self.total))}}/{self.total} [{bar}] {frac:4.0%}", speed]
-        m = state.metrics
-        if "reward" in m:
-            parts.append(f"reward {np.mean(m['reward'][:, -1]):.3f}")
-        if "costs" in m:
-            cost = np.mean(m["costs"][:, -1], axis=0)
-            alpha = "" if self.thresholds is None else " (alpha " + "/".join(f"{a:g}" for a in self.thresholds) + ")"
-            parts.append("cost " + "/".join(f"{c:.2f}" for c in cost) + alpha)
-        if "multipliers" in m:
-            parts.append("nu " + "/".join(f"{v:.3f}" for v in np.mean(m["multipliers"][:, -1], axis=0)))
-        parts.append(f"{self.evaluation} {np.mean(state.exact_reward[:, -1]):.3f}/"
-                     + "/".join(f"{c:.2f}" for c in np.mean(state.exact_costs[:, -1], axis=0)))
-        if rate > 0 and state.iteration < self.total:
-            parts.append(f"eta {(self.total - state.iteration) / rate:.0f}s")
-        if self.overall is not None:
-            parts.append(self.overall(frac))
-        line = " | ".join(parts)
-        if self.tty:
-            end = "\n" if state.iteration >= self.total else ""
-            self.stream.write("\r\033[K" + line + end)
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-
-
-#: one completed run's line (:meth:`RunsProgress.done`)
-RUN_LINE = re.compile(r"^\[(?P<done>\d+)/(?P<total>\d+) runs done\] elapsed (?P<elapsed>\d+\.\d) s "
-                      r"\| eta (?P<eta>\d+\.\d) s \| (?P<name>.+?)(?: \| (?P<detail>.*))?$")
-
-
-def parse_run_line(line: str) -> dict[str, Any] | None:
-    """A completed run's line (:meth:`RunsProgress.done`) as ``{"done", "total", "elapsed_s",
-    "eta_s", "name", "detail"}``; None for any other line."""
-    m = RUN_LINE.match(line.rstrip("\n"))
-    if m is None:
-        return None
-    return {"done": int(m["done"]), "total": int(m["total"]), "elapsed_s": float(m["elapsed"]),
-            "eta_s": float(m["eta"]), "name": m["name"], "detail": m["detail"] or ""}
-
-
-class RunsProgress:
-    """Overall progress of ``total`` runs: runs done / total, elapsed time, ETA.
-
-    Args:
-        total: the number of runs (>= 1).
-        stream: where to print (default stderr); on a terminal :meth:`done` first clears a
-            progress line being redrawn in place.
-        clock: seconds (default ``time.perf_counter``); the clock starts at construction.
-    """
-
-    def __init__(self, total: int, stream: IO[str] | None = None, clock: Callable[[], float] = time.perf_counter):
-        if total < 1:
-            raise ValueError(f"RunsProgress: total must be >= 1 runs, found {total}")
-        self.total, self.completed = int(total), 0
-        self.stream = sys.stderr if stream is None else stream
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.clock = clock
-        self.start = clock()
-
-    def elapsed(self) -> float:
-        """Seconds since construction."""
-        return self.clock() - self.start
-
-    def eta(self, partial: float = 0.0) -> float | None:
-        """Seconds left, extrapolating the time per run so far (``partial``: the fraction done of
-        the runs in progress, in runs); None before any progress."""
-        done = self.completed + min(max(partial, 0.0), self.total - self.completed)
-        if done <= 0:
-            return None
-        return self.elapsed() * (self.total - done) / done
-
-    def status(self, partial: float = 0.0) -> str:
-        """``overall 2.4/9 runs, elapsed 80 s, eta 150 s`` (the chunk line's last part)."""
-        eta = self.eta(partial)
-        done = self.completed + partial
-        return (f"overall {done:.1f}/{self.total} runs, elapsed {self.elapsed():.0f} s, "
-                + ("eta -" if eta is None else f"eta {eta:.0f} s"))
-
-    def done(self, name: str, detail: str = "") -> str:
-        """Count one run as completed and print its line (returned): ``[k/N runs done] elapsed
-        E s | eta T s | name | detail`` (:data:`RUN_LINE`)."""
-        if self.completed >= self.total:
-            raise ValueError(f"RunsProgress: all {self.total} runs are already done")
-        self.completed += 1
-        eta = self.eta() or 0.0
-        line = f"[{self.completed}/{self.total} runs done] elapsed {self.elapsed():.1f} s | eta {eta:.1f} s | {name}"
-        if detail:
-            line += f" | {detail}"
-        self.stream.write(("\r\033[K" if self.tty else "") + line + "\n")
-        self.stream.flush()
-        return line
-
-
-# ----------------------------------------------------------------------------- processes and hosts
-#
-# A run over several processes (hosts, or one process per GPU) is the same program: every
-# process runs the same command, builds the same global inputs and joins JAX's distributed
-# runtime (``jax.distributed.initialize``); the runs axis is sharded over the global mesh, each
-# process steps its addressable shard, and host-side reads gather what they need
-# (:func:`_to_host`). Process 0 is the writer (:func:`is_writer`).
-
-#: seconds a process waits for every process to join (``jax.distributed``'s initialization_timeout)
-INIT_TIMEOUT_S = 300
-#: seconds without a heartbeat after which JAX's runtime declares a process lost and ends the others
-HEARTBEAT_TIMEOUT_S = 30
-#: seconds a process waits at the end for the others (``jax.distributed``'s shutdown timeout; the
-#: processes leave their last agree() together)
-SHUTDOWN_TIMEOUT_S = 60
-#: seconds a process waits, after a collective operation failed, for JAX's runtime to end it
-#: (it does so once the lost process misses its heartbeats) before it reports the failure itself
-_VERDICT_MARGIN_S = 15
-_MESSAGE_BYTES = 512
-
-_cluster: dict[str, Any] = {}  # the Cluster this process joined (empty: none)
-
-
-class DistributedError(RuntimeError):
-    """A run over several processes cannot go on: another process failed or was lost
-    (``fhc-jax`` exit status 1). ``process``: the index of the process concerned, or None."""
-
-    def __init__(self, message: str, process: int | None = None):
-        super().__init__(message)
-        self.process = process
-
-
-@dataclasses.dataclass(frozen=True)
-class Cluster:
-    """How this process joins a run over several processes (``jax.distributed``).
-
-    Attributes:
-        coordinator: ``HOST:PORT`` where process 0 serves the coordination service; None: from
-            the environment (``JAX_COORDINATOR_ADDRESS``, or a cluster scheduler's variables,
-            e.g. SLURM's, as ``jax.distributed.initialize()`` detects them).
-        num_processes: N >= 1 (None: from the environment).
-        process_id: this process's index in [0, N) (None: from the environment).
-        init_timeout_s: seconds to wait for every process to join (>= 1).
-        heartbeat_timeout_s: seconds without a heartbeat after which a process counts as lost
-            and the others stop (>= 1).
-    """
-
-    coordinator: str | None = None
-    num_processes: int | None = None
-    process_id: int | None = None
-    init_timeout_s: int = INIT_TIMEOUT_S
-    heartbeat_timeout_s: int = HEARTBEAT_TIMEOUT_S
-
-    def check(self) -> "Cluster":
-        """Raises :class:`~fhc_jax.experiment.config.ConfigError` for a field out of range
-        (naming the flag and the valid range); returns self."""
-        from fhc_jax.experiment.config import ConfigError
-
-        if self.coordinator is not None:
-            host, sep, port = self.coordinator.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-                raise ConfigError(f"--coordinator must be HOST:PORT with a port in [1, 65535], found "
-                                  f"{self.coordinator!r}")
-        if self.num_processes is not None and self.num_processes < 1:
-            raise ConfigError(f"--num-processes must be an integer >= 1, found {self.num_processes}")
-        if self.process_id is not None:
-            top = "N - 1" if self.num_processes is None else str(self.num_processes - 1)
-            if self.process_id < 0 or (self.num_processes is not None and self.process_id >= self.num_processes):
-                raise ConfigError(f"--process-id must lie in [0, {top}] (N = --num-processes), found {self.process_id}")
-        for flag, value in (("--init-timeout", self.init_timeout_s), ("--heartbeat-timeout", self.heartbeat_timeout_s)):
-            if value < 1:
-                raise ConfigError(f"{flag} must be an integer >= 1 (seconds), found {value}")
-        return self
-
-    def flags(self) -> list[str]:
-        """The command-line flags that join this process to the same run again (for the
-        resume command): the values given, and the timeouts where they differ from the
-        defaults."""
-        out: list[str] = []
-        for flag, value in (("--coordinator", self.coordinator), ("--num-processes", self.num_processes),
-                            ("--process-id", self.process_id)):
-            if value is not None:
-                out += [flag, str(value)]
-        if self.init_timeout_s != INIT_TIMEOUT_S:
-            out += ["--init-timeout", str(self.init_timeout_s)]
-        if self.heartbeat_timeout_s != HEARTBEAT_TIMEOUT_S:
-            out += ["--heartbeat-timeout", str(self.heartbeat_timeout_s)]
-        return out or ["--distributed"]
-
-
-def initialize(cluster: Cluster) -> None:
-    """Join the run: ``jax.distributed.initialize`` with the cluster's coordinator, process
-    count and id (those not given come from the environment, as JAX detects them), the startup
-    and heartbeat timeouts, and gloo as the CPU collectives (set before initialising; a choice
-    already made is kept). Then one collective operation among all processes, so that the
-    collectives' connections exist before the processes' work drifts apart. Call it before
-    anything else uses JAX, once per process.
-
-    Raises:
-        ConfigError: a field out of range, or a coordinator, count or id neither given nor
-            found in the environment.
-    """
-    from fhc_jax.experiment.config import ConfigError
-
-    cluster.check()
-    if jax.config.jax_cpu_collectives_implementation != "mpi":  # gloo, unless MPI was chosen
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    try:
-        jax.distributed.initialize(coordinator_address=cluster.coordinator, num_processes=cluster.num_processes,
-                                   process_id=cluster.process_id, initialization_timeout=cluster.init_timeout_s,
-                                   heartbeat_timeout_seconds=cluster.heartbeat_timeout_s,
-                                   shutdown_timeout_seconds=SHUTDOWN_TIMEOUT_S)
-    except (ValueError, TypeError) as err:  # nothing given and nothing detected in the environment
-        raise ConfigError(f"cannot join a run over several processes: {str(err).strip()} Give --coordinator "
-                          "HOST:PORT, --num-processes N and --process-id I, or run under a cluster scheduler "
-                          "that sets them (e.g. SLURM's srun)") from None
-    _cluster.update(cluster=cluster, process_id=jax.process_index(), num_processes=jax.process_count())
-    _quietly(lambda: _gather(np.zeros(1, np.int32)))  # the collectives connect (gloo prints a line on stdout)
-
-
-def _quietly(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` with file descriptor 1 (stdout) sent to /dev/null."""
-    import os
-
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), 1)
-            return fn()
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
-def is_writer() -> bool:
-    """Whether this process writes the run's files (process 0; always true in one process)."""
-    return jax.process_index() == 0
-
-
-def _gather(x: Any) -> np.ndarray:
-    """``process_allgather`` (tiled) of a global array, or stacked (leading axis N) for a host
-    array; a failure means another process is gone (:func:`_peer_lost`)."""
-    from jax.experimental import multihost_utils
-
-    tiled = isinstance(x, jax.Array) and not x.is_fully_addressable
-    try:
-        return np.asarray(multihost_utils.process_allgather(x, tiled=tiled))
-    except Exception as err:  # noqa: BLE001 (the runtime raises several kinds)
-        _peer_lost(err)
-
-
-def _peer_lost(err: BaseException) -> NoReturn:
-    """A collective operation failed: another process is most likely gone. JAX's runtime ends
-    this process once the lost one has missed its heartbeats (``fhc-jax`` then says which one);
-    wait for that, then report the failure here (:class:`DistributedError`)."""
-    timeout = _cluster.get("cluster", Cluster()).heartbeat_timeout_s
-    deadline = time.monotonic() + timeout + _VERDICT_MARGIN_S
-    while time.monotonic() < deadline:
-        time.sleep(0.2)
-    from fhc_jax.experiment.rundir import one_line
-
-    raise DistributedError(f"a collective operation among the processes failed and JAX's runtime did not say why "
-                           f"within {timeout + _VERDICT_MARGIN_S} s ({one_line(err)})") from None
-
-
-def agree(error: BaseException | None = None) -> None:
-    """Every process calls it at the same point after work that only some of them did (process
-    0's writes): when any process failed, every process raises, the failed ones their own
-    ``error``, the others a :class:`DistributedError` naming the first failed process and its
-    message. In one process: raises ``error`` if given."""
-    if jax.process_count() == 1:
-        if error is not None:
-            raise error
-        return
-    from fhc_jax.experiment.rundir import one_line
-
-    text = b"" if error is None else one_line(error, _MESSAGE_BYTES).encode("utf-8")[:_MESSAGE_BYTES]
-    message = np.zeros(_MESSAGE_BYTES + 1, np.uint8)
-    message[0] = error is not None
-    message[1:1 + len(text)] = np.frombuffer(text, np.uint8)
-    every = _gather(message)  # (N, 1 + bytes)
-    if error is not None:
-        raise error
-    failed = np.flatnonzero(every[:, 0])
-    if failed.size:
-        k = int(failed[0])
-        said = bytes(every[k, 1:]).rstrip(b"\0").decode("utf-8", "replace")
-        raise DistributedError(f"process {k} of {jax.process_count()} failed: {said}", process=k)
-
-
-def share(value: int, error: BaseException | None = None) -> int:
-    """Process 0's ``value`` on every process (an :func:`agree` point: raises everywhere when
-    any process passes an ``error``)."""
-    if jax.process_count() == 1:
-        agree(error)
-        return int(value)
-    agree(error)
-    return int(_gather(np.asarray([value], np.int64))[0, 0])
-
-
-def gathered(tree: Any) -> Any:
-    """``tree`` with every array that spans several processes gathered onto this one (typed
-    keys stay keys); arrays this process holds entirely are returned as they are."""
-    def leaf(x):
-        if not isinstance(x, jax.Array) or x.is_fully_addressable:
-            return x
-        if _is_key(x):
-            return jax.random.wrap_key_data(jnp.asarray(_to_host(x)), impl=jax.random.key_impl(x))
-        return jnp.asarray(_to_host(x))
-
-    return jax.tree.map(leaf, tree)
-
-
-#: what JAX's runtime writes when it ends a process because another one is lost (its fatal
-#: log record), and how each case names the process
-_UNHEALTHY = re.compile(r"tasks are unhealthy \(stopped sending heartbeats\):\s*\n?\s*([\d,\s]+)")
-_HEARTBEAT = re.compile(r"Task (\d+) heartbeat timeout")
-_TIMED_OUT = re.compile(r"timed out task names:\s*\n?\s*([\d,\s]+)")
-FATAL = "Terminating process because the JAX distributed service detected fatal errors"
-
-
-def runtime_verdict(log: str, process_id: int | None = None, num_processes: int | None = None,
-                    init_timeout_s: int | None = None) -> str | None:
-    """The process(es) that JAX's distributed runtime found missing when it ended this process,
-    from the text of its log (what it wrote on stderr), as a short phrase: ``"process 1 of 2
-    stopped sending heartbeats"``, ``"process 0 of 2 (the coordinator) is gone"``, ``"not every
-    process joined within 300 s"``; None when the log holds no such verdict.
-
-    Args:
-        log: the runtime's log text (stderr of the process it ended).
-        process_id: this process's index (for the wording; None: unknown).
-        num_processes: N (for the wording; None: unknown).
-        init_timeout_s: the startup timeout that was set (for the wording).
-    """
-    if FATAL not in log and "coordination_service" not in log:
-        return None
-    of = "" if num_processes is None else f" of {num_processes}"
-
-    def named(ids: str) -> list[int]:
-        return sorted({int(x) for x in re.findall(r"\d+", ids)})
-
-    for pattern in (_UNHEALTHY, _HEARTBEAT):
-        found = [i for m in pattern.finditer(log) for i in named(m.group(1))]
-        found = sorted(set(found) - ({process_id} if process_id is not None else set()))
-        if found:
-            who = ", ".join(str(i) for i in found)
-            return f"process{'es' if len(found) > 1 else ''} {who}{of} stopped sending heartbeats (died or hung)"
-    if "RegisterTask" in log:  # the startup's registration timed out
-        within = "" if init_timeout_s is None else f" within {init_timeout_s} s"
-        if num_processes == 2 and process_id is not None:
-            other = 1 - process_id
-            who = f"process {other} of 2" + (" (the coordinator)" if other == 0 else "")
-            return f"{who} did not join{within}"
-        return f"not every process{of} joined{within}"
-    if "leader task" in log or "Failed to send RPC to coordination service" in log:
-        return f"process 0{of} (the coordinator) is gone"
-    m = _TIMED_OUT.search(log)
-    if m is not None:
-        found = sorted(set(named(m.group(1))) - ({process_id} if process_id is not None else set()))
-        if found:
-            return f"process{'es' if len(found) > 1 else ''} {', '.join(map(str, found))}{of} did not reach the end"
-    if FATAL in log:
-        status = log.split(FATAL, 1)[1].split("absl::Status:", 1)[-1].strip().splitlines()
-        return f"JAX's distributed runtime stopped this process: {status[0].strip() if status else 'unknown cause'}"
-    return None

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from fhc_jax.experiment.judge import Judgement
+    from fhc_jax.experiment.judgement import Judgement
 
 #: every interval of this module is a 95% interval
 CONFIDENCE = 0.95

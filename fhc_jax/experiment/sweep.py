@@ -8,22 +8,23 @@ every configuration), padded to a multiple of the device count and sharded over 
 (``NamedSharding(Mesh(jax.devices(), ("runs",)), PartitionSpec("runs"))``), then trained in
 chunks like ``fhc-jax train``. Several processes or hosts: ``fhc-jax sweep --coordinator
 HOST:PORT --num-processes N --process-id I`` (or ``--distributed`` under a cluster scheduler)
-in every process (:func:`fhc_jax.experiment.runner.initialize`); ``jax.devices()`` then lists
+in every process (:func:`fhc_jax.experiment.distributed.initialize`); ``jax.devices()`` then lists
 every process's devices, every process builds the same global inputs and gathers the results,
 and process 0 writes them (docs/distributed.md).
 
 Every configuration's seeds are judged by :func:`fhc_jax.experiment.judge.judge` (one feasibility
 rule, ``run.feasibility_tolerance``). Configurations are ranked as the defaults were chosen: by the
 number of feasible seeds, then by the worst seed's exact reward
-(:meth:`~fhc_jax.experiment.judge.Judgement.rank_key`); the best is the top-ranked configuration
+(:meth:`~fhc_jax.experiment.judgement.Judgement.rank_key`); the best is the top-ranked configuration
 with at least one feasible seed (None if none has one). Each configuration's row also carries
 ``statistics`` over its seeds (:func:`fhc_jax.experiment.statistics.seed_statistics`: mean and
 IQM of the exact reward, costs and gap with stratified-bootstrap 95% intervals, the probability
 of violating the constraint with its Wilson 95% interval).
 
-Progress (unless quiet): the chunk line ends with the overall progress (the C configurations
-train together), and once trained each configuration prints one plain line
-(:class:`fhc_jax.experiment.progress.RunsProgress`).
+Progress (unless quiet): the chunk line names the grid (``C configurations x S seeds = R
+runs``) and ends with the overall progress counted in configurations (they all train
+together), and once trained each configuration prints one plain line, ``[1/C configurations
+done] ...`` (:class:`fhc_jax.experiment.progress.RunsProgress`).
 """
 
 from __future__ import annotations
@@ -40,13 +41,15 @@ import jax
 import numpy as np
 
 from fhc_jax.experiment import judge, rundir, statistics, tracking
-from fhc_jax.experiment.config import ConfigError, ExperimentSpec, load_spec, parse_assignment
+from fhc_jax.experiment.config import ExperimentSpec, load_spec
+from fhc_jax.experiment.progress import RunsProgress, env_steps_per_iteration
 from fhc_jax.experiment.rundir import machine_info
-from fhc_jax.experiment.runner import ChunkedTrainer, RunsProgress, env_steps_per_iteration, seed_keys
+from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
+from fhc_jax.experiment.typed_settings import ConfigError, parse_assignment
 
 
 def parse_grid(items: Sequence[str]) -> dict[str, list]:
-    """``["trace=0.2,0.5", "critic_step.init=0.5,1"]`` -> ``{"trace": [0.2, 0.5], ...}``
+    """``["trace=0.2,0.5", "critic_lr.init=0.5,1"]`` -> ``{"trace": [0.2, 0.5], ...}``
     (each value parsed as TOML).
 
     Raises:
@@ -104,7 +107,7 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
 
     Returns a dict with ``grid`` (assignments, C), ``exact_reward`` (C, S), ``exact_costs``
     (C, S, M), ``multipliers`` (C, S, M) or None, ``thresholds`` (M,), ``optimum``
-    (:class:`~fhc_jax.experiment.judge.Optimum` or None), ``tolerance``, ``best`` (index or
+    (:class:`~fhc_jax.experiment.judgement.Optimum` or None), ``tolerance``, ``best`` (index or
     None), ``rows`` (table rows, with each configuration's ``rank``: 1 is best), timings and
     the machine.
     """
@@ -130,7 +133,7 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
     thresholds = np.asarray(cmdp.thresholds, np.float64)
     trainer = ChunkedTrainer(spec.module.make_learner(env, params, spec.learner), c * s, spec.chunk_size,
                              hparams=hparams, shard=shard)
-    overall = None if quiet else RunsProgress(c, stream)  # a run: one configuration's seeds (all train together)
+    overall = None if quiet else RunsProgress(c, stream, unit="configurations")  # each trains its S seeds at once
     missing = statistics.unavailable()
     if missing is not None:  # said before training, not after it
         print(f"fhc-jax sweep: warning: {missing}; the bootstrap intervals will be missing",
@@ -145,7 +148,7 @@ def run_sweep(spec: ExperimentSpec, grid: dict[str, list], *, shard: bool = True
                                  run_labels=[f"config_{i}/seed_{j}" for i in range(c) for j in range(s)],
                                  steps_per_iteration=env_steps_per_iteration(spec.learner, env.horizon))
     try:
-        label = f"sweep {spec.algo} on {spec.env_name} ({c} configs x {s} seeds)"
+        label = f"sweep {spec.algo} on {spec.env_name} ({c} configurations x {s} seeds = {c * s} runs)"
         state = trainer.drive(keys, env=env, params=params, stream=stream, trackers=trackers, stop_on_divergence=False,
                               label=None if quiet else label, overall=None if quiet else lambda f: overall.status(f * c))
     except BaseException:

@@ -49,7 +49,8 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from fhc_jax.experiment.rundir import metric_columns, one_line
+from fhc_jax.experiment.metrics_file import metric_columns
+from fhc_jax.experiment.rundir import one_line
 
 #: logger name -> the package it imports
 LOGGERS: dict[str, str] = {"tensorboard": "tensorboardX", "wandb": "wandb"}

@@ -22,11 +22,14 @@ from typing import IO, Any, Callable, Sequence
 import jax
 import numpy as np
 
-from fhc_jax.algos.learner import describe_status, judged_exactly, play_environment
-from fhc_jax.experiment import checkpoint, config, judge, rundir, runner, tracking
+from fhc_jax.algos.core.paths import judged_exactly
+from fhc_jax.algos.core.scaffold import play_environment
+from fhc_jax.algos.core.selection import describe_status
+from fhc_jax.experiment import checkpoint, config, distributed, judge, metrics_file, rundir, tracking, writer_lock
 from fhc_jax.experiment.config import ExperimentSpec, load_spec
-from fhc_jax.experiment.runner import (ChunkedTrainer, ChunkState, DivergenceError, divergence_hint,
-                                       env_steps_per_iteration, seed_keys)
+from fhc_jax.experiment.progress import env_steps_per_iteration
+from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, DivergenceError, divergence_hint, seed_keys
+from fhc_jax.experiment.typed_settings import ConfigError
 
 
 def config_payload(spec: ExperimentSpec) -> dict[str, Any]:
@@ -113,7 +116,7 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
     loggers = tracking.resolve_loggers(loggers)  # a usage error before anything else
     out = Path(out)
     stream = sys.stderr if stream is None else stream
-    writer = runner.is_writer()  # several processes: process 0 writes the files and prints the progress
+    writer = distributed.is_writer()  # several processes: process 0 writes the files and prints the progress
     if not writer:
         loggers, quiet, plots = [], True, False
     rundir.check(out, resume=resume, overwrite=overwrite)
@@ -131,7 +134,7 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
         try:
             if writer:  # several processes: process 0 alone locks, prepares and writes the directory
                 command = "fhc-jax train " + ("--resume " if resume else "") + f"--out {out}"
-                held.enter_context(rundir.locked(out, command))
+                held.enter_context(writer_lock.locked(out, command))
                 if resume:  # read again under the lock: what we resume is what no one else is writing
                     _refuse_changes(rundir.read_run(out).spec, spec, out)
                 else:
@@ -139,7 +142,7 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
                     rundir.write_json_atomic(out / rundir.CONFIG, config_payload(spec))
         except Exception as err:  # noqa: BLE001 (raised on every process by agree)
             error = err
-        runner.agree(error)  # the others start once process 0 has prepared the directory
+        distributed.agree(error)  # the others start once process 0 has prepared the directory
         trackers = tracking.Trackers(loggers, out, name=out.name, config=rundir.read_json(out / rundir.CONFIG),
                                      hparams=spec.settings(), run_labels=tracking.seed_labels(spec.seeds),
                                      steps_per_iteration=env_steps_per_iteration(spec.learner, env.horizon),
@@ -178,7 +181,7 @@ def _check_playable(spec: ExperimentSpec, env, params, learner) -> None:
         state = jax.tree.map(lambda x: x[0], template.carry.state)
         spec.module.policy(state, *play_environment(spec.module, state, env, params))
     except ValueError as err:
-        raise config.ConfigError(
+        raise ConfigError(
             f"{spec.algo} could train on {env.name} (no exact model, so judged by playing its policy) but could not "
             f"play the trained policy there: {str(err).rstrip('.')}; declare the environment's exact model (has_exact_model, "
             "to_cmdp) or choose another learner (--algo)") from None
@@ -208,9 +211,9 @@ def _train(spec, out, resume, env, params, learner, stream, quiet, max_chunks, p
     last: dict[str, Any] = {"state": None, "chunks": 0, "start": 0}
 
     def write_metrics(st: ChunkState) -> None:
-        if not runner.is_writer():
+        if not distributed.is_writer():
             return
-        rundir.write_bytes_atomic(out / rundir.METRICS, rundir.metrics_csv(
+        rundir.write_bytes_atomic(out / rundir.METRICS, metrics_file.metrics_csv(
             st.metrics, st.exact_iterations, st.exact_reward, st.exact_costs, st.iteration).encode())
 
     def save(st: ChunkState) -> None:
@@ -273,11 +276,11 @@ def _train(spec, out, resume, env, params, learner, stream, quiet, max_chunks, p
 def _written(write: Callable[[], None]) -> BaseException | None:
     """Run ``write`` on the writing process (process 0; the only one in a run of one process,
     where its exceptions propagate); returns the exception it raised on process 0 of several
-    (for :func:`fhc_jax.experiment.runner.agree`), else None."""
+    (for :func:`fhc_jax.experiment.distributed.agree`), else None."""
     if jax.process_count() == 1:
         write()
         return None
-    if not runner.is_writer():
+    if not distributed.is_writer():
         return None
     try:
         write()
@@ -288,7 +291,7 @@ def _written(write: Callable[[], None]) -> BaseException | None:
 
 def constraint_lines(statuses: list, thresholds: Any, multipliers: Any = None) -> list[str | None]:
     """Per seed, the learner's one line when its constraint is not yet met or its multiplier
-    has not settled (:func:`fhc_jax.algos.learner.describe_status`), else None."""
+    has not settled (:func:`fhc_jax.algos.core.selection.describe_status`), else None."""
     return [describe_status(st, thresholds, None if multipliers is None else multipliers[r, -1], label=f"seed {r}")
             for r, st in enumerate(statuses)]
 
@@ -315,7 +318,7 @@ def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, traine
     elif cmdp is None:  # no tabular exact model: Monte-Carlo judgement against the environment's reference
         result = head
         say(f"judging {spec.seeds} seeds by Monte-Carlo ({spec.eval_episodes} episodes each)")
-        gathered = runner.gathered(state.carry.selection.state)  # the policies the learner returns
+        gathered = distributed.gathered(state.carry.selection.state)  # the policies the learner returns
         returned = [jax.tree.map(lambda x, r=r: x[r], gathered) for r in range(spec.seeds)]
         play_env, play_params = play_environment(spec.module, returned[0], env, params)  # the task, where it plays
         policies = [spec.module.policy(st, play_env, play_params) for st in returned]
@@ -349,7 +352,7 @@ def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, traine
         result["diverged_seeds"] = [{"seed": s, "first_iteration": i, "quantity": q}
                                     for s, i, q in zip(div.seeds, div.iterations, div.quantities)]
         result.update(machine=rundir.machine_info(), timing=timing)
-        runner.agree(_written(lambda: rundir.write_json_atomic(out / rundir.SUMMARY, result)))
+        distributed.agree(_written(lambda: rundir.write_json_atomic(out / rundir.SUMMARY, result)))
         raise DivergenceError(message, div)
     timing["resumed_from_iteration"] = start_iteration
     steps = env_steps_per_iteration(spec.learner, env.horizon)
@@ -365,7 +368,7 @@ def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, traine
 
             plotting.plot_run(out)
 
-    runner.agree(_written(write))  # several processes: the others end once process 0 has written the run
+    distributed.agree(_written(write))  # several processes: the others end once process 0 has written the run
     say(judge.format_table(judged, result.get("statistics")))
     for line in (row["message"] for row in result.get("constraint_status", ()) if row["message"]):
         say(line)

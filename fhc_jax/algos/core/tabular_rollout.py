@@ -20,7 +20,8 @@ from flax import struct
 from fhc_jax.cmdp.model import TabularCMDP
 from fhc_jax.cmdp.transitions import SparseTransitions
 from fhc_jax.envs.encoders import make_encoder
-from fhc_jax.rollout import fast_key, index_dtype, uniform_pairs
+from fhc_jax.random_bits import fast_key, uniform_pairs
+from fhc_jax.trajectory import index_dtype
 
 Array = jax.Array
 
@@ -70,7 +71,7 @@ def _time_major_actions(actions: Array) -> Array:
 
 
 def batch_from_trajectory(trajectory) -> Batch:
-    """Convert a :class:`fhc_jax.rollout.Trajectory` ((K, H) leading axes) to a time-major
+    """Convert a :class:`fhc_jax.trajectory.Trajectory` ((K, H) leading axes) to a time-major
     :class:`Batch` with the observations of s_0..s_H (and tabular state indices when the
     trajectory has them)."""
     states = None
@@ -242,11 +243,11 @@ def rollout_tabular(
     """K episodes of a tabular model under a non-stationary policy, ``lax.scan`` over stages.
 
     Randomness: one uniform per episode for s_0 and two per (stage, episode) (action, then
-    successor) from one threefry block (:func:`fhc_jax.rollout.uniform_pairs`), drawn up front;
+    successor) from one threefry block (:func:`fhc_jax.random_bits.uniform_pairs`), drawn up front;
     each key is used once. The successor uniform goes to the environment's own step where the
     model has one (``TabularModel.step_env``), else to an inverse-CDF search of the successor
     table. The loop writes only successors and actions, in their narrowest integer dtypes
-    (:func:`fhc_jax.rollout.index_dtype`); rewards and costs are read from the model's tables
+    (:func:`fhc_jax.trajectory.index_dtype`); rewards and costs are read from the model's tables
     after it (``TabularModel.tabulated_signals``), so inside a jitted training step they are
     gathered where the update consumes them instead of being written and read back. The
     :class:`Batch` holds int32 indices.

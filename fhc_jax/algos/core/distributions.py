@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fhc_jax.algos.policies import softmax_policy
+from fhc_jax.algos.core.policies import softmax_policy
 from fhc_jax.envs.spaces import Box
 
 Array = jax.Array
@@ -180,7 +180,7 @@ def check_initial_log_std(config: Any) -> None:
     """Raise ``ValueError`` unless ``config.initial_log_std`` lies in [LOG_STD_MIN, LOG_STD_MAX]
     = [-5, 1] (a neural learner's ``Config.__post_init__``; the type is checked by the field's
     declaration)."""
-    from fhc_jax.algos.hyperparameters import check_interval
+    from fhc_jax.algos.core.hyperparameters import check_interval
 
     check_interval("Config", "initial_log_std", config.initial_log_std, LOG_STD_MIN, LOG_STD_MAX)
 
@@ -201,6 +201,6 @@ def action_head(env, log_std: str = "state_independent", initial_log_std: float 
 
 def config_head(env, spec: Any) -> ActionHead:
     """:func:`action_head` of ``env`` with the ``log_std`` and ``initial_log_std`` fields of
-    ``spec``: a :class:`~fhc_jax.algos.networks.NetworkSpec` (a neural learner's train state
+    ``spec``: a :class:`~fhc_jax.algos.core.networks.NetworkSpec` (a neural learner's train state
     records one to rebuild its policy) or a neural learner's ``Config``."""
     return action_head(env, spec.log_std, spec.initial_log_std)

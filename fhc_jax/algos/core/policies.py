@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fhc_jax.algos.tabular_rollout import cumulative_sum, inverse_cdf
+from fhc_jax.algos.core.tabular_rollout import cumulative_sum, inverse_cdf
 from fhc_jax.rollout import NO_ACTION, _observe_index
 
 Array = jax.Array
@@ -474,3 +474,10 @@ def table_policy(table: Array, env) -> TablePolicy:
     table = jnp.asarray(table)
     dtype = jnp.promote_types(table.dtype, jnp.float32)
     return TablePolicy(cdf=cumulative_sum(table.astype(dtype)), checked=concrete)
+
+
+def polyak_average(average: Any, new: Any, beta: Array) -> Any:
+    """The exponential Polyak average of parameters (Polyak & Juditsky 1992), leaf by leaf:
+    beta average + (1 - beta) new, beta in [0, 1) (0: the last iterate). The reported policy of
+    FH- and NN-Constrained is their actor's average."""
+    return jax.tree.map(lambda avg, x: beta * avg + (1.0 - beta) * x, average, new)

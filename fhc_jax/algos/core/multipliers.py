@@ -44,8 +44,11 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
+
+from fhc_jax.algos.core.hyperparameters import check_integer, check_interval
 
 Array = jax.Array
 
@@ -56,26 +59,50 @@ def violation_units(thresholds: Array, horizon: int) -> Array:
     return jnp.maximum(jnp.abs(jnp.asarray(thresholds, jnp.float32)), jnp.float32(horizon / 100.0))
 
 
+#: z of the one-sided upper 95% confidence bound of a candidate's estimated cost
+UPPER_BOUND_Z = 1.645
+
+#: ln(1 / 0.05): with no cost event in n episodes, the one-sided 95% upper bound of an event's
+#: probability per episode is about this / n (the "rule of three")
+RULE_OF_THREE = 2.995732273553991
+
 #: the learner's multiplier targets alpha minus this many standard errors of its own estimate of
-#: a candidate's cost (fhc_jax.algos.learner.Selection), so that at equilibrium the candidates
-#: pass the selection's upper-bound check (one standard error of z = 1.645 each)
-SAFETY_MARGIN = 2 * 1.645
+#: a candidate's cost (fhc_jax.algos.core.selection.Selection), plus the bound's rule-of-three
+#: term, so that at equilibrium the candidates pass the selection's upper-bound check (one
+#: standard error of z = 1.645 each: the batch's noise and the estimate's)
+SAFETY_MARGIN = 2 * UPPER_BOUND_Z
+
+
+def upper_bound_excess(episode_costs: Array, num_episodes: Any, z: Any = UPPER_BOUND_Z) -> Array:
+    """How far the one-sided upper 95% bound of an expected episode cost lies above the sample
+    mean of ``num_episodes`` episodes with the spread of ``episode_costs`` (K, M), in training
+    units (costs divided by their typical step magnitude), (M,):
+
+        z sd / sqrt(n)  +  ln(20) max(c_max, 1) / n
+
+    The first term is the normal approximation; the second keeps the bound from collapsing onto
+    the mean when no cost event (or no spread) was seen: with no event in n episodes an event's
+    probability per episode is below ln(20) / n at 95% (the rule of three), and an event costs at
+    most the largest episode cost seen, c_max, or one typical step magnitude (1 training unit)."""
+    n = jnp.asarray(num_episodes, jnp.float32)
+    largest = jnp.maximum(jnp.max(jnp.abs(episode_costs), axis=0), 1.0)
+    return z * jnp.std(episode_costs, axis=0) / jnp.sqrt(n) + RULE_OF_THREE * largest / n
 
 
 def relative_violation(episode_costs: Array, thresholds: Array, units: Array, estimate_episodes: int) -> Array:
     """The relative violation every learner's multiplier moves with (module docstring, "Units"),
     (M,): (C_hat - alpha + m) / d, with C_hat the batch's mean episode cost and the safety
-    margin m = :data:`SAFETY_MARGIN` sigma_C / sqrt(``estimate_episodes``) (sigma_C the batch's
-    standard deviation of episode costs, ``estimate_episodes`` the episodes of the learner's
-    estimate of each candidate): the multiplier settles where the cost sits that margin below
-    alpha, so that the returned policy's upper 95% cost bound is within alpha.
+    margin m = :func:`upper_bound_excess` of the batch's episode costs at z =
+    :data:`SAFETY_MARGIN` over ``estimate_episodes`` episodes (the learner's estimate of each
+    candidate): the multiplier settles where the cost sits that margin below alpha, so that the
+    returned policy's upper 95% cost bound is within alpha.
 
     Args:
         episode_costs: (K, M) episode totals of the batch (training units).
         thresholds: alpha (M,). units: d (M,) (:func:`violation_units`).
         estimate_episodes: episodes of the learner's candidate estimates (``eval_episodes``).
     """
-    margin = SAFETY_MARGIN * jnp.std(episode_costs, axis=0) / jnp.sqrt(jnp.float32(estimate_episodes))
+    margin = upper_bound_excess(episode_costs, estimate_episodes, SAFETY_MARGIN)
     return (jnp.mean(episode_costs, axis=0) - thresholds + margin) / units
 
 
@@ -117,6 +144,31 @@ class MultiplierUpdate(NamedTuple):
     update: Callable[..., tuple[Array, MultiplierState]]
 
 
+def _check_init(owner: str, num_constraints: Any, initial: Any, bound: Any) -> None:
+    """One-line errors for an ``init`` call (concrete values only; traced values pass)."""
+    check_integer(owner, "num_constraints", num_constraints, 1)
+    check_interval(owner, "initial", initial, 0.0)
+    if not isinstance(initial, jax.core.Tracer) and not isinstance(bound, jax.core.Tracer):
+        if np.any(np.asarray(initial) > np.asarray(bound)):
+            raise ValueError(f"{owner}.initial must lie in [0, bound = {np.asarray(bound).tolist()}], found "
+                             f"{np.asarray(initial).tolist()}")
+
+
+def _check_update(owner: str, state: MultiplierState, violation: Any, costs: Any, needs_costs: bool) -> None:
+    """One-line errors for an ``update`` call (shapes are static, so this runs while tracing)."""
+    if not isinstance(state, MultiplierState):
+        raise ValueError(f"{owner}.update: state must be the MultiplierState from init, found {type(state).__name__}")
+    m = state.integral.shape
+    if jnp.shape(violation) != m:
+        raise ValueError(f"{owner}.update: violation must have shape {m} (one entry per constraint, as init), "
+                         f"found {jnp.shape(violation)}")
+    if needs_costs and costs is None:
+        raise ValueError(f"{owner}.update: the derivative term (kd) needs the batch's mean episode costs: "
+                         "update(state, violation, costs)")
+    if costs is not None and jnp.shape(costs) != m:
+        raise ValueError(f"{owner}.update: costs must have shape {m}, found {jnp.shape(costs)}")
+
+
 def _state(num_constraints: int, initial: Array, delay: int = 1, optimizer: Any = None) -> MultiplierState:
     zeros = jnp.zeros((num_constraints,), jnp.float32)
     return MultiplierState(
@@ -140,10 +192,21 @@ def pid(bound: Array, kp: Array, ki: Array, kd: Array | None = None, *, p_ema: A
         delay: d >= 1 (static), the derivative compares D_n with D_{n-d}.
     """
 
+    check_interval("pid", "bound", bound, 0.0, low_open=True)
+    for name, gain in (("kp", kp), ("ki", ki), ("kd", kd)):
+        if gain is not None:
+            check_interval("pid", name, gain, 0.0)
+    for name, factor in (("p_ema", p_ema), ("d_ema", d_ema)):
+        if factor is not None:
+            check_interval("pid", name, factor, 0.0, 1.0)
+    check_integer("pid", "delay", delay, 1)
+
     def init(num_constraints: int, initial: Array = 0.0) -> MultiplierState:
+        _check_init("pid", num_constraints, initial, bound)
         return _state(num_constraints, initial, delay)
 
     def update(state: MultiplierState, violation: Array, costs: Array | None = None) -> tuple[Array, MultiplierState]:
+        _check_update("pid", state, violation, costs, needs_costs=kd is not None)
         integral = project(state.integral + ki * violation, bound)
         error = violation if p_ema is None else p_ema * state.error_ema + (1.0 - p_ema) * violation
         nu = kp * error + integral
@@ -171,14 +234,52 @@ def optimizer_ascent(optimizer: optax.GradientTransformation, bound: Array) -> M
     """A learned multiplier: one ``optimizer`` step on the loss -nu . violation (gradient
     -violation), then projection onto [0, bound]. The state's ``integral`` holds nu."""
 
+    check_interval("optimizer_ascent", "bound", bound, 0.0, low_open=True)
+
     def init(num_constraints: int, initial: Array = 0.0) -> MultiplierState:
+        _check_init("optimizer_ascent", num_constraints, initial, bound)
         nu = jnp.full((num_constraints,), initial, jnp.float32)
         return _state(num_constraints, initial, optimizer=optimizer.init(nu))
 
     def update(state: MultiplierState, violation: Array, costs: Array | None = None) -> tuple[Array, MultiplierState]:
+        _check_update("optimizer_ascent", state, violation, costs, needs_costs=False)
         del costs
         updates, opt_state = optimizer.update(-violation, state.optimizer, state.integral)
         nu = project(state.integral + updates, bound)
         return nu, state.replace(integral=nu, optimizer=opt_state, count=state.count + 1)
 
     return MultiplierUpdate(init, update)
+
+
+def three_timescale_law(paper: bool, step_size: Array, bound: Array, gain: Array) -> MultiplierUpdate:
+    """FH- and NN-Constrained's multiplier law on the slow timescale c(n): the paper's projected
+    step (algo7) (``paper``), or with the improved variants' proportional term of gain K_p
+    (:func:`projected_gradient`)."""
+    return projected_gradient(step_size, bound, 0.0 if paper else gain)
+
+
+def three_timescale_step(state: MultiplierState, critic_estimate: Array, episode_costs: Array, thresholds: Array,
+                         units: Array, paper: bool, step_size: Array, bound: Array, gain: Array,
+                         estimate_episodes: int) -> tuple[Array, MultiplierState, Array]:
+    """One step of FH- and NN-Constrained's multipliers (algo7), nu = -lambda in [0, bound].
+
+    The paper variant moves nu_I by c(n) times the constraint critics' estimate of the cost
+    over its threshold (their terminal value holds -alpha), (W_0 - alpha) / d; the improved one
+    by the batch's relative violation with the safety margin (:func:`relative_violation`), plus
+    the proportional term K_p of the same violation (:func:`three_timescale_law`).
+
+    Args:
+        state: the law's state. critic_estimate: the constraint critics' mean estimate at s_0,
+            (M,) (in the paper variant W_0 = expected cost - alpha). episode_costs: the batch's
+            episode totals, (K, M). thresholds: alpha (M,). units: d (M,).
+        paper: the paper's law. step_size: c(n). bound: -P. gain: K_p (improved).
+        estimate_episodes: episodes of the learner's candidate estimates (``eval_episodes``).
+    Returns:
+        (nu (M,), the law's new state, the critics' estimate of the expected total cost (M,)).
+    """
+    if paper:
+        violation, critic_costs = critic_estimate / units, critic_estimate + thresholds
+    else:
+        violation, critic_costs = relative_violation(episode_costs, thresholds, units, estimate_episodes), critic_estimate
+    nu, state = three_timescale_law(paper, step_size, bound, gain).update(state, violation)
+    return nu, state, critic_costs

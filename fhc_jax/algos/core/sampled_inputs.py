@@ -14,48 +14,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fhc_jax.algos.learner import EVALUATION_KEY, judged_exactly
-from fhc_jax.algos.tabular_rollout import observation_table
+from fhc_jax.algos.core.evaluation import EVALUATION_KEY
+from fhc_jax.algos.core.paths import ENV_OBSERVATIONS
+from fhc_jax.algos.core.tabular_rollout import observation_table
 from fhc_jax.rollout import random_policy, rollout
 
 Array = jax.Array
-
-ENV_OBSERVATIONS = ("env", "env_t")
-
-
-def resolve_observation(env, path: str, observation: str, tabular: str = "xy") -> str:
-    """``Config.observation = "auto"`` resolved on ``env``: ``tabular`` (a learner's choice of
-    encoder: "xy", the paper's Env 1, by default) on the tabular path of an environment that
-    supports it, the environment's own observation "env" everywhere else (the sampled path, box
-    actions, environments without that encoder); any other value is returned unchanged (and
-    validated by the learner)."""
-    if observation != "auto":
-        return observation
-    on_table = path != "sampled" and judged_exactly(env)
-    return tabular if on_table and tabular in env.supported_observations else "env"
-
-
-def resolve_path(name: str, env, path: str, observation: str) -> bool:
-    """Whether a learner ``name`` with ``Config.path`` and ``Config.observation`` takes the
-    sampled path on ``env`` ("auto": where ``env`` has no tabular exact model).
-
-    Raises:
-        ValueError: ``path="tabular"`` without a tabular exact model; on the sampled path an
-            observation other than "env" / "env_t"; non-flat environment observations.
-    """
-    if path == "tabular" and not judged_exactly(env):
-        raise ValueError(f"{name}: Config.path = 'tabular' needs a tabular exact model, which "
-                         f"{env.name} does not declare (use path = 'auto' or 'sampled')")
-    sampled = path == "sampled" or (path == "auto" and not judged_exactly(env))
-    if sampled and observation not in ENV_OBSERVATIONS:
-        raise ValueError(f"{name}: Config.observation must be one of 'env', 'env_t' for {env.name} "
-                         f"on the sampled path, found {observation!r}")
-    if (sampled or observation in ENV_OBSERVATIONS) and len(env.observation_shape) != 1:
-        raise ValueError(f"{name}: Config.observation = {observation!r}: the networks take flat observations, but "
-                         f"{env.name}'s have shape {tuple(env.observation_shape)}; flatten them in the "
-                         "environment")
-    return sampled
-
 
 def with_stage(x: Array, h: Array, horizon: int) -> Array:
     """Observations x (..., D) with the stage h / H appended, (..., D + 1) float32 (``h``
@@ -71,7 +35,7 @@ def stage_inputs(observations: Array, horizon: int) -> Array:
 
 def input_table(env, params, observation: str) -> Array:
     """The network input of every (stage, state) of a tabular environment, (H+1, S, D):
-    a named encoder's table (:func:`~fhc_jax.algos.tabular_rollout.observation_table`), the
+    a named encoder's table (:func:`~fhc_jax.algos.core.tabular_rollout.observation_table`), the
     environment's own observations ("env"), or those with h / H appended ("env_t")."""
     table = observation_table(env, params, None if observation in ENV_OBSERVATIONS else observation)
     return stage_inputs(table, env.horizon) if observation == "env_t" else table
@@ -88,3 +52,24 @@ def critic_value_scale(env, params, num_episodes: int = 64) -> np.ndarray:
     terminal = np.concatenate([np.asarray(traj.terminal_rewards)[:, None], np.asarray(traj.terminal_costs)], axis=-1)
     bound = env.horizon * np.max(np.abs(stage), axis=(0, 1)) + np.max(np.abs(terminal), axis=0)
     return np.where(bound > 0, bound, 1.0).astype(np.float32)
+
+
+def observation_sample_by_stage(env, params, num_episodes: int = 64) -> np.ndarray:
+    """Raw observations of s_0..s_H in ``num_episodes`` episodes of the uniform policy (fixed
+    key), (N, H+1, D), stage by stage (host-side: computed at once even while a caller's
+    ``jit`` traces, e.g. a learner's ``policy`` built inside the program that plays it, as long
+    as ``params`` are concrete)."""
+    with jax.ensure_compile_time_eval():
+        traj = jax.jit(rollout, static_argnums=(1, 3, 4))(
+            jax.random.key(EVALUATION_KEY), env, params, random_policy(env), num_episodes)
+        return np.asarray(jnp.concatenate([traj.observations, traj.final_observations[:, None]], axis=1), np.float32)
+
+
+def observation_sample(env, params, num_episodes: int = 64) -> Array:
+    """Raw observations of s_0..s_H in ``num_episodes`` episodes of the uniform policy (fixed
+    key), (N, D): the sample that input standardisation and feature boxes are fitted to on
+    environments without tabular states (host-side). Rows: s_0..s_{H-1} of every episode, then
+    every episode's s_H."""
+    by_stage = observation_sample_by_stage(env, params, num_episodes)  # (N, H+1, D)
+    d = by_stage.shape[-1]
+    return jnp.concatenate([by_stage[:, :-1].reshape(-1, d), by_stage[:, -1]])

@@ -17,9 +17,20 @@ import jax
 import jax.numpy as jnp
 
 if TYPE_CHECKING:
-    from fhc_jax.algos.tabular_rollout import Batch
+    from fhc_jax.algos.core.tabular_rollout import Batch
 
 Array = jax.Array
+
+
+def trace_weights(lam: Array, gamma: Array = 1.0) -> tuple[Array, Array]:
+    """The weights of V_{h+1} and G_{h+1} in one step of the recursion: (gamma (1 - lam), gamma lam)."""
+    return gamma * (1.0 - lam), gamma * lam
+
+
+def lambda_return_step(c_h: Array, v_next: Array, g_next: Array, keep: Array, carry: Array) -> Array:
+    """One step of the recursion, G_h = c_h + keep V_{h+1} + carry G_{h+1} (``keep``, ``carry``:
+    :func:`trace_weights`); any shapes that broadcast."""
+    return c_h + keep * v_next + carry * g_next
 
 
 def lambda_returns(stage: Array, terminal: Array, next_values: Array, lam: Array, gamma: Array = 1.0) -> Array:
@@ -32,11 +43,11 @@ def lambda_returns(stage: Array, terminal: Array, next_values: Array, lam: Array
     Returns:
         targets G_0..G_{H-1}, (H, K, ...).
     """
-    keep, carry = gamma * (1.0 - lam), gamma * lam
+    keep, carry = trace_weights(lam, gamma)
 
     def back(g_next, xs):
         c_h, v_next = xs
-        g = c_h + keep * v_next + carry * g_next
+        g = lambda_return_step(c_h, v_next, g_next, keep, carry)
         return g, g
 
     _, g = jax.lax.scan(back, terminal, (stage, next_values), reverse=True)
@@ -117,10 +128,16 @@ def lagrangian_targets(batch: "Batch", values: Array, multipliers: Array, thresh
         targets for stages 0..H (stage H: the terminal signal itself), (H+1, K, C).
     """
     stage = jnp.concatenate([(batch.rewards - batch.costs @ multipliers)[..., None], batch.costs], axis=-1)
-    term_cost = batch.terminal_costs - thresholds if paper else batch.terminal_costs
-    terminal = jnp.concatenate([(batch.terminal_rewards - term_cost @ multipliers)[:, None], term_cost], axis=-1)
+    terminal = lagrangian_terminal(batch, multipliers, thresholds, paper)
     if paper:
         targets = stage + values[1:]
     else:
         targets = lambda_returns(stage, terminal, values[1:], jnp.asarray(trace, values.dtype))
     return jnp.concatenate([targets, terminal[None]], axis=0)
+
+
+def lagrangian_terminal(batch: "Batch", multipliers: Array, thresholds: Array, paper: bool) -> Array:
+    """The terminal signals of :func:`lagrangian_targets`' C = 1 + M channels, (K, C):
+    r_H - nu . g~_H, then g~_H^(k) (g~_H = g_H - alpha in the paper's form, else g_H)."""
+    term_cost = batch.terminal_costs - thresholds if paper else batch.terminal_costs
+    return jnp.concatenate([(batch.terminal_rewards - term_cost @ multipliers)[:, None], term_cost], axis=-1)

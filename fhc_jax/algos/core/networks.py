@@ -22,8 +22,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from fhc_jax.algos.distributions import LOG_STD_FORMS
-from fhc_jax.algos.hyperparameters import RunConfig, static
+from fhc_jax.algos.core.distributions import LOG_STD_FORMS
+from fhc_jax.algos.core.hyperparameters import RunConfig, static
 
 Array = jax.Array
 
@@ -43,7 +43,7 @@ class MLP(nn.Module):
     scaled by ``output_scale`` (small values start a softmax policy near uniform).
     ``free_outputs`` > 0 appends that many outputs that do not depend on the input: a learned
     parameter vector "free" (zeros at init), e.g. the state-independent log-std of a Gaussian
-    policy (``fhc_jax.algos.distributions``); the output is then (..., outputs + free_outputs).
+    policy (``fhc_jax.algos.core.distributions``); the output is then (..., outputs + free_outputs).
     """
 
     outputs: int
@@ -80,7 +80,7 @@ class NetworkSpec:
         normalize_inputs: the inputs are standardised by a fixed affine map (NN-Constrained,
             e-COP); False for learners whose ``Config`` has no such field.
         log_std: box action spaces only: "state_independent" or "state_dependent", the form of
-            the Gaussian head's log-std (``fhc_jax.algos.distributions.config_head``).
+            the Gaussian head's log-std (``fhc_jax.algos.core.distributions.config_head``).
         initial_log_std: box action spaces only: log(sigma / half range) of the initial policy.
     """
 

@@ -38,7 +38,7 @@ by its resolution (t x for tile coding) and leaves each stage only the slice nea
 ``RadialBasis(5)`` of (soc, d, h / H) has 125 features of which a stage uses an effective 25.
 ``stage_inputs=False`` drops the components that are constant within every stage of that sample
 (:func:`stage_determined`), so the map spans only the components that vary within a stage. The
-default ``True`` keeps them (the behaviour of earlier versions, which run directories record).
+default ``True`` keeps them.
 """
 
 from __future__ import annotations

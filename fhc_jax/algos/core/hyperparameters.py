@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fhc_jax.algos.core.paths import judged_exactly
+
 Array = jax.Array
 
 _SPEC = "fhc_jax"
@@ -122,7 +124,7 @@ def has_env_defaults(config: Any) -> bool:
 
 def resolve_env_defaults(config: Any, tabular: bool) -> Any:
     """``config`` with every :class:`EnvDefault` field replaced by its value for an environment
-    with (``tabular=True``) or without a tabular exact model (``fhc_jax.algos.learner.
+    with (``tabular=True``) or without a tabular exact model (``fhc_jax.algos.core.paths.
     judged_exactly``); other fields unchanged (numeric leaves may be arrays or tracers)."""
     changes = {f.name: v.resolve(tabular) for f in dataclasses.fields(config)
                if isinstance(v := getattr(config, f.name), EnvDefault)}
@@ -230,8 +232,8 @@ _pytree_dataclass(PowerSchedule, ())
 
 
 def check_schedules(owner: str, schedules: dict[str, PowerSchedule], assumption3: bool = True) -> None:
-    """Validate step-size schedules, ordered fastest first (e.g. ``{"critic_step": a,
-    "actor_step": b, "multiplier_step": c}``); elementwise on vmapped (array) values.
+    """Validate step-size schedules, ordered fastest first (e.g. ``{"critic_lr": a,
+    "actor_lr": b, "multiplier_lr": c}``); elementwise on vmapped (array) values.
 
     Always: each is a :class:`PowerSchedule` with init > 0 and decay > 0. With
     ``assumption3`` (the paper's Assumption 3): 1/2 < power <= 1 (the sum of step sizes
@@ -359,8 +361,6 @@ def stack(configs: Sequence[Any], env: Any = None) -> Any:
     if not configs:
         raise ValueError("stack: expected at least one config, found none")
     if env is not None:
-        from fhc_jax.algos.learner import judged_exactly  # (learner imports this module)
-
         configs = [resolve_env_defaults(c, judged_exactly(env)) if dataclasses.is_dataclass(c) else c
                    for c in configs]
     treedef = jax.tree.structure(configs[0])
@@ -429,3 +429,8 @@ class RunConfig:
     eval_every: int = static(25, low=0)
     eval_episodes: int = static(4096, low=1)
     path: str = static("auto", choices=PATHS)
+
+    def for_environment(self, env: Any) -> Any:
+        """This config with its environment-dependent defaults (:class:`EnvDefault`) set to their
+        values for ``env`` (with or without a tabular exact model); ``make_train`` does this."""
+        return resolve_env_defaults(self, judged_exactly(env))

@@ -1,0 +1,239 @@
+"""Which policy a run returns and what its status says.
+
+* :class:`Selection` and :func:`offer`: of the reported policies at a run's evaluation marks,
+  the best one by the learner's own Monte-Carlo estimates whose upper 95% cost bounds meet
+  every threshold (else the least violating). The estimates are made on the footing the learner
+  trains on: episodes of its own rollout (on the tabular path, the exact model's expected stage
+  signals), in training units (signals divided by their typical magnitudes), so their bounds are
+  the ones its multiplier aims below (:func:`~fhc_jax.algos.core.multipliers.upper_bound_excess`)
+  and no unit makes them overflow;
+* :class:`Status` and :func:`constraint_status`: whether the returned policy met the constraints
+  (checked against the exact model where the environment has one) and the multipliers settled;
+  ``str(status)`` or :meth:`Status.describe` is its one line per run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from fhc_jax.algos.core.evaluation import EVALUATION_KEY
+from fhc_jax.algos.core.multipliers import UPPER_BOUND_Z, upper_bound_excess
+
+Array = jax.Array
+
+__all__ = ["MIN_TREND_POINTS", "TREND_TOLERANCE", "UPPER_BOUND_Z", "Selection", "Status", "constraint_status",
+           "describe_status", "offer", "selection_key"]
+
+
+def selection_key() -> Array:
+    """The key of the learner's own estimates of its candidates (:class:`Selection`): common
+    random numbers across candidates and seeds, independent of training and of
+    :data:`EVALUATION_KEY`."""
+    return jax.random.fold_in(jax.random.key(EVALUATION_KEY), 1)
+
+
+@struct.dataclass
+class Selection:
+    """The policy a run returns: of the candidates seen so far (the reported policy at every
+    evaluation mark after the start, :func:`~fhc_jax.algos.core.evaluation.evaluation_iterations`),
+    the one with the highest estimated reward among those whose estimated costs have an upper
+    95% confidence bound within every threshold; while none has, the one whose bound exceeds its
+    threshold least (relative to the violation unit). Estimates are the learner's own
+    Monte-Carlo means over ``eval_episodes`` episodes of its own rollout, with a fixed key of
+    their own (:func:`selection_key`: common random numbers across candidates, independent of
+    training and of every judgement), never the exact model. Training units; M constraints.
+
+    Attributes:
+        state: the selected candidate's train state.
+        iteration: updates done when it was taken, int32 () (-1 before the first mark).
+        reward: its estimated J, () (training units).
+        costs: its estimated costs S^(k), (M,) (training units).
+        upper: upper 95% confidence bounds of ``costs``, (M,) (training units;
+            :func:`~fhc_jax.algos.core.multipliers.upper_bound_excess`).
+        feasible: every ``upper`` within its threshold, bool ().
+    """
+
+    state: Any
+    iteration: Array
+    reward: Array
+    costs: Array
+    upper: Array
+    feasible: Array
+
+
+def offer(selection: Selection, state: Any, iteration: Array, rewards: Array, costs: Array, thresholds: Any,
+          violation_units: Any) -> Selection:
+    """The :class:`Selection` after offering one candidate, ``state``, estimated from its
+    episodes' totals (traceable; everything in training units).
+
+    The candidate replaces the current selection when its upper 95% bounds meet every threshold
+    and it is better estimated (or the current one does not meet them), or when neither meets
+    them and its largest excess over a threshold, in violation units, is smaller; never when its
+    estimates are not finite (a diverged candidate).
+
+    Args:
+        selection: the current selection.
+        state: the candidate's train state. iteration: its updates done, int32 ().
+        rewards: its episodes' total rewards, (N,). costs: their total costs, (N, M).
+        thresholds: alpha, (M,). violation_units: d of the relative violation, (M,).
+    """
+    n = rewards.shape[0]
+    reward, mean_costs = jnp.mean(rewards), jnp.mean(costs, axis=0)
+    upper = mean_costs + upper_bound_excess(costs, n)
+    feasible = jnp.all(upper <= thresholds)
+    excess = lambda u: jnp.max((u - thresholds) / violation_units)
+    valid = jnp.isfinite(reward) & jnp.all(jnp.isfinite(upper))  # a diverged candidate is never taken
+    better = valid & jnp.where(feasible, ~selection.feasible | (reward > selection.reward),
+                               ~selection.feasible & (excess(upper) < excess(selection.upper)))
+    candidate = Selection(state=state, iteration=iteration, reward=reward, costs=mean_costs, upper=upper,
+                          feasible=feasible)
+    return jax.tree.map(lambda a, b: jnp.where(better, a, b), candidate, selection)
+
+
+@struct.dataclass
+class Status:
+    """Whether a run met its constraints and its multipliers settled (M constraints; every field
+    gains the leading axes of a batch of runs). ``str(status)`` gives one line per run.
+
+    Attributes:
+        met: the returned policy meets every constraint: its exact costs are within alpha where
+            the environment has a tabular exact model (the status checks itself against the
+            referee there), else the upper 95% bounds of the learner's estimates
+            (:attr:`Selection.feasible`), bool ().
+        trending: over the last tenth of the run, the multiplier still moved by more than
+            :data:`TREND_TOLERANCE` of its level (least-squares change over the window),
+            bool (M,).
+        above: over the last tenth of the run, the batch's mean episode cost still exceeded
+            alpha + d / 50 (d the violation unit), bool (M,).
+        short: the run has fewer than :data:`MIN_TREND_POINTS` updates in its last tenth, too
+            few to tell whether a multiplier settled, bool ().
+        change: the fitted change of each multiplier over the last tenth, (M,).
+        window_costs: the mean episode cost over the last tenth, (M,).
+        thresholds: alpha, (M,) (environment's units).
+        multipliers: the final multipliers nu, (M,) (environment's units).
+        costs: the returned policy's costs as ``met`` judged them (exact, or the upper bounds),
+            (M,) (environment's units).
+    """
+
+    met: Array
+    trending: Array
+    above: Array
+    short: Array
+    change: Array
+    window_costs: Array
+    thresholds: Array
+    multipliers: Array
+    costs: Array
+
+    @property
+    def settled(self) -> Array:
+        """A run long enough to tell, no multiplier trending and no cost above its threshold, bool ()."""
+        return ~self.short & ~jnp.any(self.trending | self.above, axis=-1)
+
+    @property
+    def ok(self) -> Array:
+        """``met`` and ``settled``: nothing to report, bool ()."""
+        return self.met & self.settled
+
+    def describe(self, label: str = "") -> str:
+        """The one line of a single run (host-side): "constraint met; multiplier settled" or
+        what is not yet so and which setting to change (:func:`describe_status`)."""
+        line = describe_status(self, label=label)
+        return line if line is not None else f"{label + ': ' if label else ''}constraint met; multiplier settled"
+
+    def __str__(self) -> str:
+        batch = np.shape(np.asarray(self.met))
+        if not batch:
+            return self.describe()
+        runs = [jax.tree.map(lambda x, i=i: np.asarray(x).reshape(-1, *np.shape(x)[len(batch):])[i], self)
+                for i in range(int(np.prod(batch)))]
+        return "\n".join(run.describe(label=f"run {i}") for i, run in enumerate(runs))
+
+
+#: a multiplier counts as trending when its fitted change over the last tenth of a run exceeds
+#: this fraction of its level (a level below a tenth of a training unit counts as that tenth)
+TREND_TOLERANCE = 0.1
+
+#: the fewest updates the last tenth of a run needs for a trend to be fitted (runs of fewer than
+#: 10 x this many updates cannot be called settled)
+MIN_TREND_POINTS = 5
+
+
+def constraint_status(multipliers: Array, costs: Array, thresholds: Any, violation_units: Any,
+                      multiplier_units: Any, met: Array, returned_costs: Any = None) -> Status:
+    """:class:`Status` from a run's per-iteration metrics (one function for ``make_train`` and
+    the chunked runs of :mod:`fhc_jax.experiment`; traceable).
+
+    Args:
+        multipliers: nu after each update, (N, M), environment's units.
+        costs: the batch's mean episode costs, (N, M).
+        thresholds: alpha, (M,) (:class:`~fhc_jax.algos.core.scaffold.Learner`).
+        violation_units: d of the relative violation, (M,).
+        multiplier_units: one training unit of nu in the environment's units, (M,).
+        met: whether the returned policy meets the constraints, bool ()
+            (:meth:`~fhc_jax.algos.core.scaffold.Learner.verify`).
+        returned_costs: the costs ``met`` was judged on, (M,) (environment's units), or None.
+    """
+    n = multipliers.shape[0]
+    w = max(1, n // 10)
+    nu = jnp.asarray(multipliers[n - w:], jnp.float32)
+    t = jnp.arange(w, dtype=jnp.float32) - (w - 1) / 2.0
+    slope = jnp.sum(t[:, None] * (nu - nu.mean(0)), axis=0) / jnp.maximum(jnp.sum(t * t), 1.0)
+    change = slope * w
+    level = jnp.maximum(jnp.abs(nu).mean(0), 0.1 * jnp.asarray(multiplier_units, jnp.float32))
+    window_costs = jnp.asarray(costs[n - w:], jnp.float32).mean(0)
+    alpha = jnp.asarray(thresholds, jnp.float32)
+    above = window_costs > alpha + jnp.asarray(violation_units, jnp.float32) / 50.0
+    returned = jnp.full(alpha.shape, jnp.nan) if returned_costs is None else jnp.asarray(returned_costs, jnp.float32)
+    return Status(met=jnp.asarray(met), trending=jnp.abs(change) > TREND_TOLERANCE * level, above=above,
+                  short=jnp.asarray(w < MIN_TREND_POINTS), change=change, window_costs=window_costs,
+                  thresholds=alpha, multipliers=jnp.asarray(multipliers[n - 1], jnp.float32), costs=returned)
+
+
+def describe_status(status: Status, thresholds: Any = None, multipliers: Any = None, label: str = "") -> str | None:
+    """One line for a run whose :class:`Status` is not ok ("constraint not yet met: ..."), or
+    None (host-side; one run, not a batch). ``thresholds`` and ``multipliers`` default to the
+    status's own."""
+    if bool(status.ok):
+        return None
+    alpha = np.asarray(status.thresholds if thresholds is None else thresholds, np.float64).reshape(-1)
+    final = np.asarray(status.multipliers if multipliers is None else multipliers, np.float64).reshape(-1)
+    change, costs = np.asarray(status.change).reshape(-1), np.asarray(status.window_costs).reshape(-1)
+    parts = []
+    for k in range(alpha.shape[0]):
+        name = "" if alpha.shape[0] == 1 else f"constraint {k}: "
+        if bool(np.asarray(status.above).reshape(-1)[k]):
+            parts.append(f"{name}mean episode cost {costs[k]:.4g} > alpha {alpha[k]:.4g} over the last tenth of the run")
+        if bool(np.asarray(status.trending).reshape(-1)[k]):
+            parts.append(f"{name}multiplier still {'rising' if change[k] > 0 else 'falling'} "
+                         f"(by {abs(change[k]):.3g} over the last tenth; now {final[k]:.4g})")
+    if bool(status.short):
+        parts.append(f"the run is too short to tell whether the multiplier settled (fewer than "
+                     f"{10 * MIN_TREND_POINTS} updates)")
+    if not bool(status.met):
+        returned = np.asarray(status.costs, np.float64).reshape(-1)
+        over = ", ".join(f"{c:.4g}" for c in returned) if np.all(np.isfinite(returned)) else None
+        parts.append("the returned policy is above alpha" + (f" (cost {over} vs alpha "
+                                                              f"{', '.join(f'{a:.4g}' for a in alpha)})" if over else ""))
+    where = f"{label}: " if label else ""
+    if bool(status.met) and not bool(np.any(np.asarray(status.above))):  # only the multiplier is in doubt
+        return (f"multiplier not yet settled: {where}{'; '.join(parts)}; the returned policy is within alpha; "
+                "train longer (num_iterations) to let it settle")
+    return f"constraint not yet met: {where}{'; '.join(parts)}; {_advice(status)}"
+
+
+def _advice(status: Status) -> str:
+    """Which setting to change for a run whose constraint is not met (one clause)."""
+    rising = np.asarray(status.trending).reshape(-1) & (np.asarray(status.change).reshape(-1) > 0)
+    if np.any(rising):
+        return ("the multiplier is still rising: train longer (num_iterations) or let it move faster "
+                "(the multiplier step, multiplier_lr or pid_ki)")
+    if np.any(np.asarray(status.above)):
+        return ("the cost settled above alpha: raise the multiplier's bound (multiplier_max) or its gain, or check "
+                "that alpha is feasible (fhc-jax solve --tradeoff shows the cheapest cost on a tabular task)")
+    return "train longer (num_iterations), or raise eval_episodes for tighter estimates of the returned policy"

@@ -56,7 +56,7 @@ from flax import struct
 
 from fhc_jax.envs.base import Environment, check_int
 from fhc_jax.envs.encoders import Encoder
-from fhc_jax.envs.gymnax_interop import _thresholds, cost_count
+from fhc_jax.envs.interop import cost_count, thresholds
 from fhc_jax.envs.spaces import Box
 
 Array = jax.Array
@@ -355,7 +355,7 @@ def from_brax(
         cost = jax.eval_shape(lambda s, a: cost_fn(s, a, env.step(s, a)), state, action)
         source = "cost_fn"
     m = cost_count(own, source, cost, num_constraints)
-    return BraxEnv(env, horizon, cost_fn, cost_key, field, m, _thresholds(own, alpha, m), action_size,
+    return BraxEnv(env, horizon, cost_fn, cost_key, field, m, thresholds(own, alpha, m), action_size,
                    tuple(state.obs.shape), state.obs.dtype)
 
 

@@ -159,9 +159,10 @@ def _git(repo: Path, *args: str) -> str:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    """A git repository with a fake FH-Constrained (its two modules) and gridworld, committed."""
+    """A git repository with a fake FH-Constrained (its modules) and gridworld, committed."""
     root = tmp_path / "repo"
-    for path, text in (("fhc_jax/algos/fh_constrained.py", "STEP = 1\n"), ("fhc_jax/algos/features.py", "F = 1\n"),
+    for path, text in (("fhc_jax/algos/fh_constrained.py", "STEP = 1\n"), ("fhc_jax/algos/fh_kernels.py", "K = 1\n"),
+                       ("fhc_jax/algos/core/features.py", "F = 1\n"),
                        ("fhc_jax/envs/gridworld.py", "SIZE = 10\n"), ("fhc_jax/algos/old_name.py", "X = 1\n")):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)

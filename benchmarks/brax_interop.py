@@ -148,7 +148,7 @@ def train(learner: str, seeds: int, episodes: int, alpha: float) -> dict:
     run_s = time.perf_counter() - t0
     rows = []
     for i in range(seeds):
-        state = jax.tree.map(lambda x: x[i], out.state)
+        state = jax.tree.map(lambda x, i=i: x[i], out.state)
         play_env, play_params = fhc.algos.learner.play_environment(module, state, env, params)
         mc = monte_carlo(play_env, play_params, module.policy(state, play_env, play_params), episodes)
         upper = np.asarray(mc["costs"]) + np.asarray(mc["cost_half_width"])

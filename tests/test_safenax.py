@@ -128,7 +128,7 @@ def test_a_learner_trains_on_frozen_lake_v2_within_budget():
     best = fhc.solve(frozen_lake_cmdp(gx, h, alpha))
     out = jax.jit(jax.vmap(pl.make_train(env, params, pl.Config())))(jax.random.split(jax.random.key(0), 5))
     for i in range(5):
-        state = jax.tree.map(lambda x: x[i], out.state)
+        state = jax.tree.map(lambda x, i=i: x[i], out.state)
         ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(1), env, params,
                                                                      pl.policy(state, env, params), episodes)
         r, c = np.asarray(ret.rewards, np.float64), np.asarray(ret.costs, np.float64)[:, 0]

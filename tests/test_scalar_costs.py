@@ -116,7 +116,7 @@ def test_scalar_cost_fn_and_declared_counts():
                                          "dtype bool"):
         class BoolCost(ScalarCostChain):
             def step_env(self, key, state, action, params):
-                obs, new, r, d, info = super().step_env(key, state, action, params)
+                obs, new, r, d, _ = super().step_env(key, state, action, params)
                 return obs, new, r, d, {"cost": action == 1}
 
         from_gymnax(BoolCost(), horizon=5)
@@ -140,7 +140,7 @@ def test_to_gymnax_scalar_cost_round_trip():
     inner = from_gymnax(ScalarCostChain(), horizon=6, alpha=1.0)
     gx = to_gymnax(inner, scalar_cost=True)
     gparams = gx.default_params
-    obs, state = gx.reset(jax.random.key(0), gparams)
+    _, state = gx.reset(jax.random.key(0), gparams)
     _, _, _, _, _, info = gx.step(jax.random.key(1), state, jnp.int32(1), gparams)
     assert info["cost"].shape == () and float(info["cost"]) == 1.0
     _, _, _, _, _, info = to_gymnax(inner).step(jax.random.key(1), state, jnp.int32(1), gparams)
@@ -178,7 +178,7 @@ def test_a_learner_trains_on_a_scalar_cost_environment():
     assert best.reward < free.reward - 0.05  # the budget binds
     out = jax.jit(jax.vmap(pl.make_train(env, params, pl.Config())))(jax.random.split(jax.random.key(0), 5))
     for i in range(5):
-        state = jax.tree.map(lambda x: x[i], out.state)
+        state = jax.tree.map(lambda x, i=i: x[i], out.state)
         ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(1), env, params,
                                                                      pl.policy(state, env, params), episodes)
         r, c = np.asarray(ret.rewards, np.float64), np.asarray(ret.costs, np.float64)[:, 0]

@@ -304,7 +304,7 @@ def from_brax(
         raise ValueError(f"{own}: cost_fn must be callable (state, action, next_state) -> (M,) or (), "
                          f"found {cost_fn!r}")
     if not isinstance(cost_key, str):
-        raise ValueError(f"{own}: cost_key must be a string, found {cost_key!r}")
+        raise ValueError(f"{own}: cost_key must be a string, found {cost_key!r}")  # noqa: TRY004
     if isinstance(env, Environment) or not (callable(getattr(env, "reset", None))
                                             and callable(getattr(env, "step", None)) and hasattr(env, "action_size")):
         raise ValueError(f"{own}: env must be a Brax Env (with reset, step and action_size), "

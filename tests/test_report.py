@@ -255,10 +255,10 @@ def test_benchmark_scripts_record_the_revision_and_uncommitted_changes(repo, tmp
     _git(repo, "commit", "-q", "-m", "a results file")
     (repo / "benchmarks/results/x.json").write_text('{"rewritten": 1}')  # results are not measured code
     assert timing.source_revision(repo)["dirty"] is False
-    (repo / "fhc_jax/algos/features.py").write_text("F = 2\n")
+    (repo / "fhc_jax/algos/core/features.py").write_text("F = 2\n")
     record = timing.source_revision(repo)
-    assert record["dirty"] is True and record["dirty_paths"] == ["fhc_jax/algos/features.py"]
-    assert revision.revision_of(record).caption().endswith("with uncommitted changes to `fhc_jax/algos/features.py`")
+    assert record["dirty"] is True and record["dirty_paths"] == ["fhc_jax/algos/core/features.py"]
+    assert revision.revision_of(record).caption().endswith("with uncommitted changes to `fhc_jax/algos/core/features.py`")
     nowhere = tmp_path / "nowhere"  # a copy of the tree without .git
     nowhere.mkdir()
     monkeypatch.delenv("BENCHMARK_REVISION", raising=False)

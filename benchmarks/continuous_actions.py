@@ -1,6 +1,6 @@
 """Continuous actions: the four neural learners with Gaussian per-stage policies on
 ``BatteryStorage(continuous_actions=True)`` and gymnax ``Pendulum-v1`` with a torque-energy
-budget (issue 17's targets).
+budget.
 
 1. **Throughput**: env-steps/s of a whole training run in one jit, one seed, compile excluded
    (``jit(...).lower().compile()``), median of ``--repeats`` runs, at K = 256 and 4096.

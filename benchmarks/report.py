@@ -49,6 +49,7 @@ from reporting.provenance import (
 from reporting.revision import Git, revision_of
 from reporting.tables import (
     render_battery_resolution,
+    render_brax,
     render_chunked,
     render_distributed,
     render_env_throughput,
@@ -89,6 +90,7 @@ RENDERERS: dict[str, Renderer] = {
     "continuous_*.json": render_monte_carlo,
     "battery_resolution*.json": render_battery_resolution,
     "gymnax_interop.json": render_gymnax,
+    "brax_interop.json": render_brax,
     "chunked_training.json": render_chunked,
     "tracking_overhead.json": render_tracking,
     "validation_overhead.json": render_validation_overhead,

@@ -23,7 +23,8 @@ from fhc_jax.trajectory import Returns, Trajectory
 from fhc_jax.algos.core.policies import softmax_policy, table_policy
 from fhc_jax import algos, cmdp, envs
 
-__version__ = "0.1.0"
+#: the release (PEP 440); pyproject.toml reads it from here, CHANGELOG.md says what each one changed
+__version__ = "0.2.0"
 
 __all__ = [
     "BatteryStorage",

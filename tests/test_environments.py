@@ -96,7 +96,7 @@ def test_factories_and_refusals(monkeypatch):
     assert env.horizon == 2
     for name, message in [(f"{module}:_needs_positional", "parameter 'cmdp' has no default"),
                           (f"{module}:_untyped", "cannot tell the type of setting 'horizon'"),
-                          ("no_such_module_xyz:Env", "cannot import module 'no_such_module_xyz'"),
+                          ("no_such_module_xyz:Env", "no module named 'no_such_module_xyz': looked in the working directory"),
                           (f"{module}:Missing", "has no attribute 'Missing'"),
                           ("gridwrld", "unknown environment 'gridwrld'; registered: gridworld")]:
         with pytest.raises(ConfigError, match=message):

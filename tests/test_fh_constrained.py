@@ -386,8 +386,9 @@ def test_advantage_increment_matches_direct_loop():
 
 def test_improved_multiplier_is_pi_controlled():
     """nu = clip(nu_I + K_p u), nu_I the paper's integral step on u, the relative violation
-    (mean episode cost - alpha + margin) / d, with the margin 2 z sigma_C / sqrt(eval_episodes)
-    and d = max(|alpha|, H / 100) (fhc_jax.algos.core.multipliers)."""
+    (mean episode cost - alpha + margin) / d, with the margin 2 z sigma_C / sqrt(n) +
+    ln(20) max(c_max, 1) / n (n = eval_episodes) and d = max(|alpha|, H / 100)
+    (fhc_jax.algos.core.multipliers)."""
     env = SMALL
     params = env.default_params
     cfg = fc.Config(num_iterations=1, episodes_per_iteration=8, multiplier_gain=0.3)
@@ -399,7 +400,8 @@ def test_improved_multiplier_is_pi_controlled():
     new, metrics = fc.update(state, batch, None, fc.setup(env, params, cfg), cfg)
     costs = np.asarray(batch.episode_costs, np.float64)
     alpha = np.asarray(params.thresholds, np.float64)
-    margin = 2 * 1.645 * costs.std(0) / np.sqrt(cfg.eval_episodes)
+    n = cfg.eval_episodes  # the bound's normal term and its rule-of-three term (multipliers.upper_bound_excess)
+    margin = 2 * 1.645 * costs.std(0) / np.sqrt(n) + np.log(20.0) * np.maximum(np.abs(costs).max(0), 1.0) / n
     violation = (costs.mean(0) - alpha + margin) / np.maximum(np.abs(alpha), env.horizon / 100)
     integral = np.clip(cfg.multiplier_lr(0) * violation, 0.0, cfg.multiplier_max)
     np.testing.assert_allclose(new.multiplier_state.integral, integral, rtol=1e-5)

@@ -150,9 +150,10 @@ def test_from_gymnax_errors():
         from_gymnax(cartpole, horizon=10)
     with pytest.raises(ValueError, match="no cost.*'risk'"):
         from_gymnax(CartPoleWithCost(), horizon=10, cost_key="risk")
-    with pytest.raises(ValueError, match=r"shape \(M,\).*found \(\)"):
-        from_gymnax(cartpole, horizon=10, cost_fn=lambda s, a, n, p: jnp.abs(n.x))
-    with pytest.raises(ValueError, match=r"shape \(M,\) = \(1,\), found \(2,\)"):
+    with pytest.raises(ValueError, match=r"shape \(\) \(one constraint\) or \(M,\).*found \(1, 1\)"):
+        from_gymnax(cartpole, horizon=10, cost_fn=lambda s, a, n, p: jnp.abs(n.x).reshape(1, 1))
+    assert from_gymnax(cartpole, horizon=10, cost_fn=lambda s, a, n, p: jnp.abs(n.x)).num_constraints == 1  # () is M = 1
+    with pytest.raises(ValueError, match=r"shape \(\) or \(1,\), found \(2,\)"):
         from_gymnax(CartPoleWithCost(), horizon=10, num_constraints=1)
     with pytest.raises(ValueError, match="float array.*int32"):
         from_gymnax(cartpole, horizon=10, cost_fn=lambda s, a, n, p: (jnp.abs(n.x) > 1).astype(jnp.int32)[None])

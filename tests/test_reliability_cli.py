@@ -99,7 +99,7 @@ def test_a_missing_environment_module_is_named(trained, tmp_path, capsys):
     (run / "config.json").write_text(json.dumps(cfg))
     assert main(["eval", str(run)]) == 2
     line = one_line(capsys)
-    assert "cannot import module 'module_not_on_this_path_xyz'" in line and "PYTHONPATH" in line
+    assert "no module named 'module_not_on_this_path_xyz'" in line and "PYTHONPATH" in line
     assert "not valid for this version" not in line and "retrain" not in line
 
 

@@ -159,9 +159,10 @@ def _git(repo: Path, *args: str) -> str:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    """A git repository with a fake FH-Constrained (its two modules) and gridworld, committed."""
+    """A git repository with a fake FH-Constrained (its modules) and gridworld, committed."""
     root = tmp_path / "repo"
-    for path, text in (("fhc_jax/algos/fh_constrained.py", "STEP = 1\n"), ("fhc_jax/algos/features.py", "F = 1\n"),
+    for path, text in (("fhc_jax/algos/fh_constrained.py", "STEP = 1\n"), ("fhc_jax/algos/fh_kernels.py", "K = 1\n"),
+                       ("fhc_jax/algos/core/features.py", "F = 1\n"),
                        ("fhc_jax/envs/gridworld.py", "SIZE = 10\n"), ("fhc_jax/algos/old_name.py", "X = 1\n")):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
@@ -254,10 +255,10 @@ def test_benchmark_scripts_record_the_revision_and_uncommitted_changes(repo, tmp
     _git(repo, "commit", "-q", "-m", "a results file")
     (repo / "benchmarks/results/x.json").write_text('{"rewritten": 1}')  # results are not measured code
     assert timing.source_revision(repo)["dirty"] is False
-    (repo / "fhc_jax/algos/features.py").write_text("F = 2\n")
+    (repo / "fhc_jax/algos/core/features.py").write_text("F = 2\n")
     record = timing.source_revision(repo)
-    assert record["dirty"] is True and record["dirty_paths"] == ["fhc_jax/algos/features.py"]
-    assert revision.revision_of(record).caption().endswith("with uncommitted changes to `fhc_jax/algos/features.py`")
+    assert record["dirty"] is True and record["dirty_paths"] == ["fhc_jax/algos/core/features.py"]
+    assert revision.revision_of(record).caption().endswith("with uncommitted changes to `fhc_jax/algos/core/features.py`")
     nowhere = tmp_path / "nowhere"  # a copy of the tree without .git
     nowhere.mkdir()
     monkeypatch.delenv("BENCHMARK_REVISION", raising=False)

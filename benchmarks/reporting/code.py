@@ -76,6 +76,7 @@ MEASURES: dict[str, Measures] = {
     "continuous_pendulum*.json": Measures(FROM_DATA, ("pendulum",)),
     "battery_resolution*.json": Measures((), ("battery",), ("fhc_jax/cmdp/solve.py",)),
     "gymnax_interop.json": Measures((), ("pendulum",), ("fhc_jax/rollout.py",)),
+    "brax_interop.json": Measures(("ppo_lagrangian",), (), ("fhc_jax/envs/brax_interop.py", "fhc_jax/rollout.py")),
     "chunked_training.json": Measures(("fh_constrained",), ("gridworld",), ("fhc_jax/experiment/training.py",)),
     "tracking_overhead.json": Measures(("fh_constrained",), ("gridworld",), ("fhc_jax/experiment/tracking.py",)),
     "validation_overhead.json": Measures(("fh_constrained",), ("gridworld",),

@@ -158,6 +158,30 @@ def render_gymnax(name: str, data: dict) -> list[str]:
         ["loop", "env-steps/s", "vs gymnax `step_env`"], rows)
 
 
+def render_brax(name: str, data: dict) -> list[str]:
+    """``benchmarks/brax_interop.py``: a Brax environment through ``from_brax``, and a learner's
+    plain ``Config()`` trained on it."""
+    rows = [[k, secs(r["compile_s"]), si(r["env_steps_per_s"]), f"{r['speed_vs_brax']:.2f}x"]
+            for k, r in data["rows"].items()]
+    out = ["Brax interop", provenance(name, data), "",
+           f"{data['env']} (brax {data.get('brax_version', '?')}), K = {data['episodes']}, H = {data['horizon']}, "
+           f"uniform actions, median of {data['repeats']}.", ""]
+    out += table(["pipeline: loop", "compile", "env-steps/s", "vs Brax's own loop"], rows)
+    t = data.get("training")
+    if t:
+        out += ["", f"{t['learner']} `{t['config']}` on {t['env']}: {t['seeds']} seeds in "
+                f"{secs(t['wall_s'])} ({secs(t['compile_s'])} compiling); each returned policy judged over "
+                f"{t['episodes']:,} episodes (95% intervals), {t['within_budget_seeds']}/{t['seeds']} within budget "
+                "(upper end of the cost interval at most 1.02 alpha).", ""]
+        rows = [[f"seed {r['seed']}", f"{r['reward']:.2f} ± {r['reward_half_width']:.2f}",
+                 f"{r['costs'][0]:.2f} ± {r['cost_half_width'][0]:.2f}", "yes" if r["within_budget"] else "no"]
+                for r in t["seed_results"]]
+        rows += [[k, f"{r['reward']:.2f} ± {r['reward_half_width']:.2f}",
+                  f"{r['costs'][0]:.2f} ± {r['cost_half_width'][0]:.2f}", "-"] for k, r in t["yardsticks"].items()]
+        out += table(["policy", "reward", "cost", "within budget"], rows)
+    return out
+
+
 def render_chunked(name: str, data: dict) -> list[str]:
     """``benchmarks/chunked_training.py``: chunked training against one monolithic jit."""
     rows = [[r["mode"], secs(r["run_median_s"]), si(r["env_steps_per_s"]),

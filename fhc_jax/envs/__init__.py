@@ -2,12 +2,15 @@
 
 ``Environment`` (typed generic base), ``GridWorld`` (the paper's Section 5 gridworld),
 ``TabularEnv`` (any ``TabularCMDP``), ``InventoryEnv`` (a tabular environment with its own
-observation), the observation encoders, ``fhc_jax.envs.suite`` (the robustness suite's tasks) and
-the boundary checks' errors (``InvalidActionError``).
+observation), the observation encoders, ``fhc_jax.envs.suite`` (the robustness suite's tasks),
+the adapters of other libraries' environments (``from_gymnax``, ``to_gymnax``, ``from_brax``;
+gymnax and brax are optional and imported only when used) and the boundary checks' errors
+(``InvalidActionError``).
 """
 
 from fhc_jax.envs.base import Environment, TabularState, sample_index
 from fhc_jax.envs.battery import BatteryParams, BatteryState, BatteryStorage
+from fhc_jax.envs.brax_interop import BraxEnv, from_brax
 from fhc_jax.envs.encoders import (
     ENCODERS,
     Encoder,
@@ -32,6 +35,8 @@ __all__ = [
     "BatteryParams",
     "BatteryState",
     "BatteryStorage",
+    "BraxEnv",
+    "from_brax",
     "GymnaxEnv",
     "from_gymnax",
     "to_gymnax",

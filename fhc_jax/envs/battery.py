@@ -1,4 +1,4 @@
-"""BatteryStorage: one day of grid-battery energy arbitrage under a cycling budget (issue 12).
+"""BatteryStorage: one day of grid-battery energy arbitrage under a cycling budget.
 
 **Dynamics** (H = 48 half-hour stages, dt = 0.5 h; stage h covers hh:mm = h * 30 min):
 

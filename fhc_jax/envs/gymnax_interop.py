@@ -17,7 +17,10 @@ constrained :class:`~fhc_jax.envs.base.Environment` (:class:`GymnaxEnv`):
   non-stationary learner always has it.
 * Costs (M,) float32 per stage come from ``cost_fn(state, action, next_state, env_params)``
   (gymnax states and params) or, without ``cost_fn``, from ``info[cost_key]`` of ``step_env``
-  (the convention of JAX safe-RL suites). No terminal reward or costs.
+  (the convention of JAX safe-RL suites). A cost of shape () is one constraint (M = 1), the
+  convention of Safety-Gym, OmniSafe, safenax and most safe-RL code: the wrapper pays it as
+  the (1,) vector ``[c]``, so ``safenax.FrozenLakeV2()`` goes in unwrapped. No terminal
+  reward or costs.
 * Actions: a gymnax ``Discrete(n)`` space becomes ``fhc_jax.envs.spaces.Discrete(n)`` (int32
   indices); a bounded gymnax ``Box`` becomes ``fhc_jax.envs.spaces.Box`` with the gymnax bounds
   (read once, from the ``env_params`` given to :func:`from_gymnax`), flattened to shape (d,),
@@ -28,18 +31,21 @@ constrained :class:`~fhc_jax.envs.base.Environment` (:class:`GymnaxEnv`):
   actions is the learner's business (FH-Constrained refuses them; the Gaussian-policy learners
   take them).
 * The observation is the gymnax observation, stored in the state; its shape and dtype are
-  those of gymnax's ``observation_space(env_params)`` (a ``Box`` or ``Discrete``).
+  those of gymnax's ``observation_space(env_params)`` (a ``Box`` or ``Discrete``), except that
+  a scalar observation (shape (), e.g. the cell index of a ``Discrete`` space) is given the
+  shape (1,): the learners' networks take flat observations.
 
 **fhc_jax -> gymnax.** :func:`to_gymnax` exposes any fhc_jax environment as a subclass of
 gymnax's ``environment.Environment``: ``reset_env``/``step_env`` (so gymnax's ``reset``/``step``
 auto-reset), ``observation_space``/``action_space``, ``default_params`` (:class:`ViewParams`:
 the fhc_jax params plus ``max_steps_in_episode = horizon``). gymnax 1.0's ``step`` returns
 ``(obs, state, reward, terminated, truncated, info)``. Per-stage costs (M,) are in
-``info["cost"]``. **At the last stage** (h + 1 == H) the terminal reward r_H and terminal costs
-g_H of the final state are ADDED to that step's reward and ``info["cost"]``, so the sum of an
-episode's rewards (costs) is the paper's total, eq. (1) ((2)). The horizon's end is reported as
-``terminated`` (nothing follows it: do not bootstrap), and gymnax also flags it ``truncated``
-because ``max_steps_in_episode = horizon``.
+``info["cost"]`` (a scalar () with ``to_gymnax(env, scalar_cost=True)`` when M = 1, the
+convention of Safety-Gym-style code). **At the last stage** (h + 1 == H) the terminal reward
+r_H and terminal costs g_H of the final state are ADDED to that step's reward and
+``info["cost"]``, so the sum of an episode's rewards (costs) is the paper's total, eq. (1)
+((2)). The horizon's end is reported as ``terminated`` (nothing follows it: do not bootstrap),
+and gymnax also flags it ``truncated`` because ``max_steps_in_episode = horizon``.
 
 **Registered tasks** (``fhc-jax train --env gymnax:<name>``; settings ``horizon``, ``alpha``,
 ``cost``); the reward is gymnax's, absorbing after termination:
@@ -69,7 +75,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, ClassVar, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -78,11 +85,13 @@ from flax import struct
 
 from fhc_jax.envs.base import Environment, check_int, check_static
 from fhc_jax.envs.encoders import Encoder
+from fhc_jax.envs.interop import cost_count
+from fhc_jax.envs.interop import thresholds as _thresholds
 from fhc_jax.envs.spaces import ActionSpace, Box, Discrete
 
 Array = jax.Array
 
-#: cost_fn(state, action, next_state, env_params) -> (M,) float costs, on gymnax states and params
+#: cost_fn(state, action, next_state, env_params) -> (M,) or () float costs, on gymnax states and params
 CostFn = Callable[[Any, Array, Any, Any], Array]
 
 
@@ -124,22 +133,6 @@ class NativeObservation(Encoder):
 
     def shape(self, env) -> tuple[int, ...]:
         return self.obs_shape
-
-
-def _thresholds(owner: str, alpha: Any, m: int) -> np.ndarray:
-    arr = np.atleast_1d(np.asarray(alpha, dtype=object))
-    if arr.ndim != 1 or arr.shape[0] not in (1, m):
-        raise ValueError(f"{owner}: alpha must be a scalar or have shape (M,) = ({m},), found shape {arr.shape}")
-    out = []
-    for a in arr.tolist():
-        try:
-            x = float(a)
-        except (TypeError, ValueError):
-            x = float("nan")
-        if not np.isfinite(x) or x < 0:
-            raise ValueError(f"{owner}: alpha must be a finite number >= 0 (per constraint), found {a!r}")
-        out.append(x)
-    return np.broadcast_to(np.asarray(out), (m,)).copy()
 
 
 def _space_kind(space: Any) -> str:
@@ -264,17 +257,19 @@ class GymnaxEnv(Environment[GymnaxState, GymnaxParams]):
         self.check_params(params, "from_gymnax.reset")
         obs, env_state = self._env.reset_env(key, params.env_params)
         env_state = jax.tree.map(jnp.asarray, env_state)
-        obs = jnp.asarray(obs, self._obs_dtype)
+        obs = jnp.asarray(obs, self._obs_dtype).reshape(self.observation_shape)
         state = GymnaxState(env_state=env_state, obs=obs, terminated=jnp.zeros((), bool),
                             time=jnp.zeros((), jnp.int32))
         return obs, state
 
     def _costs(self, state: Any, action: Array, next_state: Any, env_params: Any, info: dict) -> Array:
+        """The stage's costs (M,) float32: ``cost_fn``'s or ``info[cost_key]``, a scalar cost
+        (shape ()) as the (1,) vector."""
         if self._cost_fn is not None:
             costs = self._cost_fn(state, action, next_state, env_params)
         else:
             costs = info[self._cost_key]
-        return jnp.asarray(costs, jnp.float32)
+        return jnp.asarray(costs, jnp.float32).reshape(self._num_constraints)
 
     def gymnax_action(self, action: Array) -> Array:
         """The action as the gymnax environment takes it: an int32 index, or a box action
@@ -299,7 +294,7 @@ class GymnaxEnv(Environment[GymnaxState, GymnaxParams]):
         live = jnp.logical_not(state.terminated)
         keep = lambda new, old: jnp.where(live, jnp.asarray(new, old.dtype), old)
         env_state = jax.tree.map(keep, env_state, state.env_state)
-        obs = keep(obs, state.obs)
+        obs = keep(jnp.reshape(obs, self.observation_shape), state.obs)
         reward = jnp.where(live, jnp.asarray(reward, jnp.float32), 0.0)
         costs = jnp.where(live, costs, 0.0)
         ended = state.terminated | (live & jnp.asarray(terminated, bool))
@@ -325,17 +320,18 @@ def from_gymnax(
             ``Discrete`` or bounded ``Box`` action space (module docstring).
         env_params: its params; default ``env.default_params``.
         horizon: H >= 1, the number of stages of every episode.
-        cost_fn: ``cost_fn(state, action, next_state, env_params) -> (M,)`` float costs of a
-            stage (gymnax states); default: read ``info[cost_key]`` of ``step_env``.
-        cost_key: the info key of the costs when ``cost_fn`` is None.
-        num_constraints: M; default inferred from the cost's shape.
+        cost_fn: ``cost_fn(state, action, next_state, env_params) -> (M,)`` or ``()`` float
+            costs of a stage (gymnax states); default: read ``info[cost_key]`` of ``step_env``.
+            A cost of shape () is one constraint, paid as ``[c]``.
+        cost_key: the info key of the costs when ``cost_fn`` is None (a scalar or (M,)).
+        num_constraints: M; default inferred from the cost's shape (() gives 1).
         alpha: thresholds alpha^(k) >= 0, scalar or (M,) (``params.thresholds``); default 0.
     Returns:
         :class:`GymnaxEnv`; ``default_params`` holds ``env_params`` and the thresholds.
     Raises:
         ValueError (before any JIT): horizon < 1, an action space that is neither Discrete nor
             a bounded Box (an infinite ``action_space.low``/``high`` is named), an observation space that is neither Box nor Discrete, a missing cost (no ``cost_fn``
-            and no ``cost_key`` in ``info``), a cost that is not a 1-d float array of shape
+            and no ``cost_key`` in ``info``), a cost that is not a float array of shape () or
             (M,), or a bad ``num_constraints`` / ``alpha``.
     """
     own = "from_gymnax"
@@ -368,25 +364,17 @@ def from_gymnax(
     if cost_fn is None:
         if not isinstance(abstract_info, dict) or cost_key not in abstract_info:
             keys = sorted(abstract_info) if isinstance(abstract_info, dict) else []
-            raise ValueError(f"{own}: no cost: give cost_fn(state, action, next_state, params) -> (M,), or a gymnax "
-                             f"environment whose step_env info has {cost_key!r} (its info keys: {keys})")
+            raise ValueError(f"{own}: no cost: give cost_fn(state, action, next_state, params) -> (M,) or (), or a "
+                             f"gymnax environment whose step_env info has {cost_key!r} (its info keys: {keys})")
         cost = abstract_info[cost_key]
         source = f"info[{cost_key!r}]"
     else:
         cost = jax.eval_shape(lambda s, a, p: cost_fn(s, a, env.step_env(key, s, a, p)[1], p),
                               abstract_state, action, env_params)
         source = "cost_fn"
-    shape, dtype = tuple(getattr(cost, "shape", ())), getattr(cost, "dtype", None)
-    if dtype is None or not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"{own}: {source} must be a float array of shape (M,), found dtype {dtype} "
-                         "(cast it, e.g. (x > 1).astype(jnp.float32))")
-    if len(shape) != 1 or shape[0] < 1 or (num_constraints is not None and shape[0] != num_constraints):
-        want = "(M,) with M >= 1" if num_constraints is None else f"(M,) = ({num_constraints},)"
-        raise ValueError(f"{own}: {source} must have shape {want}, found {shape} (for one constraint return "
-                         "jnp.array([c]))")
-    m = shape[0]
+    m = cost_count(own, source, cost, num_constraints)
     return GymnaxEnv(env, env_params, horizon, cost_fn, cost_key, m, _thresholds(own, alpha, m), space,
-                     obs_shape, obs_dtype, gx_action_shape, gx_action_dtype)
+                     obs_shape or (1,), obs_dtype, gx_action_shape, gx_action_dtype)
 
 
 # ----------------------------------------------------------------------------- fhc_jax -> gymnax
@@ -414,15 +402,16 @@ def _view_classes() -> tuple[type, type, type]:
     class GymnaxView(gx.Environment):
         """An fhc_jax environment as a gymnax environment (see :func:`to_gymnax`)."""
 
-        def __init__(self, env: Environment):
+        def __init__(self, env: Environment, scalar_cost: bool = False):
             super().__init__()
             self.env = env
+            self.scalar_cost = scalar_cost
 
         def __hash__(self) -> int:
-            return hash(("to_gymnax", self.env))
+            return hash(("to_gymnax", self.env, self.scalar_cost))
 
         def __eq__(self, other: object) -> bool:
-            return type(other) is type(self) and other.env == self.env
+            return type(other) is type(self) and other.env == self.env and other.scalar_cost == self.scalar_cost
 
         @property
         def default_params(self) -> ViewParams:
@@ -435,12 +424,14 @@ def _view_classes() -> tuple[type, type, type]:
 
         def step_env(self, key: Array, state: ViewState, action: Array, params: ViewParams):
             """One stage; at the last one the final state's terminal reward and costs are added.
-            Returns (obs, state, reward (), terminated () = (h + 1 == H), info with "cost" (M,))."""
+            Returns (obs, state, reward (), terminated () = (h + 1 == H), info with "cost" (M,),
+            or () with ``scalar_cost``)."""
             env, p = self.env, params.env_params
             obs, inner, reward, costs, done, info = env.step(key, state.inner, self._action(action), p)
             reward = reward + jnp.where(done, env.terminal_reward(inner, p), 0.0).astype(reward.dtype)
             costs = costs + jnp.where(done, env.terminal_costs(inner, p), 0.0).astype(costs.dtype)
             new = ViewState(time=jnp.asarray(inner.time, jnp.int32), inner=inner)
+            costs = costs[0] if self.scalar_cost else costs
             return obs, new, reward, jnp.asarray(done, bool), {**info, "cost": costs}
 
         def is_terminated(self, state: ViewState, params: ViewParams) -> Array:
@@ -490,13 +481,15 @@ def _view_classes() -> tuple[type, type, type]:
     return ViewParams, ViewState, GymnaxView
 
 
-def to_gymnax(env: Environment) -> Any:
+def to_gymnax(env: Environment, *, scalar_cost: bool = False) -> Any:
     """Expose an fhc_jax environment as a gymnax environment (module docstring).
 
     ``gx = to_gymnax(env)``: ``gx.reset(key, gx.default_params) -> (obs, state)`` and
     ``gx.step(key, state, action, params) -> (obs, state, reward, terminated, truncated, info)``
     with auto-reset after H steps; ``info["cost"]`` holds the stage's costs (M,), and the last
-    stage's reward and costs include the terminal reward and costs of the final state. A box
+    stage's reward and costs include the terminal reward and costs of the final state. With
+    ``scalar_cost=True`` (one constraint only) ``info["cost"]`` is a scalar, shape (), as
+    code written for Safety-Gym, OmniSafe or safenax reads it. A box
     environment's ``gx.action_space(params)`` is ``gymnax.environments.spaces.Box(low, high,
     (d,), float32)``; its actions (any shape with d entries) are clipped by the environment.
 
@@ -505,12 +498,22 @@ def to_gymnax(env: Environment) -> Any:
     ``step`` through a host callback that runs only then, as ``jax.errors.JaxRuntimeError``),
     and params that do not fit the environment are refused (``Environment.check_params``).
 
+    Args:
+        env: an fhc_jax environment.
+        scalar_cost: report the cost of an environment with M = 1 as a scalar () rather than
+            the (1,) vector.
     Raises:
         ValueError: ``env`` is not an fhc_jax Environment, or declares a horizon, number of
-            constraints or number of actions that is not a positive int.
+            constraints or number of actions that is not a positive int; ``scalar_cost`` with
+            M != 1 (or not a bool).
     """
     check_static(env, "to_gymnax")
-    return _view_classes()[2](env)
+    if not isinstance(scalar_cost, bool):
+        raise ValueError(f"to_gymnax: scalar_cost must be True or False, found {scalar_cost!r}")
+    if scalar_cost and env.num_constraints != 1:
+        raise ValueError(f"to_gymnax: scalar_cost=True needs one constraint (M = 1); {env.name} has "
+                         f"M = {env.num_constraints}: use the default (M,) costs")
+    return _view_classes()[2](env, scalar_cost)
 
 
 # ----------------------------------------------------------------------------- registered tasks

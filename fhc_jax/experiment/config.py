@@ -38,6 +38,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import os
+import sys
 import typing
 from pathlib import Path
 from types import ModuleType
@@ -201,10 +203,30 @@ class EnvEntry:
         return self.name + (f" ({', '.join(changed)})" if changed else "")
 
 
+def importable_working_directory() -> str:
+    """Put the working directory first on ``sys.path`` (as ``python -m`` does), so that
+    ``--env module:Class`` finds ``module.py`` in the folder the command runs from; returns it."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    return cwd
+
+
 def _import(path: str) -> Any:
     module_name, _, attribute = path.partition(":")
+    cwd = importable_working_directory()
     try:
         module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        missing = err.name or module_name
+        if module_name == missing or module_name.startswith(missing + "."):
+            top = module_name.split(".")[0]
+            raise EnvironmentImportError(
+                f"env {path!r}: no module named {missing!r}: looked in the working directory {cwd} and on the Python "
+                f"path; run from the folder that holds {top}.py (or the {top}/ package), or add that folder to "
+                "PYTHONPATH") from None
+        raise EnvironmentImportError(f"env {path!r}: module {module_name!r} was found but importing it failed: "
+                                     f"{err}") from None
     except ImportError as err:
         raise EnvironmentImportError(f"env {path!r}: cannot import module {module_name!r}: {err}") from None
     try:
@@ -260,7 +282,16 @@ def load_environment(name: str) -> EnvEntry:
         raise ConfigError(f"unknown environment {name!r}; registered: {', '.join(ENVIRONMENTS)} "
                           "(or give module:ClassOrFactory of your own)")
     path = ENVIRONMENTS.get(name, name)
-    constructor = _import(path)
+    if name.startswith("brax:"):  # any Brax environment by name (fhc_jax.envs.brax_interop)
+        from fhc_jax.envs import brax_interop
+        try:
+            constructor = brax_interop.task_constructor(name[len("brax:"):])
+        except ImportError as err:
+            raise EnvironmentImportError(f"env {name!r}: {err}") from None
+        except ValueError as err:
+            raise ConfigError(f"env {name!r}: {err}") from None
+    else:
+        constructor = _import(path)
     if not callable(constructor):
         raise ConfigError(f"env {name!r}: {path} is not a class or function")
     moves = np.asarray(_import(ACTION_MOVES[name]), np.int64).reshape(-1, 2) if name in ACTION_MOVES else None

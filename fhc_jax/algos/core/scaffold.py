@@ -410,9 +410,8 @@ _SIGNATURE_NAMES = ("horizon H", "number of states S", "actions", "number of con
 
 def check_train_state(algo: Algorithm, train_state: Any, env, where: str) -> None:
     """Raise a one-line ``ValueError`` unless ``train_state`` is this learner's and was trained
-    on an environment with ``env``'s H, S, actions and M (issue: a state of another learner or
-    environment gave an AttributeError or a table of the wrong shape). ``where`` names the
-    public function (e.g. "policy_table")."""
+    on an environment with ``env``'s H, S, actions and M (rather than an AttributeError or a
+    table of the wrong shape later). ``where`` names the public function (e.g. "policy_table")."""
     owner = type(train_state).__module__
     mine = f"fhc_jax.algos.{algo.name}"
     if isinstance(train_state, TrainResult):

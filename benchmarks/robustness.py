@@ -57,8 +57,19 @@ import fhc_jax as fhc
 from fhc_jax.algos.core.scaffold import play_environment
 from fhc_jax.envs import suite
 from fhc_jax.experiment.config import MAX_EPISODES
-from fhc_jax.experiment.judge import DEFAULT_TOLERANCE, RULE_OF_THREE, Z95, cost_limits, cost_scale, step_cost_units
-from fhc_jax.experiment.rundir import RunDirectoryError, check_writable_file, machine_info
+from fhc_jax.experiment.judge import (
+    DEFAULT_TOLERANCE,
+    RULE_OF_THREE,
+    Z95,
+    cost_limits,
+    cost_scale,
+    step_cost_units,
+)
+from fhc_jax.experiment.rundir import (
+    RunDirectoryError,
+    check_writable_file,
+    machine_info,
+)
 
 LEARNERS = ("fh_constrained", "nn_constrained", "ecop", "ppo_lagrangian", "cpo", "saute")
 #: base key of the seeds (no tuning run used it)
@@ -294,7 +305,7 @@ class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr (``robustness.py: error: ...``),
     exit status 2."""
 
-    def error(self, message: str):  # noqa: D102 (argparse's hook)
+    def error(self, message: str):
         fail(message)
 
 

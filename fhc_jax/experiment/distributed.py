@@ -22,7 +22,8 @@ import json
 import re
 import sys
 import time
-from typing import Any, Callable, Mapping, NoReturn
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp

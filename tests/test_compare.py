@@ -272,4 +272,4 @@ def test_cli_runs_a_study_file(tmp_path, capsys):
     assert res["runs"][0]["num_iterations"] == 9 and res["runs"][1]["num_iterations"] == 6
     assert res["notes"] == ["two FH-Constrained critics"]
     assert "two FH-Constrained critics" in (out / "two_step_sizes.md").read_text()
-    assert "| FH-Constrained | tabular (h, s) | 9 x 8 * |" in capsys.readouterr().out
+    assert "| FH slow critic | tabular (h, s) | 9 x 8 * |" in capsys.readouterr().out  # rows by their label

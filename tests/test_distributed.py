@@ -160,12 +160,17 @@ def _one_process(args: list[str], devices: int) -> None:
 
 
 def _summary(path: Path) -> dict:
-    """summary.json without what depends on the machine and the clock."""
+    """summary.json without what depends on the machine and the clock, nor the values of the
+    in-training evaluations each seed's ``returned`` repeats (float32, they agree to rounding
+    across device counts: metrics.csv's exact columns are compared with a tolerance)."""
     s = json.loads(path.read_text())
     for key in ("machine", "timing"):
         s.pop(key, None)
     if s.get("optimum"):
         s["optimum"].pop("solve_time_s", None)
+    for row in s.get("seeds", []):
+        for key in ("reward", "costs", "last_reward", "last_costs"):
+            row.get("returned", {}).pop(key, None)
     return s
 
 

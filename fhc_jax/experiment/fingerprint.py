@@ -29,6 +29,7 @@ environments were fingerprinted says that it cannot check (:data:`NOT_RECORDED`)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import inspect
@@ -120,6 +121,15 @@ def tree_fingerprint(tree: Any) -> dict[str, Any]:
     return {"sha": h.hexdigest()[:32], "leaves": leaves}
 
 
+def _on_host() -> contextlib.AbstractContextManager:
+    """Computations on this process's CPU device (the same arithmetic wherever the run's
+    accelerators are; never another process's device), where JAX has a CPU backend."""
+    try:
+        return jax.default_device(jax.local_devices(backend="cpu")[0])
+    except RuntimeError:  # no CPU backend (JAX_PLATFORMS without cpu): the default device
+        return contextlib.nullcontext()
+
+
 def _canonical(x: Any, ids: set[int], depth: int = 0) -> Any:
     """A JSON-able, process-independent form of a static configuration (module docstring)."""
     from fhc_jax.envs.base import Environment
@@ -175,7 +185,7 @@ def _fingerprint(env: Any, params: Any) -> tuple[dict[str, Any], Any]:
     static = json.dumps(_canonical(env._static_config(), _ids(env)), sort_keys=True, default=str)
     model = None
     if env.has_exact_model:
-        with jax.default_device(jax.devices("cpu")[0]):
+        with _on_host():
             model = env.to_cmdp(params)
     fp = {"version": VERSION, "class": _qualname(type(env)), "static": _sha(static.encode()),
           "params": tree_fingerprint(params), "model": None if model is None else tree_fingerprint(model)}

@@ -93,6 +93,13 @@ def test_a_run_whose_environment_data_changed_is_not_resumed_or_judged_as_traine
     assert main(["eval", str(out), "--quiet"]) == 0
     text = capsys.readouterr().out
     assert "[as trained]" in text and "summary.json's values reproduced" in text
+    # a run directory written before environments were fingerprinted: resumed, and said so
+    cfg = json.loads((out / rundir.CONFIG).read_text())
+    del cfg["environment"]
+    rundir.write_json_atomic(out / rundir.CONFIG, cfg)
+    assert main(["train", "--resume", "--out", str(out), "--quiet", "--no-plots"]) == 0
+    assert (f"fhc-jax train: note: {out / rundir.CONFIG} was recorded before environments were fingerprinted: "
+            "cannot check that the environment is the one the run was trained on") in capsys.readouterr().err
 
 
 def test_compare_lists_rows_by_label_with_their_own_tolerance(tmp_path):

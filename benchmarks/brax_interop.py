@@ -105,18 +105,27 @@ def throughput(backend: str, k: int, h: int, repeats: int) -> dict:
         t = fhc.rollout(key, env, params, policy, k)
         return t.observations, t.actions, t.rewards, t.costs
 
-    loops = {"brax jit(vmap(step)) in lax.scan": raw, "fhc_jax.rollout_returns": returns,
-             "fhc_jax.rollout": trajectories}
+    loops = {
+        "brax jit(vmap(step)) in lax.scan": raw,
+        "fhc_jax.rollout_returns": returns,
+        "fhc_jax.rollout": trajectories,
+    }
     compiled, compile_s = {}, {}
     for name, fn in loops.items():
         compile_s[name], compiled[name] = _compile(fn)
     run_s = _interleaved(compiled, repeats)
     rows = {}
     for name in loops:
-        rows[name] = {"compile_s": round(compile_s[name], 2), "run_s": run_s[name],
-                      "env_steps_per_s": k * h / run_s[name]}
-        print(f"  {backend:<12} {name:<34} compile {compile_s[name]:6.1f} s  run {1e3 * run_s[name]:8.1f} ms  "
-              f"{k * h / run_s[name] / 1e3:8.1f}k steps/s", flush=True)
+        rows[name] = {
+            "compile_s": round(compile_s[name], 2),
+            "run_s": run_s[name],
+            "env_steps_per_s": k * h / run_s[name],
+        }
+        print(
+            f"  {backend:<12} {name:<34} compile {compile_s[name]:6.1f} s  run {1e3 * run_s[name]:8.1f} ms  "
+            f"{k * h / run_s[name] / 1e3:8.1f}k steps/s",
+            flush=True,
+        )
     base = rows["brax jit(vmap(step)) in lax.scan"]["run_s"]
     for row in rows.values():
         row["speed_vs_brax"] = base / row["run_s"]
@@ -128,8 +137,12 @@ def monte_carlo(env, params, policy, episodes: int) -> dict:
     out = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(1), env, params, policy, episodes)
     r, c = np.asarray(out.rewards, np.float64), np.asarray(out.costs, np.float64)
     hw = Z95 / np.sqrt(episodes)
-    return {"reward": float(r.mean()), "reward_half_width": float(hw * r.std(ddof=1)),
-            "costs": c.mean(0).tolist(), "cost_half_width": (hw * c.std(0, ddof=1)).tolist()}
+    return {
+        "reward": float(r.mean()),
+        "reward_half_width": float(hw * r.std(ddof=1)),
+        "costs": c.mean(0).tolist(),
+        "cost_half_width": (hw * c.std(0, ddof=1)).tolist(),
+    }
 
 
 def train(learner: str, seeds: int, episodes: int, alpha: float) -> dict:
@@ -152,25 +165,45 @@ def train(learner: str, seeds: int, episodes: int, alpha: float) -> dict:
         play_env, play_params = fhc.algos.learner.play_environment(module, state, env, params)
         mc = monte_carlo(play_env, play_params, module.policy(state, play_env, play_params), episodes)
         upper = np.asarray(mc["costs"]) + np.asarray(mc["cost_half_width"])
-        mc.update(seed=i, cost_upper_95=upper.tolist(), within_budget=bool(np.all(upper <= limit)),
-                  status_ok=bool(np.asarray(out.status.ok)[i]))
+        mc.update(
+            seed=i,
+            cost_upper_95=upper.tolist(),
+            within_budget=bool(np.all(upper <= limit)),
+            status_ok=bool(np.asarray(out.status.ok)[i]),
+        )
         rows.append(mc)
-        print(f"  seed {i}: reward {mc['reward']:.2f} +- {mc['reward_half_width']:.2f}, cost {mc['costs'][0]:.2f} "
-              f"+- {mc['cost_half_width'][0]:.2f} (alpha {alpha:g}), within budget {mc['within_budget']}", flush=True)
+        print(
+            f"  seed {i}: reward {mc['reward']:.2f} +- {mc['reward_half_width']:.2f}, cost {mc['costs'][0]:.2f} "
+            f"+- {mc['cost_half_width'][0]:.2f} (alpha {alpha:g}), within budget {mc['within_budget']}",
+            flush=True,
+        )
     zero = lambda key, obs, h: jnp.zeros((1,), jnp.float32)
-    yardsticks = {"zero force": monte_carlo(env, params, zero, episodes),
-                  "uniformly random": monte_carlo(env, params, fhc.random_policy(env), episodes)}
+    yardsticks = {
+        "zero force": monte_carlo(env, params, zero, episodes),
+        "uniformly random": monte_carlo(env, params, fhc.random_policy(env), episodes),
+    }
     for name, mc in yardsticks.items():
-        print(f"  {name}: reward {mc['reward']:.2f} +- {mc['reward_half_width']:.2f}, cost {mc['costs'][0]:.2f}",
-              flush=True)
+        print(
+            f"  {name}: reward {mc['reward']:.2f} +- {mc['reward_half_width']:.2f}, cost {mc['costs'][0]:.2f}",
+            flush=True,
+        )
     config = module.Config()
-    return {"learner": learner, "config": "Config()",
-            "env": f"brax:{ENV} (spring), H = 100, cost |a|^2, alpha = {alpha:g}",
-            "seeds": seeds, "episodes": episodes, "num_iterations": config.num_iterations,
-            "episodes_per_iteration": config.episodes_per_iteration, "compile_s": round(compile_s, 1),
-            "run_s": round(run_s, 1), "wall_s": round(compile_s + run_s, 1), "seed_results": rows,
-            "within_budget_seeds": sum(r["within_budget"] for r in rows), "yardsticks": yardsticks,
-            "machine": machine_info()}
+    return {
+        "learner": learner,
+        "config": "Config()",
+        "env": f"brax:{ENV} (spring), H = 100, cost |a|^2, alpha = {alpha:g}",
+        "seeds": seeds,
+        "episodes": episodes,
+        "num_iterations": config.num_iterations,
+        "episodes_per_iteration": config.episodes_per_iteration,
+        "compile_s": round(compile_s, 1),
+        "run_s": round(run_s, 1),
+        "wall_s": round(compile_s + run_s, 1),
+        "seed_results": rows,
+        "within_budget_seeds": sum(r["within_budget"] for r in rows),
+        "yardsticks": yardsticks,
+        "machine": machine_info(),
+    }
 
 
 def main() -> None:
@@ -197,20 +230,32 @@ def main() -> None:
             rows[f"{backend}: {name}"] = row
     print(f"{'pipeline: loop':<48} {'compile s':>9} {'run ms':>9} {'steps/s':>10} {'vs brax':>8}")
     for name, row in rows.items():
-        print(f"{name:<48} {row['compile_s']:>9.1f} {1e3 * row['run_s']:>9.1f} {row['env_steps_per_s'] / 1e3:>9.1f}k "
-              f"{row['speed_vs_brax']:>7.2f}x")
-    out = {**source, "benchmark": "brax_interop", "env": f"brax {ENV} via from_brax (control-effort cost |a|^2)",
-           "brax_version": getattr(brax, "__version__", "unknown"), "episodes": k, "horizon": h,
-           "repeats": args.repeats, "rows": rows, "machine": machine_info(),
-           # the machine may be shared: the load during the run puts the speeds in context
-           "load_average_1_5_15_min": [round(x, 1) for x in os.getloadavg()]}
+        print(
+            f"{name:<48} {row['compile_s']:>9.1f} {1e3 * row['run_s']:>9.1f} {row['env_steps_per_s'] / 1e3:>9.1f}k "
+            f"{row['speed_vs_brax']:>7.2f}x"
+        )
+    out = {
+        **source,
+        "benchmark": "brax_interop",
+        "env": f"brax {ENV} via from_brax (control-effort cost |a|^2)",
+        "brax_version": getattr(brax, "__version__", "unknown"),
+        "episodes": k,
+        "horizon": h,
+        "repeats": args.repeats,
+        "rows": rows,
+        "machine": machine_info(),
+        # the machine may be shared: the load during the run puts the speeds in context
+        "load_average_1_5_15_min": [round(x, 1) for x in os.getloadavg()],
+    }
     path = Path(args.out)
     if args.train:
         print(f"training {args.learner} Config() on brax:{ENV}, {args.seeds} seeds")
         out["training"] = train(args.learner, args.seeds, args.episodes, args.alpha)
         t = out["training"]
-        print(f"{args.learner}: {t['within_budget_seeds']}/{args.seeds} seeds within budget; "
-              f"compile {t['compile_s']} s, train {t['run_s']} s")
+        print(
+            f"{args.learner}: {t['within_budget_seeds']}/{args.seeds} seeds within budget; "
+            f"compile {t['compile_s']} s, train {t['run_s']} s"
+        )
     elif path.exists():  # keep the last training record
         previous = json.loads(path.read_text())
         if "training" in previous:

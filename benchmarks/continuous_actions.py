@@ -24,25 +24,28 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import fhc_jax as fhc
 import numpy as np
+from battery import print_quality, quality, throughput
+from judge import machine_info
+from timing import provenance
+
+import fhc_jax as fhc
 from fhc_jax.algos import cpo, ecop, nn_constrained, ppo_lagrangian
 from fhc_jax.envs import gymnax_interop
 from fhc_jax.experiment import judge
 from fhc_jax.experiment.judgement import Optimum
 from fhc_jax.experiment.rundir import write_json_atomic
 
-from battery import print_quality, quality, throughput
-from judge import machine_info
-from timing import provenance
-
 LEARNERS = {"nn-constrained": nn_constrained, "ecop": ecop, "ppo-lag": ppo_lagrangian, "cpo": cpo}
 
 
 def make_task(name: str, alpha: float | None = None):
     if name == "battery":
-        env = fhc.BatteryStorage(continuous_actions=True) if alpha is None else \
-            fhc.BatteryStorage(continuous_actions=True, cycle_budget=alpha)
+        env = (
+            fhc.BatteryStorage(continuous_actions=True)
+            if alpha is None
+            else fhc.BatteryStorage(continuous_actions=True, cycle_budget=alpha)
+        )
     else:
         env = gymnax_interop.pendulum() if alpha is None else gymnax_interop.pendulum(alpha=alpha)
     return env, env.default_params
@@ -67,15 +70,25 @@ def main() -> None:
 
     env, params = make_task(args.task)
     learners = {n: LEARNERS[n] for n in args.learners.split(",")}
-    result: dict = {**source, "machine": machine_info(), "env": repr(env), "horizon": env.horizon,
-                    "action_space": str(env.action_space), "speed": {}, "quality": {}}
+    result: dict = {
+        **source,
+        "machine": machine_info(),
+        "env": repr(env),
+        "horizon": env.horizon,
+        "action_space": str(env.action_space),
+        "speed": {},
+        "quality": {},
+    }
     if not args.no_speed:
         for name, module in learners.items():
             rows = [throughput(env, params, module, k, args.speed_iterations, args.repeats) for k in args.batch_sizes]
             result["speed"][name] = rows
             for r in rows:
-                print(f"[speed] {name:15s} K={r['K']:>6}: {r['env_steps_per_s'] / 1e6:8.3f}M env-steps/s "
-                      f"(run {r['run_s']:.3f} s, compile {r['compile_s']:.1f} s)", flush=True)
+                print(
+                    f"[speed] {name:15s} K={r['K']:>6}: {r['env_steps_per_s'] / 1e6:8.3f}M env-steps/s "
+                    f"(run {r['run_s']:.3f} s, compile {r['compile_s']:.1f} s)",
+                    flush=True,
+                )
     if args.quality:
         if args.task == "battery":
             reference = judge.reference_optimum(env, params, args.episodes)
@@ -86,15 +99,28 @@ def main() -> None:
             best = max(q["seeds"], key=lambda r: r["exact_reward"])
             result["unconstrained_ppo"] = q
             mc_cost = np.asarray(best["exact_costs"], np.float64)
-            reference = Optimum(reward=float(best["exact_reward"]), costs=mc_cost, multipliers=np.zeros(1),
-                                policy=None, stage_costs=None, stage_rewards=None, solve_time_s=0.0)
+            reference = Optimum(
+                reward=float(best["exact_reward"]),
+                costs=mc_cost,
+                multipliers=np.zeros(1),
+                policy=None,
+                stage_costs=None,
+                stage_rewards=None,
+                solve_time_s=0.0,
+            )
             label = "unconstrained PPO (alpha = 1e9, best of its seeds)"
             for row in q["seeds"]:
-                print(f"[quality] unconstrained PPO seed {row['seed']}: {row['exact_reward']:9.2f}, "
-                      f"cost {row['exact_costs']}", flush=True)
+                print(
+                    f"[quality] unconstrained PPO seed {row['seed']}: {row['exact_reward']:9.2f}, "
+                    f"cost {row['exact_costs']}",
+                    flush=True,
+                )
         result["reference"] = reference.as_dict()
-        print(f"[quality] {label}: {reference.reward:.2f} at costs {np.round(reference.costs, 4).tolist()} "
-              f"(alpha {np.asarray(env.thresholds(params)).tolist()})", flush=True)
+        print(
+            f"[quality] {label}: {reference.reward:.2f} at costs {np.round(reference.costs, 4).tolist()} "
+            f"(alpha {np.asarray(env.thresholds(params)).tolist()})",
+            flush=True,
+        )
         for name, module in learners.items():
             q = quality(env, params, module, args.seeds, args.episodes, args.iterations, reference)
             result["quality"][name] = q

@@ -46,11 +46,26 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fhc_jax.experiment.rundir import load_average, machine_info  # noqa: E402
 from timing import provenance  # noqa: E402
 
-SMALL = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=40", "--set",
-         "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0", "--seeds", "4"]
+from fhc_jax.experiment.rundir import load_average, machine_info  # noqa: E402
+
+SMALL = [
+    "--set",
+    "env.size=3",
+    "--set",
+    "env.horizon=4",
+    "--set",
+    "num_iterations=40",
+    "--set",
+    "episodes_per_iteration=8",
+    "--set",
+    "run.chunk_size=5",
+    "--set",
+    "env.alpha=3.0",
+    "--seeds",
+    "4",
+]
 
 
 def _port() -> int:
@@ -74,8 +89,16 @@ def _run_timed(commands: list[list[str]], env: dict[str, str]) -> tuple[float, f
     """:func:`_run`, and the CPU seconds (user + system) of the commands and their children."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-m", "fhc_jax.cli", *c], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True) for c in commands]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "fhc_jax.cli", *c],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for c in commands
+    ]
     errors = [p.communicate()[1] for p in procs]
     wall = time.perf_counter() - t0
     for p, err in zip(procs, errors):
@@ -100,13 +123,16 @@ def _summary(path: Path) -> dict:
 
 def _same(a: Path, b: Path) -> dict[str, bool]:
     pa, pb = np.load(a / "policy.npz"), np.load(b / "policy.npz")
-    return {"metrics_csv": (a / "metrics.csv").read_bytes() == (b / "metrics.csv").read_bytes(),
-            "policy_npz": set(pa) == set(pb) and all(np.array_equal(pa[k], pb[k]) for k in pa),
-            "summary_json": _summary(a) == _summary(b)}
+    return {
+        "metrics_csv": (a / "metrics.csv").read_bytes() == (b / "metrics.csv").read_bytes(),
+        "policy_npz": set(pa) == set(pb) and all(np.array_equal(pa[k], pb[k]) for k in pa),
+        "summary_json": _summary(a) == _summary(b),
+    }
 
 
 def _exact_rel_diff(a: Path, b: Path) -> float:
     """Largest relative difference of the exact_* columns of two metrics.csv files."""
+
     def columns(path: Path) -> dict[str, np.ndarray]:
         with (path / "metrics.csv").open() as f:
             rows = list(csv.DictReader(f))
@@ -118,6 +144,7 @@ def _exact_rel_diff(a: Path, b: Path) -> float:
 
 def _training_identical(a: Path, b: Path) -> bool:
     """metrics.csv equal in every column but the exact evaluations."""
+
     def rows(path: Path) -> list[dict]:
         with (path / "metrics.csv").open() as f:
             return [{k: v for k, v in r.items() if not k.startswith("exact_")} for r in csv.DictReader(f)]
@@ -129,7 +156,7 @@ def overhead(root: Path, repeats: int) -> dict:
     times: dict[str, list[float]] = {"plain": [], "distributed": []}
     cpu: dict[str, list[float]] = {"plain": [], "distributed": []}
     for r in range(repeats):
-        for mode in (("plain", "distributed") if r % 2 == 0 else ("distributed", "plain")):
+        for mode in ("plain", "distributed") if r % 2 == 0 else ("distributed", "plain"):
             out = root / f"{mode}_{r}"
             cmd = ["train", "--seeds", "5", "--out", str(out)]
             if mode == "distributed":
@@ -141,12 +168,17 @@ def overhead(root: Path, repeats: int) -> dict:
     same = _same(root / "plain_0", root / "distributed_0")
     median = {m: float(np.median(t)) for m, t in times.items()}
     median_cpu = {m: float(np.median(t)) for m, t in cpu.items()}
-    return {"command": "fhc-jax train --seeds 5 --out DIR [--coordinator localhost:PORT --num-processes 1 "
-                       "--process-id 0]",
-            "repeats": repeats, "wall_s": times, "median_wall_s": median,
-            "overhead": median["distributed"] / median["plain"] - 1,
-            "cpu_s": cpu, "median_cpu_s": median_cpu,
-            "cpu_overhead": median_cpu["distributed"] / median_cpu["plain"] - 1, "identical_results": same}
+    return {
+        "command": "fhc-jax train --seeds 5 --out DIR [--coordinator localhost:PORT --num-processes 1 --process-id 0]",
+        "repeats": repeats,
+        "wall_s": times,
+        "median_wall_s": median,
+        "overhead": median["distributed"] / median["plain"] - 1,
+        "cpu_s": cpu,
+        "median_cpu_s": median_cpu,
+        "cpu_overhead": median_cpu["distributed"] / median_cpu["plain"] - 1,
+        "identical_results": same,
+    }
 
 
 def processes(root: Path) -> list[dict]:
@@ -160,20 +192,35 @@ def processes(root: Path) -> list[dict]:
     rows.append({"layout": "1 process, 1 device", "processes": 1, "devices": 1, "wall_s": walls[base.name]})
     for devices in (2, 4):
         out = root / f"one_process_{devices}_devices"
-        rows.append({"layout": f"1 process, {devices} devices", "processes": 1, "devices": devices,
-                     "wall_s": walls[out.name], "identical_to_one_device": _same(out, base),
-                     "training_identical_to_one_device": _training_identical(out, base),
-                     "exact_max_rel_diff_vs_one_device": _exact_rel_diff(out, base)})
+        rows.append(
+            {
+                "layout": f"1 process, {devices} devices",
+                "processes": 1,
+                "devices": devices,
+                "wall_s": walls[out.name],
+                "identical_to_one_device": _same(out, base),
+                "training_identical_to_one_device": _training_identical(out, base),
+                "exact_max_rel_diff_vs_one_device": _exact_rel_diff(out, base),
+            }
+        )
     for n in (2, 4):
         out, port = root / f"{n}_processes", _port()
-        wall = _run([["train", *SMALL, "--out", str(out), "--no-plots", *_cluster(n, i, port)] for i in range(n)],
-                    _env())
+        wall = _run(
+            [["train", *SMALL, "--out", str(out), "--no-plots", *_cluster(n, i, port)] for i in range(n)], _env()
+        )
         print(f"processes: {n} processes: {wall:.1f} s", flush=True)
-        rows.append({"layout": f"{n} processes, 1 device each", "processes": n, "devices": n, "wall_s": wall,
-                     "identical_to_one_process_same_devices": _same(out, root / f"one_process_{n}_devices"),
-                     "identical_to_one_device": _same(out, base),
-                     "training_identical_to_one_device": _training_identical(out, base),
-                     "exact_max_rel_diff_vs_one_device": _exact_rel_diff(out, base)})
+        rows.append(
+            {
+                "layout": f"{n} processes, 1 device each",
+                "processes": n,
+                "devices": n,
+                "wall_s": wall,
+                "identical_to_one_process_same_devices": _same(out, root / f"one_process_{n}_devices"),
+                "identical_to_one_device": _same(out, base),
+                "training_identical_to_one_device": _training_identical(out, base),
+                "exact_max_rel_diff_vs_one_device": _exact_rel_diff(out, base),
+            }
+        )
     return rows
 
 
@@ -190,8 +237,9 @@ def main() -> None:
     load_start = load_average()
     try:
         result = {**source, "machine": machine_info(), "load_average_start": load_start}
-        result["overhead_one_process"] = previous.get("overhead_one_process") if args.skip_overhead \
-            else overhead(root, args.repeats)
+        result["overhead_one_process"] = (
+            previous.get("overhead_one_process") if args.skip_overhead else overhead(root, args.repeats)
+        )
         result["small_run"] = "gridworld 3x3, H = 4, 40 updates x K = 8 episodes x 4 seeds, chunks of 5"
         result["processes"] = previous.get("processes") if args.skip_processes else processes(root)
         result["load_average_end"] = load_average()

@@ -46,11 +46,26 @@ def _train_and_judge_keys(env, params, train, policy_tables, keys) -> Judged:
     out = jax.block_until_ready(compiled(keys))
     wall = time.perf_counter() - t0
     judged, _ = judge.judge_policies(cmdp, policy_tables(out.state), optimum=best)
-    rows = [{"seed": i, "exact_reward": float(judged.reward[i]), "exact_cost": float(judged.costs[i, 0]),
-             "gap_to_optimum": float(judged.gap[i]), "reward_fraction_of_optimum": float(judged.fraction_of_optimum[i]),
-             "cost_ok": bool(judged.feasible[i])} for i in range(keys.shape[0])]
-    return Judged(out=out, best=best, judgement=judged, alpha=float(cmdp.thresholds[0]), wall_s=wall,
-                  compile_s=compile_s, rows=rows)
+    rows = [
+        {
+            "seed": i,
+            "exact_reward": float(judged.reward[i]),
+            "exact_cost": float(judged.costs[i, 0]),
+            "gap_to_optimum": float(judged.gap[i]),
+            "reward_fraction_of_optimum": float(judged.fraction_of_optimum[i]),
+            "cost_ok": bool(judged.feasible[i]),
+        }
+        for i in range(keys.shape[0])
+    ]
+    return Judged(
+        out=out,
+        best=best,
+        judgement=judged,
+        alpha=float(cmdp.thresholds[0]),
+        wall_s=wall,
+        compile_s=compile_s,
+        rows=rows,
+    )
 
 
 def quality(module, env, params, config, seeds: int, heldout: bool) -> dict:
@@ -68,9 +83,13 @@ def quality(module, env, params, config, seeds: int, heldout: bool) -> dict:
         row["learned_multiplier"] = float(nu[i])
         if weight is not None:
             row["penalty_weight"] = float(np.asarray(weight)[i, -1, 0])
-    return {"observation": config.observation, "num_iterations": config.num_iterations,
-            "episodes_per_iteration": config.episodes_per_iteration, "seed_set": "heldout" if heldout else "split",
-            **j.summary()}
+    return {
+        "observation": config.observation,
+        "num_iterations": config.num_iterations,
+        "episodes_per_iteration": config.episodes_per_iteration,
+        "seed_set": "heldout" if heldout else "split",
+        **j.summary(),
+    }
 
 
 def main() -> None:
@@ -93,18 +112,23 @@ def main() -> None:
     result = json.loads(out.read_text()) if out.exists() else {}
     result.update(source)
     result["machine"] = machine_info()
-    result["default_config"] = {k: (v if isinstance(v, (int, float, str, bool)) else repr(v))
-                                for k, v in vars(module.Config()).items()}
+    result["default_config"] = {
+        k: (v if isinstance(v, (int, float, str, bool)) else repr(v)) for k, v in vars(module.Config()).items()
+    }
     result.setdefault("quality", {})[name] = q
-    print(f"[{args.algo} {name}] {q['wall_s_including_compile']:.1f}s incl. {q['compile_s']:.1f}s compile; "
-          f"optimum {q['optimum_reward']:.2f} (nu* {q['optimal_multiplier']:.3f}); feasible (cost <= "
-          f"{1 + judge.DEFAULT_TOLERANCE:.2f} alpha) on {q['cost_ok_seeds']}/{args.seeds} seeds; worst "
-          f"{100 * q['min_reward_fraction']:.1f}% of the optimum")
+    print(
+        f"[{args.algo} {name}] {q['wall_s_including_compile']:.1f}s incl. {q['compile_s']:.1f}s compile; "
+        f"optimum {q['optimum_reward']:.2f} (nu* {q['optimal_multiplier']:.3f}); feasible (cost <= "
+        f"{1 + judge.DEFAULT_TOLERANCE:.2f} alpha) on {q['cost_ok_seeds']}/{args.seeds} seeds; worst "
+        f"{100 * q['min_reward_fraction']:.1f}% of the optimum"
+    )
     for r in q["seeds"]:
         extra = f" weight {r['penalty_weight']:.3f}" if "penalty_weight" in r else ""
-        print(f"   seed {r['seed']}: reward {r['exact_reward']:.2f} ({100 * r['reward_fraction_of_optimum']:.1f}%) "
-              f"cost {r['exact_cost']:.2f} nu {r['learned_multiplier']:.3f}{extra}"
-              f"{'' if r['cost_ok'] else '  VIOLATES'}")
+        print(
+            f"   seed {r['seed']}: reward {r['exact_reward']:.2f} ({100 * r['reward_fraction_of_optimum']:.1f}%) "
+            f"cost {r['exact_cost']:.2f} nu {r['learned_multiplier']:.3f}{extra}"
+            f"{'' if r['cost_ok'] else '  VIOLATES'}"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print("wrote", out)

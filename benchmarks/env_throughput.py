@@ -60,10 +60,15 @@ def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer batch sizes and repetitions")
     parser.add_argument("--devices", type=int, default=1, help="XLA host devices for a sharded row")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="timed runs per row, after one warm-up (default 21; --quick: 5)")
-    parser.add_argument("--batch-sizes", type=lambda v: [int(x) for x in v.split(",")], default=None,
-                        help="comma-separated K values (default 1,256,4096,16384; --quick: 1,256,4096)")
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="timed runs per row, after one warm-up (default 21; --quick: 5)"
+    )
+    parser.add_argument(
+        "--batch-sizes",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=None,
+        help="comma-separated K values (default 1,256,4096,16384; --quick: 1,256,4096)",
+    )
     parser.add_argument("--policy-batch-size", type=int, default=4096, help="K of the policies table (default 4096)")
     parser.add_argument("--policy-repeats", type=int, default=7, help="timed runs per policies row (default 7)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "env_throughput.json"))
@@ -77,15 +82,16 @@ if ARGS is not None and ARGS.devices > 1:  # must happen before JAX initialises 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from timing import provenance  # noqa: E402
 
+import fhc_jax as fhc  # noqa: E402
 from fhc_jax.cmdp.evaluate import evaluate  # noqa: E402
 from fhc_jax.envs import GridWorld  # noqa: E402
-from fhc_jax.experiment.rundir import machine_info  # noqa: E402
-from timing import provenance  # noqa: E402
-from fhc_jax.experiment.rundir import write_json_atomic  # noqa: E402
-import fhc_jax as fhc  # noqa: E402
+from fhc_jax.experiment.rundir import (  # noqa: E402
+    machine_info,
+    write_json_atomic,
+)
 from fhc_jax.rollout import episode, rollout, rollout_returns, uniform_random_policy  # noqa: E402
-
 
 # ----------------------------------------------------------------------------- numpy references
 
@@ -131,9 +137,14 @@ def numpy_rollout(rng: np.random.Generator, t: dict, num_episodes: int) -> dict:
         costs[h] = t["cost_map"][:, h, s2]
         s = s2
     return dict(
-        states=states.T, observations=obs.transpose(1, 0, 2), actions=actions.T, rewards=rewards.T,
-        costs=costs.transpose(2, 0, 1), next_states=next_states.T,
-        terminal_rewards=t["terminal_rewards"][s], terminal_costs=t["terminal_costs"][:, s].T,
+        states=states.T,
+        observations=obs.transpose(1, 0, 2),
+        actions=actions.T,
+        rewards=rewards.T,
+        costs=costs.transpose(2, 0, 1),
+        next_states=next_states.T,
+        terminal_rewards=t["terminal_rewards"][s],
+        terminal_costs=t["terminal_costs"][:, s].T,
     )
 
 
@@ -197,9 +208,11 @@ def bench_jax(env, params, k: int, repeats: int, sharding=None, returns_only: bo
     elif sharding is None:
         fn = jax.jit(lambda key, p: rollout(key, env, p, policy, k))
     else:  # episodes sharded over the host devices: each device runs K / D of them
+
         def fn_(key, p):
             keys = jax.lax.with_sharding_constraint(jax.random.split(key, k), sharding)
             return jax.vmap(lambda e: episode(e, env, p, policy))(keys)
+
         fn = jax.jit(fn_)
     t0 = time.perf_counter()
     compiled = fn.lower(jax.random.key(0), params).compile()
@@ -267,14 +280,30 @@ def policy_rows(env, params, k: int, repeats: int) -> list[dict]:
             else:
                 fn = lambda key, policy=policy: fhc.rollout_returns(key, env, params, policy, k)
             t = time_call(fn, jax.random.key, repeats)
-            rows.append(dict(policy=name, call=kind, record="all" if kind == "rollout" else None, K=k, **t,
-                             steps_per_s=k * env.horizon / t["median_s"]))
+            rows.append(
+                dict(
+                    policy=name,
+                    call=kind,
+                    record="all" if kind == "rollout" else None,
+                    K=k,
+                    **t,
+                    steps_per_s=k * env.horizon / t["median_s"],
+                )
+            )
     uniform = policies["uniform (fast path)"]
     for record in (("states", "actions", "rewards", "costs"), ("states", "actions")):
         fn = lambda key, record=record: fhc.rollout(key, env, params, uniform, k, record=record)
         t = time_call(fn, jax.random.key, repeats)
-        rows.append(dict(policy="uniform (fast path)", call="rollout", record=list(record), K=k, **t,
-                         steps_per_s=k * env.horizon / t["median_s"]))
+        rows.append(
+            dict(
+                policy="uniform (fast path)",
+                call="rollout",
+                record=list(record),
+                K=k,
+                **t,
+                steps_per_s=k * env.horizon / t["median_s"],
+            )
+        )
     return rows
 
 
@@ -314,20 +343,34 @@ def main(args: argparse.Namespace) -> dict:
         jx = bench_jax(env, params, k, repeats)
         numpy_rollout(rng, tables, k)  # warm-up
         np_s, np_runs = median_time(lambda: numpy_rollout(rng, tables, k), repeats)
-        rows.append(dict(K=k, **jx, numpy_median_s=np_s, numpy_runs_s=np_runs,
-                         numpy_steps_per_s=k * horizon / np_s,
-                         ratio_vs_numpy=jx["steps_per_s"] / (k * horizon / np_s),
-                         ratio_vs_numpy_one_episode=jx["steps_per_s"] / single_rate))
+        rows.append(
+            dict(
+                K=k,
+                **jx,
+                numpy_median_s=np_s,
+                numpy_runs_s=np_runs,
+                numpy_steps_per_s=k * horizon / np_s,
+                ratio_vs_numpy=jx["steps_per_s"] / (k * horizon / np_s),
+                ratio_vs_numpy_one_episode=jx["steps_per_s"] / single_rate,
+            )
+        )
     # Monte-Carlo evaluation: episode totals only (fhc_jax.rollout_returns), no trajectory arrays
     returns_rows = []
     for k in batch_sizes:
         jx = bench_jax(env, params, k, repeats, returns_only=True)
         numpy_returns(rng, tables, k)  # warm-up
         np_s, np_runs = median_time(lambda: numpy_returns(rng, tables, k), repeats)
-        returns_rows.append(dict(K=k, **jx, numpy_median_s=np_s, numpy_runs_s=np_runs,
-                                 numpy_steps_per_s=k * horizon / np_s,
-                                 ratio_vs_numpy=jx["steps_per_s"] / (k * horizon / np_s),
-                                 ratio_vs_numpy_one_episode=jx["steps_per_s"] / single_rate))
+        returns_rows.append(
+            dict(
+                K=k,
+                **jx,
+                numpy_median_s=np_s,
+                numpy_runs_s=np_runs,
+                numpy_steps_per_s=k * horizon / np_s,
+                ratio_vs_numpy=jx["steps_per_s"] / (k * horizon / np_s),
+                ratio_vs_numpy_one_episode=jx["steps_per_s"] / single_rate,
+            )
+        )
     # the numpy reference has the same semantics: compare mean episode rewards and costs
     k = 4096
     traj = jax.jit(lambda key: rollout(key, env, params, uniform_random_policy(9), k))(jax.random.key(99))
@@ -336,12 +379,23 @@ def main(args: argparse.Namespace) -> dict:
     check = {}
     for name, a, b, m in (
         ("reward", np.asarray(traj.episode_rewards), ref["rewards"].sum(1) + ref["terminal_rewards"], exact.reward),
-        ("cost", np.asarray(traj.episode_costs[:, 0]), ref["costs"][:, :, 0].sum(1) + ref["terminal_costs"][:, 0], exact.costs[0]),
+        (
+            "cost",
+            np.asarray(traj.episode_costs[:, 0]),
+            ref["costs"][:, :, 0].sum(1) + ref["terminal_costs"][:, 0],
+            exact.costs[0],
+        ),
     ):
         se = float(np.sqrt(a.var() / a.size + b.var() / b.size))
-        check[name] = dict(jax=float(a.mean()), numpy=float(b.mean()), se=se, z=float((a.mean() - b.mean()) / se),
-                           exact=float(m), z_jax_exact=float((a.mean() - m) / np.sqrt(a.var() / a.size)),
-                           z_numpy_exact=float((b.mean() - m) / np.sqrt(b.var() / b.size)))
+        check[name] = dict(
+            jax=float(a.mean()),
+            numpy=float(b.mean()),
+            se=se,
+            z=float((a.mean() - b.mean()) / se),
+            exact=float(m),
+            z_jax_exact=float((a.mean() - m) / np.sqrt(a.var() / a.size)),
+            z_numpy_exact=float((b.mean() - m) / np.sqrt(b.var() / b.size)),
+        )
 
     # policies as users write them (rollout and rollout_returns), and compact records
     policies = policy_rows(env, params, args.policy_batch_size, args.policy_repeats)
@@ -354,36 +408,55 @@ def main(args: argparse.Namespace) -> dict:
         for k in [b for b in batch_sizes if b % args.devices == 0 and b >= 256]:
             sharded.append(dict(K=k, devices=args.devices, **bench_jax(env, params, k, repeats, spec)))
 
-    header = f"{'K':>6} {'compile s':>10} {'run ms':>10} {'env-steps/s':>13} {'numpy ms':>10} {'numpy steps/s':>14} {'vs numpy':>9} {'vs 1-ep':>8}"
+    header = (
+        f"{'K':>6} {'compile s':>10} {'run ms':>10} {'env-steps/s':>13} {'numpy ms':>10} {'numpy steps/s':>14} "
+        f"{'vs numpy':>9} {'vs 1-ep':>8}"
+    )
     print(f"GridWorld {env.size}x{env.size}, H={horizon}, uniform random policy; median of {repeats} runs")
     print(header)
     for r in rows:
-        print(f"{r['K']:>6} {r['compile_s']:>10.2f} {r['median_s'] * 1e3:>10.2f} {r['steps_per_s']:>13.3g} "
-              f"{r['numpy_median_s'] * 1e3:>10.2f} {r['numpy_steps_per_s']:>14.3g} {r['ratio_vs_numpy']:>8.2f}x "
-              f"{r['ratio_vs_numpy_one_episode']:>7.1f}x")
+        print(
+            f"{r['K']:>6} {r['compile_s']:>10.2f} {r['median_s'] * 1e3:>10.2f} {r['steps_per_s']:>13.3g} "
+            f"{r['numpy_median_s'] * 1e3:>10.2f} {r['numpy_steps_per_s']:>14.3g} {r['ratio_vs_numpy']:>8.2f}x "
+            f"{r['ratio_vs_numpy_one_episode']:>7.1f}x"
+        )
     print("episode totals only (fhc_jax.rollout_returns vs numpy_returns):")
     print(header)
     for r in returns_rows:
-        print(f"{r['K']:>6} {r['compile_s']:>10.2f} {r['median_s'] * 1e3:>10.2f} {r['steps_per_s']:>13.3g} "
-              f"{r['numpy_median_s'] * 1e3:>10.2f} {r['numpy_steps_per_s']:>14.3g} {r['ratio_vs_numpy']:>8.2f}x "
-              f"{r['ratio_vs_numpy_one_episode']:>7.1f}x")
+        print(
+            f"{r['K']:>6} {r['compile_s']:>10.2f} {r['median_s'] * 1e3:>10.2f} {r['steps_per_s']:>13.3g} "
+            f"{r['numpy_median_s'] * 1e3:>10.2f} {r['numpy_steps_per_s']:>14.3g} {r['ratio_vs_numpy']:>8.2f}x "
+            f"{r['ratio_vs_numpy_one_episode']:>7.1f}x"
+        )
     print(f"numpy one episode at a time: {single_rate:.3g} env-steps/s")
-    print("same semantics (K=4096, mean episode totals): " + ", ".join(
-        f"{n} jax {c['jax']:.3f} vs numpy {c['numpy']:.3f} (z = {c['z']:+.2f}), exact {c['exact']:.3f} "
-        f"(z jax {c['z_jax_exact']:+.2f}, numpy {c['z_numpy_exact']:+.2f})" for n, c in check.items()))
+    print(
+        "same semantics (K=4096, mean episode totals): "
+        + ", ".join(
+            f"{n} jax {c['jax']:.3f} vs numpy {c['numpy']:.3f} (z = {c['z']:+.2f}), exact {c['exact']:.3f} "
+            f"(z jax {c['z_jax_exact']:+.2f}, numpy {c['z_numpy_exact']:+.2f})"
+            for n, c in check.items()
+        )
+    )
     for r in sharded:
-        print(f"sharded over {r['devices']} host devices, K={r['K']}: compile {r['compile_s']:.2f} s, "
-              f"run {r['median_s'] * 1e3:.2f} ms, {r['steps_per_s']:.3g} env-steps/s")
+        print(
+            f"sharded over {r['devices']} host devices, K={r['K']}: compile {r['compile_s']:.2f} s, "
+            f"run {r['median_s'] * 1e3:.2f} ms, {r['steps_per_s']:.3g} env-steps/s"
+        )
     print(f"policies as users call them, K={args.policy_batch_size}, median of {args.policy_repeats} runs:")
     print(f"{'policy':<32} {'call':<16} {'record':<32} {'compile s':>9} {'run ms':>9} {'env-steps/s':>12}")
     for r in policies:
         record = "-" if r["record"] is None else ("all" if r["record"] == "all" else ",".join(r["record"]))
-        print(f"{r['policy']:<32} {r['call']:<16} {record:<32} {r['compile_s']:>9.2f} {r['median_s'] * 1e3:>9.2f} "
-              f"{r['steps_per_s']:>12.3g}")
+        print(
+            f"{r['policy']:<32} {r['call']:<16} {record:<32} {r['compile_s']:>9.2f} {r['median_s'] * 1e3:>9.2f} "
+            f"{r['steps_per_s']:>12.3g}"
+        )
     for call, rr in ratios.items():
-        print(f"{call}: softmax_policy / uniform = {rr['softmax_helper_vs_uniform']:.2f} (per step: "
-              f"{rr['softmax_helper_per_step_vs_uniform']:.2f}), categorical / uniform = "
-              f"{rr['softmax_categorical_vs_uniform']:.3f}, softmax_policy / categorical = {rr['softmax_helper_vs_categorical']:.1f}x")
+        print(
+            f"{call}: softmax_policy / uniform = {rr['softmax_helper_vs_uniform']:.2f} (per step: "
+            f"{rr['softmax_helper_per_step_vs_uniform']:.2f}), categorical / uniform = "
+            f"{rr['softmax_categorical_vs_uniform']:.3f}, softmax_policy / categorical = "
+            f"{rr['softmax_helper_vs_categorical']:.1f}x"
+        )
 
     result = dict(
         benchmark="env_throughput",
@@ -396,8 +469,13 @@ def main(args: argparse.Namespace) -> dict:
         jax=rows,
         jax_returns_only=returns_rows,
         jax_sharded=sharded,
-        policies=dict(K=args.policy_batch_size, repeats=args.policy_repeats, logits="o @ W[h] + b[h], W, b ~ N(0, 1)",
-                      rows=policies, ratios=ratios),
+        policies=dict(
+            K=args.policy_batch_size,
+            repeats=args.policy_repeats,
+            logits="o @ W[h] + b[h], W, b ~ N(0, 1)",
+            rows=policies,
+            ratios=ratios,
+        ),
         semantics_check=check,
         numpy_one_episode=dict(episodes=n_single, median_s=single_s, steps_per_s=single_rate),
         timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -33,13 +33,13 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from judge import machine_info, train_and_judge
+from timing import compile_and_time, provenance
 
 from fhc_jax.algos import fh_constrained as fc
 from fhc_jax.algos.core import tabular_rollout
 from fhc_jax.envs import GridWorld
 from fhc_jax.experiment.rundir import write_json_atomic
-from judge import machine_info, train_and_judge
-from timing import compile_and_time, provenance
 
 
 def _block(x):
@@ -50,14 +50,17 @@ def _block(x):
 
 
 def quality(env, params, config: fc.Config, seeds: int = 5) -> dict:
-    j = train_and_judge(env, params, fc.make_train(env, params, config),
-                        lambda st: fc.policy_table(st, env, params), seeds)
+    j = train_and_judge(
+        env, params, fc.make_train(env, params, config), lambda st: fc.policy_table(st, env, params), seeds
+    )
     for row, nu in zip(j.rows, np.asarray(j.out.state.multipliers[:, 0])):
         row["learned_multiplier"] = float(nu)
     return {
         "variant": config.variant,
         **j.summary(),
-        "multiplier_curve_seed0": np.asarray(j.out.metrics.multipliers[0, :: max(1, config.num_iterations // 24), 0]).round(4).tolist(),
+        "multiplier_curve_seed0": np.asarray(j.out.metrics.multipliers[0, :: max(1, config.num_iterations // 24), 0])
+        .round(4)
+        .tolist(),
     }
 
 
@@ -91,7 +94,9 @@ class NumpyPaper:
         acts = np.empty(H, np.int64)
         r = np.empty(H)
         g = np.empty(H)
-        s[0] = min(np.searchsorted(self.beta_cdf, self.rng.random() * self.beta_cdf[-1], side="right"), len(self.beta_cdf) - 1)
+        s[0] = min(
+            np.searchsorted(self.beta_cdf, self.rng.random() * self.beta_cdf[-1], side="right"), len(self.beta_cdf) - 1
+        )
         for h in range(H):
             logits = self.theta[h, s[h]]
             p = np.exp(logits - logits.max())
@@ -132,28 +137,36 @@ class NumpyPaper:
 # ----------------------------------------------------------------------------- speed
 
 
-def jax_steps_per_second(env, params, k: int, iterations: int, form: str = "auto", repeats: int = 3,
-                         longer: int | None = None) -> dict:
+def jax_steps_per_second(
+    env, params, k: int, iterations: int, form: str = "auto", repeats: int = 3, longer: int | None = None
+) -> dict:
     """Env-steps/s of a whole ``make_train`` call of ``iterations`` updates (init and the final
     exact evaluation included, compilation excluded). With ``longer`` (> ``iterations``), also
     the steady-state rate of the training loop, (longer - iterations) K H / (t_longer - t): what
     each further update costs, without the call's fixed costs."""
+
     def timed(n):
         cfg = fc.Config(num_iterations=n, episodes_per_iteration=k, eval_every=0, update_form=form)
         return cfg, compile_and_time(fc.make_train(env, params, cfg), repeats)
 
     cfg, (compile_s, t) = timed(iterations)
     row = {
-        "K": k, "iterations": iterations, "update_form": fc.resolve_update_form(cfg, env.num_states),
-        "compile_s": compile_s, "run_s": t,
+        "K": k,
+        "iterations": iterations,
+        "update_form": fc.resolve_update_form(cfg, env.num_states),
+        "compile_s": compile_s,
+        "run_s": t,
         "env_steps_per_s": iterations * k * env.horizon / t,
         "episodes_per_s": iterations * k / t,
     }
     if longer is not None:
         _, (_, t_longer) = timed(longer)
-        row.update(longer_iterations=longer, longer_run_s=t_longer,
-                   fixed_s=t - iterations * (t_longer - t) / (longer - iterations),
-                   steady_env_steps_per_s=(longer - iterations) * k * env.horizon / (t_longer - t))
+        row.update(
+            longer_iterations=longer,
+            longer_run_s=t_longer,
+            fixed_s=t - iterations * (t_longer - t) / (longer - iterations),
+            steady_env_steps_per_s=(longer - iterations) * k * env.horizon / (t_longer - t),
+        )
     return row
 
 
@@ -169,8 +182,14 @@ def seeds_table(env, params, config: fc.Config, seeds: int = 5) -> dict:
     for i in range(seeds):
         _block(one(keys[i]))
     t_seq = time.perf_counter() - t0
-    return {"seeds": seeds, "K": config.episodes_per_iteration, "iterations": config.num_iterations,
-            "vmap_s": t_vmap, "sequential_s": t_seq, "speedup": t_seq / t_vmap}
+    return {
+        "seeds": seeds,
+        "K": config.episodes_per_iteration,
+        "iterations": config.num_iterations,
+        "vmap_s": t_vmap,
+        "sequential_s": t_seq,
+        "speedup": t_seq / t_vmap,
+    }
 
 
 def main() -> None:
@@ -178,8 +197,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-speed", action="store_true")
-    parser.add_argument("--batch-sizes", type=lambda v: [int(x) for x in v.split(",")], default=[1, 256, 4096],
-                        help="comma-separated K values of the speed table (default 1,256,4096)")
+    parser.add_argument(
+        "--batch-sizes",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=[1, 256, 4096],
+        help="comma-separated K values of the speed table (default 1,256,4096)",
+    )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "fh_constrained.json"))
     args = parser.parse_args()
     source = provenance()  # the command and the git revision, read before anything is measured
@@ -189,18 +212,27 @@ def main() -> None:
     result: dict = {
         **source,
         "machine": machine_info(),
-        "default_config": {k: (repr(v) if not isinstance(v, (int, float, str, bool)) else v)
-                           for k, v in vars(fc.Config()).items()},
+        "default_config": {
+            k: (repr(v) if not isinstance(v, (int, float, str, bool)) else v) for k, v in vars(fc.Config()).items()
+        },
     }
     if not args.skip_quality:
         cfg = fc.Config()
-        result["quality"] = {"improved": quality(env, params, cfg), "paper": quality(env, params, cfg.replace(variant="paper"))}
+        result["quality"] = {
+            "improved": quality(env, params, cfg),
+            "paper": quality(env, params, cfg.replace(variant="paper")),
+        }
         for name, q in result["quality"].items():
-            print(f"[quality/{name}] {q['wall_s_including_compile']:.1f}s optimum {q['optimum_reward']:.2f} "
-                  f"(cost {q['optimum_cost']:.2f}, nu* {q['optimal_multiplier']:.3f})")
+            print(
+                f"[quality/{name}] {q['wall_s_including_compile']:.1f}s optimum {q['optimum_reward']:.2f} "
+                f"(cost {q['optimum_cost']:.2f}, nu* {q['optimal_multiplier']:.3f})"
+            )
             for r in q["seeds"]:
-                print(f"   seed {r['seed']}: reward {r['exact_reward']:.2f} ({100 * r['reward_fraction_of_optimum']:.1f}%) "
-                      f"cost {r['exact_cost']:.2f} nu {r['learned_multiplier']:.3f}")
+                print(
+                    f"   seed {r['seed']}: reward {r['exact_reward']:.2f} "
+                    f"({100 * r['reward_fraction_of_optimum']:.1f}%) "
+                    f"cost {r['exact_cost']:.2f} nu {r['learned_multiplier']:.3f}"
+                )
     if not args.skip_speed:
         ref = NumpyPaper(env, params)
         np_sps = ref.steps_per_second(2.0 if args.quick else 5.0)
@@ -213,22 +245,35 @@ def main() -> None:
             steady = ""
             if "steady_env_steps_per_s" in row:
                 row["steady_speedup_vs_numpy"] = row["steady_env_steps_per_s"] / np_sps
-                steady = (f"; steady state {row['steady_env_steps_per_s'] / 1e6:.2f}M steps/s "
-                          f"({row['steady_speedup_vs_numpy']:.0f}x numpy), fixed cost {row['fixed_s'] * 1e3:.1f} ms per call")
+                steady = (
+                    f"; steady state {row['steady_env_steps_per_s'] / 1e6:.2f}M steps/s "
+                    f"({row['steady_speedup_vs_numpy']:.0f}x numpy), fixed cost {row['fixed_s'] * 1e3:.1f} ms per call"
+                )
             rows.append(row)
-            print(f"[speed] K={k:5d} ({row['update_form']}): {row['env_steps_per_s'] / 1e6:.2f}M steps/s, "
-                  f"{row['episodes_per_s']:.0f} episodes/s, {row['speedup_vs_numpy']:.0f}x numpy; compile {row['compile_s']:.1f}s"
-                  + steady)
-        forms = [jax_steps_per_second(env, params, k, it, form=f, repeats=2)
-                 for k, it in ((1, 1000), (4096, 5)) for f in ("table", "samples")]
-        result["speed"] = {"numpy_per_episode_steps_per_s": np_sps, "jax": rows,
-                           "update_forms": [{k: r[k] for k in ("K", "update_form", "env_steps_per_s")} for r in forms]}
+            print(
+                f"[speed] K={k:5d} ({row['update_form']}): {row['env_steps_per_s'] / 1e6:.2f}M steps/s, "
+                f"{row['episodes_per_s']:.0f} episodes/s, {row['speedup_vs_numpy']:.0f}x numpy; compile "
+                f"{row['compile_s']:.1f}s" + steady
+            )
+        forms = [
+            jax_steps_per_second(env, params, k, it, form=f, repeats=2)
+            for k, it in ((1, 1000), (4096, 5))
+            for f in ("table", "samples")
+        ]
+        result["speed"] = {
+            "numpy_per_episode_steps_per_s": np_sps,
+            "jax": rows,
+            "update_forms": [{k: r[k] for k in ("K", "update_form", "env_steps_per_s")} for r in forms],
+        }
         print(f"[speed] numpy per-episode reference: {np_sps:.0f} steps/s")
         for r in forms:
             print(f"[forms] K={r['K']} {r['update_form']}: {r['env_steps_per_s'] / 1e6:.2f}M steps/s")
         st = seeds_table(env, params, fc.Config(num_iterations=100 if args.quick else 200))
         result["seeds"] = st
-        print(f"[seeds] {st['seeds']} seeds: vmap {st['vmap_s']:.2f}s vs sequential {st['sequential_s']:.2f}s ({st['speedup']:.2f}x)")
+        print(
+            f"[seeds] {st['seeds']} seeds: vmap {st['vmap_s']:.2f}s vs sequential {st['sequential_s']:.2f}s "
+            f"({st['speedup']:.2f}x)"
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists():  # keep the sections this run skipped (e.g. quality under --skip-quality)

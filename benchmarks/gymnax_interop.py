@@ -41,11 +41,11 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from timing import provenance
 
 import fhc_jax as fhc
 from fhc_jax.envs.gymnax_interop import cartpole
 from fhc_jax.experiment.rundir import machine_info
-from timing import provenance
 
 
 def _time(fn, repeats: int) -> tuple[float, float]:
@@ -112,9 +112,13 @@ def main() -> None:
         return lambda key: jax.vmap(one)(jax.random.split(key, k))
 
     rows = {}
-    candidates = {"fhc_jax.rollout_returns": fhc_returns, "fhc_jax.rollout": fhc_rollout,
-                  "gymnax step_env": direct(False), "gymnax step": direct(True),
-                  "gymnax step_env, keys first": direct(False, keys_first=True)}
+    candidates = {
+        "fhc_jax.rollout_returns": fhc_returns,
+        "fhc_jax.rollout": fhc_rollout,
+        "gymnax step_env": direct(False),
+        "gymnax step": direct(True),
+        "gymnax step_env, keys first": direct(False, keys_first=True),
+    }
     for name, fn in candidates.items():
         try:
             compile_s, run_s = _time(fn, args.repeats)
@@ -127,19 +131,32 @@ def main() -> None:
         if "run_s" in row:
             row["speed_vs_step_env"] = base / row["run_s"]
 
-    print(f"CartPole-v1, K = {k}, H = {h}, uniform random policy, median of {args.repeats} ({jax.devices()[0].platform})")
+    print(
+        f"CartPole-v1, K = {k}, H = {h}, uniform random policy, median of {args.repeats} ({jax.devices()[0].platform})"
+    )
     print(f"{'loop':<30} {'compile s':>9} {'run ms':>9} {'env-steps/s':>12} {'vs step_env':>11}")
     for name, row in rows.items():
         if "run_s" not in row:
             print(f"{name:<30} not timed: {row['missing']}")
             continue
-        print(f"{name:<30} {row['compile_s']:>9.2f} {1e3 * row['run_s']:>9.1f} {row['env_steps_per_s'] / 1e6:>11.1f}M "
-              f"{row['speed_vs_step_env']:>10.2f}x")
+        print(
+            f"{name:<30} {row['compile_s']:>9.2f} {1e3 * row['run_s']:>9.1f} {row['env_steps_per_s'] / 1e6:>11.1f}M "
+            f"{row['speed_vs_step_env']:>10.2f}x"
+        )
     ratio = rows["fhc_jax.rollout_returns"]["speed_vs_step_env"]
     print(f"interop speed ratio (fhc_jax.rollout_returns vs gymnax step_env): {ratio:.2f}x (target >= 0.8x)")
-    out = {"benchmark": "gymnax_interop", "env": "gymnax CartPole-v1 via from_gymnax (position cost)",
-           "episodes": k, "horizon": h, "repeats": args.repeats, "rows": rows, "speed_ratio": ratio,
-           "target": 0.8, "machine": machine_info(), **source}
+    out = {
+        "benchmark": "gymnax_interop",
+        "env": "gymnax CartPole-v1 via from_gymnax (position cost)",
+        "episodes": k,
+        "horizon": h,
+        "repeats": args.repeats,
+        "rows": rows,
+        "speed_ratio": ratio,
+        "target": 0.8,
+        "machine": machine_info(),
+        **source,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {args.out}")

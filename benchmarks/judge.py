@@ -5,8 +5,9 @@ against the optimum of ``fhc_jax.solve``, feasibility cost <= alpha + 0.02 |alph
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -56,8 +57,9 @@ class Judged:
         }
 
 
-def train_and_judge(env, params, train: Callable, policy_tables: Callable, seeds: int = 5,
-                    tolerance: float = judge.DEFAULT_TOLERANCE) -> Judged:
+def train_and_judge(
+    env, params, train: Callable, policy_tables: Callable, seeds: int = 5, tolerance: float = judge.DEFAULT_TOLERANCE
+) -> Judged:
     """Train ``seeds`` seeds (keys ``split(key(0), seeds)``) in one ``jax.jit(jax.vmap(train))``
     program (compiled ahead, timed apart) and judge each final policy exactly.
 
@@ -75,11 +77,26 @@ def train_and_judge(env, params, train: Callable, policy_tables: Callable, seeds
     out = jax.block_until_ready(compiled(keys))
     wall = time.perf_counter() - t0
     judged, _ = judge.judge_policies(cmdp, policy_tables(out.state), optimum=best, tolerance=tolerance)
-    rows = [{"seed": i, "exact_reward": float(judged.reward[i]), "exact_cost": float(judged.costs[i, 0]),
-             "gap_to_optimum": float(judged.gap[i]), "reward_fraction_of_optimum": float(judged.fraction_of_optimum[i]),
-             "cost_ok": bool(judged.feasible[i])} for i in range(seeds)]
-    return Judged(out=out, best=best, judgement=judged, alpha=float(cmdp.thresholds[0]), wall_s=wall,
-                  compile_s=compile_s, rows=rows)
+    rows = [
+        {
+            "seed": i,
+            "exact_reward": float(judged.reward[i]),
+            "exact_cost": float(judged.costs[i, 0]),
+            "gap_to_optimum": float(judged.gap[i]),
+            "reward_fraction_of_optimum": float(judged.fraction_of_optimum[i]),
+            "cost_ok": bool(judged.feasible[i]),
+        }
+        for i in range(seeds)
+    ]
+    return Judged(
+        out=out,
+        best=best,
+        judgement=judged,
+        alpha=float(cmdp.thresholds[0]),
+        wall_s=wall,
+        compile_s=compile_s,
+        rows=rows,
+    )
 
 
 __all__ = ["Judged", "machine_info", "train_and_judge"]

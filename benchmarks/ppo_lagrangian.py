@@ -25,15 +25,14 @@ from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
+from judge import machine_info, train_and_judge
+from timing import compile_and_time, provenance
 
 import fhc_jax as fhc
 from fhc_jax.algos import ppo_lagrangian as pl
 from fhc_jax.envs import GridWorld
-from judge import machine_info, train_and_judge
-from fhc_jax.experiment.rundir import load_average
-from timing import compile_and_time, provenance
 from fhc_jax.envs.gridworld import MOVES
-
+from fhc_jax.experiment.rundir import load_average
 
 
 def best_goto_policy(env, cmdp) -> dict:
@@ -58,8 +57,9 @@ def best_goto_policy(env, cmdp) -> dict:
 
 
 def quality(env, params, config: pl.Config, seeds: int = 5) -> dict:
-    j = train_and_judge(env, params, pl.make_train(env, params, config),
-                        lambda st: pl.policy_table(st, env, params), seeds)
+    j = train_and_judge(
+        env, params, pl.make_train(env, params, config), lambda st: pl.policy_table(st, env, params), seeds
+    )
     m = j.out.metrics
     last = max(1, 10_000 // config.episodes_per_iteration)  # iterations holding the last 10,000 episodes
     for i, row in enumerate(j.rows):
@@ -69,7 +69,9 @@ def quality(env, params, config: pl.Config, seeds: int = 5) -> dict:
     return {
         "observation": config.observation,
         **j.summary(),
-        "multiplier_curve_seed0": np.asarray(m.multipliers[0, :: max(1, config.num_iterations // 25), 0]).round(4).tolist(),
+        "multiplier_curve_seed0": np.asarray(m.multipliers[0, :: max(1, config.num_iterations // 25), 0])
+        .round(4)
+        .tolist(),
     }
 
 
@@ -77,9 +79,12 @@ def steps_per_second(env, params, k: int, iterations: int, repeats: int = 3, **c
     cfg = pl.Config(num_iterations=iterations, episodes_per_iteration=k, eval_every=0, **changes)
     compile_s, t = compile_and_time(pl.make_train(env, params, cfg), repeats)
     return {
-        "K": k, "observation": cfg.observation, "iterations": iterations,
+        "K": k,
+        "observation": cfg.observation,
+        "iterations": iterations,
         "update_form": pl.setup(env, params, cfg).form,
-        "compile_s": compile_s, "run_s": t,
+        "compile_s": compile_s,
+        "run_s": t,
         "env_steps_per_s": iterations * k * env.horizon / t,
         "episodes_per_s": iterations * k / t,
     }
@@ -99,14 +104,18 @@ def main() -> None:
     result: dict = {
         **source,
         "machine": machine_info(),
-        "default_config": {k: (repr(v) if not isinstance(v, (int, float, str, bool)) else v)
-                           for k, v in vars(pl.Config()).items()},
+        "default_config": {
+            k: (repr(v) if not isinstance(v, (int, float, str, bool)) else v) for k, v in vars(pl.Config()).items()
+        },
     }
     if not args.skip_quality:
         cmdp = env.to_cmdp(params)
         result["stationary_reference"] = best_goto_policy(env, cmdp)
         ref = result["stationary_reference"]["best_feasible"]
-        print(f"[reference] best feasible go-to-cell stationary policy: cell {ref['cell']} reward {ref['reward']:.2f} cost {ref['cost']:.2f}")
+        print(
+            f"[reference] best feasible go-to-cell stationary policy: cell {ref['cell']} reward {ref['reward']:.2f} "
+            f"cost {ref['cost']:.2f}"
+        )
         result["quality"] = {}
         for obs in ("xy", "xyt"):
             cfg = pl.Config(observation=obs)
@@ -114,20 +123,28 @@ def main() -> None:
                 cfg = cfg.replace(num_iterations=50)
             q = quality(env, params, cfg)
             result["quality"][obs] = q
-            print(f"[quality/{obs}] {q['wall_s_including_compile']:.1f}s (5 seeds, incl. compile); optimum "
-                  f"{q['optimum_reward']:.2f} at cost {q['optimum_cost']:.2f}")
+            print(
+                f"[quality/{obs}] {q['wall_s_including_compile']:.1f}s (5 seeds, incl. compile); optimum "
+                f"{q['optimum_reward']:.2f} at cost {q['optimum_cost']:.2f}"
+            )
             for r in q["seeds"]:
-                print(f"   seed {r['seed']}: exact reward {r['exact_reward']:6.2f} ({100 * r['reward_fraction_of_optimum']:4.1f}%, "
-                      f"gap {r['gap_to_optimum']:5.2f}) cost {r['exact_cost']:6.2f}  nu {r['final_multiplier']:.3f}  "
-                      f"last-10k-episodes reward {r['last_10k_episodes_reward']:.2f} cost {r['last_10k_episodes_cost']:.2f}")
+                print(
+                    f"   seed {r['seed']}: exact reward {r['exact_reward']:6.2f} "
+                    f"({100 * r['reward_fraction_of_optimum']:4.1f}%, "
+                    f"gap {r['gap_to_optimum']:5.2f}) cost {r['exact_cost']:6.2f}  nu {r['final_multiplier']:.3f}  "
+                    f"last-10k-episodes reward {r['last_10k_episodes_reward']:.2f} cost "
+                    f"{r['last_10k_episodes_cost']:.2f}"
+                )
     if not args.skip_speed:
         rows = []
         for k, iters in ((256, 4), (4096, 1)):
             for obs in ("xy", "xyt"):
                 row = steps_per_second(env, params, k, iters, repeats=2 if args.quick else 3, observation=obs)
                 rows.append(row)
-                print(f"[speed] K={k:5d} {obs:3s} ({row['update_form']}): {row['env_steps_per_s'] / 1e3:.0f}k steps/s, "
-                      f"{row['run_s'] / iters:.2f}s per iteration; compile {row['compile_s']:.1f}s")
+                print(
+                    f"[speed] K={k:5d} {obs:3s} ({row['update_form']}): {row['env_steps_per_s'] / 1e3:.0f}k steps/s, "
+                    f"{row['run_s'] / iters:.2f}s per iteration; compile {row['compile_s']:.1f}s"
+                )
         result["speed"] = rows
     result["machine"]["load_average_at_end"] = load_average()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

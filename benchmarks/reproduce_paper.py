@@ -51,6 +51,8 @@ if __name__ == "__main__":
         data = json.loads(path.read_text())
         write_json_atomic(path, {**source, **{k: v for k, v in data.items() if k not in source}})
     elif code == 0:
-        print(f"reproduce_paper.py: {path} not found, no command or revision added (pass --name of the study)",
-              file=sys.stderr)
+        print(
+            f"reproduce_paper.py: {path} not found, no command or revision added (pass --name of the study)",
+            file=sys.stderr,
+        )
     raise SystemExit(code)

@@ -112,33 +112,47 @@ def monte_carlo(env, params, make_policy, states: list[Any], episodes: int) -> d
     rows = [jax.device_get(stats(st)) for st in states]
     scale = Z95 / np.sqrt(episodes)
     largest = np.maximum(np.array([r[4] for r in rows], np.float64), unit)
-    return {"reward": np.array([r[0] for r in rows], np.float64),
-            "reward_half_width": np.array([r[1] for r in rows], np.float64) * scale,
-            "costs": np.array([r[2] for r in rows], np.float64),
-            "cost_half_width": np.array([r[3] for r in rows], np.float64) * scale + RULE_OF_THREE * largest / episodes,
-            "cost_unit": unit}
+    return {
+        "reward": np.array([r[0] for r in rows], np.float64),
+        "reward_half_width": np.array([r[1] for r in rows], np.float64) * scale,
+        "costs": np.array([r[2] for r in rows], np.float64),
+        "cost_half_width": np.array([r[3] for r in rows], np.float64) * scale + RULE_OF_THREE * largest / episodes,
+        "cost_unit": unit,
+    }
 
 
 def referee(task: suite.Task, env, params, episodes: int) -> dict[str, Any]:
     """What a task's learners are judged against: thresholds, the optimum J* and nu* (exact),
     the reference's Monte-Carlo value and nu* (reference), or the budget alone."""
     t0 = time.perf_counter()
-    info: dict[str, Any] = {"description": task.description, "judgement": task.judgement,
-                            "thresholds": np.asarray(env.thresholds(params), np.float64).tolist()}
+    info: dict[str, Any] = {
+        "description": task.description,
+        "judgement": task.judgement,
+        "thresholds": np.asarray(env.thresholds(params), np.float64).tolist(),
+    }
     if task.exact:
         cmdp = env.to_cmdp(params)
         best = fhc.solve(cmdp)
         least, free = suite.cost_range(cmdp)
-        info.update(optimum_reward=float(best.reward), optimum_costs=best.costs.tolist(),
-                    nu_star=best.multipliers.tolist(), cost_min=least.tolist(), cost_free=free.tolist(),
-                    sizes={"H": cmdp.horizon, "S": cmdp.num_states, "A": cmdp.num_actions, "M": cmdp.num_constraints})
+        info.update(
+            optimum_reward=float(best.reward),
+            optimum_costs=best.costs.tolist(),
+            nu_star=best.multipliers.tolist(),
+            cost_min=least.tolist(),
+            cost_free=free.tolist(),
+            sizes={"H": cmdp.horizon, "S": cmdp.num_states, "A": cmdp.num_actions, "M": cmdp.num_constraints},
+        )
         info["_cmdp"] = cmdp
     elif task.judgement == "reference":
         policy, nu = env.reference(params)
         mc = monte_carlo(env, params, lambda _: policy, [None], episodes)
-        info.update(reference_reward=float(mc["reward"][0]), reference_reward_half_width=float(mc["reward_half_width"][0]),
-                    reference_costs=mc["costs"][0].tolist(), nu_star=np.asarray(nu, np.float64).tolist(),
-                    episodes=episodes)
+        info.update(
+            reference_reward=float(mc["reward"][0]),
+            reference_reward_half_width=float(mc["reward_half_width"][0]),
+            reference_costs=mc["costs"][0].tolist(),
+            nu_star=np.asarray(nu, np.float64).tolist(),
+            episodes=episodes,
+        )
     else:
         info.update(nu_star=None, episodes=episodes)
     info["referee_s"] = time.perf_counter() - t0
@@ -172,8 +186,11 @@ def judge_cell(module, task: suite.Task, env, params, ref: dict, out: Any, seeds
         upper = costs + mc["cost_half_width"]
         limits = cost_limits(alpha, DEFAULT_TOLERANCE, play_env.horizon * mc["cost_unit"])
         yardstick = ref.get("reference_reward")
-        extra = {"reward_half_width": mc["reward_half_width"], "cost_half_width": mc["cost_half_width"],
-                 "cost_upper_95": upper}
+        extra = {
+            "reward_half_width": mc["reward_half_width"],
+            "cost_half_width": mc["cost_half_width"],
+            "cost_upper_95": upper,
+        }
     feasible = np.all(upper <= limits, axis=1)
     percent = None if yardstick is None or yardstick <= 0 else 100.0 * reward / yardstick
     nu = final_multipliers(out)
@@ -181,19 +198,30 @@ def judge_cell(module, task: suite.Task, env, params, ref: dict, out: Any, seeds
     selected_at = np.asarray(out.selection.iteration)
     rows = []
     for i in range(seeds):
-        row = {"seed": i, "reward": float(reward[i]), "costs": costs[i].tolist(),
-               "percent": None if percent is None else float(percent[i]), "feasible": bool(feasible[i]),
-               "final_multipliers": None if nu is None else nu[i].tolist(),
-               "status_ok": bool(status_ok[i]), "selected_iteration": int(selected_at[i]),
-               "silent_infeasible": bool(not feasible[i] and status_ok[i])}
+        row = {
+            "seed": i,
+            "reward": float(reward[i]),
+            "costs": costs[i].tolist(),
+            "percent": None if percent is None else float(percent[i]),
+            "feasible": bool(feasible[i]),
+            "final_multipliers": None if nu is None else nu[i].tolist(),
+            "status_ok": bool(status_ok[i]),
+            "selected_iteration": int(selected_at[i]),
+            "silent_infeasible": bool(not feasible[i] and status_ok[i]),
+        }
         row.update({k: np.asarray(v[i]).tolist() for k, v in extra.items()})
         rows.append(row)
-    return {"seeds": rows, "feasible_seeds": int(feasible.sum()), "num_seeds": seeds,
-            "flagged_seeds": int((~status_ok).sum()), "silent_infeasible_seeds": int((~feasible & status_ok).sum()),
-            "worst_percent": None if percent is None else float(np.min(percent)),
-            "median_percent": None if percent is None else float(np.median(percent)),
-            "worst_cost_over_alpha": float(np.max(upper / np.where(alpha == 0, 1.0, alpha))),
-            "nu_star": ref["nu_star"]}
+    return {
+        "seeds": rows,
+        "feasible_seeds": int(feasible.sum()),
+        "num_seeds": seeds,
+        "flagged_seeds": int((~status_ok).sum()),
+        "silent_infeasible_seeds": int((~feasible & status_ok).sum()),
+        "worst_percent": None if percent is None else float(np.min(percent)),
+        "median_percent": None if percent is None else float(np.median(percent)),
+        "worst_cost_over_alpha": float(np.max(upper / np.where(alpha == 0, 1.0, alpha))),
+        "nu_star": ref["nu_star"],
+    }
 
 
 def run_cell(name: str, task: suite.Task, env, params, ref: dict, seeds: int, episodes: int) -> dict[str, Any]:
@@ -244,7 +272,7 @@ def table(results: dict, learners: list[str], tasks: list[str], fmt) -> str:
     """Rows tasks, columns learners, cells ``fmt(cell)``, as a markdown table."""
     lines = ["| task | " + " | ".join(learners) + " |", "|---" * (len(learners) + 1) + "|"]
     for t in tasks:
-        lines.append(f"| {t} | " + " | ".join(fmt(results.get(l, {}).get(t)) for l in learners) + " |")
+        lines.append(f"| {t} | " + " | ".join(fmt(results.get(name, {}).get(t)) for name in learners) + " |")
     return "\n".join(lines)
 
 
@@ -252,12 +280,17 @@ def merge(path: Path, run_id: str, run: dict, refs: dict, cells: dict) -> dict:
     """The file at ``path`` (if any) with the tasks' referees and the (learner, task) cells run
     now replaced, this run added, and runs no cell refers to any longer dropped."""
     data = json.loads(path.read_text()) if path.exists() else {}
-    data.setdefault("benchmark", "robustness: every learner's Config() x every suite task x seeds (benchmarks/robustness.py)")
-    data["protocol"] = {"seed_keys": f"jax.random.fold_in(jax.random.key({SEED_BASE}), i)",
-                        "feasible": "every cost <= alpha + 0.02 |alpha| + 1e-6 max(|alpha|, C) (Monte-Carlo: the "
-                                    "upper 95% bound with the rule of three)",
-                        "judged_policy": "each seed's returned policy (TrainResult.state: the learner's selection by its own estimates)",
-                        "monte_carlo_key": JUDGE_KEY}
+    data.setdefault(
+        "benchmark", "robustness: every learner's Config() x every suite task x seeds (benchmarks/robustness.py)"
+    )
+    data["protocol"] = {
+        "seed_keys": f"jax.random.fold_in(jax.random.key({SEED_BASE}), i)",
+        "feasible": "every cost <= alpha + 0.02 |alpha| + 1e-6 max(|alpha|, C) (Monte-Carlo: the "
+        "upper 95% bound with the rule of three)",
+        "judged_policy": "each seed's returned policy (TrainResult.state: the learner's selection by its own "
+        "estimates)",
+        "monte_carlo_key": JUDGE_KEY,
+    }
     # the file's provenance (benchmarks/report.py): the full command, the latest run's machine
     # and jax; each cell names the run (its slice's command and git revision) it came from
     data["command"] = "python benchmarks/robustness.py"
@@ -297,7 +330,9 @@ def parse_list(value: str, valid: list[str] | tuple[str, ...], what: str) -> lis
     names = [v.strip() for v in value.split(",") if v.strip()]
     bad = [v for v in names if v not in valid]
     if bad or not names:
-        raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(bad) or '(none given)'}; valid: {', '.join(valid)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown {what} {', '.join(bad) or '(none given)'}; valid: {', '.join(valid)}"
+        )
     return names
 
 
@@ -326,34 +361,51 @@ def check_out(path: Path) -> None:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            fail(f"--out {path} exists but is not a results file to merge into ({type(err).__name__}: "
-                 f"{str(err).splitlines()[0] if str(err) else ''}); choose another --out or move it away")
+            fail(
+                f"--out {path} exists but is not a results file to merge into ({type(err).__name__}: "
+                f"{str(err).splitlines()[0] if str(err) else ''}); choose another --out or move it away"
+            )
         if not isinstance(data, dict) or not isinstance(data.get("results", {}), dict):
-            fail(f"--out {path} exists but does not hold this benchmark's results (a JSON object with 'results'); "
-                 "choose another --out or move it away")
+            fail(
+                f"--out {path} exists but does not hold this benchmark's results (a JSON object with 'results'); "
+                "choose another --out or move it away"
+            )
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = OneLineParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--learners", type=lambda v: parse_list(v, LEARNERS, "learner"), default=list(LEARNERS),
-                        help="comma-separated learners (fhc_jax.algos modules)")
-    parser.add_argument("--tasks", type=lambda v: parse_list(v, list(suite.TASKS), "task"), default=list(suite.TASKS),
-                        help="comma-separated tasks of fhc_jax.envs.suite")
+    parser.add_argument(
+        "--learners",
+        type=lambda v: parse_list(v, LEARNERS, "learner"),
+        default=list(LEARNERS),
+        help="comma-separated learners (fhc_jax.algos modules)",
+    )
+    parser.add_argument(
+        "--tasks",
+        type=lambda v: parse_list(v, list(suite.TASKS), "task"),
+        default=list(suite.TASKS),
+        help="comma-separated tasks of fhc_jax.envs.suite",
+    )
     parser.add_argument("--seeds", type=int, default=5, help="seeds per (learner, task), >= 1")
-    parser.add_argument("--episodes", type=int, default=20_000,
-                        help="episodes of each Monte-Carlo judgement, >= 20000")
+    parser.add_argument("--episodes", type=int, default=20_000, help="episodes of each Monte-Carlo judgement, >= 20000")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON file to merge the results into")
     args = parser.parse_args(argv)
     if args.seeds < 1:
         fail(f"--seeds must be an integer >= 1, found {args.seeds}")
     if not 20_000 <= args.episodes <= MAX_EPISODES:
-        fail(f"--episodes must be an integer in [20000, {MAX_EPISODES}] (rollout_returns draws one key per "
-             f"episode), found {args.episodes}")
+        fail(
+            f"--episodes must be an integer in [20000, {MAX_EPISODES}] (rollout_returns draws one key per "
+            f"episode), found {args.episodes}"
+        )
     check_out(args.out)  # before training: a cell's results are merged into it
 
     run_id = time.strftime("%Y%m%dT%H%M%S")
-    run = {"command": shlex.join(["python", "benchmarks/robustness.py", *(sys.argv[1:] if argv is None else argv)]),
-           **source_revision(), "machine": machine_info(), "jax": jax.__version__}
+    run = {
+        "command": shlex.join(["python", "benchmarks/robustness.py", *(sys.argv[1:] if argv is None else argv)]),
+        **source_revision(),
+        "machine": machine_info(),
+        "jax": jax.__version__,
+    }
     refs: dict[str, dict] = {}
     cells: dict[str, dict] = {}
     for name in args.tasks:
@@ -376,11 +428,12 @@ def main(argv: list[str] | None = None) -> dict:
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 write_atomic(args.out, json.dumps(to_json(merge(args.out, run_id, run, refs, cells)), indent=1) + "\n")
             except (OSError, ValueError) as err:
-                fail(f"cannot write --out {args.out} ({type(err).__name__}: {err}); the cells merged before are kept",
-                     1)
+                fail(
+                    f"cannot write --out {args.out} ({type(err).__name__}: {err}); the cells merged before are kept", 1
+                )
     data = json.loads(args.out.read_text())
-    learners = [l for l in LEARNERS if l in data["results"]]
-    tasks = [t for t in suite.TASKS if any(t in data["results"][l] for l in learners)]
+    learners = [name for name in LEARNERS if name in data["results"]]
+    tasks = [t for t in suite.TASKS if any(t in data["results"][name] for name in learners)]
     print("\nworst seed's % of the optimum (reference), feasible seeds:\n")
     print(table(data["results"], learners, tasks, cell_text))
     print("\nwall time per cell (compile + run):\n")

@@ -45,24 +45,39 @@ def main() -> None:
 
     env = fhc.GridWorld()
     params = env.default_params
-    result: dict = {"benchmark": "sampled_path", "env": repr(env), "iterations": args.iterations,
-                    "repeats": args.repeats, "machine": machine_info(), **source, "rows": {}}
-    print(f"{'learner':15s} {'K':>5s} {'tabular run':>12s} {'sampled run':>12s} {'ratio':>6s} "
-          f"{'compile (tab / samp)':>21s}")
+    result: dict = {
+        "benchmark": "sampled_path",
+        "env": repr(env),
+        "iterations": args.iterations,
+        "repeats": args.repeats,
+        "machine": machine_info(),
+        **source,
+        "rows": {},
+    }
+    print(
+        f"{'learner':15s} {'K':>5s} {'tabular run':>12s} {'sampled run':>12s} {'ratio':>6s} "
+        f"{'compile (tab / samp)':>21s}"
+    )
     for name in names:
         module = LEARNERS[name]
         row = {}
         for path in ("tabular", "sampled"):
             cfg = module.Config(num_iterations=args.iterations, eval_every=0, path=path)
             compile_s, run_s = compile_and_time(module.make_train(env, params, cfg), args.repeats)
-            row[path] = {"compile_s": compile_s, "run_s": run_s,
-                         "env_steps_per_s": args.iterations * cfg.episodes_per_iteration * env.horizon / run_s}
+            row[path] = {
+                "compile_s": compile_s,
+                "run_s": run_s,
+                "env_steps_per_s": args.iterations * cfg.episodes_per_iteration * env.horizon / run_s,
+            }
             row["episodes_per_iteration"] = cfg.episodes_per_iteration
         row["ratio"] = row["sampled"]["run_s"] / row["tabular"]["run_s"]
         result["rows"][name] = row
-        print(f"{name:15s} {row['episodes_per_iteration']:5d} {row['tabular']['run_s']:11.3f}s "
-              f"{row['sampled']['run_s']:11.3f}s {row['ratio']:5.2f}x "
-              f"{row['tabular']['compile_s']:9.1f}s / {row['sampled']['compile_s']:.1f}s", flush=True)
+        print(
+            f"{name:15s} {row['episodes_per_iteration']:5d} {row['tabular']['run_s']:11.3f}s "
+            f"{row['sampled']['run_s']:11.3f}s {row['ratio']:5.2f}x "
+            f"{row['tabular']['compile_s']:9.1f}s / {row['sampled']['compile_s']:.1f}s",
+            flush=True,
+        )
         write_json_atomic(args.out, result)  # after every learner: a run cut short keeps what it measured
     print(f"wrote {args.out}")
 

@@ -6,7 +6,8 @@ e-cop, saute-lag). Each point trains on ``GridWorld(size, horizon=H, num_constra
 the learner's default ``Config`` except ``episodes_per_iteration = K``, ``eval_every = 0`` and a
 few iterations (speed, not quality): ``num_iterations = clip(round(2e6 / (K H)), 1, 5)``
 (about 2M env steps per point: 5 iterations up to K H = 400,000, one from K H = 1.3M up, so
-the largest batches stay within the point's budget). ``make_train`` is timed apart (host setup), the whole run is compiled ahead
+the largest batches stay within the point's budget). ``make_train`` is timed apart (host setup), the whole run is
+compiled ahead
 (``jax.jit(train).lower(key).compile()``, the ``compile_s`` column) and the run time is the
 median of ``--repeats`` calls (5; fewer once a point's calls took a quarter of
 ``--point-budget-s``) with keys 0, 1, ..., each ending in ``jax.block_until_ready``
@@ -54,11 +55,11 @@ from typing import Any
 
 import jax
 import numpy as np
+from timing import provenance
 
 import fhc_jax as fhc
 from fhc_jax.experiment import config as registry
 from fhc_jax.experiment.rundir import machine_info, write_bytes_atomic, write_json_atomic
-from timing import provenance
 
 RESULTS = Path(__file__).resolve().parent / "results" / "scaling.json"
 LEARNER_AXES = ("K", "H", "size", "M")
@@ -161,21 +162,37 @@ class Budget:
 # ----------------------------------------------------------------------------- learners
 
 
-def learner_point(name: str, point: dict, repeats: int, max_bytes: float, predicted_s: float | None,
-                  point_budget_s: float, budget: Budget) -> dict:
+def learner_point(
+    name: str,
+    point: dict,
+    repeats: int,
+    max_bytes: float,
+    predicted_s: float | None,
+    point_budget_s: float,
+    budget: Budget,
+) -> dict:
     """Train one learner at one point and time it, or say why the point was skipped."""
     k, h, size, m = point["K"], point["H"], point["size"], point["M"]
     iters = iterations_for(k, h)
-    row: dict[str, Any] = {**point, "num_states": size * size, "iterations": iters,
-                           "trajectory_bytes": trajectory_bytes(k, h, m)}
+    row: dict[str, Any] = {
+        **point,
+        "num_states": size * size,
+        "iterations": iters,
+        "trajectory_bytes": trajectory_bytes(k, h, m),
+    }
     if budget.exhausted():
         return {**row, "skipped": f"the run's time budget ({budget.seconds:.0f} s) is used up"}
     if row["trajectory_bytes"] > max_bytes:
-        return {**row, "skipped": f"trajectory {row['trajectory_bytes'] / 2**20:.0f} MiB > --max-gb "
-                                  f"({max_bytes / 2**20:.0f} MiB)"}
+        return {
+            **row,
+            "skipped": f"trajectory {row['trajectory_bytes'] / 2**20:.0f} MiB > --max-gb ({max_bytes / 2**20:.0f} MiB)",
+        }
     if predicted_s is not None and predicted_s > point_budget_s:
-        return {**row, "skipped": f"predicted run time {predicted_s:.0f} s (from the previous point) > "
-                                  f"--point-budget-s {point_budget_s:.0f}"}
+        return {
+            **row,
+            "skipped": f"predicted run time {predicted_s:.0f} s (from the previous point) > "
+            f"--point-budget-s {point_budget_s:.0f}",
+        }
     module = registry.load_algorithm(name)
     env = fhc.GridWorld(size=size, horizon=h, num_constraints=m)
     params = env.default_params
@@ -189,11 +206,19 @@ def learner_point(name: str, point: dict, repeats: int, max_bytes: float, predic
     compiled, row["compile_s"] = compile_train(train)
     row["xla_bytes"] = xla_bytes(compiled)
     if row["xla_bytes"] is not None and row["xla_bytes"] > max_bytes:
-        return {**row, "skipped": f"XLA buffers {row['xla_bytes'] / 2**20:.0f} MiB > --max-gb ({max_bytes / 2**20:.0f} MiB)"}
+        return {
+            **row,
+            "skipped": f"XLA buffers {row['xla_bytes'] / 2**20:.0f} MiB > --max-gb ({max_bytes / 2**20:.0f} MiB)",
+        }
     # repeated while the runs so far took less than a quarter of the point's budget
     run_s, runs = median_run(compiled, repeats, point_budget_s / 4)
-    return {**row, "run_s": run_s, "repeats": runs, "s_per_iteration": run_s / iters,
-            "env_steps_per_s": iters * k * h / run_s}
+    return {
+        **row,
+        "run_s": run_s,
+        "repeats": runs,
+        "s_per_iteration": run_s / iters,
+        "env_steps_per_s": iters * k * h / run_s,
+    }
 
 
 def _work(point: dict) -> float:
@@ -218,8 +243,16 @@ def learner_curves(names: list[str], axes: list[str], grid: dict, args, budget: 
                     predicted = None
                     if last is not None and "run_s" in last:
                         predicted = last["run_s"] * _work(point) / _work(last)
-                    done[key] = _guarded(learner_point, name, point, args.repeats, args.max_gb * 2**30, predicted,
-                                         args.point_budget_s, budget)
+                    done[key] = _guarded(
+                        learner_point,
+                        name,
+                        point,
+                        args.repeats,
+                        args.max_gb * 2**30,
+                        predicted,
+                        args.point_budget_s,
+                        budget,
+                    )
                     if "run_s" in done[key]:
                         last = done[key]
                     _print_learner(name, axis, done[key])
@@ -245,9 +278,12 @@ def _print_learner(name: str, axis: str, row: dict) -> None:
     elif "skipped" in row:
         print(f"{name:15s} [{axis:4s}] {where}  skipped: {row['skipped']}", flush=True)
     else:
-        print(f"{name:15s} [{axis:4s}] {where}  {row['env_steps_per_s'] / 1e6:8.3f}M steps/s  "
-              f"run {row['run_s']:7.3f}s ({row['iterations']} it, {row['repeats']} rep)  "
-              f"compile {row['compile_s']:6.1f}s  setup {row['setup_s']:5.1f}s", flush=True)
+        print(
+            f"{name:15s} [{axis:4s}] {where}  {row['env_steps_per_s'] / 1e6:8.3f}M steps/s  "
+            f"run {row['run_s']:7.3f}s ({row['iterations']} it, {row['repeats']} rep)  "
+            f"compile {row['compile_s']:6.1f}s  setup {row['setup_s']:5.1f}s",
+            flush=True,
+        )
 
 
 # ----------------------------------------------------------------------------- solver
@@ -281,9 +317,17 @@ def solver_point(point: dict, repeats: int, budget: Budget) -> dict:
         t0 = time.perf_counter()
         sol = fhc.solve(cmdp)
         times.append(time.perf_counter() - t0)
-    return {**row, "first_call_s": first, "median_s": float(np.median(times)), "repeats": repeats,
-            "oracle_calls": sol.oracle_calls, "reward": sol.reward, "costs": sol.costs.tolist(),
-            "thresholds": np.asarray(cmdp.thresholds).tolist(), "multipliers": sol.multipliers.tolist()}
+    return {
+        **row,
+        "first_call_s": first,
+        "median_s": float(np.median(times)),
+        "repeats": repeats,
+        "oracle_calls": sol.oracle_calls,
+        "reward": sol.reward,
+        "costs": sol.costs.tolist(),
+        "thresholds": np.asarray(cmdp.thresholds).tolist(),
+        "multipliers": sol.multipliers.tolist(),
+    }
 
 
 def solver_curves(axes: list[str], grid: dict, repeats: int, budget: Budget) -> dict:
@@ -302,8 +346,12 @@ def solver_curves(axes: list[str], grid: dict, repeats: int, budget: Budget) -> 
                     what = f"FAILED: {r['failed']}" if "failed" in r else f"skipped: {r['skipped']}"
                     print(f"{'solve':15s} [{axis:4s}] {where}  {what}", flush=True)
                 else:
-                    print(f"{'solve':15s} [{axis:4s}] {where}  median {r['median_s']:7.3f}s  first {r['first_call_s']:6.2f}s  "
-                          f"{r['oracle_calls']} oracle calls", flush=True)
+                    print(
+                        f"{'solve':15s} [{axis:4s}] {where}  median {r['median_s']:7.3f}s  first "
+                        f"{r['first_call_s']:6.2f}s  "
+                        f"{r['oracle_calls']} oracle calls",
+                        flush=True,
+                    )
             rows.append({"axis_value": value, **done[key]})
         out[axis] = rows
     return out
@@ -333,8 +381,12 @@ def curve_summary(rows: list[dict], metric: str, size_as_states: bool = False) -
     if changes:
         _, i = max(changes)
         bend = {"at": rows[i]["axis_value"], "slope_before": slopes[i - 1], "slope_after": slopes[i]}
-    return {"axis_values": [r["axis_value"] for r in rows], metric: ys,
-            "log_log_slopes": slopes, "largest_slope_change": bend}
+    return {
+        "axis_values": [r["axis_value"] for r in rows],
+        metric: ys,
+        "log_log_slopes": slopes,
+        "largest_slope_change": bend,
+    }
 
 
 def analyse(result: dict) -> dict:
@@ -342,12 +394,18 @@ def analyse(result: dict) -> dict:
     first-call time of the solver; grid size measured in states S)."""
     out: dict[str, Any] = {"learners": {}, "solver": {}}
     for name, axes in result.get("learners", {}).items():
-        out["learners"][name] = {axis: {"env_steps_per_s": curve_summary(rows, "env_steps_per_s", axis == "size"),
-                                        "compile_s": curve_summary(rows, "compile_s", axis == "size")}
-                                 for axis, rows in axes.items()}
+        out["learners"][name] = {
+            axis: {
+                "env_steps_per_s": curve_summary(rows, "env_steps_per_s", axis == "size"),
+                "compile_s": curve_summary(rows, "compile_s", axis == "size"),
+            }
+            for axis, rows in axes.items()
+        }
     for axis, rows in result.get("solver", {}).items():
-        out["solver"][axis] = {"median_s": curve_summary(rows, "median_s", axis == "size"),
-                               "first_call_s": curve_summary(rows, "first_call_s", axis == "size")}
+        out["solver"][axis] = {
+            "median_s": curve_summary(rows, "median_s", axis == "size"),
+            "first_call_s": curve_summary(rows, "first_call_s", axis == "size"),
+        }
     return out
 
 
@@ -393,7 +451,7 @@ def figure(result: dict, path: Path) -> None:
         ax.grid(True, which="both", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    for ax in list(axs.flat)[len(panels):]:
+    for ax in list(axs.flat)[len(panels) :]:
         ax.axis("off")
     fig.tight_layout()
     buf = io.BytesIO()
@@ -416,24 +474,36 @@ def _axes(valid: tuple[str, ...]) -> Callable[[str], list[str]]:
         axes = [v.strip() for v in value.split(",") if v.strip()]
         bad = [a for a in axes if a not in valid]
         if bad or not axes:
-            raise argparse.ArgumentTypeError(f"--axes takes a comma-separated subset of {','.join(valid)}, found {value!r}")
+            raise argparse.ArgumentTypeError(
+                f"--axes takes a comma-separated subset of {','.join(valid)}, found {value!r}"
+            )
         return axes
+
     return parse
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--axes", type=_axes(LEARNER_AXES), default=list(LEARNER_AXES),
-                        help="comma-separated subset of K,H,size,M (the solver runs size and M)")
+    parser.add_argument(
+        "--axes",
+        type=_axes(LEARNER_AXES),
+        default=list(LEARNER_AXES),
+        help="comma-separated subset of K,H,size,M (the solver runs size and M)",
+    )
     parser.add_argument("--learners", default="all", help="'all' or comma-separated learner names")
     parser.add_argument("--no-solver", action="store_true", help="skip the fhc_jax.solve curves")
     parser.add_argument("--quick", action="store_true", help="a handful of tiny points, one repeat (smoke test)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="timed runs per point (default 5, fewer once a point's runs took a quarter of "
-                             "--point-budget-s; --quick: 1)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed runs per point (default 5, fewer once a point's runs took a quarter of "
+        "--point-budget-s; --quick: 1)",
+    )
     parser.add_argument("--max-gb", type=float, default=3.0, help="skip points whose estimated memory exceeds this")
-    parser.add_argument("--point-budget-s", type=float, default=60.0,
-                        help="skip points whose predicted run time exceeds this (seconds)")
+    parser.add_argument(
+        "--point-budget-s", type=float, default=60.0, help="skip points whose predicted run time exceeds this (seconds)"
+    )
     parser.add_argument("--budget-s", type=float, default=1200.0, help="skip the remaining points after this (seconds)")
     parser.add_argument("--out", default=str(RESULTS), help="results JSON (the PNG goes beside it)")
     args = parser.parse_args(argv)
@@ -457,11 +527,19 @@ def main(argv: list[str] | None = None) -> int:
     budget = Budget(args.budget_s)
     load_before = uptime()
     print(f"uptime: {load_before}", flush=True)
-    result: dict[str, Any] = {"quick": args.quick, "grid": grid, "axes": args.axes,
-                              "settings": {"repeats": args.repeats, "max_gb": args.max_gb,
-                                           "point_budget_s": args.point_budget_s, "budget_s": args.budget_s,
-                                           "iterations": f"clip(round({STEPS_PER_POINT:.0e} / (K H)), 1, {MAX_ITERATIONS})",
-                                           "eval_every": 0}}
+    result: dict[str, Any] = {
+        "quick": args.quick,
+        "grid": grid,
+        "axes": args.axes,
+        "settings": {
+            "repeats": args.repeats,
+            "max_gb": args.max_gb,
+            "point_budget_s": args.point_budget_s,
+            "budget_s": args.budget_s,
+            "iterations": f"clip(round({STEPS_PER_POINT:.0e} / (K H)), 1, {MAX_ITERATIONS})",
+            "eval_every": 0,
+        },
+    }
     result["learners"] = learner_curves(args.learner_names, args.axes, grid, args, budget) if args.learner_names else {}
     solver_axes = [a for a in args.axes if a in SOLVER_AXES]
     result["solver"] = {} if args.no_solver else solver_curves(solver_axes, grid, args.repeats, budget)

@@ -18,11 +18,10 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from timing import provenance
 
 import fhc_jax as fhc
-from fhc_jax.experiment.rundir import machine_info
-from timing import provenance
-from fhc_jax.experiment.rundir import write_json_atomic
+from fhc_jax.experiment.rundir import machine_info, write_json_atomic
 
 RESULTS = Path(__file__).resolve().parent / "results" / "solver.json"
 
@@ -55,24 +54,40 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller instances, 1 repeat")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--large-lp", action="store_true",
-                        help="also run the LP on the default 10x10, H=100 grid (about 5 minutes)")
+    parser.add_argument(
+        "--large-lp", action="store_true", help="also run the LP on the default 10x10, H=100 grid (about 5 minutes)"
+    )
     args = parser.parse_args()
     source = provenance()  # the command and the git revision, read before anything is measured
     repeats = 1 if args.quick else args.repeats
     rows = []
 
     print(f"machine: {machine_info()}")
-    print(f"{'case':<34}{'S':>6}{'H':>5}{'first [s]':>11}{'median [s]':>12}{'reward':>12}{'cost':>10}{'nu':>9}{'calls':>7}")
+    print(
+        f"{'case':<34}{'S':>6}{'H':>5}{'first [s]':>11}{'median [s]':>12}"
+        f"{'reward':>12}{'cost':>10}{'nu':>9}{'calls':>7}"
+    )
 
     def report(case, cmdp, first, median, sol=None, extra=None):
-        row = {"case": case, "num_states": cmdp.num_states, "horizon": cmdp.horizon,
-               "first_call_s": first, "median_s": median, "repeats": repeats}
+        row = {
+            "case": case,
+            "num_states": cmdp.num_states,
+            "horizon": cmdp.horizon,
+            "first_call_s": first,
+            "median_s": median,
+            "repeats": repeats,
+        }
         if sol is not None:
-            row.update(reward=sol.reward, costs=sol.costs.tolist(), multipliers=sol.multipliers.tolist(),
-                       oracle_calls=sol.oracle_calls)
-            print(f"{case:<34}{cmdp.num_states:>6}{cmdp.horizon:>5}{first:>11.3f}{median:>12.4f}"
-                  f"{sol.reward:>12.5f}{sol.costs[0]:>10.4f}{sol.multipliers[0]:>9.4f}{sol.oracle_calls:>7}")
+            row.update(
+                reward=sol.reward,
+                costs=sol.costs.tolist(),
+                multipliers=sol.multipliers.tolist(),
+                oracle_calls=sol.oracle_calls,
+            )
+            print(
+                f"{case:<34}{cmdp.num_states:>6}{cmdp.horizon:>5}{first:>11.3f}{median:>12.4f}"
+                f"{sol.reward:>12.5f}{sol.costs[0]:>10.4f}{sol.multipliers[0]:>9.4f}{sol.oracle_calls:>7}"
+            )
         else:
             print(f"{case:<34}{cmdp.num_states:>6}{cmdp.horizon:>5}{first:>11.3f}{median:>12.4f}")
         row.update(extra or {})
@@ -87,11 +102,17 @@ def main() -> None:
         report(f"dual {size}x{size}", cmdp, f_d, m_d, dual)
         f_l, m_l, lp = timed(lambda cmdp=cmdp: fhc.solve(cmdp, method="lp"), max(1, repeats // 3))
         rel = abs(dual.reward - lp.reward) / abs(lp.reward)
-        report(f"lp   {size}x{size} (rel. diff {rel:.1e})", cmdp, f_l, m_l, lp,
-               {"relative_reward_difference_to_dual": rel, "speedup_of_dual": m_l / m_d})
+        report(
+            f"lp   {size}x{size} (rel. diff {rel:.1e})",
+            cmdp,
+            f_l,
+            m_l,
+            lp,
+            {"relative_reward_difference_to_dual": rel, "speedup_of_dual": m_l / m_d},
+        )
 
     # 2. the dual solver alone at H = 100, growing grids (the paper's alpha = 25 on 10x10)
-    for size in ([10, 20] if args.quick else [10, 20, 50]):
+    for size in [10, 20] if args.quick else [10, 20, 50]:
         cmdp = gridworld_cmdp(size, 100, alpha=25.0 if size == 10 else None)
         f, m, sol = timed(lambda cmdp=cmdp: fhc.solve(cmdp), repeats)
         report(f"dual {size}x{size} H=100", cmdp, f, m, sol)

@@ -43,8 +43,7 @@ MEASURED_CODE = ("fhc_jax", "benchmarks", ":(exclude)benchmarks/results")
 
 
 def _git(*args: str, root: Path = ROOT) -> str:
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30,
-                          check=True).stdout
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30, check=True).stdout
 
 
 def source_revision(root: Path = ROOT) -> dict[str, Any]:

@@ -48,11 +48,11 @@ os.environ["WANDB_MODE"] = "offline"  # never upload from a benchmark
 os.environ.setdefault("WANDB_SILENT", "true")
 
 import jax  # noqa: E402
+from timing import provenance  # noqa: E402
 
 from fhc_jax.experiment import rundir, tracking, training  # noqa: E402
 from fhc_jax.experiment.config import load_spec  # noqa: E402
 from fhc_jax.experiment.rundir import load_average, machine_info  # noqa: E402
-from timing import provenance  # noqa: E402
 
 MODES = ("none", "tensorboard", "wandb")
 
@@ -102,8 +102,9 @@ def main() -> None:
         opened.clear()
         child0 = children_cpu()
         t0 = time.perf_counter()
-        result = training.train_run(spec, out, quiet=True, plots=args.plots, stream=io.StringIO(),
-                                    loggers=None if mode == "none" else [mode])
+        result = training.train_run(
+            spec, out, quiet=True, plots=args.plots, stream=io.StringIO(), loggers=None if mode == "none" else [mode]
+        )
         total = time.perf_counter() - t0
         service = children_cpu() - child0 if mode == "wandb" else 0.0
         assert result["complete"], result
@@ -113,19 +114,29 @@ def main() -> None:
         t = result["timing"]
         shutil.rmtree(out)
         tr = opened[0]
-        return {"total_s": total, "compile_s": t["compile_s"], "run_s": total - t["compile_s"],
-                "train_s": t["train_s"], "tracking_cpu_s": tr.cpu_s + max(service, 0.0), "thread_cpu_s": tr.cpu_s,
-                "service_cpu_s": service, "caller_s": tr.caller_s}
+        return {
+            "total_s": total,
+            "compile_s": t["compile_s"],
+            "run_s": total - t["compile_s"],
+            "train_s": t["train_s"],
+            "tracking_cpu_s": tr.cpu_s + max(service, 0.0),
+            "thread_cpu_s": tr.cpu_s,
+            "service_cpu_s": service,
+            "caller_s": tr.caller_s,
+        }
 
     try:
         warm = run("none", "warmup")
         times: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
         for r in range(args.repeats):
-            order = MODES[r % len(MODES):] + MODES[: r % len(MODES)]
+            order = MODES[r % len(MODES) :] + MODES[: r % len(MODES)]
             for mode in order:
                 times[mode].append(run(mode, f"{mode}_{r}"))
-                print(f"  repeat {r} {mode:<12} run {times[mode][-1]['run_s']:.2f} s "
-                      f"(compile {times[mode][-1]['compile_s']:.2f} s)", flush=True)
+                print(
+                    f"  repeat {r} {mode:<12} run {times[mode][-1]['run_s']:.2f} s "
+                    f"(compile {times[mode][-1]['compile_s']:.2f} s)",
+                    flush=True,
+                )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -134,28 +145,53 @@ def main() -> None:
     base = med["none"]["run_s"]
     steps = spec.learner.episodes_per_iteration * spec.make_env()[0].horizon * spec.num_iterations * spec.seeds
     mc = machine_info()
-    print(f"FH-Constrained, default gridworld, {spec.num_iterations} updates x K={spec.learner.episodes_per_iteration} "
-          f"x {spec.seeds} seeds, chunk_size={spec.chunk_size}, plots={'on' if args.plots else 'off'}, "
-          f"median of {args.repeats}; {mc['cpu']['model']}, {mc['cpu']['usable_cores']} usable cores")
-    print("| logger | run (total - compile) [s] | train (chunks) [s] | env-steps/s | overhead vs none (wall) | "
-          "tracking CPU [s] (% of run) | training thread waits [ms] |")
+    print(
+        f"FH-Constrained, default gridworld, {spec.num_iterations} updates x K={spec.learner.episodes_per_iteration} "
+        f"x {spec.seeds} seeds, chunk_size={spec.chunk_size}, plots={'on' if args.plots else 'off'}, "
+        f"median of {args.repeats}; {mc['cpu']['model']}, {mc['cpu']['usable_cores']} usable cores"
+    )
+    print(
+        "| logger | run (total - compile) [s] | train (chunks) [s] | env-steps/s | overhead vs none (wall) | "
+        "tracking CPU [s] (% of run) | training thread waits [ms] |"
+    )
     print("|---|---|---|---|---|---|---|")
     results = []
     for m in MODES:
         over = med[m]["run_s"] / base - 1
         cpu = med[m]["tracking_cpu_s"]
-        print(f"| {m} | {med[m]['run_s']:.2f} | {med[m]['train_s']:.2f} | {steps / med[m]['train_s'] / 1e6:.2f}M | "
-              f"{100 * over:+.1f}% | {cpu:.2f} ({100 * cpu / base:.1f}%) | {1e3 * med[m]['caller_s']:.1f} |")
-        results.append({"logger": m, **{f"median_{k}": v for k, v in med[m].items()}, "runs": times[m],
-                        "overhead_vs_none": over, "tracking_cpu_fraction_of_run": cpu / base,
-                        "env_steps_per_s": steps / med[m]["train_s"]})
-    payload = {"benchmark": "tracking_overhead", "algo": spec.algo, "env": spec.env_name,
-               "iterations": spec.num_iterations, "seeds": spec.seeds, "chunk_size": spec.chunk_size,
-               "episodes_per_iteration": spec.learner.episodes_per_iteration, "plots": args.plots,
-               "repeats": args.repeats, "warmup": warm, "results": results,
-               "metrics_csv_identical_across_loggers": True,
-               "load_average_start": load_start, "load_average_end": load_average(),
-               "machine": mc, **source, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        print(
+            f"| {m} | {med[m]['run_s']:.2f} | {med[m]['train_s']:.2f} | {steps / med[m]['train_s'] / 1e6:.2f}M | "
+            f"{100 * over:+.1f}% | {cpu:.2f} ({100 * cpu / base:.1f}%) | {1e3 * med[m]['caller_s']:.1f} |"
+        )
+        results.append(
+            {
+                "logger": m,
+                **{f"median_{k}": v for k, v in med[m].items()},
+                "runs": times[m],
+                "overhead_vs_none": over,
+                "tracking_cpu_fraction_of_run": cpu / base,
+                "env_steps_per_s": steps / med[m]["train_s"],
+            }
+        )
+    payload = {
+        "benchmark": "tracking_overhead",
+        "algo": spec.algo,
+        "env": spec.env_name,
+        "iterations": spec.num_iterations,
+        "seeds": spec.seeds,
+        "chunk_size": spec.chunk_size,
+        "episodes_per_iteration": spec.learner.episodes_per_iteration,
+        "plots": args.plots,
+        "repeats": args.repeats,
+        "warmup": warm,
+        "results": results,
+        "metrics_csv_identical_across_loggers": True,
+        "load_average_start": load_start,
+        "load_average_end": load_average(),
+        "machine": mc,
+        **source,
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     rundir.write_json_atomic(Path(args.out), payload)
     print(f"load average {load_start} -> {payload['load_average_end']}")
     print(f"wrote {args.out}")

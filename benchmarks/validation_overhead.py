@@ -94,8 +94,11 @@ def _cases(fhc, iterations: int) -> dict[str, tuple]:
         "gridworld_softmax_tabulated": (env, params, fhc.softmax_policy(lambda obs, h: obs @ weights[h])),
         "gridworld_table_policy": (env, params, fhc.table_policy(table, env)),
         "gridworld_own_categorical": (env, params, lambda key, obs, h: jax.random.categorical(key, own_logits)),
-        "battery_softmax_per_step": (battery, battery.default_params,
-                                     fhc.softmax_policy(lambda obs, h: obs @ battery_w)),
+        "battery_softmax_per_step": (
+            battery,
+            battery.default_params,
+            fhc.softmax_policy(lambda obs, h: obs @ battery_w),
+        ),
     }
     key0 = jax.random.key(0)
     cases = {}
@@ -104,7 +107,10 @@ def _cases(fhc, iterations: int) -> dict[str, tuple]:
         cases[name] = (run.lower(key0).compile(), lambda i: (jax.random.key(i),), 1)
     traced = jax.jit(lambda k, w: fhc.rollout_returns(k, env, params, fhc.softmax_policy(lambda o, h: o @ w[h]), K))
     cases["gridworld_softmax_tabulated_traced_weights"] = (
-        traced.lower(key0, weights).compile(), lambda i: (jax.random.key(i), weights + i), 1)
+        traced.lower(key0, weights).compile(),
+        lambda i: (jax.random.key(i), weights + i),
+        1,
+    )
     from fhc_jax.algos import fh_constrained as fc
 
     assert fc.__file__.startswith(os.path.dirname(from_copy))
@@ -118,7 +124,7 @@ def _worker(before: str, after: str, order: str, calls: int, train_calls: int, i
     import jax
 
     copies = {}
-    for which in (("before", "after") if order == "before" else ("after", "before")):
+    for which in ("before", "after") if order == "before" else ("after", "before"):
         copies[which] = _cases(_load(before if which == "before" else after), iterations)
     out = {}
     for name in copies["before"]:
@@ -129,7 +135,7 @@ def _worker(before: str, after: str, order: str, calls: int, train_calls: int, i
             program, args_of, _ = copies[which][name]
             jax.block_until_ready(program(*args_of(10_000)))
         for i in range(n):
-            for which in (("before", "after") if i % 2 == 0 else ("after", "before")):
+            for which in ("before", "after") if i % 2 == 0 else ("after", "before"):
                 program, args_of, divisor = copies[which][name]
                 args = args_of(i)
                 c0, t0 = time.process_time(), time.perf_counter()
@@ -138,14 +144,17 @@ def _worker(before: str, after: str, order: str, calls: int, train_calls: int, i
                 cpu[which].append((time.process_time() - c0) / divisor)
         out[name] = {which: float(np.median(times[which])) for which in times}
         out[name].update({f"{which}_cpu": float(np.median(cpu[which])) for which in cpu})
-        out[name]["same_compiled_program"] = (_program_digest(copies["before"][name][0])
-                                              == _program_digest(copies["after"][name][0]))
+        out[name]["same_compiled_program"] = _program_digest(copies["before"][name][0]) == _program_digest(
+            copies["after"][name][0]
+        )
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", required=True, help="package copy without the checks (a directory holding fhc_jax/)")
+    parser.add_argument(
+        "--before", required=True, help="package copy without the checks (a directory holding fhc_jax/)"
+    )
     parser.add_argument("--after", default=".", help="package copy with the checks")
     parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--calls", type=int, default=100, help="calls of each rollout case and copy per process")
@@ -165,41 +174,76 @@ def main() -> None:
     per_process = []
     for p in range(args.processes):
         order = "before" if p % 2 == 0 else "after"
-        done = subprocess.run([sys.executable, __file__, "--before", args.before, "--after", args.after, "--worker", order,
-                               "--calls", str(args.calls), "--train-calls", str(args.train_calls),
-                               "--iterations", str(args.iterations)],
-                              capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ""})
+        done = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--before",
+                args.before,
+                "--after",
+                args.after,
+                "--worker",
+                order,
+                "--calls",
+                str(args.calls),
+                "--train-calls",
+                str(args.train_calls),
+                "--iterations",
+                str(args.iterations),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONPATH": ""},
+        )
         per_process.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        print(f"process {p} ({order} loaded first): " + ", ".join(
-            f"{k} {v['before_cpu'] * 1e3:.3f} -> {v['after_cpu'] * 1e3:.3f} ms CPU" for k, v in per_process[-1].items()),
-            flush=True)
+        print(
+            f"process {p} ({order} loaded first): "
+            + ", ".join(
+                f"{k} {v['before_cpu'] * 1e3:.3f} -> {v['after_cpu'] * 1e3:.3f} ms CPU"
+                for k, v in per_process[-1].items()
+            ),
+            flush=True,
+        )
     table = {}
     for name in per_process[0]:
-        med = {key: float(np.median([r[name][key] for r in per_process]))
-               for key in ("before", "after", "before_cpu", "after_cpu")}
-        table[name] = {"before_ms": med["before"] * 1e3, "after_ms": med["after"] * 1e3,
-                       "overhead_percent": 100 * (med["after"] / med["before"] - 1),
-                       "before_cpu_ms": med["before_cpu"] * 1e3, "after_cpu_ms": med["after_cpu"] * 1e3,
-                       "cpu_overhead_percent": 100 * (med["after_cpu"] / med["before_cpu"] - 1),
-                       "same_compiled_program": all(r[name]["same_compiled_program"] for r in per_process),
-                       "per_process_ms": [[r[name]["before"] * 1e3, r[name]["after"] * 1e3] for r in per_process],
-                       "per_process_cpu_ms": [[r[name]["before_cpu"] * 1e3, r[name]["after_cpu"] * 1e3]
-                                              for r in per_process]}
-        print(f"{name}: wall {med['before'] * 1e3:.3f} -> {med['after'] * 1e3:.3f} ms "
-              f"({table[name]['overhead_percent']:+.1f}%), CPU {med['before_cpu'] * 1e3:.3f} -> "
-              f"{med['after_cpu'] * 1e3:.3f} ms ({table[name]['cpu_overhead_percent']:+.1f}%)"
-              f"{', the same compiled program' if table[name]['same_compiled_program'] else ''}")
+        med = {
+            key: float(np.median([r[name][key] for r in per_process]))
+            for key in ("before", "after", "before_cpu", "after_cpu")
+        }
+        table[name] = {
+            "before_ms": med["before"] * 1e3,
+            "after_ms": med["after"] * 1e3,
+            "overhead_percent": 100 * (med["after"] / med["before"] - 1),
+            "before_cpu_ms": med["before_cpu"] * 1e3,
+            "after_cpu_ms": med["after_cpu"] * 1e3,
+            "cpu_overhead_percent": 100 * (med["after_cpu"] / med["before_cpu"] - 1),
+            "same_compiled_program": all(r[name]["same_compiled_program"] for r in per_process),
+            "per_process_ms": [[r[name]["before"] * 1e3, r[name]["after"] * 1e3] for r in per_process],
+            "per_process_cpu_ms": [[r[name]["before_cpu"] * 1e3, r[name]["after_cpu"] * 1e3] for r in per_process],
+        }
+        print(
+            f"{name}: wall {med['before'] * 1e3:.3f} -> {med['after'] * 1e3:.3f} ms "
+            f"({table[name]['overhead_percent']:+.1f}%), CPU {med['before_cpu'] * 1e3:.3f} -> "
+            f"{med['after_cpu'] * 1e3:.3f} ms ({table[name]['cpu_overhead_percent']:+.1f}%)"
+            f"{', the same compiled program' if table[name]['same_compiled_program'] else ''}"
+        )
     result = {
         "command": "python " + " ".join([os.path.relpath(__file__), *sys.argv[1:]]),
         **source,
         "what": "median over processes of each process's median time per call (wall clock, and CPU time of the "
-                "process, which another process's load disturbs less), the two package copies loaded into "
-                "one process and called alternately; rollout_returns at K = 4096 per call (jax.jit(lambda k: "
-                "fhc.rollout_returns(k, env, params, policy, 4096)), fresh key each call, compile excluded); "
-                "FH-Constrained default Config per iteration (compile excluded)",
-        "K": K, "processes": args.processes, "calls": args.calls, "train_calls": args.train_calls,
-        "train_iterations": args.iterations, "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared)",
-        "hardware_line": f"{platform.machine()} CPU, {os.cpu_count()} cores (shared)", "jax": version("jax"),
+        "process, which another process's load disturbs less), the two package copies loaded into "
+        "one process and called alternately; rollout_returns at K = 4096 per call (jax.jit(lambda k: "
+        "fhc.rollout_returns(k, env, params, policy, 4096)), fresh key each call, compile excluded); "
+        "FH-Constrained default Config per iteration (compile excluded)",
+        "K": K,
+        "processes": args.processes,
+        "calls": args.calls,
+        "train_calls": args.train_calls,
+        "train_iterations": args.iterations,
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared)",
+        "hardware_line": f"{platform.machine()} CPU, {os.cpu_count()} cores (shared)",
+        "jax": version("jax"),
         "results": table,
     }
     with open(args.out, "w") as f:

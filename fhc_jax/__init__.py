@@ -5,6 +5,8 @@ Layers (data flows top to bottom): ``fhc_jax.cmdp`` (the exact model and solvers
 ``fhc_jax.algos`` (learners). See docs/ARCHITECTURE.md.
 """
 
+from fhc_jax import algos, cmdp, envs
+from fhc_jax.algos.core.policies import softmax_policy, table_policy
 from fhc_jax.cmdp import (
     Evaluation,
     InfeasibleConstraintError,
@@ -20,8 +22,6 @@ from fhc_jax.cmdp import (
 from fhc_jax.envs import BatteryStorage, Environment, GridWorld, TabularEnv
 from fhc_jax.rollout import random_policy, rollout, rollout_returns, trajectory_observations, uniform_random_policy
 from fhc_jax.trajectory import Returns, Trajectory
-from fhc_jax.algos.core.policies import softmax_policy, table_policy
-from fhc_jax import algos, cmdp, envs
 
 #: the release (PEP 440); pyproject.toml reads it from here, CHANGELOG.md says what each one changed
 __version__ = "0.2.0"

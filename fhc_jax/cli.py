@@ -46,8 +46,8 @@ import contextlib
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -80,8 +80,9 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         if bad:
             raise config.ConfigError(f"fhc-jax solve takes only env.* settings, found {bad[0]!r}")
         values = {k[4:]: v for k, v in values.items()}
-        values.update({key: getattr(args, flag) for flag, key in _SOLVE_FLAGS.items()
-                       if getattr(args, flag) is not None})
+        values.update(
+            {key: getattr(args, flag) for flag, key in _SOLVE_FLAGS.items() if getattr(args, flag) is not None}
+        )
         settings = entry.validate(values)
         env, params = entry.make(settings)
         if not env.has_exact_model:
@@ -109,8 +110,10 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     print(f"{title}, S={cmdp.num_states}, A={cmdp.num_actions}, H={cmdp.horizon}, alpha={alpha.tolist()}")
     print(f"{'optimum':<14}{'reward':>10}{'cost':>22}{'multiplier':>22}{'solve [s]':>11}")
     for name, sol in (("unconstrained", unconstrained), ("constrained", constrained)):
-        print(f"{name:<14}{sol.reward:>10.4f}{np.array2string(sol.costs, precision=4):>22}"
-              f"{np.array2string(sol.multipliers, precision=4):>22}{sol.solve_time:>11.3f}")
+        print(
+            f"{name:<14}{sol.reward:>10.4f}{np.array2string(sol.costs, precision=4):>22}"
+            f"{np.array2string(sol.multipliers, precision=4):>22}{sol.solve_time:>11.3f}"
+        )
     print(f"{loss_line} (method={constrained.method}, {constrained.oracle_calls} backward inductions)")
     curves = []
     if args.tradeoff is not None:
@@ -118,15 +121,18 @@ def _cmd_solve(args: argparse.Namespace) -> int:
 
         curves = tradeoff_plot.report(cmdp, args.tradeoff, constrained, plot_path, figure_title)
     if args.out:
-        rundir.write_json_atomic(Path(args.out), {
-            "env": {"name": entry.name, **settings},
-            "unconstrained": _solution_dict(unconstrained),
-            "constrained": _solution_dict(constrained),
-            "reward_loss": loss,
-            "relative_reward_loss": relative,
-            **({"tradeoff": [c.as_dict() for c in curves], "tradeoff_plot": str(plot_path)} if curves else {}),
-            "machine": rundir.machine_info(),
-        })
+        rundir.write_json_atomic(
+            Path(args.out),
+            {
+                "env": {"name": entry.name, **settings},
+                "unconstrained": _solution_dict(unconstrained),
+                "constrained": _solution_dict(constrained),
+                "reward_loss": loss,
+                "relative_reward_loss": relative,
+                **({"tradeoff": [c.as_dict() for c in curves], "tradeoff_plot": str(plot_path)} if curves else {}),
+                "machine": rundir.machine_info(),
+            },
+        )
         print(f"wrote {args.out}")
     return 0
 
@@ -139,8 +145,11 @@ def _reward_loss(unconstrained, constrained) -> tuple[str, float, float | None]:
     loss = j_u - j_c
     what = "the constraint" if np.size(constrained.multipliers) == 1 else "the constraints"
     if not np.any(np.asarray(constrained.multipliers) > 0):
-        return f"{what} do{'es' * (what == 'the constraint')} not bind (multiplier 0): no reward lost", loss, \
-            (loss / abs(j_u) if j_u else None)
+        return (
+            f"{what} do{'es' * (what == 'the constraint')} not bind (multiplier 0): no reward lost",
+            loss,
+            (loss / abs(j_u) if j_u else None),
+        )
     line = f"{what} cost{'s' * (what == 'the constraint')} {loss:.6g} reward (J_u - J_c = {j_u:.6g} - {j_c:.6g})"
     if j_u == 0:
         return f"{line}; no relative figure: the unconstrained reward J_u is 0", loss, None
@@ -157,7 +166,9 @@ def _check_tradeoff_args(args: argparse.Namespace, env):
             raise config.ConfigError("--plot is the figure of --tradeoff; add --tradeoff [N] or drop --plot")
         return None
     if not 2 <= args.tradeoff <= 10_000:
-        raise config.ConfigError(f"--tradeoff N: the number of thresholds must lie in [2, 10000], found {args.tradeoff}")
+        raise config.ConfigError(
+            f"--tradeoff N: the number of thresholds must lie in [2, 10000], found {args.tradeoff}"
+        )
     if env.num_constraints < 1:
         raise config.ConfigError("--tradeoff: the environment has no constraint, so there is no trade-off curve")
     path = Path(args.plot) if args.plot is not None else tradeoff_plot.default_plot_path(args.out)
@@ -169,18 +180,27 @@ def _check_tradeoff_args(args: argparse.Namespace, env):
 def _add_logger_option(p: argparse.ArgumentParser) -> None:
     from fhc_jax.experiment.tracking import CHOICES, INSTALL_HINT
 
-    p.add_argument("--logger", action="append", choices=CHOICES, default=None,
-                   help="experiment tracking, repeatable (--logger tensorboard --logger wandb; default none): "
-                        "logs in OUT/tensorboard and OUT/wandb (offline without W&B credentials); needs "
-                        f"{INSTALL_HINT}")
+    p.add_argument(
+        "--logger",
+        action="append",
+        choices=CHOICES,
+        default=None,
+        help="experiment tracking, repeatable (--logger tensorboard --logger wandb; default none): "
+        "logs in OUT/tensorboard and OUT/wandb (offline without W&B credentials); needs "
+        f"{INSTALL_HINT}",
+    )
 
 
 def _add_env_option(p: argparse.ArgumentParser, default: str | None = None) -> None:
     from fhc_jax.experiment.config import ENVIRONMENTS
 
-    p.add_argument("--env", default=default, metavar="NAME",
-                   help=f"environment: {', '.join(ENVIRONMENTS)} (default gridworld), or module:ClassOrFactory "
-                        "of your own (its keyword arguments are the env.* settings)")
+    p.add_argument(
+        "--env",
+        default=default,
+        metavar="NAME",
+        help=f"environment: {', '.join(ENVIRONMENTS)} (default gridworld), or module:ClassOrFactory "
+        "of your own (its keyword arguments are the env.* settings)",
+    )
 
 
 def _add_config_options(p: argparse.ArgumentParser) -> None:
@@ -188,12 +208,20 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--algo", choices=tuple(ALGORITHMS), default=None, help="learner (default fh-constrained)")
     _add_env_option(p)
-    p.add_argument("--obs", choices=("xy", "xyt"), default=None,
-                   help="network input of nn-constrained, ppo-lag and cpo (paper Env 1 / Env 2)")
+    p.add_argument(
+        "--obs",
+        choices=("xy", "xyt"),
+        default=None,
+        help="network input of nn-constrained, ppo-lag and cpo (paper Env 1 / Env 2)",
+    )
     p.add_argument("--seeds", type=int, default=None, help="number of seeds R (default 5)")
     p.add_argument("--config", default=None, help="TOML file of settings (see fhc_jax.experiment.config)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override one setting, e.g. --set env.size=4 --set critic_lr.init=0.5 (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override one setting, e.g. --set env.size=4 --set critic_lr.init=0.5 (repeatable)",
+    )
     p.add_argument("--out", required=True, help="run directory, e.g. runs/demo")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -203,19 +231,36 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
     from fhc_jax.experiment.distributed import HEARTBEAT_TIMEOUT_S, INIT_TIMEOUT_S
 
     g = p.add_argument_group("several processes or hosts (jax.distributed; run the same command in every process)")
-    g.add_argument("--coordinator", default=None, metavar="HOST:PORT",
-                   help="address of process 0, which serves JAX's coordination service there")
+    g.add_argument(
+        "--coordinator",
+        default=None,
+        metavar="HOST:PORT",
+        help="address of process 0, which serves JAX's coordination service there",
+    )
     g.add_argument("--num-processes", type=int, default=None, metavar="N", help="number of processes N")
     g.add_argument("--process-id", type=int, default=None, metavar="I", help="this process's index in [0, N)")
-    g.add_argument("--distributed", action="store_true",
-                   help="join a run over several processes with everything the flags above leave out taken from "
-                        "the environment a cluster scheduler sets (SLURM, Open MPI, ...), as "
-                        "jax.distributed.initialize() detects it")
-    g.add_argument("--init-timeout", type=int, default=INIT_TIMEOUT_S, metavar="S",
-                   help=f"seconds to wait for every process to join (default {INIT_TIMEOUT_S})")
-    g.add_argument("--heartbeat-timeout", type=int, default=HEARTBEAT_TIMEOUT_S, metavar="S",
-                   help="seconds without a heartbeat after which a process counts as lost and the others stop "
-                        f"(default {HEARTBEAT_TIMEOUT_S})")
+    g.add_argument(
+        "--distributed",
+        action="store_true",
+        help="join a run over several processes with everything the flags above leave out taken from "
+        "the environment a cluster scheduler sets (SLURM, Open MPI, ...), as "
+        "jax.distributed.initialize() detects it",
+    )
+    g.add_argument(
+        "--init-timeout",
+        type=int,
+        default=INIT_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds to wait for every process to join (default {INIT_TIMEOUT_S})",
+    )
+    g.add_argument(
+        "--heartbeat-timeout",
+        type=int,
+        default=HEARTBEAT_TIMEOUT_S,
+        metavar="S",
+        help="seconds without a heartbeat after which a process counts as lost and the others stop "
+        f"(default {HEARTBEAT_TIMEOUT_S})",
+    )
 
 
 #: the options that make a command join a run over several processes (:func:`_supervise`)
@@ -228,11 +273,18 @@ def _cluster(args: argparse.Namespace):
     """The :class:`~fhc_jax.experiment.distributed.Cluster` the options ask for, or None (one process)."""
     from fhc_jax.experiment.distributed import Cluster
 
-    if not any(getattr(args, name, None) not in (None, False)
-               for name in ("coordinator", "num_processes", "process_id", "distributed")):
+    if not any(
+        getattr(args, name, None) not in (None, False)
+        for name in ("coordinator", "num_processes", "process_id", "distributed")
+    ):
         return None
-    return Cluster(coordinator=args.coordinator, num_processes=args.num_processes, process_id=args.process_id,
-                   init_timeout_s=args.init_timeout, heartbeat_timeout_s=args.heartbeat_timeout)
+    return Cluster(
+        coordinator=args.coordinator,
+        num_processes=args.num_processes,
+        process_id=args.process_id,
+        init_timeout_s=args.init_timeout,
+        heartbeat_timeout_s=args.heartbeat_timeout,
+    )
 
 
 def _wants_cluster(argv: Sequence[str]) -> bool:
@@ -390,14 +442,17 @@ def _fault_line(argv: Sequence[str], log: str) -> str | None:
         last = checkpoint.latest_iteration(Path(args.out) / rundir.CHECKPOINTS)
         where = "no checkpoint yet" if last is None else f"the last checkpoint (iteration {last}) is intact"
         again = f"fhc-jax train --resume --out {args.out} {flags}"
-        return (f"fhc-jax train: error: {verdict}; the run stopped ({where}); continue it on every process{each}: "
-                f"{again}")
+        return (
+            f"fhc-jax train: error: {verdict}; the run stopped ({where}); continue it on every process{each}: {again}"
+        )
     started = Path(args.out).is_dir() and any(Path(args.out).iterdir())
     overwrite = args.command in ("sweep", "train") and "--overwrite" not in argv and started
     rerun = " ".join(["fhc-jax", *argv] + (["--overwrite"] if overwrite else []))
     what = {"train": "run", "sweep": "sweep", "compare": "comparison"}[args.command]
-    return (f"fhc-jax {args.command}: error: {verdict}; the {what} {'stopped' if started else 'did not start'}; "
-            f"start it again on every process{each}: {rerun}")
+    return (
+        f"fhc-jax {args.command}: error: {verdict}; the {what} {'stopped' if started else 'did not start'}; "
+        f"start it again on every process{each}: {rerun}"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -411,24 +466,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, default=None, help="shorthand for --set env.alpha (gridworld: 25)")
     p.add_argument("--layout-seed", type=int, default=None, help="shorthand for --set env.layout_seed (gridworld: 0)")
     p.add_argument("--slip", type=float, default=None, help="shorthand for --set env.slip (gridworld: 0.1)")
-    p.add_argument("--method", choices=("dual", "lp"), default="dual",
-                   help="dual: Lagrangian duality + DP (default); lp: HiGHS occupancy LP (slow)")
+    p.add_argument(
+        "--method",
+        choices=("dual", "lp"),
+        default="dual",
+        help="dual: Lagrangian duality + DP (default); lp: HiGHS occupancy LP (slow)",
+    )
     p.add_argument("--out", help="write the results as JSON to this file")
-    p.add_argument("--tradeoff", nargs="?", type=int, const=21, default=None, metavar="N",
-                   help="also the exact trade-off curve of each constraint: the optimum's reward, multiplier and "
-                        "reward lost at N thresholds (default 21) from the cheapest policy's cost to the unconstrained "
-                        "optimum's, printed with the threshold in use marked, and plotted (--plot)")
-    p.add_argument("--plot", default=None, metavar="PATH",
-                   help="the trade-off figure (PNG) of --tradeoff (default: next to --out as NAME_tradeoff.png, "
-                        "else tradeoff.png in the working directory)")
+    p.add_argument(
+        "--tradeoff",
+        nargs="?",
+        type=int,
+        const=21,
+        default=None,
+        metavar="N",
+        help="also the exact trade-off curve of each constraint: the optimum's reward, multiplier and "
+        "reward lost at N thresholds (default 21) from the cheapest policy's cost to the unconstrained "
+        "optimum's, printed with the threshold in use marked, and plotted (--plot)",
+    )
+    p.add_argument(
+        "--plot",
+        default=None,
+        metavar="PATH",
+        help="the trade-off figure (PNG) of --tradeoff (default: next to --out as NAME_tradeoff.png, "
+        "else tradeoff.png in the working directory)",
+    )
     p.set_defaults(func=_cmd_solve)
 
-    p = sub.add_parser("train", help="train a learner on several seeds into a run directory",
-                       description="Train in compiled chunks (progress, exact evaluation and checkpoints "
-                                   "between chunks). Settings: algo, env.name and env.* (the environment's "
-                                   "settings), run.* (seeds, seed, chunk_size, checkpoint_every, "
-                                   "feasibility_tolerance) and the learner's Config fields (dotted for "
-                                   "schedules: critic_lr.init).")
+    p = sub.add_parser(
+        "train",
+        help="train a learner on several seeds into a run directory",
+        description="Train in compiled chunks (progress, exact evaluation and checkpoints "
+        "between chunks). Settings: algo, env.name and env.* (the environment's "
+        "settings), run.* (seeds, seed, chunk_size, checkpoint_every, "
+        "feasibility_tolerance) and the learner's Config fields (dotted for "
+        "schedules: critic_lr.init).",
+    )
     _add_config_options(p)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
     p.add_argument("--max-chunks", type=int, default=None, help="stop after this many chunks (resumable)")
@@ -442,26 +515,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stages", default=None, help="stages of the policy maps, e.g. 0,50,99")
     p.set_defaults(func=_cmd_plot)
 
-    p = sub.add_parser("eval", help="judge a trained run's final policies, also on a changed environment",
-                       description="Load RUN_DIR's final checkpoint and judge every seed's final policy: exactly "
-                                   "(gap to fhc_jax.solve's optimum) where the environment has a tabular exact "
-                                   "model, else by Monte-Carlo with 95% intervals; --set env.* judges the same "
-                                   "policies on a changed environment (robustness). Writes RUN_DIR/eval/NAME.json; "
-                                   "nothing else in RUN_DIR changes.")
+    p = sub.add_parser(
+        "eval",
+        help="judge a trained run's final policies, also on a changed environment",
+        description="Load RUN_DIR's final checkpoint and judge every seed's final policy: exactly "
+        "(gap to fhc_jax.solve's optimum) where the environment has a tabular exact "
+        "model, else by Monte-Carlo with 95% intervals; --set env.* judges the same "
+        "policies on a changed environment (robustness). Writes RUN_DIR/eval/NAME.json; "
+        "nothing else in RUN_DIR changes.",
+    )
     p.add_argument("run_dir", help="a run directory written by fhc-jax train")
-    p.add_argument("--set", action="append", metavar="env.KEY=VALUE",
-                   help="judge on a changed environment, e.g. --set env.slip=0.2 (repeatable)")
-    p.add_argument("--episodes", type=int, default=None,
-                   help="Monte-Carlo episodes per seed (default the run's run.eval_episodes)")
-    p.add_argument("--out", default=None, metavar="NAME",
-                   help="file name in RUN_DIR/eval/ (default derived from the changes, e.g. slip=0.2)")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="env.KEY=VALUE",
+        help="judge on a changed environment, e.g. --set env.slip=0.2 (repeatable)",
+    )
+    p.add_argument(
+        "--episodes", type=int, default=None, help="Monte-Carlo episodes per seed (default the run's run.eval_episodes)"
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="NAME",
+        help="file name in RUN_DIR/eval/ (default derived from the changes, e.g. slip=0.2)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("sweep", help="grid of numeric hyperparameters x seeds in one sharded program")
     _add_config_options(p)
-    p.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2,...",
-                   help="values of one numeric hyperparameter (repeatable: the grid is their product)")
+    p.add_argument(
+        "--grid",
+        action="append",
+        required=True,
+        metavar="KEY=V1,V2,...",
+        help="values of one numeric hyperparameter (repeatable: the grid is their product)",
+    )
     p.add_argument("--no-shard", action="store_true", help="keep all runs on the first device")
     _add_logger_option(p)
     _add_cluster_options(p)
@@ -469,27 +559,50 @@ def build_parser() -> argparse.ArgumentParser:
 
     from fhc_jax.experiment.config import ALGORITHMS
 
-    p = sub.add_parser("compare", help="a study of several learners (default the paper's comparison) -> table, "
-                                       "JSON, figure",
-                       description="Train every run of a study (a TOML file of rows: algo, label, set; default "
-                                   "benchmarks/paper_comparison.toml, the paper's comparison) on several seeds each "
-                                   "and judge them by the paper's metric (last 10,000 episodes) and exactly "
-                                   "(fhc_jax.solve). Writes NAME.json, NAME.md (the table) and NAME.png (the "
-                                   "figure) to --out.")
-    p.add_argument("study", nargs="?", default=None,
-                   help="study file (default benchmarks/paper_comparison.toml, the paper's comparison)")
+    p = sub.add_parser(
+        "compare",
+        help="a study of several learners (default the paper's comparison) -> table, JSON, figure",
+        description="Train every run of a study (a TOML file of rows: algo, label, set; default "
+        "benchmarks/paper_comparison.toml, the paper's comparison) on several seeds each "
+        "and judge them by the paper's metric (last 10,000 episodes) and exactly "
+        "(fhc_jax.solve). Writes NAME.json, NAME.md (the table) and NAME.png (the "
+        "figure) to --out.",
+    )
+    p.add_argument(
+        "study",
+        nargs="?",
+        default=None,
+        help="study file (default benchmarks/paper_comparison.toml, the paper's comparison)",
+    )
     p.add_argument("--seeds", type=int, default=5, help="seeds per run, vmapped (default 5)")
     _add_env_option(p)
-    p.add_argument("--algos", nargs="+", choices=tuple(ALGORITHMS), default=None,
-                   help="only the study's runs of these learners (default all)")
-    p.add_argument("--inputs", nargs="+", choices=("xy", "xyt"), default=None,
-                   help="only the study's runs with these network inputs (default all; runs without one are kept)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="env.* (e.g. env.size=4), a setting of every learner that has it (num_iterations=20), "
-                        "or ALGO.key for one learner (cpo.num_iterations=50); repeatable")
+    p.add_argument(
+        "--algos",
+        nargs="+",
+        choices=tuple(ALGORITHMS),
+        default=None,
+        help="only the study's runs of these learners (default all)",
+    )
+    p.add_argument(
+        "--inputs",
+        nargs="+",
+        choices=("xy", "xyt"),
+        default=None,
+        help="only the study's runs with these network inputs (default all; runs without one are kept)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="env.* (e.g. env.size=4), a setting of every learner that has it (num_iterations=20), "
+        "or ALGO.key for one learner (cpo.num_iterations=50); repeatable",
+    )
     p.add_argument("--out", default="benchmarks/results", help="output folder (default benchmarks/results)")
-    p.add_argument("--name", default=None,
-                   help="file name stem (default the study's name; the paper's comparison: reproduce_paper)")
+    p.add_argument(
+        "--name",
+        default=None,
+        help="file name stem (default the study's name; the paper's comparison: reproduce_paper)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _add_logger_option(p)
     _add_cluster_options(p)
@@ -533,11 +646,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _interrupted(cluster)
     except distributed.DistributedError as err:  # another process failed (its message), or one was lost
         lost = err.process is None and command == "train"
-        hint = f"; continue it on every process with: fhc-jax train --resume --out {args.out} " \
-            + " ".join(cluster.flags()) if lost else ""
+        hint = (
+            f"; continue it on every process with: fhc-jax train --resume --out {args.out} " + " ".join(cluster.flags())
+            if lost
+            else ""
+        )
         return _error(command, f"{err}{hint}", 1)
-    except (writer_lock.RunInUseError, checkpoint.CheckpointError, runner.DivergenceError,
-            config.EnvironmentFailure) as err:
+    except (
+        writer_lock.RunInUseError,
+        checkpoint.CheckpointError,
+        runner.DivergenceError,
+        config.EnvironmentFailure,
+    ) as err:
         return _error(command, err, 1)
     except ValueError as err:  # usage errors raised outside a command's own handler
         return _error(command, err, 2)
@@ -547,8 +667,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 (a bug: one line, the traceback on request)
         if os.environ.get("FHC_JAX_TRACEBACK"):
             raise
-        return _error(command, f"internal error: {type(err).__name__}: {_one_line(err)} "
-                               "(set FHC_JAX_TRACEBACK=1 for the traceback)", 1)
+        return _error(
+            command,
+            f"internal error: {type(err).__name__}: {_one_line(err)} (set FHC_JAX_TRACEBACK=1 for the traceback)",
+            1,
+        )
 
 
 def _interrupted(cluster) -> int:

@@ -42,14 +42,23 @@ def _refused(command: str, err: BaseException) -> int:
 def _spec_from_args(args: argparse.Namespace, settings: dict | None = None):
     from fhc_jax.experiment.config import load_spec
 
-    return load_spec(args.algo, config_file=args.config, overrides=args.set or (), seeds=args.seeds,
-                     observation=args.obs, env=args.env, settings=settings)
+    return load_spec(
+        args.algo,
+        config_file=args.config,
+        overrides=args.set or (),
+        seeds=args.seeds,
+        observation=args.obs,
+        env=args.env,
+        settings=settings,
+    )
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from fhc_jax.experiment import rundir, training
 
-    config_given = any(x is not None for x in (args.algo, args.env, args.config, args.seeds, args.obs)) or bool(args.set)
+    config_given = any(x is not None for x in (args.algo, args.env, args.config, args.seeds, args.obs)) or bool(
+        args.set
+    )
     try:  # everything validated before compiling
         spec = None
         if not args.resume:
@@ -59,9 +68,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except ValueError as err:
         return _refused("train", err)
     try:  # train_run checks the rest (and, over several processes, that every process asks the same) first
-        result = training.train_run(spec, args.out, resume=args.resume, overwrite=args.overwrite,
-                                    quiet=args.quiet, max_chunks=args.max_chunks, plots=not args.no_plots,
-                                    loggers=args.logger)
+        result = training.train_run(
+            spec,
+            args.out,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            quiet=args.quiet,
+            max_chunks=args.max_chunks,
+            plots=not args.no_plots,
+            loggers=args.logger,
+        )
     except ValueError as err:
         return _error("train", err)
     if result.get("complete") and _writer():
@@ -78,8 +94,9 @@ def _cmd_plot(args: argparse.Namespace) -> int:
             try:
                 stages = [int(x) for x in args.stages.split(",")]
             except ValueError:
-                raise ValueError(f"--stages expects comma-separated stage numbers, e.g. 0,50,99; found "
-                                 f"{args.stages!r}") from None
+                raise ValueError(
+                    f"--stages expects comma-separated stage numbers, e.g. 0,50,99; found {args.stages!r}"
+                ) from None
         if not Path(args.run_dir).is_dir():
             raise rundir.RunDirectoryError(f"{args.run_dir} is not a run directory (not a directory)")
         written = plots.plot_run(args.run_dir, stages)
@@ -95,8 +112,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     try:  # everything is checked before anything is compiled
-        result, out = evaluation.eval_run(args.run_dir, args.set or (), episodes=args.episodes, name=args.out,
-                                          say=say)
+        result, out = evaluation.eval_run(args.run_dir, args.set or (), episodes=args.episodes, name=args.out, say=say)
     except ValueError as err:
         return _error("eval", err)
     print(evaluation.format_evaluation(result))
@@ -119,8 +135,16 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     except ValueError as err:
         return _refused("sweep", err)
     try:  # several processes: every process asks the same
-        distributed.agree_configuration({"command": "fhc-jax sweep", "--out": args.out, "--overwrite": args.overwrite,
-                                         "--no-shard": args.no_shard, "--grid": grid, **spec.settings()})
+        distributed.agree_configuration(
+            {
+                "command": "fhc-jax sweep",
+                "--out": args.out,
+                "--overwrite": args.overwrite,
+                "--no-shard": args.no_shard,
+                "--grid": grid,
+                **spec.settings(),
+            }
+        )
     except ValueError as err:
         return _error("sweep", err)
     with contextlib.ExitStack() as held:
@@ -134,8 +158,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             except Exception as err:  # noqa: BLE001 (raised on every process by agree)
                 error = err
             distributed.agree(error)
-            result = sweep.run_sweep(spec, grid, shard=not args.no_shard, quiet=args.quiet or not writer,
-                                     loggers=loggers if writer else None, out=args.out)
+            result = sweep.run_sweep(
+                spec,
+                grid,
+                shard=not args.no_shard,
+                quiet=args.quiet or not writer,
+                loggers=loggers if writer else None,
+                out=args.out,
+            )
         except ValueError as err:
             return _error("sweep", err)
         error = None
@@ -172,8 +202,15 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     except ValueError as err:
         return _refused("compare", err)
     try:  # several processes: every process asks the same
-        distributed.agree_configuration({"command": "fhc-jax compare", "--out": args.out, "--name": name,
-                                         "--seeds": args.seeds, "rows": {r.name: s.settings() for r, s in zip(runs, specs)}})
+        distributed.agree_configuration(
+            {
+                "command": "fhc-jax compare",
+                "--out": args.out,
+                "--name": name,
+                "--seeds": args.seeds,
+                "rows": {r.name: s.settings() for r, s in zip(runs, specs)},
+            }
+        )
     except ValueError as err:
         return _error("compare", err)
     with contextlib.ExitStack() as held:
@@ -181,14 +218,27 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             error = None
             try:
                 if writer:
-                    held.enter_context(writer_lock.locked(args.out, f"fhc-jax compare --out {args.out} --name {name}",
-                                                          lock_file=writer_lock.shared_lock_file(args.out, name)))
+                    held.enter_context(
+                        writer_lock.locked(
+                            args.out,
+                            f"fhc-jax compare --out {args.out} --name {name}",
+                            lock_file=writer_lock.shared_lock_file(args.out, name),
+                        )
+                    )
             except Exception as err:  # noqa: BLE001 (raised on every process by agree)
                 error = err
             distributed.agree(error)
-            result = compare.run_comparison(runs, seeds=args.seeds, overrides=args.set or (), env=args.env,
-                                            study=study, quiet=args.quiet or not writer,
-                                            loggers=loggers if writer else None, log_dir=args.out, log_name=name)
+            result = compare.run_comparison(
+                runs,
+                seeds=args.seeds,
+                overrides=args.set or (),
+                env=args.env,
+                study=study,
+                quiet=args.quiet or not writer,
+                loggers=loggers if writer else None,
+                log_dir=args.out,
+                log_name=name,
+            )
         except ValueError as err:
             return _error("compare", err)
         error, paths = None, {}

@@ -114,8 +114,13 @@ def _fold_in(key: Array, data: Array) -> Array:
 
 
 UNROLLED_THREEFRY = define_prng_impl(
-    key_shape=(2,), seed=threefry_prng_impl.seed, split=_split, random_bits=_random_bits,
-    fold_in=_fold_in, name="threefry2x32_unrolled", tag="fu",
+    key_shape=(2,),
+    seed=threefry_prng_impl.seed,
+    split=_split,
+    random_bits=_random_bits,
+    fold_in=_fold_in,
+    name="threefry2x32_unrolled",
+    tag="fu",
 )
 
 

@@ -36,7 +36,8 @@ run time out-of-range actions, invalid action distributions and non-finite rewar
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -46,8 +47,16 @@ from fhc_jax.envs.base import Environment, check_int, check_static
 from fhc_jax.envs.spaces import Box
 from fhc_jax.envs.validation import action_range, check_action
 from fhc_jax.random_bits import fast_key, restore_keys, threefry2x32, typed_key, uniform_from_bits
-from fhc_jax.rollout_checks import (Plan, check_paid, check_signals, no_bad, poisoned, report_checks,
-                                    terminal_signals, track_first_bad)
+from fhc_jax.rollout_checks import (
+    Plan,
+    check_paid,
+    check_signals,
+    no_bad,
+    poisoned,
+    report_checks,
+    terminal_signals,
+    track_first_bad,
+)
 from fhc_jax.trajectory import RECORDABLE, Returns, Trajectory, index_dtype
 
 Array = jax.Array
@@ -89,8 +98,10 @@ class UniformRandomPolicy:
     def check_actions(self, env: Environment, observation: Any, h: Array) -> None:
         """Its actions lie in [0, ``num_actions``): refuse an environment with another A."""
         if env.has_box_actions or self.num_actions != env.action_space.n:
-            raise ValueError(f"uniform_random_policy({self.num_actions}) draws actions in [0, {self.num_actions}); "
-                             f"{env.name} takes {_space_text(env)}: use random_policy(env)")
+            raise ValueError(
+                f"uniform_random_policy({self.num_actions}) draws actions in [0, {self.num_actions}); "
+                f"{env.name} takes {_space_text(env)}: use random_policy(env)"
+            )
 
     def action_from_uniform(self, u: Array, observation: Any, h: Array) -> Array:
         return jnp.minimum(jnp.floor(u * self.num_actions), self.num_actions - 1).astype(jnp.int32)
@@ -112,8 +123,9 @@ class UniformBoxPolicy:
     high: tuple[float, ...]
 
     def __call__(self, key: Array, observation: Any, h: Array) -> Array:
-        return jax.random.uniform(key, (len(self.low),), jnp.float32, jnp.asarray(self.low, jnp.float32),
-                                  jnp.asarray(self.high, jnp.float32))
+        return jax.random.uniform(
+            key, (len(self.low),), jnp.float32, jnp.asarray(self.low, jnp.float32), jnp.asarray(self.high, jnp.float32)
+        )
 
 
 def random_policy(env: Environment) -> UniformRandomPolicy | UniformBoxPolicy:
@@ -150,8 +162,11 @@ def reads_state(policy: Any) -> bool:
 def uses_uniforms(env: Environment, policy: Any) -> bool:
     """Whether rollouts take the fast path: the environment declares ``has_uniform_noise``
     and the policy ``action_from_uniform`` or ``action_from_state`` (:func:`reads_state`)."""
-    return (env.has_uniform_noise and not env.has_box_actions
-            and (reads_state(policy) or callable(getattr(policy, "action_from_uniform", None))))
+    return (
+        env.has_uniform_noise
+        and not env.has_box_actions
+        and (reads_state(policy) or callable(getattr(policy, "action_from_uniform", None)))
+    )
 
 
 #: :func:`tabulates` only while the policy's table has at most this many entries (H S A; 64 MiB
@@ -166,10 +181,13 @@ def tabulates(env: Environment, policy: Any, num_episodes: int) -> bool:
     environment, when tabulating costs at most half of what it saves (2 S <= K: H S policy
     evaluations instead of H K) and the table has at most :data:`MAX_TABLE_ENTRIES` entries.
     The actions are the same as the per-step calls' (same uniforms, same arithmetic)."""
-    return (uses_uniforms(env, policy) and env.is_tabular
-            and callable(getattr(policy, "on_states", None))
-            and 2 * env.num_states <= num_episodes
-            and env.horizon * env.num_states * env.num_actions <= MAX_TABLE_ENTRIES)
+    return (
+        uses_uniforms(env, policy)
+        and env.is_tabular
+        and callable(getattr(policy, "on_states", None))
+        and 2 * env.num_states <= num_episodes
+        and env.horizon * env.num_states * env.num_actions <= MAX_TABLE_ENTRIES
+    )
 
 
 def _stage_inputs(steps_keys: Array, impl: Any, env: Environment, params: Any, policy: Policy) -> Any:
@@ -211,14 +229,17 @@ def _plan(owner: str, env: Environment, params: Any, policy: Any, num_episodes: 
     if num_episodes is not None:
         check_int(owner, "num_episodes (K)", num_episodes, 1)
     if not (callable(policy) or reads_state(policy)):
-        raise ValueError(f"{owner}: policy must be a function policy(key, observation, h) -> action, found "
-                         f"{type(policy).__name__}")
+        raise ValueError(
+            f"{owner}: policy must be a function policy(key, observation, h) -> action, found {type(policy).__name__}"
+        )
     env.check_params(params, owner)
     tabulated = num_episodes is not None and tabulates(env, policy, num_episodes)
     actor = policy.on_states(env, params) if tabulated else policy
     if reads_state(actor) and not env.is_tabular:
-        raise ValueError(f"{owner}: {type(policy).__name__} plays from tabular state indices (reads_state); "
-                         f"{env.name} has none (is_tabular is False)")
+        raise ValueError(
+            f"{owner}: {type(policy).__name__} plays from tabular state indices (reads_state); "
+            f"{env.name} has none (is_tabular is False)"
+        )
     if env.has_box_actions:
         per_step = ""
     elif callable(getattr(actor, "check_actions", None)):
@@ -250,8 +271,12 @@ def _stage_step(x: Any, obs: Any, state: Any, h: Array, env: Environment, params
     else:
         key, step_noise = x
         if reads_state(actor):
-            draw = lambda: check_action(env, actor.action_from_state(jax.random.uniform(key, (), jnp.float32),
-                                                                     env.state_index(state), h), owner, source)
+            draw = lambda: check_action(
+                env,
+                actor.action_from_state(jax.random.uniform(key, (), jnp.float32), env.state_index(state), h),
+                owner,
+                source,
+            )
         else:
             draw = lambda: check_action(env, actor(key, obs, h), owner, source)
         # h >= 0 always holds; XLA never fuses across a conditional, so the policy's draw is
@@ -288,8 +313,14 @@ def check_record(record: Iterable[str]) -> frozenset[str]:
     return frozenset(names)
 
 
-def _scan(reset_key: Array, stage_xs: Any, env: Environment, params: Any, plan: Plan,
-          record: frozenset[str] = frozenset(RECORDABLE)):
+def _scan(
+    reset_key: Array,
+    stage_xs: Any,
+    env: Environment,
+    params: Any,
+    plan: Plan,
+    record: frozenset[str] = frozenset(RECORDABLE),
+):
     """One episode's loop given its reset key and per-stage randomness (``_stage_inputs``,
     leading H): (the recorded per-stage outputs, a dict of leading-H arrays, final state,
     (first invalid stage, its action) or None).
@@ -328,8 +359,14 @@ def _scan(reset_key: Array, stage_xs: Any, env: Environment, params: Any, plan: 
     return outs, final_state, bad
 
 
-def _trajectory(outs: dict[str, Any], final_state: Any, env: Environment, params: Any,
-                record: frozenset[str], owner: str = "rollout") -> Trajectory:
+def _trajectory(
+    outs: dict[str, Any],
+    final_state: Any,
+    env: Environment,
+    params: Any,
+    record: frozenset[str],
+    owner: str = "rollout",
+) -> Trajectory:
     """Assemble one episode's record; observations are encoded here, outside the loop."""
     tabular = env.is_tabular
     observations = final_observations = None
@@ -365,17 +402,21 @@ def _checked_trajectory(traj: Trajectory, plan: Plan, env: Environment, bad: Any
     applied to its trajectory."""
     poison = report_checks(plan, env, bad)
     if poison is not None:
-        traj = traj.replace(rewards=poisoned(traj.rewards, poison), costs=poisoned(traj.costs, poison),
-                            terminal_rewards=poisoned(traj.terminal_rewards, poison),
-                            terminal_costs=poisoned(traj.terminal_costs, poison))
+        traj = traj.replace(
+            rewards=poisoned(traj.rewards, poison),
+            costs=poisoned(traj.costs, poison),
+            terminal_rewards=poisoned(traj.terminal_rewards, poison),
+            terminal_costs=poisoned(traj.terminal_costs, poison),
+        )
     if traj.rewards is not None and traj.costs is not None:
         check_paid(plan.owner, env, traj.rewards, traj.costs, "stage")
     check_paid(plan.owner, env, traj.terminal_rewards, traj.terminal_costs, "terminal")
     return traj
 
 
-def rollout(key: Array, env: Environment, params: Any, policy: Policy, num_episodes: int, *,
-            record: Iterable[str] = RECORDABLE) -> Trajectory:
+def rollout(
+    key: Array, env: Environment, params: Any, policy: Policy, num_episodes: int, *, record: Iterable[str] = RECORDABLE
+) -> Trajectory:
     """K = ``num_episodes`` independent episodes of ``policy`` in ``env`` with ``params``.
 
     ``jax.vmap`` over episodes of a ``lax.scan`` over stages. Jit it with the environment,
@@ -470,10 +511,14 @@ def trajectory_observations(trajectory: Trajectory, env: Environment, params: An
         ValueError: an environment without tabular states, or a trajectory without states.
     """
     if not env.is_tabular:
-        raise ValueError(f"trajectory_observations: {env.name} has no tabular states (is_tabular) to recompute "
-                         "observations from; record them (rollout's record= with 'observations')")
+        raise ValueError(
+            f"trajectory_observations: {env.name} has no tabular states (is_tabular) to recompute "
+            "observations from; record them (rollout's record= with 'observations')"
+        )
     if trajectory.states is None or trajectory.final_states is None:
-        raise ValueError("trajectory_observations: the trajectory has no states (rollout's record= must include 'states')")
+        raise ValueError(
+            "trajectory_observations: the trajectory has no states (rollout's record= must include 'states')"
+        )
     stages = jnp.arange(trajectory.states.shape[-1], dtype=jnp.int32)
     per_episode = jax.vmap(lambda s, h: _observe_index(env, params, s, h))
     observations = jax.vmap(per_episode, in_axes=(0, None))(trajectory.states, stages)
@@ -512,8 +557,13 @@ def rollout_returns(key: Array, env: Environment, params: Any, policy: Policy, n
             return (next_obs, next_state, total_r + reward, total_c + costs, bad), None
 
         terminal_r, terminal_c = terminal_signals(env, plan.owner, state, params)
-        init = (obs, state, jnp.zeros_like(terminal_r), jnp.zeros_like(terminal_c),
-                no_bad(env.horizon) if checked else None)
+        init = (
+            obs,
+            state,
+            jnp.zeros_like(terminal_r),
+            jnp.zeros_like(terminal_c),
+            no_bad(env.horizon) if checked else None,
+        )
         stages = jnp.arange(env.horizon, dtype=jnp.int32)
         (_, final, total_r, total_c, bad), _ = jax.lax.scan(body, init, (stages, stage_xs))
         terminal_r, terminal_c = terminal_signals(env, plan.owner, final, params)
@@ -526,8 +576,9 @@ def rollout_returns(key: Array, env: Environment, params: Any, policy: Policy, n
     return Returns(rewards=rewards, costs=costs)
 
 
-def episode(key: Array, env: Environment, params: Any, policy: Policy, *,
-            record: Iterable[str] = RECORDABLE) -> Trajectory:
+def episode(
+    key: Array, env: Environment, params: Any, policy: Policy, *, record: Iterable[str] = RECORDABLE
+) -> Trajectory:
     """One episode (no leading K axes) with episode key ``key``: the episode that
     :func:`rollout` runs for ``key = split(rollout_key, K)[i]``, with the same checks (the
     policy is never tabulated here)."""

@@ -78,12 +78,16 @@ class Plan:
 def check_signals(env: Environment, owner: str, method: str, reward: Any, costs: Any) -> None:
     """Static shapes of what an environment pays: a reward () and costs (M,)."""
     if jnp.shape(reward) != ():
-        raise ValueError(f"{owner}: {env.name}.{method} returned a reward of shape {tuple(jnp.shape(reward))}; "
-                         "expected () (one number per episode and stage)")
+        raise ValueError(
+            f"{owner}: {env.name}.{method} returned a reward of shape {tuple(jnp.shape(reward))}; "
+            "expected () (one number per episode and stage)"
+        )
     m = env.num_constraints
     if jnp.shape(costs) != (m,):
-        raise ValueError(f"{owner}: {env.name}.{method} returned costs of shape {tuple(jnp.shape(costs))}; expected "
-                         f"(M,) = ({m},) (num_constraints = {m}; for one constraint return jnp.array([c]))")
+        raise ValueError(
+            f"{owner}: {env.name}.{method} returned costs of shape {tuple(jnp.shape(costs))}; expected "
+            f"(M,) = ({m},) (num_constraints = {m}; for one constraint return jnp.array([c]))"
+        )
 
 
 def terminal_signals(env: Environment, owner: str, state: Any, params: Any) -> tuple[Array, Array]:
@@ -93,8 +97,9 @@ def terminal_signals(env: Environment, owner: str, state: Any, params: Any) -> t
     return reward, costs
 
 
-def track_first_bad(ok: Array, h: Array, action: Array, carry: tuple[Array, Array],
-                    horizon: int) -> tuple[Array, Array]:
+def track_first_bad(
+    ok: Array, h: Array, action: Array, carry: tuple[Array, Array], horizon: int
+) -> tuple[Array, Array]:
     """Update (first invalid stage, its action) of one episode (stage H: none so far)."""
     stage, bad_action = carry
     first = (stage == horizon) & jnp.logical_not(ok)
@@ -124,17 +129,29 @@ def report_checks(plan: Plan, env: Environment, first_bad: tuple[Array, Array] |
     status = jnp.stack([(stage[i] < horizon).astype(jnp.int32), stage[i], action[i], i.astype(jnp.int32)])
     episode = (lambda s: f" (episode {s[3]})") if jnp.ndim(first_bad[0]) else (lambda s: "")
     if plan.per_step == "range":
-        raise_if(status, lambda s: f"{owner}: the policy returned action {s[2]} at stage {s[1]}{episode(s)}; "
-                                   f"{env.name} takes {action_range(env)} (Discrete({env.action_space.n}))")
+        raise_if(
+            status,
+            lambda s: (
+                f"{owner}: the policy returned action {s[2]} at stage {s[1]}{episode(s)}; "
+                f"{env.name} takes {action_range(env)} (Discrete({env.action_space.n}))"
+            ),
+        )
     elif is_concrete(status):  # "no_action": traced results carry NaN instead
-        raise_if(status, lambda s: f"{owner}: {_policy_name(plan.actor)} has no valid action at stage {s[1]}"
-                                   f"{episode(s)}: its logits are NaN or all -inf", ValueError)
+        raise_if(
+            status,
+            lambda s: (
+                f"{owner}: {_policy_name(plan.actor)} has no valid action at stage {s[1]}"
+                f"{episode(s)}: its logits are NaN or all -inf"
+            ),
+            ValueError,
+        )
     return poison
 
 
 def _policy_name(policy: Any) -> str:
-    return {"SoftmaxPolicy": "softmax_policy", "TablePolicy": "table_policy"}.get(type(policy).__name__,
-                                                                                 type(policy).__name__)
+    return {"SoftmaxPolicy": "softmax_policy", "TablePolicy": "table_policy"}.get(
+        type(policy).__name__, type(policy).__name__
+    )
 
 
 def poisoned(x: Array | None, poison: Array | None) -> Array | None:
@@ -158,8 +175,13 @@ def check_paid(owner: str, env: Environment, rewards: Array, costs: Array, kind:
     what = "reward" if bad_r[where] else "cost"
     value = r[where] if bad_r[where] else c[where].tolist()
     episode = where[0] if (kind == "stage" and len(where) > 1) or (kind != "stage" and where) else None
-    place = {"stage": f"at stage {where[-1] if where else 0}", "terminal": f"as its terminal {what} (stage H)",
-             "total": "in an episode's total"}[kind]
+    place = {
+        "stage": f"at stage {where[-1] if where else 0}",
+        "terminal": f"as its terminal {what} (stage H)",
+        "total": "in an episode's total",
+    }[kind]
     place += "" if episode is None else f" (episode {episode})"
-    raise ValueError(f"{owner}: {env.name} paid a non-finite {what} {place}: {value}; the environment or its "
-                     "params produce it (not the policy, nor a step size)")
+    raise ValueError(
+        f"{owner}: {env.name} paid a non-finite {what} {place}: {value}; the environment or its "
+        "params produce it (not the policy, nor a step size)"
+    )

@@ -13,6 +13,8 @@ x = 0.71: reward about -1.0). Measured over 4096 episodes: the uniformly random 
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -20,8 +22,6 @@ from flax import struct
 from fhc_jax.envs.base import Environment
 from fhc_jax.envs.encoders import Encoder
 from fhc_jax.envs.spaces import Box
-
-import dataclasses
 
 
 @struct.dataclass

@@ -38,7 +38,6 @@ import tempfile
 import jax
 import pytest
 
-
 _CACHE_KEY = "fhc_jax_jit_cache"
 
 
@@ -100,9 +99,14 @@ def pytest_pyfunc_call(pyfuncitem):
         return None
     env = dict(os.environ, FHC_JAX_TEST_FAST_COMPILE="0", XLA_FLAGS=USER_XLA_FLAGS)
     env.pop("FHC_JAX_TEST_USER_XLA_FLAGS", None)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "slow or not slow",
-                           pyfuncitem.nodeid], cwd=pyfuncitem.config.rootpath, env=env, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "slow or not slow", pyfuncitem.nodeid],
+        cwd=pyfuncitem.config.rootpath,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if proc.returncode != 0:
         pytest.fail(f"failed when compiled as users compile:\n{(proc.stdout + proc.stderr)[-4000:]}", pytrace=False)
     return True

@@ -29,8 +29,12 @@ class DataEnv(ToyEnv):
             with open(self._data, encoding="utf-8") as f:
                 numbers.update(json.load(f))
         h = self._horizon
-        return TabularCMDP(transitions=np.repeat(np.eye(2)[None], 2, axis=0),
-                           rewards=np.broadcast_to([0.5, numbers["fast_reward"]], (h, 2, 2)),
-                           costs=np.broadcast_to([0.0, numbers["fast_cost"]], (1, h, 2, 2)),
-                           terminal_rewards=np.zeros(2), terminal_costs=np.zeros((1, 2)),
-                           thresholds=np.array([self._alpha]), initial_distribution=np.array([1.0, 0.0]))
+        return TabularCMDP(
+            transitions=np.repeat(np.eye(2)[None], 2, axis=0),
+            rewards=np.broadcast_to([0.5, numbers["fast_reward"]], (h, 2, 2)),
+            costs=np.broadcast_to([0.0, numbers["fast_cost"]], (1, h, 2, 2)),
+            terminal_rewards=np.zeros(2),
+            terminal_costs=np.zeros((1, 2)),
+            thresholds=np.array([self._alpha]),
+            initial_distribution=np.array([1.0, 0.0]),
+        )

@@ -46,7 +46,6 @@ def random_policy(seed: int, horizon: int, num_states: int, num_actions: int) ->
     return np.random.default_rng(seed).dirichlet(np.ones(num_actions), size=(horizon, num_states))
 
 
-
 def switch_cmdp(alpha: float = 0.5) -> fhc.TabularCMDP:
     """Two states, H = 2. Action 0 stays, action 1 switches state (deterministic).
     Switching pays reward 1; arriving in state 1 costs 1 (per next state); r_H(s) = 10 s;
@@ -58,10 +57,14 @@ def switch_cmdp(alpha: float = 0.5) -> fhc.TabularCMDP:
     rewards[:, :, SWITCH] = 1.0
     costs = np.broadcast_to(np.array([0.0, 1.0]), (1, 2, 2, 2, 2))  # g_h(s, a, s') = s'
     return fhc.TabularCMDP(
-        transitions=p, rewards=rewards, costs=costs, terminal_rewards=[0.0, 10.0],
-        terminal_costs=[[0.0, 0.0]], thresholds=[alpha], initial_distribution=[1.0, 0.0],
+        transitions=p,
+        rewards=rewards,
+        costs=costs,
+        terminal_rewards=[0.0, 10.0],
+        terminal_costs=[[0.0, 0.0]],
+        thresholds=[alpha],
+        initial_distribution=[1.0, 0.0],
     )
-
 
 
 @struct.dataclass
@@ -124,7 +127,9 @@ DRIFT = Drift()
 def monte_carlo(env, policy, n=5000, key=1):
     """(mean reward, its 95% half-width, mean cost of constraint 0, its half-width) over n episodes of
     ``policy`` in ``env`` (default params)."""
-    ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(key), env, env.default_params, policy, n)
+    ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(
+        jax.random.key(key), env, env.default_params, policy, n
+    )
     r, c = np.asarray(ret.rewards), np.asarray(ret.costs)[:, 0]
     half = lambda x: 1.96 * x.std() / np.sqrt(x.size)
     return r.mean(), half(r), c.mean(), half(c)

@@ -4,21 +4,19 @@ against exact evaluation), the evaluation loop."""
 
 from __future__ import annotations
 
+import flax
 import jax
 import jax.numpy as jnp
-import flax
 import numpy as np
+import optax
 import pytest
+from helpers import random_cmdp
 
 import fhc_jax as fhc
-import optax
-
 from fhc_jax.algos import PowerSchedule, stack
-from fhc_jax.algos.core import evaluation, scaffold
-from fhc_jax.algos.core import features, hyperparameters as hp, multipliers, returns
-from fhc_jax.algos.core import tabular_rollout
+from fhc_jax.algos.core import evaluation, features, multipliers, returns, scaffold, tabular_rollout
+from fhc_jax.algos.core import hyperparameters as hp
 from fhc_jax.envs.gridworld import GridWorld
-from helpers import random_cmdp
 
 
 def test_power_schedule_values():
@@ -29,7 +27,9 @@ def test_power_schedule_values():
 
 def test_check_assumption3_accepts_ordered_powers_and_vmapped_values():
     hp.check_schedules("X", {"a": PowerSchedule(1.0, 0.55), "b": PowerSchedule(1.0, 0.7), "c": PowerSchedule(1.0, 1.0)})
-    hp.check_schedules("X", {"a": PowerSchedule(np.array([1.0, 2.0]), 0.6), "b": PowerSchedule(1.0, np.array([0.7, 0.8]))})
+    hp.check_schedules(
+        "X", {"a": PowerSchedule(np.array([1.0, 2.0]), 0.6), "b": PowerSchedule(1.0, np.array([0.7, 0.8]))}
+    )
     with pytest.raises(ValueError, match=r"X.b.power must be > X.a.power .*b\(n\) / a\(n\) -> 0"):
         hp.check_schedules("X", {"a": PowerSchedule(1.0, 0.6), "b": PowerSchedule(1.0, np.array([0.7, 0.6]))})
     with pytest.raises(ValueError, match=r"X.a.init must be > 0"):
@@ -160,7 +160,9 @@ def _mc_check(env, params, policy, num_episodes=4000, steps_itself=False):
     model = tabular_rollout.tabular_model(env, params)
     assert (model.step_env is env) == steps_itself  # which successor sampler is under test
     cdf = jnp.cumsum(jnp.asarray(policy, jnp.float32), -1)
-    batch = jax.jit(tabular_rollout.rollout_tabular, static_argnums=(3, 4))(jax.random.key(0), model, cdf, _row, num_episodes)
+    batch = jax.jit(tabular_rollout.rollout_tabular, static_argnums=(3, 4))(
+        jax.random.key(0), model, cdf, _row, num_episodes
+    )
     ev = fhc.evaluate(env.to_cmdp(params), jnp.asarray(policy, jnp.float32))
     for sample, exact in ((batch.episode_rewards, ev.reward), (batch.episode_costs[:, 0], ev.costs[0])):
         se = float(jnp.std(sample)) / np.sqrt(num_episodes)
@@ -232,7 +234,10 @@ def test_env_defaults_resolve_per_environment_and_explicit_values_hold():
     on_battery = fc.make_learner(battery, battery.default_params, cfg).config
     assert on_grid.features == features.OneHot() and on_battery.features == features.Auto()
     # the feature map's combination rule and the critics' trace follow it (docs/algorithms/fh_constrained.md)
-    assert (on_grid.combine, on_grid.trace) == ("visits", 0.5) and (on_battery.combine, on_battery.trace) == ("mass", 1.0)
+    assert (on_grid.combine, on_grid.trace) == ("visits", 0.5) and (on_battery.combine, on_battery.trace) == (
+        "mass",
+        1.0,
+    )
     assert (on_grid.num_iterations, on_battery.num_iterations) == (2500, 5000)
     assert not hp.has_env_defaults(on_grid) and on_grid.critic_lr == cfg.critic_lr
     # the answer follows the environment, not the path: GridWorld forced onto the sampled path
@@ -249,8 +254,11 @@ def test_env_defaults_resolve_per_environment_and_explicit_values_hold():
     with pytest.raises(ValueError, match="Auto\\(\\) chooses a map of raw observations; GridWorld has tabular states"):
         fc.make_train(grid, grid.default_params, cfg.replace(features=features.Auto()))
     # both values are validated; an error names the field and which default is wrong
-    with pytest.raises(ValueError, match=r"Config.features must be a feature spec .*\(its default on environments "
-                                         r"without a tabular exact model\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"Config.features must be a feature spec .*\(its default on environments "
+        r"without a tabular exact model\)",
+    ):
         fc.Config(features=hp.EnvDefault(features.OneHot(), "rbf"))
     with pytest.raises(ValueError, match=r"Config.trace must lie in \[0, 1\], found 2$"):
         fc.Config(trace=2.0)  # an explicit value's error does not mention the defaults
@@ -259,11 +267,12 @@ def test_env_defaults_resolve_per_environment_and_explicit_values_hold():
     spec = load_spec("fh-constrained", env="battery")
     assert spec.learner.features == features.Auto()
     assert learner_settings(spec.learner)["features.kind"] == "auto"
-    assert load_spec("fh-constrained", env="battery", overrides=["features.max_features=100"]).learner.features == \
-        features.Auto(max_features=100)
-    assert load_spec("fh-constrained", env="battery", overrides=[
-        "features.kind=radial_basis", "features.num_centers=3"]).learner.features == \
-        features.RadialBasis(3, stage_inputs=False)  # a switch of kind keeps stage_inputs
+    assert load_spec(
+        "fh-constrained", env="battery", overrides=["features.max_features=100"]
+    ).learner.features == features.Auto(max_features=100)
+    assert load_spec(
+        "fh-constrained", env="battery", overrides=["features.kind=radial_basis", "features.num_centers=3"]
+    ).learner.features == features.RadialBasis(3, stage_inputs=False)  # a switch of kind keeps stage_inputs
     with pytest.raises(ConfigError, match="num_iterations still holds its environment-dependent default"):
         learner_settings(cfg)
     # stacking configs that set a field beside configs that keep its default needs the environment
@@ -288,7 +297,9 @@ def test_hparams_that_keep_an_env_default_take_the_trained_configs_value():
     grid = GridWorld(size=3, horizon=3)
     short = fc.Config(num_iterations=2, episodes_per_iteration=4)
     train = fc.make_train(grid, grid.default_params, short)
-    out = jax.jit(jax.vmap(train, in_axes=(None, 0)))(jax.random.key(0), stack([short, short.replace(trace=0.1)], env=grid))
+    out = jax.jit(jax.vmap(train, in_axes=(None, 0)))(
+        jax.random.key(0), stack([short, short.replace(trace=0.1)], env=grid)
+    )
     assert out.metrics.multipliers.shape[:2] == (2, 2)
 
 
@@ -357,7 +368,9 @@ def test_train_states_are_checked_against_the_learner_and_the_environment():
     """Issue 33 item 5: ``policy`` and ``policy_table`` refuse a train state of another learner,
     a TrainResult, and a state trained on an environment of another H, S or action count
     (the state records ``trained_on``); the environment it was trained on still plays it."""
-    from fhc_jax.algos import fh_constrained as fc, nn_constrained as nn, ppo_lagrangian as pl
+    from fhc_jax.algos import fh_constrained as fc
+    from fhc_jax.algos import nn_constrained as nn
+    from fhc_jax.algos import ppo_lagrangian as pl
     from fhc_jax.algos.core.scaffold import environment_signature
     from fhc_jax.envs.gridworld import GridWorld
 
@@ -366,14 +379,19 @@ def test_train_states_are_checked_against_the_learner_and_the_environment():
     assert res.state.trained_on == environment_signature(g3) == (5, 9, 9, 1)
     assert res.final_state.trained_on == res.state.trained_on
     assert fc.policy_table(res.state, g3).shape == (5, 9, 9)
-    for other, what in ((GridWorld(size=4, horizon=5), "number of states S = 9, GridWorld has 16"),
-                        (GridWorld(size=3, horizon=6), "horizon H = 5, GridWorld has 6")):
+    for other, what in (
+        (GridWorld(size=4, horizon=5), "number of states S = 9, GridWorld has 16"),
+        (GridWorld(size=3, horizon=6), "horizon H = 5, GridWorld has 6"),
+    ):
         for fn in (fc.policy_table, fc.policy):
             with pytest.raises(ValueError, match=f"trained on an environment with {what}: pass the environment"):
                 fn(res.state, other)
-    with pytest.raises(ValueError, match=r"^nn_constrained.policy_table: the train state is a "
-                                         r"fhc_jax.algos.fh_constrained.TrainState, not a fhc_jax.algos.nn_constrained"
-                                         r".TrainState; use fhc_jax.algos.fh_constrained.policy_table$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^nn_constrained.policy_table: the train state is a "
+        r"fhc_jax.algos.fh_constrained.TrainState, not a fhc_jax.algos.nn_constrained"
+        r".TrainState; use fhc_jax.algos.fh_constrained.policy_table$",
+    ):
         nn.policy_table(res.state, g3)
     with pytest.raises(ValueError, match=r"^ppo_lagrangian.policy: the train state is a fhc_jax.algos.fh_constrained"):
         pl.policy(res.state, g3)
@@ -387,16 +405,20 @@ def test_neural_train_states_record_one_static_network_spec():
     static NetworkSpec (the Config's fields, ``observation`` resolved), part of the tree
     structure and never a leaf; the policy is rebuilt from it (another width does not fit
     the parameters)."""
-    from fhc_jax.algos import cpo, ecop, nn_constrained as nn, ppo_lagrangian as pl, saute
+    from fhc_jax.algos import cpo, ecop, saute
+    from fhc_jax.algos import nn_constrained as nn
+    from fhc_jax.algos import ppo_lagrangian as pl
     from fhc_jax.algos.core.networks import NetworkSpec
 
     grid = GridWorld(size=3, horizon=5, alpha=2.0)
     params = grid.default_params
-    cases = ((nn, nn.Config(width=7, depth=1, normalize_inputs=False), "env", False),
-             (ecop, ecop.Config(width=7, activation="relu"), "one_hot", True),
-             (pl, pl.Config(width=7, initial_log_std=-1.0), "xy", False),
-             (cpo, cpo.Config(width=7, observation="xyt"), "xyt", False),
-             (saute, saute.Config(width=7), "xy", False))
+    cases = (
+        (nn, nn.Config(width=7, depth=1, normalize_inputs=False), "env", False),
+        (ecop, ecop.Config(width=7, activation="relu"), "one_hot", True),
+        (pl, pl.Config(width=7, initial_log_std=-1.0), "xy", False),
+        (cpo, cpo.Config(width=7, observation="xyt"), "xyt", False),
+        (saute, saute.Config(width=7), "xy", False),
+    )
     for module, cfg, observation, normalized in cases:
         state = module.init(jax.random.key(0), module.setup(grid, params, cfg), cfg)
         assert state.network == NetworkSpec.of(cfg, observation=observation), module.__name__

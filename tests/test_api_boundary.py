@@ -62,13 +62,18 @@ def test_action_errors_under_vmap_name_one_offender_and_valid_actions_pass():
     with pytest.raises(jax.errors.JaxRuntimeError, match=re.escape("action 100 at stage 2")):
         batched(jax.random.split(KEY, 3))
     valid = lambda key, obs, h: jax.random.randint(key, (), 0, 9)
-    assert np.isfinite(float(_jitted_returns(valid))) and float(_jitted_returns(valid)) == float(_returns(valid).rewards.mean())
+    assert np.isfinite(float(_jitted_returns(valid))) and float(_jitted_returns(valid)) == float(
+        _returns(valid).rewards.mean()
+    )
 
 
 def test_float_actions_are_refused_while_tracing():
     """Issue 33 item 2: a float 2.7 from a discrete policy was truncated to 2."""
-    with pytest.raises(InvalidActionError, match="has dtype float32.*GridWorld takes discrete actions, integers in "
-                                                 r"\[0, 9\)"):
+    with pytest.raises(
+        InvalidActionError,
+        match="has dtype float32.*GridWorld takes discrete actions, integers in "
+        r"\[0, 9\)",
+    ):
         _returns(_constant(2.7))
     with pytest.raises(InvalidActionError, match="has dtype float32"):
         _jitted_returns(_constant(2.7))
@@ -81,8 +86,10 @@ def test_float_actions_are_refused_while_tracing():
 def test_environment_step_and_to_gymnax_refuse_bad_actions():
     """Issue 33 item 2: to_gymnax(GridWorld()).step(..., 9, ...) returned reward 0 and cost 1."""
     _, state = GRID.reset(KEY, GRID_PARAMS)
-    with pytest.raises(InvalidActionError, match=re.escape("GridWorld.step: action 9 is outside the action space "
-                                                           "of GridWorld: integers in [0, 9)")):
+    with pytest.raises(
+        InvalidActionError,
+        match=re.escape("GridWorld.step: action 9 is outside the action space of GridWorld: integers in [0, 9)"),
+    ):
         GRID.step(KEY, state, 9, GRID_PARAMS)
     with pytest.raises(jax.errors.JaxRuntimeError, match="action 9 is outside"):
         jax.block_until_ready(jax.jit(GRID.step)(KEY, state, jnp.int32(9), GRID_PARAMS))
@@ -120,8 +127,11 @@ def test_logits_of_the_wrong_shape_are_refused_while_tracing(shape, k):
     """Issue 33 items 3 and 7: logits (A + 3,) drew actions 9-11; (2,) never drew 2-8;
     (A, 1) gave a raw scan-carry error."""
     policy = fhc.softmax_policy(lambda obs, h: jnp.zeros(shape))
-    message = (r"logits_fn returns logits of shape \(9, 1\); expected \(A,\)" if len(shape) == 2 else
-               rf"logits of shape \({shape[0]},\); GridWorld has A = 9 actions: expected shape \(9,\)")
+    message = (
+        r"logits_fn returns logits of shape \(9, 1\); expected \(A,\)"
+        if len(shape) == 2
+        else rf"logits of shape \({shape[0]},\); GridWorld has A = 9 actions: expected shape \(9,\)"
+    )
     with pytest.raises(ValueError, match=message):
         _returns(policy, k)
 
@@ -140,7 +150,8 @@ def test_params_of_another_configuration_or_range_are_refused():
     # traced params: the shapes are still checked (static), under the user's vmap too
     with pytest.raises(ValueError, match=message):
         jax.vmap(lambda p: _returns(fhc.uniform_random_policy(9), params=p).rewards)(
-            jax.tree.map(lambda x: jnp.stack([x, x]), four))
+            jax.tree.map(lambda x: jnp.stack([x, x]), four)
+        )
     with pytest.raises(ValueError, match=r"params.slip must be a probability in \[0, 1\], found 1.5"):
         _returns(fhc.uniform_random_policy(9), params=GRID_PARAMS.replace(slip=jnp.float32(1.5)))
     battery = fhc.BatteryStorage()
@@ -186,16 +197,23 @@ def test_a_users_environment_mistakes_are_named():
     costs of the wrong shape (a raw scan carry error), an environment paying NaN (diagnosed
     as a step-size problem by training; from the rollouts the environment is named)."""
     cmdp = GRID.to_cmdp(GRID_PARAMS)
-    with pytest.raises(ValueError, match=r"rollout_returns: _FloatHorizon.horizon must be a positive int, found 4.0 "
-                                         r"\(float\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"rollout_returns: _FloatHorizon.horizon must be a positive int, found 4.0 "
+        r"\(float\)",
+    ):
         _returns(fhc.uniform_random_policy(9), env=_FloatHorizon(cmdp), params=cmdp)
     two = _TwoCosts(size=3, horizon=4)
-    with pytest.raises(ValueError, match=re.escape("_TwoCosts.transition returned costs of shape (2,); expected (M,) "
-                                                   "= (1,)")):
+    with pytest.raises(
+        ValueError, match=re.escape("_TwoCosts.transition returned costs of shape (2,); expected (M,) = (1,)")
+    ):
         _returns(fhc.uniform_random_policy(9), env=two)
     nan = _PaysNaN(size=3, horizon=4)
-    with pytest.raises(ValueError, match=r"rollout: _PaysNaN paid a non-finite reward at stage 2 \(episode 0\): nan; "
-                                         "the environment or its params produce it"):
+    with pytest.raises(
+        ValueError,
+        match=r"rollout: _PaysNaN paid a non-finite reward at stage 2 \(episode 0\): nan; "
+        "the environment or its params produce it",
+    ):
         fhc.rollout(KEY, nan, GRID_PARAMS, fhc.uniform_random_policy(9), 4)
     with pytest.raises(ValueError, match="rollout_returns: _PaysNaN paid a non-finite reward in an episode's total"):
         _returns(fhc.uniform_random_policy(9), env=nan)

@@ -19,7 +19,9 @@ def _mixed_rule(env, params, resolution):
     soc, dev = env.grids(params, resolution)
     sd = float(params.stationary_sd)
     h = np.arange(env.horizon)[:, None, None]
-    schedule = np.where((h < 12) | ((h >= 22) & (h < 30)), 4, np.where(((h >= 14) & (h < 20)) | (h >= 34) & (h < 44), 0, 2))
+    schedule = np.where(
+        (h < 12) | ((h >= 22) & (h < 30)), 4, np.where(((h >= 14) & (h < 20)) | (h >= 34) & (h < 44), 0, 2)
+    )
     d = dev[None, None, :]
     rule = np.where(d > 0.5 * sd, 0, np.where(d < -0.5 * sd, 4, schedule))
     rule = np.broadcast_to(rule, (env.horizon, soc.size, dev.size)).reshape(env.horizon, -1)
@@ -108,20 +110,23 @@ def test_gaussian_projection_is_a_mean_preserving_law():
     np.testing.assert_allclose(gaussian_projection(np.array([0.25]), 0.0, grid)[0] @ grid, 0.25)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"num_constraints": 3}, r"num_constraints must be an integer in \[1, 2\], found 3"),
-    ({"observation": "xy"}, r"observation must be one of 'sdt', 'sd', found 'xy'"),
-    ({"capacity_mwh": 0.0}, r"capacity_mwh must be a number in \(0, inf\), found 0.0"),
-    ({"round_trip_efficiency": 1.2}, r"round_trip_efficiency must be a number in \(0, 1\], found 1.2"),
-    ({"initial_soc": -0.1}, r"initial_soc must be a number in \[0, 1\], found -0.1"),
-    ({"ar_coef": 1.0}, r"ar_coef must be a number in \[0, 1\), found 1.0"),
-    ({"price_noise_sd": float("nan")}, r"price_noise_sd must be a number in \[0, inf\)"),
-    ({"cycle_budget": -1}, r"cycle_budget must be a number in \[0, inf\), found -1"),
-    ({"rates": (0.0, 2.0)}, r"rates must be a number in \[-1, 1\], found 2.0"),
-    ({"rates": (0.5,)}, r"rates must be a sequence of >= 2 numbers"),
-    ({"resolution": (1, 5)}, r"resolution\[0\] \(n_soc\) must be an integer >= 2, found 1"),
-    ({"resolution": 9}, r"resolution must be \(n_soc >= 2, n_dev >= 1\), found 9"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_constraints": 3}, r"num_constraints must be an integer in \[1, 2\], found 3"),
+        ({"observation": "xy"}, r"observation must be one of 'sdt', 'sd', found 'xy'"),
+        ({"capacity_mwh": 0.0}, r"capacity_mwh must be a number in \(0, inf\), found 0.0"),
+        ({"round_trip_efficiency": 1.2}, r"round_trip_efficiency must be a number in \(0, 1\], found 1.2"),
+        ({"initial_soc": -0.1}, r"initial_soc must be a number in \[0, 1\], found -0.1"),
+        ({"ar_coef": 1.0}, r"ar_coef must be a number in \[0, 1\), found 1.0"),
+        ({"price_noise_sd": float("nan")}, r"price_noise_sd must be a number in \[0, inf\)"),
+        ({"cycle_budget": -1}, r"cycle_budget must be a number in \[0, inf\), found -1"),
+        ({"rates": (0.0, 2.0)}, r"rates must be a number in \[-1, 1\], found 2.0"),
+        ({"rates": (0.5,)}, r"rates must be a sequence of >= 2 numbers"),
+        ({"resolution": (1, 5)}, r"resolution\[0\] \(n_soc\) must be an integer >= 2, found 1"),
+        ({"resolution": 9}, r"resolution must be \(n_soc >= 2, n_dev >= 1\), found 9"),
+    ],
+)
 def test_bad_settings_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
         BatteryStorage(**kwargs)
@@ -140,18 +145,21 @@ def test_registry_and_policy_table_shape():
         env.to_cmdp(params, (3, 0))
 
 
-@pytest.mark.parametrize("field, value, match", [
-    ("capacity", 0.0, r"params.capacity must be > 0 \(MWh\), found 0"),
-    ("power", -1.0, r"params.power must be > 0 \(MW\), found -1"),
-    ("eta", 1.2, r"params.eta must be in \(0, 1\] \(one-way efficiency"),
-    ("eta", 0.0, r"params.eta must be in \(0, 1\]"),
-    ("ar_coef", -1.0, r"params.ar_coef must be in \(-1, 1\)"),
-    ("noise_sd", float("nan"), r"params.noise_sd must be >= 0 \(EUR/MWh\), found nan"),
-    ("initial_soc", 1.5, r"params.initial_soc must be in \[0, 1\], found 1.5"),
-    ("penalty", -1.0, r"params.penalty must be >= 0"),
-    ("thresholds", np.array([-1.0]), r"params.thresholds \(alpha\) must be >= 0, found \[-1.0\]"),
-    ("rates", np.array([-1.0, -0.5, 0.0, 0.5, 2.0]), r"params.rates must lie in \[-1, 1\]"),
-])
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("capacity", 0.0, r"params.capacity must be > 0 \(MWh\), found 0"),
+        ("power", -1.0, r"params.power must be > 0 \(MW\), found -1"),
+        ("eta", 1.2, r"params.eta must be in \(0, 1\] \(one-way efficiency"),
+        ("eta", 0.0, r"params.eta must be in \(0, 1\]"),
+        ("ar_coef", -1.0, r"params.ar_coef must be in \(-1, 1\)"),
+        ("noise_sd", float("nan"), r"params.noise_sd must be >= 0 \(EUR/MWh\), found nan"),
+        ("initial_soc", 1.5, r"params.initial_soc must be in \[0, 1\], found 1.5"),
+        ("penalty", -1.0, r"params.penalty must be >= 0"),
+        ("thresholds", np.array([-1.0]), r"params.thresholds \(alpha\) must be >= 0, found \[-1.0\]"),
+        ("rates", np.array([-1.0, -0.5, 0.0, 0.5, 2.0]), r"params.rates must lie in \[-1, 1\]"),
+    ],
+)
 def test_params_are_validated_where_they_are_used(field, value, match):
     """Issue 33 item 4: the constructor's ranges hold for params too, checked by reset (the
     public step and the rollouts), grids and to_cmdp, naming the field."""

@@ -13,16 +13,29 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import scaling  # benchmarks/ is not a package
+import scaling  # noqa: E402 (benchmarks/ is not a package)
 
 
 @pytest.mark.slow  # compiles every learner (~35 s on 2 loaded cores)
 def test_quick_run_writes_curves_analysis_and_figure(tmp_path):
     out = tmp_path / "scaling.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "scaling.py"), "--quick", "--learners", "fh-constrained",
-         "--axes", "K,M", "--out", str(out)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT, check=False,
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "scaling.py"),
+            "--quick",
+            "--learners",
+            "fh-constrained",
+            "--axes",
+            "K,M",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -51,9 +64,25 @@ def test_a_run_that_measures_nothing_exits_1_beside_the_results(tmp_path):
     out = tmp_path / "scaling.json"
     out.write_text("previous results")
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "scaling.py"), "--quick", "--learners", "fh-constrained",
-         "--axes", "K", "--no-solver", "--max-gb", "1e-9", "--out", str(out)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, check=False,
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "scaling.py"),
+            "--quick",
+            "--learners",
+            "fh-constrained",
+            "--axes",
+            "K",
+            "--no-solver",
+            "--max-gb",
+            "1e-9",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        check=False,
     )
     assert proc.returncode == 1 and "no point was measured" in proc.stderr
     assert out.read_text() == "previous results"
@@ -64,16 +93,25 @@ def test_a_run_that_measures_nothing_exits_1_beside_the_results(tmp_path):
 @pytest.mark.slow
 def test_points_are_skipped_with_their_reason():
     point = {"K": 64, "H": 10, "size": 4, "M": 1}
-    big = scaling.learner_point("fh-constrained", point, 1, max_bytes=1.0, predicted_s=None,
-                                point_budget_s=60, budget=scaling.Budget(60))
+    big = scaling.learner_point(
+        "fh-constrained", point, 1, max_bytes=1.0, predicted_s=None, point_budget_s=60, budget=scaling.Budget(60)
+    )
     assert "trajectory" in big["skipped"] and "run_s" not in big and "compile_s" not in big
     # XLA's buffer assignment is checked after compiling, before running
-    compiled_only = scaling.learner_point("fh-constrained", point, 1, max_bytes=2 * big["trajectory_bytes"],
-                                          predicted_s=None, point_budget_s=60, budget=scaling.Budget(60))
+    compiled_only = scaling.learner_point(
+        "fh-constrained",
+        point,
+        1,
+        max_bytes=2 * big["trajectory_bytes"],
+        predicted_s=None,
+        point_budget_s=60,
+        budget=scaling.Budget(60),
+    )
     assert "XLA buffers" in compiled_only["skipped"] and compiled_only["compile_s"] > 0
     assert "run_s" not in compiled_only and compiled_only["xla_bytes"] > 2 * big["trajectory_bytes"]
-    slow = scaling.learner_point("fh-constrained", point, 1, max_bytes=2**40, predicted_s=500.0,
-                                 point_budget_s=60, budget=scaling.Budget(60))
+    slow = scaling.learner_point(
+        "fh-constrained", point, 1, max_bytes=2**40, predicted_s=500.0, point_budget_s=60, budget=scaling.Budget(60)
+    )
     assert "predicted run time 500 s" in slow["skipped"]
     spent = scaling.Budget(1e-9)
     assert "time budget" in scaling.learner_point("fh-constrained", point, 1, 2**40, None, 60, spent)["skipped"]
@@ -91,7 +129,11 @@ def test_iterations_memory_estimate_and_slopes():
     assert scaling.log_slopes([1, 10], [None, 3.0]) == [None]
     rows = [{"axis_value": x, "num_states": x, "m": y} for x, y in [(1, 1.0), (10, 10.0), (100, 100.0), (1000, 100.0)]]
     summary = scaling.curve_summary(rows, "m")
-    assert summary["largest_slope_change"] == {"at": 100, "slope_before": pytest.approx(1.0), "slope_after": pytest.approx(0.0)}
+    assert summary["largest_slope_change"] == {
+        "at": 100,
+        "slope_before": pytest.approx(1.0),
+        "slope_after": pytest.approx(0.0),
+    }
 
 
 def test_command_line_rejects_bad_arguments(capsys):

@@ -31,7 +31,7 @@ def energy_swing_up(k_e: float = 0.5, u_max: float = 2.0, kp: float = 10.0, kd: 
     def policy(key, obs, h):
         c, s, w = obs[0], obs[1], obs[2]
         theta = jnp.arctan2(s, c)
-        energy = 0.5 * w ** 2 + 15.0 * c
+        energy = 0.5 * w**2 + 15.0 * c
         swing = jnp.where(jnp.abs(w) < 1e-3, u_max, k_e * (15.0 - energy) * w)  # a kick at rest
         u = jnp.where(jnp.abs(theta) < top, -kp * theta - kd * w, swing)
         return jnp.clip(u, -u_max, u_max)[None]
@@ -75,7 +75,7 @@ def test_random_policy_of_box_env_stays_in_bounds_and_scaling_wrapper_works():
     traj = jax.jit(lambda k: fhc.rollout(k, env, params, fhc.random_policy(env), 64))(jax.random.key(0))
     u = np.asarray(traj.actions)
     assert u.shape == (64, 20, 1) and u.dtype == np.float32 and np.all(np.abs(u) <= 2.0)
-    assert 0.9 < float(np.mean(u ** 2)) < 1.8  # uniform in [-2, 2]: E[u^2] = 4/3
+    assert 0.9 < float(np.mean(u**2)) < 1.8  # uniform in [-2, 2]: E[u^2] = 4/3
     np.testing.assert_allclose(np.asarray(traj.costs)[..., 0], u[..., 0] ** 2, rtol=1e-6)
     reward_scale, cost_scales = signal_scales(env, params)
     assert reward_scale > 1.0 and cost_scales.shape == (1,) and 2.0 < cost_scales[0] <= 4.0
@@ -257,17 +257,20 @@ def test_from_gymnax_box_shapes_and_absorbing_termination():
     cost = lambda s, a, n, p: jnp.sum(jnp.square(a)).reshape(1)
     scalar = from_gymnax(_ScalarPendulum(), horizon=4, cost_fn=cost)
     assert scalar.action_space.shape == (1,)
-    out = jax.jit(lambda k: fhc.rollout_returns(k, scalar, scalar.default_params,
-                                                lambda k, o, h: jnp.full((1,), -3.0), 3))(jax.random.key(0))
+    out = jax.jit(
+        lambda k: fhc.rollout_returns(k, scalar, scalar.default_params, lambda k, o, h: jnp.full((1,), -3.0), 3)
+    )(jax.random.key(0))
     np.testing.assert_allclose(np.asarray(out.costs), 16.0)  # clipped to -2: 4 per stage
     two = from_gymnax(_TwoTorques(), horizon=3, cost_fn=cost)
     assert two.action_space == Box((-2.0, -0.5), (2.0, 0.5))
-    out = jax.jit(lambda k: fhc.rollout_returns(k, two, two.default_params,
-                                                lambda k, o, h: jnp.array([1.0, 1.0]), 2))(jax.random.key(0))
+    out = jax.jit(lambda k: fhc.rollout_returns(k, two, two.default_params, lambda k, o, h: jnp.array([1.0, 1.0]), 2))(
+        jax.random.key(0)
+    )
     np.testing.assert_allclose(np.asarray(out.costs), 3 * 1.25)
     stops = from_gymnax(_StopsAfterThree(), horizon=6, cost_fn=cost)
-    traj = jax.jit(lambda k: fhc.rollout(k, stops, stops.default_params,
-                                         lambda k, o, h: jnp.ones((1,), jnp.float32), 4))(jax.random.key(0))
+    traj = jax.jit(
+        lambda k: fhc.rollout(k, stops, stops.default_params, lambda k, o, h: jnp.ones((1,), jnp.float32), 4)
+    )(jax.random.key(0))
     c, r, obs = np.asarray(traj.costs)[..., 0], np.asarray(traj.rewards), np.asarray(traj.observations)
     np.testing.assert_array_equal(c, np.broadcast_to([1, 1, 1, 0, 0, 0], c.shape))  # absorbing after the 3rd
     assert np.all(r[:, :3] < 0) and np.all(r[:, 3:] == 0)

@@ -48,9 +48,27 @@ def test_box_environment_trained_and_evaluated_from_the_cli(tmp_path, capsys, al
     from fhc_jax.cli import main
 
     out = tmp_path / "reach"
-    argv = ["train", "--algo", algo, "--env", "box_task:Reach", "--seeds", "2", "--set", "num_iterations=3",
-            "--set", "episodes_per_iteration=16", "--set", "eval_episodes=64", "--set", "run.eval_episodes=500",
-            "--out", str(out), "--quiet", "--no-plots"]
+    argv = [
+        "train",
+        "--algo",
+        algo,
+        "--env",
+        "box_task:Reach",
+        "--seeds",
+        "2",
+        "--set",
+        "num_iterations=3",
+        "--set",
+        "episodes_per_iteration=16",
+        "--set",
+        "eval_episodes=64",
+        "--set",
+        "run.eval_episodes=500",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-plots",
+    ]
     assert main(argv) == 0, capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
     rows = summary["seeds"]

@@ -69,12 +69,22 @@ def brax_loop(benv, key, horizon):
         h, k = xs
         a = jnp.clip(policy(k[0], state.obs, h), -1.0, 1.0)
         new = benv.step(state, a)
-        return new, (new.obs, new.pipeline_state.q, jnp.asarray(new.reward, jnp.float32), new.done,
-                     cart_costs(state, a, new))
+        return new, (
+            new.obs,
+            new.pipeline_state.q,
+            jnp.asarray(new.reward, jnp.float32),
+            new.done,
+            cart_costs(state, a, new),
+        )
 
     _, (obs, q, rewards, done, costs) = jax.lax.scan(body, state, (jnp.arange(horizon, dtype=jnp.int32), keys))
-    return (jnp.concatenate([state.obs[None], obs]), jnp.concatenate([state.pipeline_state.q[None], q]), rewards,
-            done, costs)
+    return (
+        jnp.concatenate([state.obs[None], obs]),
+        jnp.concatenate([state.pipeline_state.q[None], q]),
+        rewards,
+        done,
+        costs,
+    )
 
 
 @needs_brax
@@ -113,11 +123,11 @@ def test_rollout_matches_brax_own_loop_then_absorbs(pendulum):
         np.testing.assert_array_equal(obs[i, : t + 1], r_obs[i, : t + 1])
         np.testing.assert_array_equal(rewards[i, live], r_rew[i, live])
         np.testing.assert_array_equal(costs[i, live], r_costs[i, live])
-        np.testing.assert_array_equal(q[i, live], r_q[i, 1: t + 2])
+        np.testing.assert_array_equal(q[i, live], r_q[i, 1 : t + 2])
         # then absorbing: the terminal state and observation stay, nothing is paid
-        np.testing.assert_array_equal(obs[i, t + 1:], np.broadcast_to(r_obs[i, t + 1], obs[i, t + 1:].shape))
+        np.testing.assert_array_equal(obs[i, t + 1 :], np.broadcast_to(r_obs[i, t + 1], obs[i, t + 1 :].shape))
         np.testing.assert_array_equal(q[i, t:], np.broadcast_to(r_q[i, t + 1], q[i, t:].shape))
-        assert np.all(rewards[i, t + 1:] == 0) and np.all(costs[i, t + 1:] == 0)
+        assert np.all(rewards[i, t + 1 :] == 0) and np.all(costs[i, t + 1 :] == 0)
         np.testing.assert_array_equal(terminated[i], np.arange(H) >= t if np.any(r_done[i] > 0) else False)
         np.testing.assert_array_equal(time[i], np.arange(1, H + 1))
         np.testing.assert_array_equal(traj.episode_rewards[i], t + 1)  # 1 per stage while the pole is up
@@ -221,8 +231,9 @@ def test_a_gaussian_learner_trains_on_a_brax_env(pendulum):
     out = _train(pl, env, pl.Config(num_iterations=3, episodes_per_iteration=16), 1)
     assert np.all(np.isfinite(np.asarray(out.metrics.reward))) and np.asarray(out.metrics.reward).shape[:2] == (1, 3)
     state = jax.tree.map(lambda x: x[0], out.state)
-    ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(1), env, env.default_params,
-                                                                 pl.policy(state, env, env.default_params), 64)
+    ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(
+        jax.random.key(1), env, env.default_params, pl.policy(state, env, env.default_params), 64
+    )
     assert np.all(np.isfinite(np.asarray(ret.rewards))) and np.asarray(ret.costs).shape == (64, 2)
 
 

@@ -14,10 +14,22 @@ import numpy as np
 import pytest
 
 from fhc_jax.cli import main
-from fhc_jax.experiment import config, rundir, runner, sweep
+from fhc_jax.experiment import config, runner, sweep
 
-TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20",
-        "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0"]
+TINY = [
+    "--set",
+    "env.size=3",
+    "--set",
+    "env.horizon=4",
+    "--set",
+    "num_iterations=20",
+    "--set",
+    "episodes_per_iteration=8",
+    "--set",
+    "run.chunk_size=5",
+    "--set",
+    "env.alpha=3.0",
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +58,18 @@ def test_train_writes_complete_run_directory(full_run):
     summary = json.loads((full_run / "summary.json").read_text())
     assert summary["complete"] and len(summary["seeds"]) == 2
     seed0 = summary["seeds"][0]
-    for key in ("exact_reward", "exact_costs", "violation", "slack", "feasible", "reward_gap", "relative_gap",
-                "fraction_of_optimum", "multipliers", "optimal_multipliers"):
+    for key in (
+        "exact_reward",
+        "exact_costs",
+        "violation",
+        "slack",
+        "feasible",
+        "reward_gap",
+        "relative_gap",
+        "fraction_of_optimum",
+        "multipliers",
+        "optimal_multipliers",
+    ):
         assert key in seed0
     assert seed0["violation"][0] == pytest.approx(max(0.0, seed0["exact_costs"][0] - 3.0))
     assert seed0["slack"][0] == pytest.approx(3.0 - seed0["exact_costs"][0])
@@ -90,8 +112,10 @@ def test_resume_is_bit_identical(full_run, tmp_path, capsys):
     out = tmp_path / "resumed"
     assert main(["train", "--seeds", "2", *TINY, "--out", str(out), "--max-chunks", "2", "--quiet"]) == 0
     assert not (out / "summary.json").exists()
-    assert json.loads((out / "config.json").read_text())["settings"] == \
-        json.loads((full_run / "config.json").read_text())["settings"]
+    assert (
+        json.loads((out / "config.json").read_text())["settings"]
+        == json.loads((full_run / "config.json").read_text())["settings"]
+    )
     assert main(["train", "--resume", "--out", str(out)]) == 0
     assert "resuming from iteration 10 of 20" in capsys.readouterr().err
     assert (out / "metrics.csv").read_text() == (full_run / "metrics.csv").read_text()
@@ -143,8 +167,13 @@ def test_console_script_sweep_sharded_equals_unsharded(tmp_path):
     exe = Path(sys.executable).with_name("fhc-jax")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fhc_jax.cli"]
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-    proc = subprocess.run(cmd + ["sweep", "--seeds", "1", *TINY, *grid, "--out", str(out), "--quiet"],
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        cmd + ["sweep", "--seeds", "1", *TINY, *grid, "--out", str(out), "--quiet"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["machine"]["device"]["count"] == 4 and summary["sharded"]

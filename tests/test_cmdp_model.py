@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import random_cmdp
 
 import fhc_jax as fhc
-from helpers import random_cmdp
 
 
 def _fields(cmdp):
@@ -33,8 +33,11 @@ def test_sizes_and_repr():
 def test_defaults_for_terminal_terms():
     base = _fields(random_cmdp(0))
     cmdp = fhc.TabularCMDP(
-        base["transitions"], base["rewards"], base["costs"],
-        thresholds=base["thresholds"], initial_distribution=base["initial_distribution"],
+        base["transitions"],
+        base["rewards"],
+        base["costs"],
+        thresholds=base["thresholds"],
+        initial_distribution=base["initial_distribution"],
     )
     np.testing.assert_array_equal(cmdp.terminal_rewards, 0.0)
     assert cmdp.terminal_costs.shape == (1, 5)
@@ -45,7 +48,10 @@ BAD = {
     "transitions_shape": ("transitions", lambda f: f["transitions"][..., :-1], "last axis must have S = 5"),
     "transitions_rows": ("transitions", lambda f: f["transitions"] * 1.01, "sum to 1"),
     "transitions_negative": (
-        "transitions", lambda f: np.where(np.arange(5) == 0, -0.1, f["transitions"] + 0.1 / 4), "non-negative"),
+        "transitions",
+        lambda f: np.where(np.arange(5) == 0, -0.1, f["transitions"] + 0.1 / 4),
+        "non-negative",
+    ),
     "transitions_horizon": ("transitions", lambda f: f["transitions"][:2], "H = 4"),
     "rewards_shape": ("rewards", lambda f: f["rewards"][:, :, :2], "expected shape"),
     "rewards_nan": ("rewards", lambda f: np.where(f["rewards"] > 0.5, np.nan, f["rewards"]), "finite"),
@@ -75,8 +81,9 @@ def test_validation_errors_name_the_field(case):
 def test_sparse_validation():
     nxt = np.zeros((3, 2, 2), dtype=np.int32)
     probs = np.full((3, 2, 2), 0.5)
-    kw = dict(rewards=np.zeros((2, 3, 2)), costs=np.zeros((1, 2, 3, 2)), thresholds=[1.0],
-              initial_distribution=np.ones(3) / 3)
+    kw = dict(
+        rewards=np.zeros((2, 3, 2)), costs=np.zeros((1, 2, 3, 2)), thresholds=[1.0], initial_distribution=np.ones(3) / 3
+    )
     fhc.TabularCMDP(fhc.SparseTransitions(nxt, probs), **kw)  # valid
     with pytest.raises(ValueError, match=r"next_states: indices must lie in \[0, 2\]"):
         fhc.TabularCMDP(fhc.SparseTransitions(nxt + 3, probs), **kw)

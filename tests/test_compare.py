@@ -18,8 +18,15 @@ from fhc_jax.experiment import compare, compare_report, judge, study_file
 from fhc_jax.experiment.judgement import Optimum
 from fhc_jax.experiment.typed_settings import ConfigError
 
-TINY = ["env.size=3", "env.horizon=4", "env.alpha=3.0", "num_iterations=6", "episodes_per_iteration=8",
-        "run.chunk_size=3", "cpo.episodes_per_iteration=16"]
+TINY = [
+    "env.size=3",
+    "env.horizon=4",
+    "env.alpha=3.0",
+    "num_iterations=6",
+    "episodes_per_iteration=8",
+    "run.chunk_size=3",
+    "cpo.episodes_per_iteration=16",
+]
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +35,19 @@ def tiny(tmp_path_factory):
     cpo.episodes_per_iteration). Every row is written by the same code, and the selection of
     the other runs is tested without compiling below."""
     out = tmp_path_factory.mktemp("compare")
-    argv = ["compare", "--seeds", "2", "--inputs", "xy", "--algos", "fh-constrained", "cpo", "--out", str(out), "--quiet"]
+    argv = [
+        "compare",
+        "--seeds",
+        "2",
+        "--inputs",
+        "xy",
+        "--algos",
+        "fh-constrained",
+        "cpo",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     for s in TINY:
         argv += ["--set", s]
     assert main(argv) == 0
@@ -97,8 +116,9 @@ def test_exact_values_match_fhc_evaluate(tmp_path):
     from fhc_jax.experiment.progress import parse_run_line
 
     stream = io.StringIO()  # not a terminal
-    res = compare.run_comparison(study_file.select_runs(["fh-constrained"]), seeds=2, overrides=TINY[:-1],
-                                 stream=stream, keep_policies=True)
+    res = compare.run_comparison(
+        study_file.select_runs(["fh-constrained"]), seeds=2, overrides=TINY[:-1], stream=stream, keep_policies=True
+    )
     spec = study_file.build_specs(study_file.select_runs(["fh-constrained"]), 2, TINY[:-1])[0]
     env, params = spec.make_env()
     ev = judge.evaluate_policies(env.to_cmdp(params), res["_policies"][0])
@@ -137,10 +157,18 @@ def test_judge_run_window_and_violations():
     r, n, k = 3, 100, 256
     metrics = {"reward": np.tile(np.arange(n, dtype=float), (r, 1)), "costs": np.full((r, n, 1), 20.0)}
     metrics["costs"][1, -5:, 0] = 100.0  # seed 1's last iterations: mean over the window > alpha
-    opt = Optimum(reward=45.0, costs=np.array([25.0]), multipliers=np.array([0.5]), policy=np.zeros(1),
-                  stage_costs=np.zeros(1), stage_rewards=np.zeros(1), solve_time_s=0.0)
-    judged = judge.judge(np.array([40.0, 41.0, 42.0]), np.array([[25.4], [25.6], [10.0]]), np.array([25.0]),
-                         optimum=opt)
+    opt = Optimum(
+        reward=45.0,
+        costs=np.array([25.0]),
+        multipliers=np.array([0.5]),
+        policy=np.zeros(1),
+        stage_costs=np.zeros(1),
+        stage_rewards=np.zeros(1),
+        solve_time_s=0.0,
+    )
+    judged = judge.judge(
+        np.array([40.0, 41.0, 42.0]), np.array([[25.4], [25.6], [10.0]]), np.array([25.0]), optimum=opt
+    )
     out = compare.judge_run(metrics, judged, k)
     window = math.ceil(10_000 / k)
     assert out["paper_metric"]["window_iterations"] == window == 40
@@ -158,14 +186,28 @@ def test_judge_run_window_and_violations():
 
 def test_selection_and_settings_validation():
     names = [r.name for r in study_file.select_runs()]
-    assert names == ["FH-Constrained", "NN-Constrained (xy)", "PPO-Lagrangian (xy)", "PPO-Lagrangian (xyt)",
-                     "CPO (xy)", "CPO (xyt)", "e-COP (xy)", "Saute-Lagrangian (xy)", "Saute-Lagrangian (xyt)"]
+    assert names == [
+        "FH-Constrained",
+        "NN-Constrained (xy)",
+        "PPO-Lagrangian (xy)",
+        "PPO-Lagrangian (xyt)",
+        "CPO (xy)",
+        "CPO (xyt)",
+        "e-COP (xy)",
+        "Saute-Lagrangian (xy)",
+        "Saute-Lagrangian (xyt)",
+    ]
     assert [r.name for r in study_file.select_runs(["ppo_lagrangian", "cpo"], ["xyt"])] == [
-        "PPO-Lagrangian (xyt)", "CPO (xyt)"]
+        "PPO-Lagrangian (xyt)",
+        "CPO (xyt)",
+    ]
     with pytest.raises(ValueError, match="no run"):
         study_file.select_runs(["nn-constrained"], ["xyt"])
-    specs = study_file.build_specs(study_file.select_runs(["fh-constrained", "cpo"], ["xyt"]), 3,
-                                   ["env.size=4", "cpo.num_iterations=7", "theta_bound=2.0"])
+    specs = study_file.build_specs(
+        study_file.select_runs(["fh-constrained", "cpo"], ["xyt"]),
+        3,
+        ["env.size=4", "cpo.num_iterations=7", "theta_bound=2.0"],
+    )
     assert [s.algo for s in specs] == ["fh-constrained", "cpo"]
     assert all(s.env["size"] == 4 and s.seeds == 3 for s in specs)
     assert specs[1].learner.num_iterations == 7 and specs[1].learner.observation == "xyt"
@@ -185,7 +227,7 @@ def test_cli_rejects_bad_settings_before_compiling(tmp_path, capsys):
     assert not list(tmp_path.iterdir())
 
 
-STUDY = '''name = "two_step_sizes"
+STUDY = """name = "two_step_sizes"
 notes = ["two FH-Constrained critics"]
 [set]
 num_iterations = 6
@@ -201,7 +243,7 @@ set = { "critic_lr.init" = 1.0 }
 [[run]]
 algo = "cpo"
 set = { observation = "xyt" }
-'''
+"""
 
 
 def test_a_study_file_is_read_with_its_precedence(tmp_path):
@@ -213,11 +255,14 @@ def test_a_study_file_is_read_with_its_precedence(tmp_path):
     study = study_file.load_study(path)
     assert study.name == "two_step_sizes" and study.notes == ("two FH-Constrained critics",)
     assert [(r.name, r.algo, r.observation) for r in study.runs] == [
-        ("FH slow critic", "fh-constrained", None), ("FH fast critic", "fh-constrained", None),
-        ("CPO (xyt)", "cpo", "xyt")]
+        ("FH slow critic", "fh-constrained", None),
+        ("FH fast critic", "fh-constrained", None),
+        ("CPO (xyt)", "cpo", "xyt"),
+    ]
     assert [r.name for r in study_file.select_runs(inputs=["xy"], study=study)] == ["FH slow critic", "FH fast critic"]
-    slow, fast, cpo = study_file.build_specs(study.runs, 2, ["env.size=3", "cpo.num_iterations=4"],
-                                             common=study.settings)
+    slow, fast, cpo = study_file.build_specs(
+        study.runs, 2, ["env.size=3", "cpo.num_iterations=4"], common=study.settings
+    )
     assert slow.learner.critic_lr.init == 0.25 and fast.learner.critic_lr.init == 1.0
     assert (slow.num_iterations, fast.num_iterations, cpo.num_iterations) == (9, 6, 4)
     assert slow.learner.theta_bound == fast.learner.theta_bound == 2.0 and cpo.learner.observation == "xyt"
@@ -226,15 +271,18 @@ def test_a_study_file_is_read_with_its_precedence(tmp_path):
     assert slow.num_iterations == 5
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[[run]]\nalgo = 'fh-constrained'\ncolour = 'red'\n", r"unknown key 'run\[0\].colour'"),
-    ("[[run]]\nlabel = 'x'\n", r"run\[0\] needs algo = one of fh-constrained"),
-    ("[[run]]\nalgo = 'sac'\n", r"run\[0\] needs algo = one of fh-constrained.*found 'sac'"),
-    ("[[run]]\nalgo = 'cpo'\n[[run]]\nalgo = 'cpo'\n", "two runs are labelled 'CPO'"),
-    ("name = 'x'\n", r"has no \[\[run\]\] rows"),
-    ("seeds = 3\n[[run]]\nalgo = 'cpo'\n", r"unknown key 'seeds'"),
-    ("[[run]\n", "is not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[[run]]\nalgo = 'fh-constrained'\ncolour = 'red'\n", r"unknown key 'run\[0\].colour'"),
+        ("[[run]]\nlabel = 'x'\n", r"run\[0\] needs algo = one of fh-constrained"),
+        ("[[run]]\nalgo = 'sac'\n", r"run\[0\] needs algo = one of fh-constrained.*found 'sac'"),
+        ("[[run]]\nalgo = 'cpo'\n[[run]]\nalgo = 'cpo'\n", "two runs are labelled 'CPO'"),
+        ("name = 'x'\n", r"has no \[\[run\]\] rows"),
+        ("seeds = 3\n[[run]]\nalgo = 'cpo'\n", r"unknown key 'seeds'"),
+        ("[[run]\n", "is not valid TOML"),
+    ],
+)
 def test_study_file_errors_are_one_line_before_compiling(tmp_path, capsys, text, message):
     path = tmp_path / "bad.toml"
     path.write_text(text)
@@ -263,9 +311,30 @@ def test_cli_runs_a_study_file(tmp_path, capsys):
     path = tmp_path / "study.toml"
     path.write_text(STUDY)
     out = tmp_path / "out"
-    assert main(["compare", str(path), "--algos", "fh-constrained", "--seeds", "1", "--set", "env.size=3",
-                 "--set", "env.horizon=4", "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=3",
-                 "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(path),
+                "--algos",
+                "fh-constrained",
+                "--seeds",
+                "1",
+                "--set",
+                "env.size=3",
+                "--set",
+                "env.horizon=4",
+                "--set",
+                "episodes_per_iteration=8",
+                "--set",
+                "run.chunk_size=3",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     res = json.loads((out / "two_step_sizes.json").read_text())
     assert [r["name"] for r in res["runs"]] == ["FH slow critic", "FH fast critic"]
     assert res["runs"][0]["changed_settings"]["critic_lr.init"] == 0.25

@@ -22,7 +22,6 @@ from fhc_jax.envs.gridworld import GridWorld
 from fhc_jax.envs.tabular import TabularEnv
 from fhc_jax.rollout import uses_uniforms
 
-
 # ----------------------------------------------------------------------------- pure pieces
 
 
@@ -58,7 +57,9 @@ def _quadratic_problem(seed: int, c: float, align: float = 0.0):
 def _solve_direction(f, g, b, c, delta):
     x, y = np.linalg.solve(f, g), np.linalg.solve(f, b)
     with jax.enable_x64(True):
-        d, lam, nu, case = trust_region.cpo_direction(*(jnp.asarray(v) for v in (g, b, x, y)), jnp.asarray(c), jnp.asarray(delta))
+        d, lam, nu, case = trust_region.cpo_direction(
+            *(jnp.asarray(v) for v in (g, b, x, y)), jnp.asarray(c), jnp.asarray(delta)
+        )
         return np.asarray(d), float(lam), float(nu), int(case)
 
 
@@ -69,8 +70,9 @@ def _qcqp_best(f, g, b, c, delta, objective):
         cons.append({"type": "ineq", "fun": lambda z: -(c + b @ z)})
     best = -np.inf
     for start in np.random.default_rng(1).normal(scale=0.01, size=(4, len(g))):
-        res = minimize(lambda z: -objective @ z, start, constraints=cons, method="SLSQP",
-                       options={"ftol": 1e-12, "maxiter": 500})
+        res = minimize(
+            lambda z: -objective @ z, start, constraints=cons, method="SLSQP", options={"ftol": 1e-12, "maxiter": 500}
+        )
         if res.success:
             best = max(best, -res.fun)
     return best
@@ -125,7 +127,9 @@ def test_cpo_step_infeasible_recovery():
 
 def test_cpo_dual_edge_cases():
     # zero cost gradient while feasible: case 4 (TRPO), nu = 0
-    lam, nu, case = trust_region.cpo_dual(jnp.float32(2.0), jnp.float32(0.0), jnp.float32(0.0), jnp.float32(-1.0), 0.01, True)
+    lam, nu, case = trust_region.cpo_dual(
+        jnp.float32(2.0), jnp.float32(0.0), jnp.float32(0.0), jnp.float32(-1.0), 0.01, True
+    )
     assert int(case) == 4 and float(nu) == 0.0
     np.testing.assert_allclose(float(lam), np.sqrt(2.0 / 0.02), rtol=1e-6)
     # all outputs finite at c = 0 (the boundary between cases)
@@ -169,8 +173,9 @@ def _per_sample_objectives(setup, state, batch, config):
     values = jnp.moveaxis(values, 0, -1) * setup.value_scale  # (H, K, C)
     signals = jnp.concatenate([batch.rewards[..., None], batch.costs], -1)
     terminal = jnp.concatenate([batch.terminal_rewards[:, None], batch.terminal_costs], -1)
-    adv, _ = returns.finite_horizon_gae(signals, jnp.concatenate([values, terminal[None]]), config.gamma,
-                                        config.gae_lambda)
+    adv, _ = returns.finite_horizon_gae(
+        signals, jnp.concatenate([values, terminal[None]]), config.gamma, config.gae_lambda
+    )
     theta0, unravel = jax.flatten_util.ravel_pytree(state.actor)
     logp_all = lambda th: jax.nn.log_softmax(setup.actor.apply(unravel(th), x), -1)  # (H, K, A)
     logp0 = logp_all(theta0)
@@ -196,8 +201,17 @@ def test_update_matches_a_per_sample_computation(seed):
     accepted policy satisfies the line search's conditions (KL <= max_kl, the surrogates), and
     the metrics agree with the per-sample quantities."""
     env, params = BANDIT, BANDIT.default_params
-    config = cpo.Config(episodes_per_iteration=128, observation="one_hot", width=4, depth=1, critic_minibatches=1,
-                        fisher_samples=0, cg_iterations=60, damping=0.1, max_kl=0.02)
+    config = cpo.Config(
+        episodes_per_iteration=128,
+        observation="one_hot",
+        width=4,
+        depth=1,
+        critic_minibatches=1,
+        fisher_samples=0,
+        cg_iterations=60,
+        damping=0.1,
+        max_kl=0.02,
+    )
     setup = cpo.setup(env, params, config)
     state = cpo.init(jax.random.key(seed), setup, config)
     # a non-uniform policy and informative critics: take a few updates first
@@ -218,7 +232,9 @@ def test_update_matches_a_per_sample_computation(seed):
     logp_u = jax.nn.log_softmax(setup.actor.apply(new.actor, setup.inputs), -1)
     logp_u0 = batch.behaviour
     ratio_u = jnp.exp(jnp.where(stats.seen, logp_u - logp_u0, 0.0))
-    np.testing.assert_allclose(jnp.einsum("ua,uac->c", ratio_u, stats.adv_sums), surrogates(theta1), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        jnp.einsum("ua,uac->c", ratio_u, stats.adv_sums), surrogates(theta1), rtol=1e-4, atol=1e-6
+    )
     # line search conditions and metrics
     kl = float(mean_kl(theta1))
     assert kl <= config.max_kl * (1 + 1e-4)
@@ -233,8 +249,11 @@ def test_update_matches_a_per_sample_computation(seed):
     g, b = jac
     x, y = np.linalg.solve(fisher, g), np.linalg.solve(fisher, b)
     with jax.enable_x64(True):
-        d, _, nu, case = trust_region.cpo_direction(*(jnp.asarray(v) for v in (g, b, x, y)), jnp.asarray(float(c), jnp.float64),
-                                           jnp.asarray(config.max_kl, jnp.float64))
+        d, _, nu, case = trust_region.cpo_direction(
+            *(jnp.asarray(v) for v in (g, b, x, y)),
+            jnp.asarray(float(c), jnp.float64),
+            jnp.asarray(config.max_kl, jnp.float64),
+        )
     assert int(case) == int(metrics["optimisation_case"])
     np.testing.assert_allclose(float(metrics["multipliers"][0]), float(nu), rtol=2e-3, atol=1e-5)
     step_taken = (np.asarray(theta1, np.float64) - np.asarray(theta0, np.float64)) / frac
@@ -269,17 +288,24 @@ def bandit_cmdp() -> fhc.TabularCMDP:
 
 BANDIT = TabularEnv(bandit_cmdp())
 BANDIT_CONFIG = cpo.Config(
-    num_iterations=40, episodes_per_iteration=256, observation="one_hot", width=16, depth=1,
-    critic_epochs=2, critic_minibatches=1, eval_every=20, max_kl=0.05,
+    num_iterations=40,
+    episodes_per_iteration=256,
+    observation="one_hot",
+    width=16,
+    depth=1,
+    critic_epochs=2,
+    critic_minibatches=1,
+    eval_every=20,
+    max_kl=0.05,
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _bandit_train():
     return jax.jit(jax.vmap(cpo.make_train(BANDIT, BANDIT.default_params, BANDIT_CONFIG)))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _bandit_result():
     return _bandit_train()(jax.random.split(jax.random.key(0), 2))
 

@@ -21,8 +21,20 @@ from fhc_jax import cli
 from fhc_jax.experiment import distributed, rundir
 from fhc_jax.experiment.typed_settings import ConfigError
 
-TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20",
-        "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0"]
+TINY = [
+    "--set",
+    "env.size=3",
+    "--set",
+    "env.horizon=4",
+    "--set",
+    "num_iterations=20",
+    "--set",
+    "episodes_per_iteration=8",
+    "--set",
+    "run.chunk_size=5",
+    "--set",
+    "env.alpha=3.0",
+]
 ROOT = Path(__file__).resolve().parents[1]
 
 # What JAX's runtime (jaxlib 0.10) wrote on stderr when it ended a process, recorded from real
@@ -34,16 +46,19 @@ COORDINATOR_DIED = (_LOGS / "coordinator_died.log").read_text()
 NEVER_JOINED = (_LOGS / "never_joined.log").read_text()
 
 
-@pytest.mark.parametrize("fields, message", [
-    (dict(coordinator="localhost"), "--coordinator must be HOST:PORT with a port in [1, 65535], found 'localhost'"),
-    (dict(coordinator="localhost:0"), "--coordinator must be HOST:PORT"),
-    (dict(coordinator=":1234"), "--coordinator must be HOST:PORT"),
-    (dict(num_processes=0), "--num-processes must be an integer >= 1, found 0"),
-    (dict(num_processes=2, process_id=2), "--process-id must lie in [0, 1] (N = --num-processes), found 2"),
-    (dict(process_id=-1), "--process-id must lie in [0, N - 1]"),
-    (dict(init_timeout_s=0), "--init-timeout must be an integer >= 1 (seconds), found 0"),
-    (dict(heartbeat_timeout_s=-5), "--heartbeat-timeout must be an integer >= 1 (seconds), found -5"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(coordinator="localhost"), "--coordinator must be HOST:PORT with a port in [1, 65535], found 'localhost'"),
+        (dict(coordinator="localhost:0"), "--coordinator must be HOST:PORT"),
+        (dict(coordinator=":1234"), "--coordinator must be HOST:PORT"),
+        (dict(num_processes=0), "--num-processes must be an integer >= 1, found 0"),
+        (dict(num_processes=2, process_id=2), "--process-id must lie in [0, 1] (N = --num-processes), found 2"),
+        (dict(process_id=-1), "--process-id must lie in [0, N - 1]"),
+        (dict(init_timeout_s=0), "--init-timeout must be an integer >= 1 (seconds), found 0"),
+        (dict(heartbeat_timeout_s=-5), "--heartbeat-timeout must be an integer >= 1 (seconds), found -5"),
+    ],
+)
 def test_cluster_refuses_out_of_range_fields(fields, message):
     with pytest.raises(ConfigError) as err:
         distributed.Cluster(**fields).check()
@@ -52,8 +67,16 @@ def test_cluster_refuses_out_of_range_fields(fields, message):
 
 def test_cluster_flags_join_the_same_run_again():
     c = distributed.Cluster("node1:1234", 4, 2, heartbeat_timeout_s=10).check()
-    assert c.flags() == ["--coordinator", "node1:1234", "--num-processes", "4", "--process-id", "2",
-                         "--heartbeat-timeout", "10"]
+    assert c.flags() == [
+        "--coordinator",
+        "node1:1234",
+        "--num-processes",
+        "4",
+        "--process-id",
+        "2",
+        "--heartbeat-timeout",
+        "10",
+    ]
     assert distributed.Cluster().flags() == ["--distributed"]  # everything from the scheduler's environment
     args = cli.build_parser().parse_args(["train", "--out", "x", *c.flags()])
     assert cli._cluster(args) == c
@@ -66,26 +89,42 @@ def test_runtime_verdict_names_the_lost_process():
     assert distributed.runtime_verdict(PEER_DIED, 0, 2) == "process 1 of 2 stopped sending heartbeats (died or hung)"
     assert distributed.runtime_verdict(COORDINATOR_DIED, 1, 2) == "process 0 of 2 (the coordinator) is gone"
     assert distributed.runtime_verdict(NEVER_JOINED, 0, 2, 60) == "process 1 of 2 did not join within 60 s"
-    assert distributed.runtime_verdict(NEVER_JOINED, 1, 2, 60) == \
-        "process 0 of 2 (the coordinator) did not join within 60 s"
+    assert (
+        distributed.runtime_verdict(NEVER_JOINED, 1, 2, 60)
+        == "process 0 of 2 (the coordinator) did not join within 60 s"
+    )
     assert distributed.runtime_verdict(NEVER_JOINED, 3, 8, 60) == "not every process of 8 joined within 60 s"
     unknown = "F1127 12:00:00.000000 1 client.h:80] " + distributed.FATAL + ". absl::Status: INTERNAL: something else\n"
-    assert distributed.runtime_verdict(unknown, 0, 2) == \
-        "JAX's distributed runtime stopped this process: INTERNAL: something else"
+    assert (
+        distributed.runtime_verdict(unknown, 0, 2)
+        == "JAX's distributed runtime stopped this process: INTERNAL: something else"
+    )
     assert distributed.runtime_verdict("Traceback (most recent call last):\nValueError: x\n", 0, 2) is None
     # the supervisor holds back exactly the runtime's records
     records = [line for line in PEER_DIED.splitlines() if line.startswith(("E1", "F1"))]
     assert len(records) == 3 and all(cli._runtime_error(line.encode()) for line in records)
     assert not cli._runtime_error(b"fh-constrained on gridworld 5/20 [#####...............]  25%")
     # XLA's compile-time alarms pass through
-    assert not cli._runtime_error(b"E1127 13:26:42.471812   30924 slow_operation_alarm.cc:73] Constant folding an "
-                                  b"instruction is taking > 1s:")
+    assert not cli._runtime_error(
+        b"E1127 13:26:42.471812   30924 slow_operation_alarm.cc:73] Constant folding an instruction is taking > 1s:"
+    )
 
 
 def test_fault_line_names_the_process_and_the_resume_command(tmp_path):
     out = tmp_path / "run"
-    argv = ["train", "--seeds", "4", "--out", str(out), "--coordinator", "localhost:1234", "--num-processes", "2",
-            "--process-id", "0"]
+    argv = [
+        "train",
+        "--seeds",
+        "4",
+        "--out",
+        str(out),
+        "--coordinator",
+        "localhost:1234",
+        "--num-processes",
+        "2",
+        "--process-id",
+        "0",
+    ]
     line = cli._fault_line(argv, NEVER_JOINED)  # nothing written yet: start it again
     assert line.startswith("fhc-jax train: error: process 1 of 2 did not join within 300 s; the run did not start")
     assert line.endswith("fhc-jax " + " ".join(argv)) and "\n" not in line
@@ -94,14 +133,17 @@ def test_fault_line_names_the_process_and_the_resume_command(tmp_path):
     (out / rundir.CHECKPOINTS / "10" / "fhc_manifest.json").write_text("{}")
     (out / rundir.CHECKPOINTS / "15").mkdir()  # an unfinished save: no manifest
     line = cli._fault_line(argv, PEER_DIED)
-    assert line == (f"fhc-jax train: error: process 1 of 2 stopped sending heartbeats (died or hung); the run stopped "
-                    f"(the last checkpoint (iteration 10) is intact); continue it on every process (each with its own "
-                    f"--process-id): fhc-jax train --resume --out {out} --coordinator localhost:1234 --num-processes 2 "
-                    "--process-id 0")
+    assert line == (
+        f"fhc-jax train: error: process 1 of 2 stopped sending heartbeats (died or hung); the run stopped "
+        f"(the last checkpoint (iteration 10) is intact); continue it on every process (each with its own "
+        f"--process-id): fhc-jax train --resume --out {out} --coordinator localhost:1234 --num-processes 2 "
+        "--process-id 0"
+    )
     sweep = ["sweep", "--grid", "trace=0.2,0.5", "--out", str(out), "--distributed"]
     assert cli._fault_line(sweep, COORDINATOR_DIED) == (
         "fhc-jax sweep: error: process 0 (the coordinator) is gone; the sweep stopped; start it again on every "
-        f"process: fhc-jax sweep --grid trace=0.2,0.5 --out {out} --distributed --overwrite")
+        f"process: fhc-jax sweep --grid trace=0.2,0.5 --out {out} --distributed --overwrite"
+    )
     assert cli._fault_line(argv, "E1127 unrelated\n") is None
 
 
@@ -142,10 +184,26 @@ def _env(devices: int = 1) -> dict[str, str]:
 def _launch(n: int, args: list[str], tmp: Path, tag: str) -> list[subprocess.Popen]:
     """n processes of ``fhc-jax ARGS`` joined on localhost (the command line the docs give)."""
     port = _free_port()
-    return [subprocess.Popen([sys.executable, "-m", "fhc_jax.cli", *args, "--coordinator", f"localhost:{port}",
-                              "--num-processes", str(n), "--process-id", str(i)], env=_env(),
-                             stdout=(tmp / f"{tag}.{i}.out").open("w"), stderr=(tmp / f"{tag}.{i}.err").open("w"))
-            for i in range(n)]
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "fhc_jax.cli",
+                *args,
+                "--coordinator",
+                f"localhost:{port}",
+                "--num-processes",
+                str(n),
+                "--process-id",
+                str(i),
+            ],
+            env=_env(),
+            stdout=(tmp / f"{tag}.{i}.out").open("w"),
+            stderr=(tmp / f"{tag}.{i}.err").open("w"),
+        )
+        for i in range(n)
+    ]
 
 
 def _finish(procs: list[subprocess.Popen], tmp: Path, tag: str, timeout: float = 900) -> None:
@@ -154,8 +212,9 @@ def _finish(procs: list[subprocess.Popen], tmp: Path, tag: str, timeout: float =
 
 
 def _one_process(args: list[str], devices: int) -> None:
-    proc = subprocess.run([sys.executable, "-m", "fhc_jax.cli", *args], env=_env(devices), capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fhc_jax.cli", *args], env=_env(devices), capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -199,8 +258,9 @@ def test_two_processes_are_bit_identical_to_one(tmp_path):
         assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
     rows_two, rows_one = _csv(two / "metrics.csv"), _csv(one / "metrics.csv")
     exact = {c for c in rows_two[0] if c.startswith("exact_")}
-    assert [{k: v for k, v in r.items() if k not in exact} for r in rows_two] == \
-        [{k: v for k, v in r.items() if k not in exact} for r in rows_one]
+    assert [{k: v for k, v in r.items() if k not in exact} for r in rows_two] == [
+        {k: v for k, v in r.items() if k not in exact} for r in rows_one
+    ]
     for c in exact:
         x = np.array([float(r[c]) if r[c] else np.nan for r in rows_two])
         y = np.array([float(r[c]) if r[c] else np.nan for r in rows_one])
@@ -216,8 +276,19 @@ def test_killed_process_stops_the_other_and_the_run_resumes(tmp_path):
     process 1 and the resume command; the last checkpoint is intact and ``--resume`` with 2
     processes completes the run, bit-identical to one uninterrupted process with 2 devices."""
     out = tmp_path / "run"
-    args = ["train", "--seeds", "4", *TINY, "--set", "num_iterations=200", "--set", "run.checkpoint_every=1",
-            "--no-plots", "--heartbeat-timeout", "10"]
+    args = [
+        "train",
+        "--seeds",
+        "4",
+        *TINY,
+        "--set",
+        "num_iterations=200",
+        "--set",
+        "run.checkpoint_every=1",
+        "--no-plots",
+        "--heartbeat-timeout",
+        "10",
+    ]
     procs = _launch(2, args + ["--out", str(out)], tmp_path, "kill")
     deadline = time.monotonic() + 600
     while checkpoint_steps(out) == [] and time.monotonic() < deadline and procs[0].poll() is None:
@@ -255,14 +326,28 @@ def test_a_process_that_never_joins_stops_the_other(tmp_path):
     """Process 1 is never started: process 0 exits 1 after the startup timeout with one line,
     and writes nothing."""
     out = tmp_path / "run"
-    argv = ["train", *TINY, "--out", str(out), "--coordinator", f"localhost:{_free_port()}", "--num-processes", "2",
-            "--process-id", "0", "--init-timeout", "5"]
-    proc = subprocess.run([sys.executable, "-m", "fhc_jax.cli", *argv], env=_env(), capture_output=True, text=True,
-                          timeout=300)
+    argv = [
+        "train",
+        *TINY,
+        "--out",
+        str(out),
+        "--coordinator",
+        f"localhost:{_free_port()}",
+        "--num-processes",
+        "2",
+        "--process-id",
+        "0",
+        "--init-timeout",
+        "5",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "fhc_jax.cli", *argv], env=_env(), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         "fhc-jax train: error: process 1 of 2 did not join within 5 s; the run did not start; start it again on "
-        "every process (each with its own --process-id): fhc-jax " + " ".join(argv)]
+        "every process (each with its own --process-id): fhc-jax " + " ".join(argv)
+    ]
     assert not out.exists()
 
 

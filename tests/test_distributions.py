@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 import fhc_jax as fhc
-from fhc_jax.algos.core.distributions import (LOG_STD_MAX, LOG_STD_MIN, Categorical, DiagonalGaussian, action_head)
+from fhc_jax.algos.core.distributions import LOG_STD_MAX, LOG_STD_MIN, Categorical, DiagonalGaussian, action_head
 from fhc_jax.envs.spaces import Box, Discrete
 
 LOW, HIGH = (-1.0, 0.0, -3.0), (1.0, 4.0, 1.0)
@@ -51,8 +51,9 @@ def test_gaussian_log_prob_matches_scipy_and_clips_log_std():
     out = np.array([[0.25, 0.0], [0.0, 50.0], [0.0, -50.0]], np.float32)  # s far beyond the bounds
     mean, log_std = head.mean_log_std(out)
     np.testing.assert_allclose(mean[:, 0], [0.5, 0.0, 0.0])
-    np.testing.assert_allclose(log_std[:, 0], [math.log(2.0), math.log(2.0) + LOG_STD_MAX, math.log(2.0) + LOG_STD_MIN],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        log_std[:, 0], [math.log(2.0), math.log(2.0) + LOG_STD_MAX, math.log(2.0) + LOG_STD_MIN], rtol=1e-6
+    )
     a = np.array([[1.3], [-0.4], [0.01]], np.float32)
     ref = stats.norm.logpdf(a[:, 0], np.asarray(mean)[:, 0], np.exp(np.asarray(log_std))[:, 0])
     np.testing.assert_allclose(head.log_prob(out, a), ref, rtol=1e-5)

@@ -105,8 +105,15 @@ def test_site_builds_strict(tmp_path):
     anchors, unresolved cross-references, pages missing from the nav all fail it)."""
     site = tmp_path / "site"
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
     assert not re.search(r"^WARNING", log, re.MULTILINE), log[-5000:]
@@ -118,6 +125,13 @@ def test_site_builds_strict(tmp_path):
         assert f'id="fhc_jax.algos.fh_constrained.{name}"' in api
     for notebook in (ROOT / "notebooks").glob("*.ipynb"):
         assert "jp-Cell" in (site / "notebooks" / notebook.stem / "index.html").read_text()
-    for page in ("concepts", "getting_started", "environments", "ARCHITECTURE", "RELIABILITY",
-                 "algorithms/fh_constrained", "algorithms/saute"):
+    for page in (
+        "concepts",
+        "getting_started",
+        "environments",
+        "ARCHITECTURE",
+        "RELIABILITY",
+        "algorithms/fh_constrained",
+        "algorithms/saute",
+    ):
         assert (site / page / "index.html").is_file(), page

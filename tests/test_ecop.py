@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.envs.wrappers import signal_scales
 from fhc_jax.algos import ecop
+from fhc_jax.envs.wrappers import signal_scales
 
 
 def _reference_losses(logp, logp_old, adv_r, adv_c, eps, excess, lam, beta):
@@ -31,7 +31,7 @@ def _reference_losses(logp, logp_old, adv_r, adv_c, eps, excess, lam, beta):
         for i in range(m_total):
             psi = sum(s_c[h, i] for h in range(t, h_total)) + excess[i]
             relu = lam[t, i] * max(0.0, psi)
-            damping = beta / 2 * (max(0.0, psi + lam[t, i] / beta) ** 2 - lam[t, i] ** 2 / beta ** 2)
+            damping = beta / 2 * (max(0.0, psi + lam[t, i] / beta) ** 2 - lam[t, i] ** 2 / beta**2)
             loss += relu + damping
         losses[t] = loss
     return s_r, s_c, losses
@@ -41,8 +41,16 @@ def _random_inputs(seed, h=5, k=7, m=2):
     rng = np.random.default_rng(seed)
     logp_old = np.log(rng.uniform(0.05, 1.0, (h, k)))
     logp = logp_old + rng.normal(0.0, 0.4, (h, k))  # ratios on both sides of the clip range
-    return {"logp": logp, "logp_old": logp_old, "adv_r": rng.normal(size=(h, k)), "adv_c": rng.normal(size=(h, k, m)),
-                "eps": 0.2, "excess": rng.normal(0.0, 1.0, m), "lam": rng.uniform(0.0, 2.0, (h, m)), "beta": 0.7}
+    return {
+        "logp": logp,
+        "logp_old": logp_old,
+        "adv_r": rng.normal(size=(h, k)),
+        "adv_c": rng.normal(size=(h, k, m)),
+        "eps": 0.2,
+        "excess": rng.normal(0.0, 1.0, m),
+        "lam": rng.uniform(0.0, 2.0, (h, m)),
+        "beta": 0.7,
+    }
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -63,7 +71,7 @@ def test_damping_term_by_hand():
         want = lam * max(0.0, psi) + beta / 2 * ((psi + lam / beta) ** 2 - (lam / beta) ** 2)
         assert float(ecop.damped_penalty(psi, lam, beta)) == pytest.approx(want, rel=1e-6)
     # inactive side: Psi <= -lam/beta -> -lam^2 / (2 beta), constant
-    assert float(ecop.damped_penalty(-1.0, lam, beta)) == pytest.approx(-lam ** 2 / (2 * beta), rel=1e-6)
+    assert float(ecop.damped_penalty(-1.0, lam, beta)) == pytest.approx(-(lam**2) / (2 * beta), rel=1e-6)
     # its derivative is the penalty weight lambda 1[Psi > 0] + max(0, lambda + beta Psi)
     for psi in (0.5, -0.1, -1.0):
         grad = jax.grad(lambda p: ecop.damped_penalty(p, lam, beta))(psi)
@@ -86,7 +94,8 @@ def test_jacobi_gradient_is_each_stages_own_loss_gradient(seed, x64):
             for i in range(c.shape[1]):
                 psi = c[tt:, i].sum() + x["excess"][i]
                 loss += x["lam"][tt, i] * max(0.0, psi) + x["beta"] / 2 * (
-                    max(0.0, psi + x["lam"][tt, i] / x["beta"]) ** 2 - (x["lam"][tt, i] / x["beta"]) ** 2)
+                    max(0.0, psi + x["lam"][tt, i] / x["beta"]) ** 2 - (x["lam"][tt, i] / x["beta"]) ** 2
+                )
             losses[tt] = loss
         return losses[t]
 
@@ -121,8 +130,9 @@ def test_learning_regression_small_grid_judged_exactly():
     env = fhc.GridWorld(size=5, horizon=12, alpha=4.0)
     params = env.default_params
     cmdp = env.to_cmdp(params)
-    cfg = ecop.Config(num_iterations=120, episodes_per_iteration=64, num_epochs=8, eval_every=60, damping=0.2,
-                      damping_max=0.2)
+    cfg = ecop.Config(
+        num_iterations=120, episodes_per_iteration=64, num_epochs=8, eval_every=60, damping=0.2, damping_max=0.2
+    )
     out = jax.jit(jax.vmap(ecop.make_train(env, params, cfg)))(jax.random.split(jax.random.key(3), 2))
     tables = ecop.policy_table(out.final_state, env, params)
     assert tables.shape == (2, 12, 25, 9)
@@ -146,8 +156,14 @@ def test_config_validation_and_unsupported_observation():
         ecop.Config(damping=0.5, damping_max=0.1)
     with pytest.raises(ValueError, match="damping_growth"):
         ecop.Config(damping_growth=0.5)
-    cmdp = fhc.TabularCMDP(transitions=np.full((2, 2, 2), 0.5), rewards=np.zeros((3, 2, 2)),
-                           costs=np.zeros((1, 3, 2, 2)), terminal_rewards=np.zeros(2), terminal_costs=np.zeros((1, 2)),
-                           thresholds=[1.0], initial_distribution=[1.0, 0.0])
+    cmdp = fhc.TabularCMDP(
+        transitions=np.full((2, 2, 2), 0.5),
+        rewards=np.zeros((3, 2, 2)),
+        costs=np.zeros((1, 3, 2, 2)),
+        terminal_rewards=np.zeros(2),
+        terminal_costs=np.zeros((1, 2)),
+        thresholds=[1.0],
+        initial_distribution=[1.0, 0.0],
+    )
     with pytest.raises(ValueError, match="observation"):
         ecop.make_train(fhc.TabularEnv(cmdp), cmdp, ecop.Config(observation="xy"))

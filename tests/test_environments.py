@@ -28,9 +28,18 @@ def toy_importable(monkeypatch):
 def test_gridworld_settings_come_from_its_constructor():
     entry = config.load_environment("gridworld")
     kinds = {s.name: s.kind for s in entry.settings}
-    assert kinds == {"size": "int", "horizon": "int", "num_constraints": "int", "observation": "str", "slip": "float",
-                     "alpha": "float_or_floats", "layout_seed": "int", "num_phases": "int_or_none",
-                     "num_hotspots": "int", "num_quiet": "int"}
+    assert kinds == {
+        "size": "int",
+        "horizon": "int",
+        "num_constraints": "int",
+        "observation": "str",
+        "slip": "float",
+        "alpha": "float_or_floats",
+        "layout_seed": "int",
+        "num_phases": "int_or_none",
+        "num_hotspots": "int",
+        "num_quiet": "int",
+    }
     assert entry.defaults["size"] == 10 and entry.defaults["alpha"] == 25.0 and entry.defaults["num_phases"] is None
     assert entry.action_moves.shape == (9, 2)
     env, params = entry.make({"size": 4, "horizon": 6, "alpha": [2]})
@@ -39,12 +48,15 @@ def test_gridworld_settings_come_from_its_constructor():
     assert entry.describe(entry.validate({"size": 4})) == "gridworld (size=4)"
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"width": 3}, r"unknown key 'env.width' for environment 'gridworld'; valid keys: env.alpha, .*env.size"),
-    ({"size": 2.5}, r"env.size must be an integer, found 2.5 \(float\)"),
-    ({"alpha": []}, r"env.alpha must be a number or a non-empty list of numbers"),
-    ({"slip": "high"}, r"env.slip must be a number, found 'high' \(str\)"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"width": 3}, r"unknown key 'env.width' for environment 'gridworld'; valid keys: env.alpha, .*env.size"),
+        ({"size": 2.5}, r"env.size must be an integer, found 2.5 \(float\)"),
+        ({"alpha": []}, r"env.alpha must be a number or a non-empty list of numbers"),
+        ({"slip": "high"}, r"env.slip must be a number, found 'high' \(str\)"),
+    ],
+)
 def test_gridworld_types_checked_per_key(values, message):
     with pytest.raises(ConfigError, match=message):
         config.load_environment("gridworld").validate(values)
@@ -61,8 +73,11 @@ def test_user_environment_keys_are_its_own():
     entry = config.load_environment(TOY)
     assert [(s.name, s.kind, s.default) for s in entry.settings] == [("horizon", "int", 3), ("alpha", "float", 1.0)]
     assert entry.action_moves is None
-    with pytest.raises(ConfigError, match=r"unknown key 'env.size'.* for environment 'toy_env:ToyEnv'; "
-                                             r"valid keys: env.alpha, env.horizon, env.name$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown key 'env.size'.* for environment 'toy_env:ToyEnv'; "
+        r"valid keys: env.alpha, env.horizon, env.name$",
+    ):
         config.load_spec(env=TOY, overrides=["env.size=3"])
     spec = config.load_spec(env=TOY, overrides=["env.alpha=2"])
     assert spec.env == {"horizon": 3, "alpha": 2.0} and spec.env_title() == f"{TOY} (alpha=2)"
@@ -90,15 +105,20 @@ def _not_an_env(horizon: int = 2):
 def test_factories_and_refusals(monkeypatch):
     module = __name__
     entry = config.load_environment(f"{module}:_factory")
-    assert [(s.name, s.kind) for s in entry.settings] == [("horizon", "int"), ("scale", "float"),
-                                                         ("required_flag", "bool")]
+    assert [(s.name, s.kind) for s in entry.settings] == [
+        ("horizon", "int"),
+        ("scale", "float"),
+        ("required_flag", "bool"),
+    ]
     env, _ = entry.make({"scale": 1})
     assert env.horizon == 2
-    for name, message in [(f"{module}:_needs_positional", "parameter 'cmdp' has no default"),
-                          (f"{module}:_untyped", "cannot tell the type of setting 'horizon'"),
-                          ("no_such_module_xyz:Env", "no module named 'no_such_module_xyz': looked in the working directory"),
-                          (f"{module}:Missing", "has no attribute 'Missing'"),
-                          ("gridwrld", "unknown environment 'gridwrld'; registered: gridworld")]:
+    for name, message in [
+        (f"{module}:_needs_positional", "parameter 'cmdp' has no default"),
+        (f"{module}:_untyped", "cannot tell the type of setting 'horizon'"),
+        ("no_such_module_xyz:Env", "no module named 'no_such_module_xyz': looked in the working directory"),
+        (f"{module}:Missing", "has no attribute 'Missing'"),
+        ("gridwrld", "unknown environment 'gridwrld'; registered: gridworld"),
+    ]:
         with pytest.raises(ConfigError, match=message):
             config.load_environment(name)
     with pytest.raises(ConfigError, match="returned object, not an fhc_jax.envs.Environment"):
@@ -106,8 +126,11 @@ def test_factories_and_refusals(monkeypatch):
 
 
 def test_compare_refuses_inputs_the_environment_lacks():
-    with pytest.raises(ConfigError, match=r"input 'xy' of PPO-Lagrangian \(xy\) is not supported by "
-                                             r"environment 'toy_env:ToyEnv' \(its observations: one_hot, index\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"input 'xy' of PPO-Lagrangian \(xy\) is not supported by "
+        r"environment 'toy_env:ToyEnv' \(its observations: one_hot, index\)",
+    ):
         study_file.build_specs(study_file.select_runs(["fh-constrained", "ppo-lag"], ["xy"]), 2, env=TOY)
 
 
@@ -116,9 +139,26 @@ def test_toy_environment_trained_from_the_cli_and_judged_exactly(tmp_path, monke
     """The worked example: an environment defined outside fhc_jax, trained by ``fhc-jax train
     --env toy_env:ToyEnv``, its run directory judged against the exact optimum."""
     out = tmp_path / "toy"
-    argv = ["train", "--env", TOY, "--seeds", "2", "--set", "env.horizon=4", "--set", "env.alpha=1.5",
-            "--set", "num_iterations=30", "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=10",
-            "--out", str(out), "--quiet"]
+    argv = [
+        "train",
+        "--env",
+        TOY,
+        "--seeds",
+        "2",
+        "--set",
+        "env.horizon=4",
+        "--set",
+        "env.alpha=1.5",
+        "--set",
+        "num_iterations=30",
+        "--set",
+        "episodes_per_iteration=8",
+        "--set",
+        "run.chunk_size=10",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     assert main(argv) == 0
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["env"] == {"name": TOY, "horizon": 4, "alpha": 1.5} and f"--env {TOY}" in cfg["rerun"]
@@ -136,8 +176,11 @@ def test_toy_environment_trained_from_the_cli_and_judged_exactly(tmp_path, monke
             assert row["exact_costs"] == pytest.approx(np.asarray(ev.costs).tolist(), rel=1e-5)
             assert row["feasible"] == (row["exact_costs"][0] <= 1.5 * 1.02 + 1e-9)
             assert row["fraction_of_optimum"] == pytest.approx(row["exact_reward"] / summary["optimum"]["reward"])
-    assert sorted(p.name for p in (out / "plots").iterdir()) == ["learning_curves.png", "multipliers.png",
-                                                                 "stage_costs.png"]
+    assert sorted(p.name for p in (out / "plots").iterdir()) == [
+        "learning_curves.png",
+        "multipliers.png",
+        "stage_costs.png",
+    ]
     # a resumed run on a user environment refuses a changed environment setting
     assert main(["train", "--resume", "--env", TOY, "--set", "env.alpha=1.0", "--out", str(out)]) == 2
     assert "env.alpha: 1.5 -> 1.0" in capsys.readouterr().err

@@ -6,10 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-import fhc_jax as fhc
 from helpers import STAY, SWITCH, random_cmdp, random_policy, switch_cmdp
 
+import fhc_jax as fhc
 
 
 def test_hand_computed_uniform_policy(x64):

@@ -21,8 +21,20 @@ from fhc_jax.cli import main
 from fhc_jax.envs.base import Environment
 from fhc_jax.experiment import config, evaluation, judge, load_run, rundir, writer_lock
 
-TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20",
-        "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0"]
+TINY = [
+    "--set",
+    "env.size=3",
+    "--set",
+    "env.horizon=4",
+    "--set",
+    "num_iterations=20",
+    "--set",
+    "episodes_per_iteration=8",
+    "--set",
+    "run.chunk_size=5",
+    "--set",
+    "env.alpha=3.0",
+]
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +53,11 @@ def _copy(run: Path, tmp_path: Path, name: str = "copy") -> Path:
 
 def _training_files(run: Path) -> dict[str, str]:
     """sha256 of every file a training run wrote (all but eval/ and the lock file)."""
-    return {str(p.relative_to(run)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run.rglob("*"))
-            if p.is_file() and p.name != rundir.LOCK and "eval" not in p.relative_to(run).parts}
+    return {
+        str(p.relative_to(run)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(run.rglob("*"))
+        if p.is_file() and p.name != rundir.LOCK and "eval" not in p.relative_to(run).parts
+    }
 
 
 def _summary_values(run: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -66,8 +81,9 @@ def test_load_run_rebuilds_config_env_states_and_policies(trained):
     # with the exact value of the same policy
     reward, _ = _summary_values(trained)
     n = 20_000
-    ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(7), run.env, run.params,
-                                                                 run.policy(0), n)
+    ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(
+        jax.random.key(7), run.env, run.params, run.policy(0), n
+    )
     r = np.asarray(ret.rewards, np.float64)
     assert abs(r.mean() - reward[0]) < 5 * r.std() / np.sqrt(n) + 1e-6
     with pytest.raises(ValueError, match=r"seed_index must be an integer in \[0, 1\] \(2 seeds\), found 2"):
@@ -124,29 +140,48 @@ def test_eval_never_modifies_the_training_files(trained, tmp_path):
     run = _copy(trained, tmp_path)
     before = _training_files(run)
     assert main(["eval", str(run), "--quiet"]) == 0
-    assert main(["eval", str(run), "--set", "env.alpha=2.5", "--set", "env.layout_seed=4", "--out", "robust",
-                 "--quiet"]) == 0
+    assert (
+        main(["eval", str(run), "--set", "env.alpha=2.5", "--set", "env.layout_seed=4", "--out", "robust", "--quiet"])
+        == 0
+    )
     assert main(["eval", str(run), "--set", "env.size=4"]) == 2
     assert _training_files(run) == before
     assert sorted(p.name for p in (run / "eval").iterdir()) == ["robust.json", "trained.json"]
     assert not list((run / "eval").glob(".*"))  # no temporary files left
     # the same --out under other settings is refused (nothing written is lost), the same settings rewrite it
     assert main(["eval", str(run), "--out", "robust", "--quiet"]) == 2
-    assert main(["eval", str(run), "--set", "env.alpha=2.5", "--set", "env.layout_seed=4", "--out", "robust.json",
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(run),
+                "--set",
+                "env.alpha=2.5",
+                "--set",
+                "env.layout_seed=4",
+                "--out",
+                "robust.json",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--set", "env.slipp=0.2"], "unknown key 'env.slipp' (did you mean 'env.slip'?)"),
-    (["--set", "env.slip=1.5"], "slip must be a number in [0, 1], found 1.5"),
-    (["--set", "env.slip=high"], "env.slip"),
-    (["--set", "num_iterations=3"], "fhc-jax eval takes only env.* settings"),
-    (["--set", "env.name=battery"], "env.name cannot change"),
-    (["--set", "env.size=4"], "the changed environment has 16 states, the policies are tables over 9 states"),
-    (["--set", "env.horizon=5"], "has horizon 5, the policies act over 4 stages"),
-    (["--episodes", "1"], "--episodes must be an integer >= 2"),
-    (["--out", "../elsewhere"], "--out must be a plain file name"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--set", "env.slipp=0.2"], "unknown key 'env.slipp' (did you mean 'env.slip'?)"),
+        (["--set", "env.slip=1.5"], "slip must be a number in [0, 1], found 1.5"),
+        (["--set", "env.slip=high"], "env.slip"),
+        (["--set", "num_iterations=3"], "fhc-jax eval takes only env.* settings"),
+        (["--set", "env.name=battery"], "env.name cannot change"),
+        (["--set", "env.size=4"], "the changed environment has 16 states, the policies are tables over 9 states"),
+        (["--set", "env.horizon=5"], "has horizon 5, the policies act over 4 stages"),
+        (["--episodes", "1"], "--episodes must be an integer >= 2"),
+        (["--out", "../elsewhere"], "--out must be a plain file name"),
+    ],
+)
 def test_usage_errors_exit_2_before_anything_compiles(trained, tmp_path, monkeypatch, capsys, argv, message):
     run = _copy(trained, tmp_path)
     monkeypatch.setattr(evaluation, "restore_run", lambda *a, **k: pytest.fail("loaded the checkpoint"))
@@ -180,8 +215,14 @@ def test_missing_or_damaged_files_are_refused_naming_the_file(trained, tmp_path,
 
     run = _copy(trained, tmp_path, "no_checkpoint")
     shutil.rmtree(run / "checkpoints")
-    refused(run, 2, f"{run / 'checkpoints' / '20'} does not exist", "final checkpoint", "retrain",
-            "fhc-jax train --algo fh-constrained")
+    refused(
+        run,
+        2,
+        f"{run / 'checkpoints' / '20'} does not exist",
+        "final checkpoint",
+        "retrain",
+        "fhc-jax train --algo fh-constrained",
+    )
     with pytest.raises(rundir.RunDirectoryError, match="checkpoints/20 does not exist"):
         load_run(run)
 
@@ -190,7 +231,7 @@ def test_missing_or_damaged_files_are_refused_naming_the_file(trained, tmp_path,
     for victim in (p for p in (run / "checkpoints" / "20").rglob("*") if p.is_file() and p.parent.name == "d"):
         data = bytearray(victim.read_bytes())  # 32 flipped bytes in the middle of every data file
         mid = len(data) // 2
-        data[mid:mid + 32] = bytes(b ^ 0xFF for b in data[mid:mid + 32])
+        data[mid : mid + 32] = bytes(b ^ 0xFF for b in data[mid : mid + 32])
         victim.write_bytes(bytes(data))
     refused(run, 1, f"checkpoint {run / 'checkpoints' / '20'}", "restore the run directory from a copy or retrain")
     assert (run / "checkpoints" / "20").is_dir() and not (run / "rejected_checkpoints").exists()  # nothing moved
@@ -205,8 +246,25 @@ def test_missing_or_damaged_files_are_refused_naming_the_file(trained, tmp_path,
 
 def test_an_incomplete_run_is_refused_with_how_to_finish_it(tmp_path, capsys):
     out = tmp_path / "partial"
-    assert main(["train", "--seeds", "1", *TINY, "--set", "run.checkpoint_every=1", "--max-chunks", "2",
-                 "--out", str(out), "--quiet", "--no-plots"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--seeds",
+                "1",
+                *TINY,
+                "--set",
+                "run.checkpoint_every=1",
+                "--max-chunks",
+                "2",
+                "--out",
+                str(out),
+                "--quiet",
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     assert main(["eval", str(out)]) == 2
     err = capsys.readouterr().err
     assert "stopped at iteration 10 of 20" in err and f"fhc-jax train --resume --out {out}" in err
@@ -228,7 +286,7 @@ def test_run_directories_of_another_format_are_refused_with_the_command_to_rerun
             assert main(argv) == 2, argv
             err = capsys.readouterr().err
             assert err.count("\n") == 1 and "this fhc_jax reads format version" in err, err
-            assert f"train it again with fhc-jax train --algo fh-constrained --env gridworld --seeds 2" in err
+            assert "train it again with fhc-jax train --algo fh-constrained --env gridworld --seeds 2" in err
             assert err.rstrip().endswith(f"--overwrite --out {run}")
         with pytest.raises(rundir.RunDirectoryError, match="format version"):
             load_run(run)
@@ -282,8 +340,11 @@ class Lanes(Environment):
     num_constraints = property(lambda self: 1)
     observation_shape = property(lambda self: (1,))
     observation_dtype = property(lambda self: jnp.float32)
-    default_params = property(lambda self: LaneParams(alpha=jnp.asarray([self._alpha], jnp.float32),
-                                                      slip=jnp.asarray(self._slip, jnp.float32)))
+    default_params = property(
+        lambda self: LaneParams(
+            alpha=jnp.asarray([self._alpha], jnp.float32), slip=jnp.asarray(self._slip, jnp.float32)
+        )
+    )
 
     def _static_config(self) -> tuple:
         return (self._horizon, self._alpha, self._slip)
@@ -323,18 +384,44 @@ def test_monte_carlo_judgement_of_a_run_agrees_with_the_exact_one(trained):
         wide = 3.29 / 1.96
         assert abs(row["exact_reward"] - reward[r]) <= wide * j.reward_half_width[r]
         assert abs(row["exact_costs"][0] - costs[r, 0]) <= wide * j.cost_half_width[r, 0]
-        assert row["costs_ci95"][0] == pytest.approx([j.costs[r, 0] - j.cost_half_width[r, 0],
-                                                     j.costs[r, 0] + j.cost_half_width[r, 0]])
+        assert row["costs_ci95"][0] == pytest.approx(
+            [j.costs[r, 0] - j.cost_half_width[r, 0], j.costs[r, 0] + j.cost_half_width[r, 0]]
+        )
         assert row["feasible"] == (j.costs[r, 0] + j.cost_half_width[r, 0] <= 3.0 * 1.02 + 1e-9)
-    assert "± " in evaluation.format_evaluation(ev) and "upper end of the 95% interval" in evaluation.format_evaluation(ev)
+    assert "± " in evaluation.format_evaluation(ev) and "upper end of the 95% interval" in evaluation.format_evaluation(
+        ev
+    )
 
 
 @pytest.fixture(scope="module")
 def lanes_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "lanes"
-    assert main(["train", "--env", "test_evaluation:Lanes", "--algo", "fh-constrained", "--seeds", "2",
-                 "--set", "num_iterations=4", "--set", "episodes_per_iteration=16", "--set", "eval_episodes=32",
-                 "--set", "run.eval_episodes=400", "--out", str(out), "--quiet", "--no-plots"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--env",
+                "test_evaluation:Lanes",
+                "--algo",
+                "fh-constrained",
+                "--seeds",
+                "2",
+                "--set",
+                "num_iterations=4",
+                "--set",
+                "episodes_per_iteration=16",
+                "--set",
+                "eval_episodes=32",
+                "--set",
+                "run.eval_episodes=400",
+                "--out",
+                str(out),
+                "--quiet",
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -365,8 +452,10 @@ def test_an_environment_without_an_exact_model_is_judged_by_monte_carlo(lanes_ru
         assert row["exact_reward"] == pytest.approx(float(mc["reward"][r]), abs=1e-9)
         assert row["exact_costs"] == pytest.approx(mc["costs"][r].tolist(), abs=1e-9)
         assert row["exact_reward"] != pytest.approx(record["seeds"][r]["exact_reward"], abs=1e-6)
-        assert row["reward_ci95"][1] - row["exact_reward"] > record["seeds"][r]["reward_ci95"][1] - \
-            record["seeds"][r]["exact_reward"]  # 300 episodes, not 400
+        assert (
+            row["reward_ci95"][1] - row["exact_reward"]
+            > record["seeds"][r]["reward_ci95"][1] - record["seeds"][r]["exact_reward"]
+        )  # 300 episodes, not 400
     # a horizon change is refused for policies over stages
     assert main(["eval", str(lanes_run), "--set", "env.horizon=5"]) == 2
     assert "has horizon 5, the policies act over 3 stages" in capsys.readouterr().err

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.algos import fh_constrained as fc, resolve_env_defaults
+from fhc_jax.algos import fh_constrained as fc
+from fhc_jax.algos import resolve_env_defaults
 from fhc_jax.experiment import checkpoint, config, runner, sweep
 from fhc_jax.experiment.typed_settings import ConfigError
 
@@ -17,8 +18,7 @@ TINY = ["env.size=3", "env.horizon=4", "num_iterations=20", "episodes_per_iterat
 def test_registry_names_and_errors():
     assert config.canonical_name("ppo_lagrangian") == "ppo-lag"
     assert config.load_algorithm("fh-constrained") is fc
-    assert config.available_algorithms() == ["fh-constrained", "nn-constrained", "ppo-lag", "cpo", "e-cop",
-                                               "saute-lag"]
+    assert config.available_algorithms() == ["fh-constrained", "nn-constrained", "ppo-lag", "cpo", "e-cop", "saute-lag"]
     assert config.ALGORITHMS["ppo-lag"] == "ppo_lagrangian"
     for module in config.LEARNERS.values():
         for tabular in (True, False):
@@ -30,9 +30,11 @@ def test_registry_names_and_errors():
 
 def test_toml_and_overrides(tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text('num_iterations = 12\nvariant = "paper"\n[critic_lr]\ninit = 0.5\n'
-                    '[env]\nname = "gridworld"\nsize = 4\nalpha = [3.0]\n[run]\nseeds = 2\n'
-                    'feasibility_tolerance = 0.0\n')
+    path.write_text(
+        'num_iterations = 12\nvariant = "paper"\n[critic_lr]\ninit = 0.5\n'
+        '[env]\nname = "gridworld"\nsize = 4\nalpha = [3.0]\n[run]\nseeds = 2\n'
+        "feasibility_tolerance = 0.0\n"
+    )
     spec = config.load_spec("fh-constrained", config_file=path, overrides=["env.horizon=5", "trace=1"])
     assert spec.env_name == "gridworld" and spec.env["size"] == 4 and spec.env["horizon"] == 5 and spec.seeds == 2
     assert spec.feasibility_tolerance == 0.0 and spec.settings()["env.name"] == "gridworld"
@@ -44,21 +46,27 @@ def test_toml_and_overrides(tmp_path):
     assert feats == fc.feat.TileCoding(tiles=2)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("critc_step.init=1", r"unknown key 'critc_step.init' \(did you mean 'critic_lr.init'\?\).*valid keys: .*actor_lr.decay"),
-    ("env.sise=4", r"unknown key 'env.sise'.*env.size"),
-    ("run.seeds=0", r"run.seeds must be an integer >= 1, found 0"),
-    ("run.feasibility_tolerance=-0.1", r"run.feasibility_tolerance must be a number >= 0, found -0.1"),
-    ("env.name=nowhere", r"unknown environment 'nowhere'; registered: gridworld"),
-    ("critic_lr.power=0.3", r"critic_lr.power must lie in \(0.5, 1\]"),
-    ("critic_lr.init=abc", r"critic_lr.init must be a number, found 'abc' \(str\)"),
-    ("num_iterations=2.5", r"num_iterations must be an integer, found 2.5"),
-    ("env.size=1", r"size must be an integer >= 2, found 1"),
-    ("env.slip=1.5", r"slip"),
-    ("trace=2", r"trace must lie in \[0, 1\]"),
-    ("features.kind=fourier", r"features.kind must be one of"),
-    ("noequals", r"--set expects key=value"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "critc_step.init=1",
+            r"unknown key 'critc_step.init' \(did you mean 'critic_lr.init'\?\).*valid keys: .*actor_lr.decay",
+        ),
+        ("env.sise=4", r"unknown key 'env.sise'.*env.size"),
+        ("run.seeds=0", r"run.seeds must be an integer >= 1, found 0"),
+        ("run.feasibility_tolerance=-0.1", r"run.feasibility_tolerance must be a number >= 0, found -0.1"),
+        ("env.name=nowhere", r"unknown environment 'nowhere'; registered: gridworld"),
+        ("critic_lr.power=0.3", r"critic_lr.power must lie in \(0.5, 1\]"),
+        ("critic_lr.init=abc", r"critic_lr.init must be a number, found 'abc' \(str\)"),
+        ("num_iterations=2.5", r"num_iterations must be an integer, found 2.5"),
+        ("env.size=1", r"size must be an integer >= 2, found 1"),
+        ("env.slip=1.5", r"slip"),
+        ("trace=2", r"trace must lie in \[0, 1\]"),
+        ("features.kind=fourier", r"features.kind must be one of"),
+        ("noequals", r"--set expects key=value"),
+    ],
+)
 def test_config_errors(override, message):
     with pytest.raises(ValueError, match=message):
         config.load_spec("fh-constrained", overrides=[override])
@@ -126,17 +134,24 @@ def test_coarse_map_settings_round_trip_and_switch_kinds():
     ``features.kind`` keeps the option both kinds have."""
     from fhc_jax.algos.core import features
 
-    spec = config.load_spec("fh-constrained", env="battery", overrides=[
-        "features.kind=radial_basis", "features.num_centers=5", "features.stage_inputs=false"])
+    spec = config.load_spec(
+        "fh-constrained",
+        env="battery",
+        overrides=["features.kind=radial_basis", "features.num_centers=5", "features.stage_inputs=false"],
+    )
     assert spec.learner.features == features.RadialBasis(5, stage_inputs=False)
     settings = spec.settings()
     assert settings["features.stage_inputs"] is False
     assert config.load_spec(settings=settings) == spec  # config.json round trip
-    switched = config.load_spec("fh-constrained", env="battery", overrides=[
-        "features.kind=tile_coding", "features.tiles=6"]).learner.features
+    switched = config.load_spec(
+        "fh-constrained", env="battery", overrides=["features.kind=tile_coding", "features.tiles=6"]
+    ).learner.features
     assert switched == features.TileCoding(tiles=6, stage_inputs=False)  # from Auto()'s stage_inputs
-    assert config.load_spec("fh-constrained", env="battery", overrides=[
-        "features.stage_inputs=true", "features.kind=tile_coding"]).learner.features == features.TileCoding()
+    assert (
+        config.load_spec(
+            "fh-constrained", env="battery", overrides=["features.stage_inputs=true", "features.kind=tile_coding"]
+        ).learner.features
+        == features.TileCoding()
+    )
     with pytest.raises(ConfigError, match="features.stage_inputs"):
         config.load_spec("fh-constrained", env="battery", overrides=["features.stage_inputs=maybe"])
-

@@ -57,8 +57,8 @@ def test_softmax_policy_samples_the_categorical_distribution(name):
     p = np.exp(x - x.max())
     p = p / p.sum()  # softmax(logits), exactly 0 for -inf
     policy = fhc.softmax_policy(lambda obs, h: logits)
-    helper = np.bincount(_draws(lambda k, l: policy(k, None, jnp.int32(0)), logits, jax.random.key(1)), minlength=a)
-    categorical = np.bincount(_draws(lambda k, l: jax.random.categorical(k, l), logits, jax.random.key(2)), minlength=a)
+    helper = np.bincount(_draws(lambda k, z: policy(k, None, jnp.int32(0)), logits, jax.random.key(1)), minlength=a)
+    categorical = np.bincount(_draws(lambda k, z: jax.random.categorical(k, z), logits, jax.random.key(2)), minlength=a)
     # both samplers fit softmax(logits) ...
     assert _pooled_chisquare(helper, p) > ALPHA, (name, helper, p * DRAWS)
     assert _pooled_chisquare(categorical, p) > ALPHA, (name, categorical, p * DRAWS)
@@ -143,8 +143,11 @@ def test_softmax_policy_in_rollout_matches_the_categorical_policy():
 def test_softmax_table_on_states_draws_what_the_policy_draws(num_actions):
     """SoftmaxPolicy.on_states: every (stage, state) row of the table gives, for every uniform,
     the action softmax_inverse_cdf draws from that state's logits (unrolled and array paths)."""
-    env = fhc.TabularEnv(random_cmdp(2, num_states=5, num_actions=num_actions, horizon=3)) \
-        if num_actions != 9 else fhc.GridWorld(size=3, horizon=3, observation="xyt")
+    env = (
+        fhc.TabularEnv(random_cmdp(2, num_states=5, num_actions=num_actions, horizon=3))
+        if num_actions != 9
+        else fhc.GridWorld(size=3, horizon=3, observation="xyt")
+    )
     params = env.default_params
     d = int(np.prod(env.observation_shape))
     weights = 3.0 * jax.random.normal(jax.random.key(1), (3, d, num_actions))
@@ -177,12 +180,14 @@ def test_rollout_of_a_tabulated_softmax_policy_is_the_per_step_rollout():
     run = jax.jit(lambda k, n: rollout(k, env, params, policy, n), static_argnums=1)
     per_step, tabulated = run(key, small), run(key, large)
     for name in ("states", "actions", "rewards", "costs", "final_states"):
-        np.testing.assert_array_equal(np.asarray(getattr(tabulated, name))[:small],
-                                      np.asarray(getattr(per_step, name)), err_msg=name)
+        np.testing.assert_array_equal(
+            np.asarray(getattr(tabulated, name))[:small], np.asarray(getattr(per_step, name)), err_msg=name
+        )
     assert len(np.unique(np.asarray(per_step.actions))) > 5  # a real sample
     totals = jax.jit(lambda k, n: rollout_returns(k, env, params, policy, n), static_argnums=1)
-    np.testing.assert_array_equal(np.asarray(totals(key, large).rewards)[:small],
-                                  np.asarray(totals(key, small).rewards))
+    np.testing.assert_array_equal(
+        np.asarray(totals(key, large).rewards)[:small], np.asarray(totals(key, small).rewards)
+    )
 
 
 @pytest.mark.parametrize("observation", ["xy", "one_hot", "index"])
@@ -198,19 +203,25 @@ def test_table_policy_on_a_gridworld_matches_the_table(observation):
     table = table / table.sum(-1, keepdims=True)
     policy = fhc.table_policy(jnp.asarray(table, jnp.float32), env)
     assert isinstance(policy, TablePolicy) and uses_uniforms(env, policy)
-    traj = jax.jit(lambda key: rollout(key, env, params, policy, 100_000, record=("states", "actions")))(jax.random.key(9))
+    traj = jax.jit(lambda key: rollout(key, env, params, policy, 100_000, record=("states", "actions")))(
+        jax.random.key(9)
+    )
     s, a = np.asarray(traj.states, np.int64), np.asarray(traj.actions, np.int64)
     counts = np.zeros((3, 9, 9))
     np.add.at(counts, (np.broadcast_to(np.arange(3), s.shape), s, a), 1)
     assert np.all(counts[table == 0] == 0)
-    pvalues = [_pooled_chisquare(counts[h, x], table[h, x]) for h in range(3) for x in range(9) if counts[h, x].sum() > 1000]
+    pvalues = [
+        _pooled_chisquare(counts[h, x], table[h, x]) for h in range(3) for x in range(9) if counts[h, x].sum() > 1000
+    ]
     assert len(pvalues) >= 15
     assert stats.combine_pvalues(pvalues).pvalue > ALPHA
     # the protocol's contract, on the tabular state index (never the observation)
     _, state = env.reset(jax.random.key(10), params)
     index = env.state_index(state)
     for key in jax.random.split(jax.random.key(11), 10):
-        assert int(policy(key, index, jnp.int32(1))) == int(policy.action_from_state(jax.random.uniform(key), index, jnp.int32(1)))
+        assert int(policy(key, index, jnp.int32(1))) == int(
+            policy.action_from_state(jax.random.uniform(key), index, jnp.int32(1))
+        )
 
 
 def test_table_policy_validation():
@@ -232,13 +243,21 @@ def test_table_policy_validation():
     # inside a jitted function the table may be traced (its shape is checked at once, its rows
     # once per rollout); the policy takes the state index, and refuses an observation
     out = jax.jit(lambda t, key: fhc.table_policy(t, env)(key, jnp.int32(4), jnp.int32(0)))(
-        jnp.asarray(good, jnp.float32), jax.random.key(0))
+        jnp.asarray(good, jnp.float32), jax.random.key(0)
+    )
     assert 0 <= int(out) < 9
     with pytest.raises(ValueError, match="tabular state index"):
         fhc.table_policy(good, env)(jax.random.key(0), jnp.float32([0.5, 0.5]), jnp.int32(0))
-    with pytest.raises(ValueError, match=r"the table has shape \(H, S, A\) = \(3, 9, 9\); GridWorld has \(H, S, A\) = \(3, 16, 9\)"):
-        fhc.rollout_returns(jax.random.key(0), fhc.GridWorld(size=4, horizon=3), fhc.GridWorld(size=4, horizon=3).default_params,
-                            fhc.table_policy(good, env), 4)
+    with pytest.raises(
+        ValueError, match=r"the table has shape \(H, S, A\) = \(3, 9, 9\); GridWorld has \(H, S, A\) = \(3, 16, 9\)"
+    ):
+        fhc.rollout_returns(
+            jax.random.key(0),
+            fhc.GridWorld(size=4, horizon=3),
+            fhc.GridWorld(size=4, horizon=3).default_params,
+            fhc.table_policy(good, env),
+            4,
+        )
 
 
 def test_learner_policies_use_the_fast_helpers():
@@ -248,7 +267,9 @@ def test_learner_policies_use_the_fast_helpers():
 
     env = fhc.GridWorld(size=3, horizon=3)
     params = env.default_params
-    out = jax.jit(fc.make_train(env, params, fc.Config(num_iterations=2, episodes_per_iteration=4, eval_every=0)))(jax.random.key(0))
+    out = jax.jit(fc.make_train(env, params, fc.Config(num_iterations=2, episodes_per_iteration=4, eval_every=0)))(
+        jax.random.key(0)
+    )
     policy = fc.policy(out.state, env, params)
     assert isinstance(policy, TablePolicy) and uses_uniforms(env, policy)
     from fhc_jax.algos.core.evaluation import observation_policy
@@ -266,7 +287,9 @@ def test_invalid_distributions_and_traced_tables():
     assert int(policy(key, jnp.float32([0.5, 0.0]), jnp.int32(0))) == NO_ACTION
     assert 0 <= int(policy(key, jnp.float32([0.0, 0.0]), jnp.int32(0))) < 9
     masked = fhc.softmax_policy(lambda obs, h: jnp.where(jnp.arange(9) == h, 0.0, -jnp.inf))
-    assert int(masked(key, jnp.zeros(2), jnp.int32(3))) == 3 and int(masked(key, jnp.zeros(2), jnp.int32(9))) == NO_ACTION
+    assert (
+        int(masked(key, jnp.zeros(2), jnp.int32(3))) == 3 and int(masked(key, jnp.zeros(2), jnp.int32(9))) == NO_ACTION
+    )
     with pytest.raises(ValueError, match=r"logits_fn returns logits of shape \(\)"):
         fhc.softmax_policy(lambda obs, h: jnp.float32(0.0))(key, jnp.zeros(2), jnp.int32(0))
     env = fhc.GridWorld(size=3, horizon=3)

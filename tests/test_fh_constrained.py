@@ -9,16 +9,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import random_cmdp
 
 import fhc_jax as fhc
-from fhc_jax.algos import fh_constrained as fc, fh_kernels
-from fhc_jax.algos.core import features, multipliers, tabular_rollout as common
-from fhc_jax.algos import PowerSchedule, stack
+from fhc_jax.algos import PowerSchedule, fh_kernels, stack
+from fhc_jax.algos import fh_constrained as fc
+from fhc_jax.algos.core import features, multipliers
+from fhc_jax.algos.core import tabular_rollout as common
 from fhc_jax.envs.gridworld import GridWorld
 from fhc_jax.envs.tabular import TabularEnv
 from fhc_jax.rollout import uses_uniforms
-from helpers import random_cmdp
-
 
 # ----------------------------------------------------------------------------- reference
 
@@ -87,16 +87,27 @@ def _random_state(rng, env, x, nu):
         (features.RadialBasis(2, bias=True), "samples", "mean"),
         (features.RadialBasis(2, bias=True), "table", "visits"),
         (features.RadialBasis(2, bias=True), "samples", "mass"),
-        (features.Custom(lambda h, s: jnp.stack([1.0, s / 8.0, h / 5.0, (s % 3) * (h + 1) / 10.0]), 4), "table", "visits"),
+        (
+            features.Custom(lambda h, s: jnp.stack([1.0, s / 8.0, h / 5.0, (s % 3) * (h + 1) / 10.0]), 4),
+            "table",
+            "visits",
+        ),
     ],
 )
 @pytest.mark.slow
 def test_k1_equals_paper_equations(spec, form, combine):
     env, params = SMALL, SMALL.default_params
     cfg = fc.Config(
-        num_iterations=1, episodes_per_iteration=1, features=spec, variant="paper", combine=combine,
-        update_form=form, theta_bound=1.7, multiplier_max=5.0,
-        critic_lr=PowerSchedule(0.3, 0.55, 2.0), actor_lr=PowerSchedule(0.2, 0.7, 2.0),
+        num_iterations=1,
+        episodes_per_iteration=1,
+        features=spec,
+        variant="paper",
+        combine=combine,
+        update_form=form,
+        theta_bound=1.7,
+        multiplier_max=5.0,
+        critic_lr=PowerSchedule(0.3, 0.55, 2.0),
+        actor_lr=PowerSchedule(0.2, 0.7, 2.0),
         multiplier_lr=PowerSchedule(0.1, 0.9, 2.0),
     )
     table = features.build(spec, env)
@@ -111,7 +122,9 @@ def test_k1_equals_paper_equations(spec, form, combine):
     phi_tab = np.eye(env.num_states) if table.one_hot else np.asarray(table.all_stages(env.horizon), np.float64)
     phi = [phi_tab if table.one_hot else phi_tab[h] for h in range(env.horizon + 1)]
     n = 3
-    a_n, b_n, c_n = (float(s.init / (1 + n / s.decay) ** s.power) for s in (cfg.critic_lr, cfg.actor_lr, cfg.multiplier_lr))
+    a_n, b_n, c_n = (
+        float(s.init / (1 + n / s.decay) ** s.power) for s in (cfg.critic_lr, cfg.actor_lr, cfg.multiplier_lr)
+    )
     crit = np.asarray(state.critics, np.float64)
     ref = reference_update(
         [np.asarray(t, np.float64) for t in state.theta],
@@ -119,11 +132,20 @@ def test_k1_equals_paper_equations(spec, form, combine):
         [[crit[h, :, 1 + k] for h in range(env.horizon + 1)] for k in range(2)],
         list(-nu),
         {
-            "states": np.asarray(batch.states[:, 0]), "actions": np.asarray(batch.actions[:, 0]),
-            "rewards": np.asarray(batch.rewards[:, 0], np.float64), "costs": np.asarray(batch.costs[:, 0], np.float64),
-            "terminal_reward": np.asarray(batch.terminal_rewards[0]), "terminal_costs": np.asarray(batch.terminal_costs[0], np.float64),
+            "states": np.asarray(batch.states[:, 0]),
+            "actions": np.asarray(batch.actions[:, 0]),
+            "rewards": np.asarray(batch.rewards[:, 0], np.float64),
+            "costs": np.asarray(batch.costs[:, 0], np.float64),
+            "terminal_reward": np.asarray(batch.terminal_rewards[0]),
+            "terminal_costs": np.asarray(batch.terminal_costs[0], np.float64),
         },
-        phi, np.asarray(params.thresholds, np.float64), a_n, b_n, c_n, 1.7, -5.0,
+        phi,
+        np.asarray(params.thresholds, np.float64),
+        a_n,
+        b_n,
+        c_n,
+        1.7,
+        -5.0,
     )
     th, v, w, lam = ref
     np.testing.assert_allclose(np.asarray(new.theta), np.stack(th), atol=1e-5)
@@ -135,8 +157,9 @@ def test_k1_equals_paper_equations(spec, form, combine):
     paper = fc.paper_update(state, batch, fc.setup(env, params, cfg), cfg)
     np.testing.assert_allclose(np.asarray(paper.theta), np.stack(th), atol=1e-5)
     np.testing.assert_allclose(np.asarray(paper.critics[..., 0]), np.stack(v), atol=1e-5)
-    np.testing.assert_allclose(np.moveaxis(np.asarray(paper.critics[..., 1:]), -1, 0),
-                               np.array([np.stack(wk) for wk in w]), atol=1e-5)
+    np.testing.assert_allclose(
+        np.moveaxis(np.asarray(paper.critics[..., 1:]), -1, 0), np.array([np.stack(wk) for wk in w]), atol=1e-5
+    )
     np.testing.assert_allclose(np.asarray(paper.multipliers), -np.array(lam), atol=1e-5)
     np.testing.assert_allclose(np.asarray(new.theta), np.asarray(paper.theta), atol=1e-5)
     np.testing.assert_allclose(np.asarray(new.critics), np.asarray(paper.critics), atol=1e-5)
@@ -157,8 +180,15 @@ def test_update_forms_agree(spec, combine, variant):
     batch = common.rollout_tabular(jax.random.key(2), model, jnp.cumsum(mu, -1), lambda c, s: c[s], 16)
     out = []
     for form in ("table", "samples"):
-        cfg = fc.Config(num_iterations=1, episodes_per_iteration=16, features=spec, variant=variant,
-                        combine=combine, update_form=form, theta_bound=1.7)
+        cfg = fc.Config(
+            num_iterations=1,
+            episodes_per_iteration=16,
+            features=spec,
+            variant=variant,
+            combine=combine,
+            update_form=form,
+            theta_bound=1.7,
+        )
         new, metrics = fc.update(state, batch, None, fc.setup(env, params, cfg), cfg)
         out.append((new, metrics))
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), out[0], out[1])
@@ -179,8 +209,14 @@ def test_mass_combine_divides_by_the_summed_activations():
     batch = common.rollout_tabular(jax.random.key(4), model, jnp.cumsum(mu, -1), lambda c, s: c[s], k)
     new = {}
     for combine in ("visits", "mass"):
-        cfg = fc.Config(num_iterations=1, episodes_per_iteration=k, features=spec, combine=combine,
-                        update_form="table", theta_bound=100.0)
+        cfg = fc.Config(
+            num_iterations=1,
+            episodes_per_iteration=k,
+            features=spec,
+            combine=combine,
+            update_form="table",
+            theta_bound=100.0,
+        )
         new[combine] = fc.update(state, batch, None, fc.setup(env, params, cfg), cfg)[0]
     phi = np.asarray(table.table, np.float64)  # (S, X), time-invariant
     counts = np.zeros((env.horizon + 1, env.num_states))
@@ -190,11 +226,19 @@ def test_mass_combine_divides_by_the_summed_activations():
     active = np.maximum(counts @ (phi != 0), 1.0)[..., None]
     assert not np.allclose(mass, active)  # a real difference to test
     old = np.asarray(state.critics, np.float64)
-    np.testing.assert_allclose((np.asarray(new["mass"].critics) - old) * mass,
-                               (np.asarray(new["visits"].critics) - old) * active, rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(
+        (np.asarray(new["mass"].critics) - old) * mass,
+        (np.asarray(new["visits"].critics) - old) * active,
+        rtol=2e-4,
+        atol=2e-5,
+    )
     old_theta = np.asarray(state.theta, np.float64)
-    np.testing.assert_allclose((np.asarray(new["mass"].theta) - old_theta) * mass[:-1],
-                               (np.asarray(new["visits"].theta) - old_theta) * active[:-1], rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(
+        (np.asarray(new["mass"].theta) - old_theta) * mass[:-1],
+        (np.asarray(new["visits"].theta) - old_theta) * active[:-1],
+        rtol=2e-4,
+        atol=2e-5,
+    )
     one_hot = {}
     for combine in ("visits", "mass"):
         cfg = fc.Config(num_iterations=1, episodes_per_iteration=k, combine=combine, update_form="table")
@@ -207,17 +251,21 @@ def test_mass_combine_divides_by_the_summed_activations():
 
 TINY = GridWorld(size=4, horizon=8, alpha=1.0, num_hotspots=1, num_quiet=2, num_phases=2)
 TINY_CONFIG = fc.Config(
-    num_iterations=300, episodes_per_iteration=64, eval_every=100,
-    multiplier_lr=PowerSchedule(0.02, 0.8, 100.0), theta_bound=3.0, trace=0.5,
+    num_iterations=300,
+    episodes_per_iteration=64,
+    eval_every=100,
+    multiplier_lr=PowerSchedule(0.02, 0.8, 100.0),
+    theta_bound=3.0,
+    trace=0.5,
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tiny_train():
     return jax.jit(jax.vmap(fc.make_train(TINY, TINY.default_params, TINY_CONFIG)))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tiny_result():
     return _tiny_train()(jax.random.split(jax.random.key(0), 2))
 
@@ -254,9 +302,7 @@ def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
     single = jax.jit(fc.make_train(TINY, TINY.default_params, TINY_CONFIG))
     for i in range(2):
         one = single(keys[i])
-        jax.tree.map(
-            lambda a, b: np.testing.assert_allclose(a, b[i], rtol=1e-4, atol=1e-4), one, batched
-        )
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b[i], rtol=1e-4, atol=1e-4), one, batched)
     again = _tiny_train()(keys)
     jax.tree.map(np.testing.assert_array_equal, again, batched)
 
@@ -338,7 +384,9 @@ def test_config_validation(changes, match):
 
 
 def test_constant_step_sizes_need_opt_out():
-    const = dict(critic_lr=PowerSchedule(0.5, 0.0), actor_lr=PowerSchedule(0.1, 0.0), multiplier_lr=PowerSchedule(0.01, 0.0))
+    const = dict(
+        critic_lr=PowerSchedule(0.5, 0.0), actor_lr=PowerSchedule(0.1, 0.0), multiplier_lr=PowerSchedule(0.01, 0.0)
+    )
     with pytest.raises(ValueError, match="Assumption 3"):
         fc.Config(**const)
     fc.Config(**const, check_step_sizes=False)
@@ -365,10 +413,15 @@ def test_advantage_increment_matches_direct_loop():
     for h in range(h_):
         np.add.at(count_sa[h], (states[h], actions[h]), 1.0)
         np.add.at(total_sa[h], (states[h], actions[h]), delta[h])
-    got = np.asarray(fh_kernels.advantage_increment_from_sums(
-        jnp.asarray(count_sa, jnp.float32), jnp.asarray(total_sa, jnp.float32), table, k, True))
+    got = np.asarray(
+        fh_kernels.advantage_increment_from_sums(
+            jnp.asarray(count_sa, jnp.float32), jnp.asarray(total_sa, jnp.float32), table, k, True
+        )
+    )
     # the per-sample form (small batches) sums to the same per-cell increment
-    weight, count_s = fh_kernels.advantage_weights(jnp.asarray(states), jnp.asarray(actions), jnp.asarray(delta, jnp.float32), a_)
+    weight, count_s = fh_kernels.advantage_weights(
+        jnp.asarray(states), jnp.asarray(actions), jnp.asarray(delta, jnp.float32), a_
+    )
     per_sample = np.zeros((h_, s_, a_))
     for h in range(h_):
         np.add.at(per_sample[h], (states[h], actions[h]), np.asarray(weight[h] / count_s[h]))
@@ -393,10 +446,14 @@ def test_improved_multiplier_is_pi_controlled():
     params = env.default_params
     cfg = fc.Config(num_iterations=1, episodes_per_iteration=8, multiplier_gain=0.3)
     state = fc.init(jax.random.key(0), fc.setup(env, params, cfg), cfg)
-    table = features.build(state.features, env)  # the spec the learner resolved for env
+    features.build(state.features, env)  # the spec the learner resolved builds for env
     batch = common.rollout_tabular(
-        jax.random.key(1), common.tabular_model(env, params),
-        jnp.cumsum(fc.policy_table(state, env, params), -1), lambda cdf_h, s: cdf_h[s], 8)
+        jax.random.key(1),
+        common.tabular_model(env, params),
+        jnp.cumsum(fc.policy_table(state, env, params), -1),
+        lambda cdf_h, s: cdf_h[s],
+        8,
+    )
     new, metrics = fc.update(state, batch, None, fc.setup(env, params, cfg), cfg)
     costs = np.asarray(batch.episode_costs, np.float64)
     alpha = np.asarray(params.thresholds, np.float64)

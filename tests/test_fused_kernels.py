@@ -10,9 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import random_cmdp, random_policy
 
 import fhc_jax as fhc
-from helpers import random_cmdp, random_policy
 from fhc_jax.cmdp import transitions as tr
 from fhc_jax.cmdp.evaluate import _evaluate
 
@@ -50,12 +50,20 @@ def test_kernel_operations_agree_with_the_reference_forms(x64, m):
             k = tr.stage(c.transitions, h)
             full = tr.expect_next(k, values)
             np.testing.assert_allclose(tr.expect_next(k, values, fused=True), full, rtol=1e-13, atol=1e-13)
-            np.testing.assert_allclose(tr.expect_next_action(k, values, acts),
-                                       jnp.take_along_axis(full, acts[None, :, None], -1)[..., 0], rtol=1e-13, atol=1e-13)
+            np.testing.assert_allclose(
+                tr.expect_next_action(k, values, acts),
+                jnp.take_along_axis(full, acts[None, :, None], -1)[..., 0],
+                rtol=1e-13,
+                atol=1e-13,
+            )
             one_hot = mass[:, None] * jax.nn.one_hot(acts, c.num_actions, dtype=mass.dtype)
-            np.testing.assert_allclose(tr.push_forward_action(k, mass, acts), tr.push_forward(k, one_hot), rtol=1e-13, atol=1e-15)
+            np.testing.assert_allclose(
+                tr.push_forward_action(k, mass, acts), tr.push_forward(k, one_hot), rtol=1e-13, atol=1e-15
+            )
             w, idx = tr.policy_weighted(k, pi)
-            np.testing.assert_allclose(jnp.sum(w * values[0][idx], -1), jnp.sum(pi * full[0], -1), rtol=1e-13, atol=1e-13)
+            np.testing.assert_allclose(
+                jnp.sum(w * values[0][idx], -1), jnp.sum(pi * full[0], -1), rtol=1e-13, atol=1e-13
+            )
 
 
 @pytest.mark.slow
@@ -66,7 +74,9 @@ def test_fused_evaluation_equals_the_reference(x64, m):
         policy = jnp.asarray(random_policy(i, c.horizon, c.num_states, c.num_actions))
         ref, fused = _evaluate(c, policy), _evaluate(c, policy, fused=True)
         for field in ("reward", "costs", "values", "cost_values", "occupancy", "stage_rewards", "stage_costs"):
-            np.testing.assert_allclose(getattr(fused, field), getattr(ref, field), rtol=1e-12, atol=1e-12, err_msg=field)
+            np.testing.assert_allclose(
+                getattr(fused, field), getattr(ref, field), rtol=1e-12, atol=1e-12, err_msg=field
+            )
 
 
 @pytest.mark.slow
@@ -87,6 +97,8 @@ def test_oracle_values_and_mixture_occupancy(x64, m):
         acts2 = solve_module._greedy(c, jnp.asarray(0.0), jnp.ones(m))[0]
         x = solve_module._mixture(c, [(acts, 0.3), (acts2, 0.7)])
         ref = [_evaluate(c, jax.nn.one_hot(a, c.num_actions, dtype=jnp.float64)) for a in (acts, acts2)]
-        want = sum(w * r.occupancy[:-1, :, None] * jax.nn.one_hot(a, c.num_actions, dtype=jnp.float64)
-                   for w, r, a in zip((0.3, 0.7), ref, (acts, acts2)))
+        want = sum(
+            w * r.occupancy[:-1, :, None] * jax.nn.one_hot(a, c.num_actions, dtype=jnp.float64)
+            for w, r, a in zip((0.3, 0.7), ref, (acts, acts2))
+        )
         np.testing.assert_allclose(x, want, rtol=1e-13, atol=1e-15)

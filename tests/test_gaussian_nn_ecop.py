@@ -13,12 +13,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from box_task import Reach
 
 import fhc_jax as fhc
-from fhc_jax.algos import ecop, nn_constrained as nc
+from fhc_jax.algos import ecop
+from fhc_jax.algos import nn_constrained as nc
 from fhc_jax.algos.core.distributions import LOG_STD_MAX, LOG_STD_MIN, DiagonalGaussian
 from fhc_jax.algos.nn_losses import gaussian_sample_targets
-from box_task import Reach
 
 REACH = Reach()
 #: Reach's initial Gaussian policy (mean 0, sigma 0.5) earns -10.4 (tests/box_task.py); the
@@ -28,7 +29,9 @@ INITIAL_REWARD = -10.4
 
 def _monte_carlo(policy, env=REACH, n: int = 4096, key: int = 11) -> tuple[float, float, float]:
     """(mean reward, mean cost, upper end of the cost's 95% interval) of ``n`` episodes."""
-    ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(key), env, env.default_params, policy, n)
+    ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(
+        jax.random.key(key), env, env.default_params, policy, n
+    )
     r, c = np.asarray(ret.rewards), np.asarray(ret.costs)[:, 0]
     return float(r.mean()), float(c.mean()), float(c.mean() + 1.96 * c.std() / math.sqrt(n))
 
@@ -55,9 +58,15 @@ def test_nn_constrained_improved_learns_reach_within_its_budget():
     """The improved variant (per-sample natural-gradient targets), two seeds vmapped: 60
     updates of 256 episodes, a faster multiplier than the defaults (tuned for thousands of
     updates) and a shorter Polyak average."""
-    cfg = nc.Config(num_iterations=60, episodes_per_iteration=256, eval_every=0, eval_episodes=1024,
-                    policy_averaging=0.8, multiplier_lr=fhc.algos.PowerSchedule(0.2, 0.8, 1000.0),
-                    multiplier_gain=0.5)
+    cfg = nc.Config(
+        num_iterations=60,
+        episodes_per_iteration=256,
+        eval_every=0,
+        eval_episodes=1024,
+        policy_averaging=0.8,
+        multiplier_lr=fhc.algos.PowerSchedule(0.2, 0.8, 1000.0),
+        multiplier_gain=0.5,
+    )
     out = jax.jit(jax.vmap(nc.make_train(REACH, REACH.default_params, cfg)))(jax.random.split(jax.random.key(0), 2))
     assert out.metrics.evaluation.reward.shape == (2, 2)  # Monte-Carlo estimates at 0 and 60
     assert jax.tree.leaves(out.state.actor)[0].shape[:2] == (2, REACH.horizon)
@@ -68,8 +77,9 @@ def test_nn_constrained_improved_learns_reach_within_its_budget():
 def test_ecop_learns_reach_within_its_budget():
     """e-COP with its default optimisation settings, two seeds vmapped: 40 updates of 256
     episodes."""
-    cfg = ecop.Config(observation="env", num_iterations=40, episodes_per_iteration=256, eval_every=0,
-                      eval_episodes=1024)
+    cfg = ecop.Config(
+        observation="env", num_iterations=40, episodes_per_iteration=256, eval_every=0, eval_episodes=1024
+    )
     out = jax.jit(jax.vmap(ecop.make_train(REACH, REACH.default_params, cfg)))(jax.random.split(jax.random.key(0), 2))
     _check_learned(ecop, out)
     # the first batch's entropy is the initial Gaussian's, sigma = exp(initial_log_std) x half
@@ -86,8 +96,14 @@ def test_nn_constrained_paper_variant_learns_reach_without_a_binding_budget():
     driven by the TD(0) constraint critic W_0, lags and overshoots on this task
     (docs/algorithms/nn_constrained.md)."""
     env = Reach(alpha=10.0)
-    cfg = nc.Config(variant="paper", num_iterations=40, episodes_per_iteration=256, eval_every=0, eval_episodes=256,
-                    policy_averaging=0.8)
+    cfg = nc.Config(
+        variant="paper",
+        num_iterations=40,
+        episodes_per_iteration=256,
+        eval_every=0,
+        eval_episodes=256,
+        policy_averaging=0.8,
+    )
     out = jax.jit(nc.make_train(env, env.default_params, cfg))(jax.random.key(1))
     r, c, _ = _monte_carlo(nc.policy(out.state, env, env.default_params), env)
     assert r > -2.0, (r, c)
@@ -124,16 +140,19 @@ def test_gaussian_improved_targets_against_numpy(seed):
     adv = rng.normal(0.0, 2.0, (h, k))
     adv[1, 1] = 40.0  # an outlier: standardised, still a step that pushes the log-std target past a bound
     eta = 3.0
-    got = gaussian_sample_targets(head, jnp.asarray(out, jnp.float32), jnp.asarray(actions, jnp.float32),
-                                  jnp.asarray(adv, jnp.float32), eta)
+    got = gaussian_sample_targets(
+        head, jnp.asarray(out, jnp.float32), jnp.asarray(actions, jnp.float32), jnp.asarray(adv, jnp.float32), eta
+    )
     want = _numpy_targets(center, half, -0.5, out, actions, adv, eta)
     assert got.shape == (h, k, 2 * d) and got.dtype == jnp.float32
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
     assert np.any(want[..., d:] == LOG_STD_MAX + 0.5) or np.any(want[..., d:] == LOG_STD_MIN + 0.5)
     # no gradient flows through the targets
-    grad = jax.grad(lambda o: jnp.sum(gaussian_sample_targets(head, o, jnp.asarray(actions, jnp.float32),
-                                                              jnp.asarray(adv, jnp.float32), eta)))(
-        jnp.asarray(out, jnp.float32))
+    grad = jax.grad(
+        lambda o: jnp.sum(
+            gaussian_sample_targets(head, o, jnp.asarray(actions, jnp.float32), jnp.asarray(adv, jnp.float32), eta)
+        )
+    )(jnp.asarray(out, jnp.float32))
     assert not np.any(np.asarray(grad))
 
 
@@ -191,8 +210,9 @@ def test_ecop_sampled_path_errors_before_compiling():
         ecop.make_train(REACH, REACH.default_params, ecop.Config(observation="env", path="tabular"))
     with pytest.raises(ValueError, match="no tabular states to tabulate"):
         cfg = ecop.Config(observation="env")
-        ecop.policy_table(ecop.init(jax.random.key(0), ecop.setup(REACH, REACH.default_params, cfg), cfg), REACH,
-                          REACH.default_params)
+        ecop.policy_table(
+            ecop.init(jax.random.key(0), ecop.setup(REACH, REACH.default_params, cfg), cfg), REACH, REACH.default_params
+        )
 
 
 @pytest.mark.slow
@@ -215,7 +235,9 @@ def test_policy_returns_float32_actions(module, log_std):
     obs, _ = REACH.reset(jax.random.key(1), REACH.default_params)
     a = act(jax.random.key(2), obs, jnp.asarray(3, jnp.int32))
     assert a.shape == (1,) and a.dtype == jnp.float32
-    draws = jax.jit(jax.vmap(lambda k: act(k, obs, jnp.asarray(3, jnp.int32))))(jax.random.split(jax.random.key(3), 4000))
+    draws = jax.jit(jax.vmap(lambda k: act(k, obs, jnp.asarray(3, jnp.int32))))(
+        jax.random.split(jax.random.key(3), 4000)
+    )
     # sigma = exp(-1) x half range 1 at initialisation (exactly, with a state-independent log-std)
     if log_std == "state_independent":
         assert float(jnp.std(draws)) == pytest.approx(math.exp(-1.0), rel=0.05)
@@ -234,8 +256,16 @@ def test_ecop_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld(
     keys = jax.random.split(jax.random.key(3), 4)
     results = {}
     for path in ("tabular", "sampled"):
-        cfg = ecop.Config(observation="env", num_iterations=120, episodes_per_iteration=64, num_epochs=8, eval_every=0,
-                          damping=0.05, damping_max=0.05, path=path)
+        cfg = ecop.Config(
+            observation="env",
+            num_iterations=120,
+            episodes_per_iteration=64,
+            num_epochs=8,
+            eval_every=0,
+            damping=0.05,
+            damping_max=0.05,
+            path=path,
+        )
         out = jax.jit(jax.vmap(ecop.make_train(env, params, cfg)))(keys)
         ev = jax.vmap(fhc.evaluate, in_axes=(None, 0))(cmdp, ecop.policy_table(out.final_state, env, params))
         results[path] = (np.asarray(ev.reward), np.asarray(ev.costs)[:, 0])

@@ -15,11 +15,12 @@ from box_task import Reach
 from jax.flatten_util import ravel_pytree
 
 import fhc_jax as fhc
-from fhc_jax.algos import cpo, ppo_lagrangian as pl, saute, trust_region
-from fhc_jax.envs import saute as saute_envs
+from fhc_jax.algos import cpo, saute, trust_region
+from fhc_jax.algos import ppo_lagrangian as pl
 from fhc_jax.algos.core.distributions import DiagonalGaussian
-from fhc_jax.algos.core.scaffold import play_environment
 from fhc_jax.algos.core.networks import MLP
+from fhc_jax.algos.core.scaffold import play_environment
+from fhc_jax.envs import saute as saute_envs
 
 ENV = Reach()
 PARAMS = ENV.default_params
@@ -27,13 +28,25 @@ INITIAL_REWARD = -10.4  # the initial Gaussian policy (mean 0, sigma 0.5), tests
 
 # PPO: the learned multiplier (Adam) with a step size that reaches the binding multiplier in tens
 # of iterations (the PID defaults are tuned for hundreds of gridworld updates)
-PPO = pl.Config(num_iterations=40, episodes_per_iteration=256, eval_every=0, eval_episodes=4096,
-                observation="env", multiplier_method="lagrangian", multiplier_lr=0.5)
-CPO = cpo.Config(num_iterations=30, episodes_per_iteration=256, eval_every=0, eval_episodes=4096,
-                 observation="env")
-SMALL = {"ppo": (pl, PPO.replace(num_iterations=2, episodes_per_iteration=16, eval_episodes=64)),
-         "cpo": (cpo, CPO.replace(num_iterations=2, episodes_per_iteration=16, eval_episodes=64,
-                                  fisher_samples=32, critic_minibatches=1))}
+PPO = pl.Config(
+    num_iterations=40,
+    episodes_per_iteration=256,
+    eval_every=0,
+    eval_episodes=4096,
+    observation="env",
+    multiplier_method="lagrangian",
+    multiplier_lr=0.5,
+)
+CPO = cpo.Config(num_iterations=30, episodes_per_iteration=256, eval_every=0, eval_episodes=4096, observation="env")
+SMALL = {
+    "ppo": (pl, PPO.replace(num_iterations=2, episodes_per_iteration=16, eval_episodes=64)),
+    "cpo": (
+        cpo,
+        CPO.replace(
+            num_iterations=2, episodes_per_iteration=16, eval_episodes=64, fisher_samples=32, critic_minibatches=1
+        ),
+    ),
+}
 
 
 def _monte_carlo(policy, num_episodes: int = 4096) -> tuple[float, float, float, float]:
@@ -137,8 +150,7 @@ def test_actor_outputs_for_both_log_std_forms(name, log_std):
     key = jax.random.key(3) if name == "ppo" else jax.random.split(jax.random.key(3))
     new, metrics = jax.jit(lambda st, b, k: module.update(st, b, k, setup, cfg))(state, batch, key)
     assert all(np.all(np.isfinite(np.asarray(v))) for v in jax.tree.leaves(metrics))
-    assert not np.array_equal(*(ravel_pytree(s.params["actor"] if name == "ppo" else s.actor)[0]
-                                for s in (state, new)))
+    assert not np.array_equal(*(ravel_pytree(s.params["actor"] if name == "ppo" else s.actor)[0] for s in (state, new)))
 
 
 @pytest.mark.slow
@@ -158,10 +170,14 @@ def test_observation_options_on_a_box_environment(name):
         if name == "ppo":
             assert state.params["reward_critic"]["params"]["Dense_0"]["kernel"].shape[0] == 3
     out = jax.jit(module.make_train(ENV, PARAMS, cfg.replace(observation="env_t")))(jax.random.key(1))
-    assert np.all(np.isfinite(np.asarray(out.metrics.reward))) and np.all(np.isfinite(np.asarray(out.metrics.evaluation.reward)))
+    assert np.all(np.isfinite(np.asarray(out.metrics.reward))) and np.all(
+        np.isfinite(np.asarray(out.metrics.evaluation.reward))
+    )
     obs = ENV.reset(jax.random.key(2), PARAMS)[0]
     assert module.policy(out.state, ENV, PARAMS)(jax.random.key(3), obs, jnp.int32(5)).shape == (1,)
-    with pytest.raises(ValueError, match=r"Config.observation must be one of 'env', 'env_t' for Reach on the sampled path"):
+    with pytest.raises(
+        ValueError, match=r"Config.observation must be one of 'env', 'env_t' for Reach on the sampled path"
+    ):
         module.make_train(ENV, PARAMS, cfg.replace(observation="xy"))
     with pytest.raises(ValueError, match=r"path = 'tabular' needs a tabular exact model"):
         module.make_train(ENV, PARAMS, cfg.replace(path="tabular"))
@@ -231,7 +247,9 @@ def test_cpo_update_keeps_the_gaussian_kl_in_the_trust_region():
     setup = cpo.setup(ENV, PARAMS, cfg)
     state = cpo.init(jax.random.key(0), setup, cfg)
     batch = cpo.rollout(jax.random.key(1), state, setup, cfg)
-    new, metrics = jax.jit(lambda st, b, k: cpo.update(st, b, k, setup, cfg))(state, batch, jax.random.split(jax.random.key(2)))
+    new, metrics = jax.jit(lambda st, b, k: cpo.update(st, b, k, setup, cfg))(
+        state, batch, jax.random.split(jax.random.key(2))
+    )
     assert float(metrics["step_fraction"]) > 0
     x = setup.sample_inputs(batch)
     kl = jnp.mean(setup.head.kl(setup.actor.apply(state.actor, x), setup.actor.apply(new.actor, x)))
@@ -246,7 +264,10 @@ def test_cpo_update_keeps_the_gaussian_kl_in_the_trust_region():
 @pytest.mark.parametrize(
     "changes,match",
     [
-        ({"log_std": "learned"}, r"Config.log_std must be one of 'state_independent', 'state_dependent', found 'learned'"),
+        (
+            {"log_std": "learned"},
+            r"Config.log_std must be one of 'state_independent', 'state_dependent', found 'learned'",
+        ),
         ({"initial_log_std": 2.0}, r"Config.initial_log_std must lie in \[-5, 1\], found 2"),
         ({"initial_log_std": -5.5}, r"Config.initial_log_std must lie in \[-5, 1\], found -5.5"),
         ({"initial_log_std": float("nan")}, r"Config.initial_log_std must be finite"),
@@ -266,16 +287,19 @@ def test_saute_trains_a_gaussian_policy_on_box_actions():
     exhausted budget they are kept (min(r, -n)) and the multiplier does the constraining: 60
     updates do not reach alpha = 1 (1.58 measured); the robustness suite measures the default
     run on Pendulum."""
-    cfg = saute.Config(num_iterations=60, episodes_per_iteration=256, eval_every=0, eval_episodes=1024,
-                       observation="env")
+    cfg = saute.Config(
+        num_iterations=60, episodes_per_iteration=256, eval_every=0, eval_episodes=1024, observation="env"
+    )
     out = jax.jit(saute.make_train(ENV, PARAMS, cfg))(jax.random.key(0))
     assert out.state.budget == "continuous"
-    assert isinstance(saute.ALGORITHM.action_head(saute.policy_setup(saute_envs.BudgetEnv(ENV), PARAMS, out.state)),
-                      DiagonalGaussian)
+    assert isinstance(
+        saute.ALGORITHM.action_head(saute.policy_setup(saute_envs.BudgetEnv(ENV), PARAMS, out.state)), DiagonalGaussian
+    )
     env, params = play_environment(saute, out.state, ENV, PARAMS)
     assert isinstance(env, saute_envs.BudgetEnv) and env.observation_shape == (3,)  # (x, h / H, z)
     ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(
-        jax.random.key(11), env, params, saute.policy(out.state, env, params), 4096)
+        jax.random.key(11), env, params, saute.policy(out.state, env, params), 4096
+    )
     r, c = float(np.mean(ret.rewards)), float(np.mean(ret.costs[:, 0]))
     assert r > -3.0 and c < 1.7, (r, c)
     with pytest.raises(ValueError, match="the remaining budget, which Reach"):
@@ -292,6 +316,9 @@ def test_saute_refuses_box_actions_on_tabular_states_before_compiling():
     """A Markov policy table needs finitely many actions: box actions on tabular states are
     refused by make_train and setup, with the way out named."""
     env = _TabularReach()
-    for call in (lambda: saute.make_train(env, PARAMS, saute.Config()), lambda: saute.setup(env, PARAMS, saute.Config())):
+    for call in (
+        lambda: saute.make_train(env, PARAMS, saute.Config()),
+        lambda: saute.setup(env, PARAMS, saute.Config()),
+    ):
         with pytest.raises(ValueError, match=r"saute: on an environment with tabular states.*box\) actions"):
             call()

@@ -11,7 +11,7 @@ import pytest
 
 import fhc_jax.cmdp.transitions as tr
 from fhc_jax.cmdp.evaluate import evaluate
-from fhc_jax.envs import GridState, GridWorld, MOVES, next_state_table
+from fhc_jax.envs import MOVES, GridState, GridWorld, next_state_table
 from fhc_jax.rollout import rollout, uses_uniforms
 
 SIZE, H = 4, 6
@@ -211,8 +211,12 @@ def test_vmap_over_params_slip():
 
 def test_encoders_shapes_and_ranges():
     params = None
-    for name, shape, dtype in (("xy", (2,), jnp.float32), ("xyt", (3,), jnp.float32),
-                               ("one_hot", (9,), jnp.float32), ("index", (), jnp.int32)):
+    for name, shape, dtype in (
+        ("xy", (2,), jnp.float32),
+        ("xyt", (3,), jnp.float32),
+        ("one_hot", (9,), jnp.float32),
+        ("index", (), jnp.int32),
+    ):
         env = GridWorld(size=3, horizon=4, observation=name)
         params = env.default_params
         assert env.observation_shape == shape and env.observation_dtype == dtype

@@ -23,7 +23,7 @@ class CartPoleWithCost(gymnax.environments.classic_control.cartpole.CartPole):
 
     def step_env(self, key, state, action, params):
         obs, new, reward, done, info = super().step_env(key, state, action, params)
-        return obs, new, reward, done, {**info, "cost": jnp.stack([new.x ** 2, jnp.abs(new.theta)])}
+        return obs, new, reward, done, {**info, "cost": jnp.stack([new.x**2, jnp.abs(new.theta)])}
 
 
 def _reference(gx, env_params, key, actions):
@@ -62,7 +62,9 @@ def test_from_gymnax_steps_as_gymnax_then_absorbs(use_info):
     actions = jnp.ones(60, jnp.int32)  # always push right: the pole falls within the horizon
     key = jax.random.key(3)
     obs0, (obs, rew, costs, done, ended, time) = jax.jit(_wrapped, static_argnums=0)(env, params, key, actions)
-    ref_obs0, (r_obs, r_rew, r_term, r_info) = jax.jit(_reference, static_argnums=0)(gx, params.env_params, key, actions)
+    ref_obs0, (r_obs, r_rew, r_term, r_info) = jax.jit(_reference, static_argnums=0)(
+        gx, params.env_params, key, actions
+    )
     r_term = np.asarray(r_term)
     t = int(np.argmax(r_term))  # first terminal transition
     assert r_term[t] and 5 < t < 50
@@ -72,8 +74,8 @@ def test_from_gymnax_steps_as_gymnax_then_absorbs(use_info):
     ref_costs = r_info["cost"] if use_info else (np.abs(np.asarray(r_obs)[:, :1]) > 0.02).astype(np.float32)
     np.testing.assert_allclose(costs[: t + 1], np.asarray(ref_costs)[: t + 1], rtol=1e-6)
     # absorbing after termination: same observation, no reward, no cost
-    np.testing.assert_array_equal(obs[t + 1:], np.broadcast_to(obs[t], obs[t + 1:].shape))
-    assert np.all(np.asarray(rew[t + 1:]) == 0) and np.all(np.asarray(costs[t + 1:]) == 0)
+    np.testing.assert_array_equal(obs[t + 1 :], np.broadcast_to(obs[t], obs[t + 1 :].shape))
+    assert np.all(np.asarray(rew[t + 1 :]) == 0) and np.all(np.asarray(costs[t + 1 :]) == 0)
     np.testing.assert_array_equal(ended, np.arange(60) >= t)
     np.testing.assert_array_equal(time, np.arange(1, 61))
     np.testing.assert_array_equal(done, np.arange(1, 61) == 60)
@@ -139,7 +141,7 @@ def test_rollout_on_a_wrapped_env():
     lengths = rewards.sum(1).astype(int)
     obs = np.asarray(traj.observations)
     for i in np.flatnonzero(fell)[:4]:  # the observation freezes once the episode has ended
-        assert np.all(obs[i, lengths[i] + 1:] == obs[i, lengths[i]])
+        assert np.all(obs[i, lengths[i] + 1 :] == obs[i, lengths[i]])
 
 
 def test_from_gymnax_errors():
@@ -152,11 +154,14 @@ def test_from_gymnax_errors():
         from_gymnax(CartPoleWithCost(), horizon=10, cost_key="risk")
     with pytest.raises(ValueError, match=r"shape \(\) \(one constraint\) or \(M,\).*found \(1, 1\)"):
         from_gymnax(cartpole, horizon=10, cost_fn=lambda s, a, n, p: jnp.abs(n.x).reshape(1, 1))
-    assert from_gymnax(cartpole, horizon=10, cost_fn=lambda s, a, n, p: jnp.abs(n.x)).num_constraints == 1  # () is M = 1
+    assert (
+        from_gymnax(cartpole, horizon=10, cost_fn=lambda s, a, n, p: jnp.abs(n.x)).num_constraints == 1
+    )  # () is M = 1
     with pytest.raises(ValueError, match=r"shape \(\) or \(1,\), found \(2,\)"):
         from_gymnax(CartPoleWithCost(), horizon=10, num_constraints=1)
     with pytest.raises(ValueError, match="float array.*int32"):
         from_gymnax(cartpole, horizon=10, cost_fn=lambda s, a, n, p: (jnp.abs(n.x) > 1).astype(jnp.int32)[None])
+
     class TupleActions(type(cartpole)):  # box actions are taken (tests/test_box_environments.py), tuples not
         def action_space(self, params=None):
             return gymnax.environments.spaces.Tuple([gymnax.environments.spaces.Discrete(2)] * 2)
@@ -172,8 +177,8 @@ def test_from_gymnax_errors():
 
 
 def test_registered_gymnax_tasks():
-    from fhc_jax.experiment.typed_settings import ConfigError
     from fhc_jax.experiment.config import make_env
+    from fhc_jax.experiment.typed_settings import ConfigError
 
     env, params = make_env("gymnax:CartPole-v1", {"horizon": 20, "cost": "angle"})
     assert isinstance(env, GymnaxEnv) and env.horizon == 20 and float(params.thresholds[0]) == 10.0
@@ -211,9 +216,14 @@ def test_to_gymnax_matches_exact_evaluation():
     base = env.default_params
     rng = np.random.default_rng(0)
     params = env.params_from_maps(  # terminal values and a non-uniform start make the test sharp
-        base.reward_map, base.cost_map, base.thresholds,
-        terminal_rewards=rng.uniform(0, 3, 9), terminal_costs=rng.uniform(0, 2, (1, 9)),
-        initial_distribution=np.array([0.5, 0.3, 0, 0, 0, 0, 0, 0, 0.2]), slip=0.1)
+        base.reward_map,
+        base.cost_map,
+        base.thresholds,
+        terminal_rewards=rng.uniform(0, 3, 9),
+        terminal_costs=rng.uniform(0, 2, (1, 9)),
+        initial_distribution=np.array([0.5, 0.3, 0, 0, 0, 0, 0, 0, 0.2]),
+        slip=0.1,
+    )
     gx = to_gymnax(env)
     gparams = gx.default_params.replace(env_params=params)
     assert gx.default_params.max_steps_in_episode == 5
@@ -231,8 +241,12 @@ def test_to_gymnax_matches_exact_evaluation():
         se = sample.std(ddof=1) / np.sqrt(sample.size)
         assert abs(sample.mean() - want) < 4 * se, (sample.mean(), want, se)
     # the terminal terms matter: without them the exact means are many standard errors away
-    bare = fhc.evaluate(env.to_cmdp(params.replace(terminal_rewards=0 * params.terminal_rewards,
-                                                   terminal_costs=0 * params.terminal_costs)), jnp.full((h, 9, 9), 1 / 9))
+    bare = fhc.evaluate(
+        env.to_cmdp(
+            params.replace(terminal_rewards=0 * params.terminal_rewards, terminal_costs=0 * params.terminal_costs)
+        ),
+        jnp.full((h, 9, 9), 1 / 9),
+    )
     assert abs(ep_r.mean() - float(bare.reward)) > 20 * ep_r.std() / np.sqrt(ep_r.size)
     assert abs(ep_c.mean() - float(bare.costs[0])) > 20 * ep_c.std() / np.sqrt(ep_c.size)
 
@@ -246,8 +260,7 @@ def test_params_and_static_configuration_are_checked():
     with pytest.raises(ValueError, match=r"from_gymnax.reset: params.thresholds \(alpha\) must be finite and >= 0"):
         env.reset(jax.random.key(0), params.replace(thresholds=jnp.array([-1.0])))
     with pytest.raises(ValueError, match=r"params.thresholds has shape \(2,\); .* expects \(1,\)"):
-        fhc.rollout_returns(jax.random.key(0), env, params.replace(thresholds=jnp.ones(2)),
-                            fhc.random_policy(env), 4)
+        fhc.rollout_returns(jax.random.key(0), env, params.replace(thresholds=jnp.ones(2)), fhc.random_policy(env), 4)
     with pytest.raises(ValueError, match="params must be a GymnaxParams pytree"):
         env.reset(jax.random.key(0), gx_params)
 

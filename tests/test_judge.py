@@ -31,10 +31,22 @@ def test_feasibility_rule_and_tolerance():
 
 
 def test_rows_summary_and_ranking():
-    opt = Optimum(reward=10.0, costs=np.array([5.0, 2.0]), multipliers=np.array([0.3, 0.0]),
-                  policy=np.zeros(1), stage_costs=np.zeros(1), stage_rewards=np.zeros(1), solve_time_s=0.1)
-    j = judge.judge([9.0, 8.0, 11.0], [[5.0, 1.0], [4.0, 2.0], [6.0, 2.0]], [5.0, 2.0], optimum=opt,
-                    multipliers=[[0.2, 0.1], [0.3, 0.0], [0.1, 0.0]])
+    opt = Optimum(
+        reward=10.0,
+        costs=np.array([5.0, 2.0]),
+        multipliers=np.array([0.3, 0.0]),
+        policy=np.zeros(1),
+        stage_costs=np.zeros(1),
+        stage_rewards=np.zeros(1),
+        solve_time_s=0.1,
+    )
+    j = judge.judge(
+        [9.0, 8.0, 11.0],
+        [[5.0, 1.0], [4.0, 2.0], [6.0, 2.0]],
+        [5.0, 2.0],
+        optimum=opt,
+        multipliers=[[0.2, 0.1], [0.3, 0.0], [0.1, 0.0]],
+    )
     rows = j.rows()
     assert [r["feasible"] for r in rows] == [True, True, False]
     assert rows[2]["violation"] == pytest.approx([1.0, 0.0]) and rows[2]["slack"] == pytest.approx([-1.0, 0.0])
@@ -43,7 +55,9 @@ def test_rows_summary_and_ranking():
     s = j.summary()
     assert s["feasible_seeds"] == 2 and s["seeds"] == 3
     assert s["worst"]["costs"] == [6.0, 2.0]
-    assert [s["worst"][k] for k in ("reward", "relative_excess", "fraction_of_optimum")] == pytest.approx([8.0, 0.2, 0.8])
+    assert [s["worst"][k] for k in ("reward", "relative_excess", "fraction_of_optimum")] == pytest.approx(
+        [8.0, 0.2, 0.8]
+    )
     assert s["exact_reward"]["mean"] == pytest.approx(28 / 3)
     assert j.rank_key() == (2, 8.0)
     assert j.take(slice(0, 1)).rank_key() == (1, 9.0) and j.take([2]).feasible_seeds == 0
@@ -72,8 +86,15 @@ def test_machine_info():
 def test_no_fraction_of_a_non_positive_optimum():
     """With J* <= 0 (a pendulum's returns) J / J* grows as J gets worse: the judge reports the
     gap and no fraction."""
-    opt = Optimum(reward=-150.0, costs=np.array([180.0]), multipliers=np.zeros(1), policy=None,
-                  stage_costs=None, stage_rewards=None, solve_time_s=0.0)
+    opt = Optimum(
+        reward=-150.0,
+        costs=np.array([180.0]),
+        multipliers=np.zeros(1),
+        policy=None,
+        stage_costs=None,
+        stage_rewards=None,
+        solve_time_s=0.0,
+    )
     j = judge.judge([-1200.0, -300.0], [[30.0], [40.0]], [40.0], optimum=opt)
     assert j.fraction_of_optimum is None and "fraction_of_optimum" not in j.summary()["worst"]
     rows = j.rows()

@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import functools
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import random_cmdp
 
 import fhc_jax as fhc
-import flax.linen as nn
-from fhc_jax.algos import nn_constrained as nc, nn_losses as nl
-from fhc_jax.algos.core import tabular_rollout as common
 from fhc_jax.algos import PowerSchedule, stack
+from fhc_jax.algos import nn_constrained as nc
+from fhc_jax.algos import nn_losses as nl
+from fhc_jax.algos.core import tabular_rollout as common
 from fhc_jax.algos.core.networks import MLP, NetworkSpec, Stacked
 from fhc_jax.envs.gridworld import GridWorld
 from fhc_jax.envs.tabular import TabularEnv
-from helpers import random_cmdp
 
 SMALL = GridWorld(size=3, horizon=4, num_constraints=2, alpha=[1.5, 2.0])
 
@@ -69,18 +70,21 @@ def test_stacked_equals_separate_modules():
     params = stacked.init(jax.random.key(2), x[0, 0])
     out = stacked.apply(params, x)
     keys = jax.random.split(jax.random.key(2), 3)
-    for l in range(3):
-        separate = module.init(keys[l], x[0, 0])
-        jax.tree.map(np.testing.assert_array_equal, separate, jax.tree.map(lambda p: p[l], params))
-        np.testing.assert_allclose(out[l], module.apply(separate, x[l]), rtol=1e-6, atol=1e-6)
+    for stage in range(3):
+        separate = module.init(keys[stage], x[0, 0])
+        jax.tree.map(np.testing.assert_array_equal, separate, jax.tree.map(lambda p: p[stage], params))
+        np.testing.assert_allclose(out[stage], module.apply(separate, x[stage]), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("module, dim", [
-    (MLP(outputs=4, width=5, depth=2), 2),
-    (MLP(outputs=3, width=7, depth=1, activation="relu", free_outputs=2), 3),  # a Gaussian's [m, s]
-    (MLP(outputs=2, depth=0), 4),  # linear
-    (MLP(outputs=5, width=6, depth=2, activation="elu"), 20),  # wider than UNROLL_MAX: the batched dot
-])
+@pytest.mark.parametrize(
+    "module, dim",
+    [
+        (MLP(outputs=4, width=5, depth=2), 2),
+        (MLP(outputs=3, width=7, depth=1, activation="relu", free_outputs=2), 3),  # a Gaussian's [m, s]
+        (MLP(outputs=2, depth=0), 4),  # linear
+        (MLP(outputs=5, width=6, depth=2, activation="elu"), 20),  # wider than UNROLL_MAX: the batched dot
+    ],
+)
 @pytest.mark.slow
 def test_feature_major_stacked_computes_the_same_function_and_gradients(module, dim):
     """Stacked(feature_major=True) (the sampled path's layout, with its hand-written VJP) gives
@@ -97,8 +101,9 @@ def test_feature_major_stacked_computes_the_same_function_and_gradients(module, 
     g_rows, g_cols = grad(rows)(params, x), grad(cols)(params, x)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5), g_rows, g_cols)
     x_t = jnp.swapaxes(x.reshape(3, 20, dim), 1, 2)  # samples as columns
-    np.testing.assert_allclose(jnp.swapaxes(jax.jit(cols.apply_columns)(params, x_t), 1, 2),
-                               out_rows.reshape(3, 20, -1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        jnp.swapaxes(jax.jit(cols.apply_columns)(params, x_t), 1, 2), out_rows.reshape(3, 20, -1), rtol=1e-5, atol=1e-5
+    )
     with pytest.raises(ValueError, match="feature_major=True. needs an MLP module"):
         Stacked(nn.Dense(3), 2, feature_major=True)
     with pytest.raises(ValueError, match="apply_columns needs feature_major=True"):
@@ -118,8 +123,11 @@ def test_sampled_path_actor_losses_equal_the_per_sample_forms():
     obs = jax.random.normal(jax.random.key(1), (h + 1, k, d))
     q = jax.nn.softmax(jax.random.normal(jax.random.key(2), (h, k, a)))
     obs_t, q_t = jnp.swapaxes(obs[:-1], 1, 2), jnp.swapaxes(q, 1, 2)
-    np.testing.assert_allclose(sample_cross_entropy(cols, actor, obs_t, q_t),
-                               improved_actor_loss(rows, actor, obs, q, jnp.ones((h, k))), rtol=1e-5)
+    np.testing.assert_allclose(
+        sample_cross_entropy(cols, actor, obs_t, q_t),
+        improved_actor_loss(rows, actor, obs, q, jnp.ones((h, k))),
+        rtol=1e-5,
+    )
     y = jax.random.normal(jax.random.key(3), (h, k, a))
     expected = 0.5 * np.mean(np.sum((np.asarray(rows.actor.apply(actor, obs[:-1])) - np.asarray(y)) ** 2, axis=-1))
     np.testing.assert_allclose(gaussian_actor_loss(cols, actor, obs_t, jnp.swapaxes(y, 1, 2)), expected, rtol=1e-5)
@@ -170,7 +178,9 @@ def test_losses_equal_direct_reference(form):
     else:
         stats = nc.cell_stats(batch.states, batch.actions, fixed, SMALL.num_states, SMALL.num_actions)
         crit, act = nc.table_losses(nets, state, obs_table, stats, batch.actions.shape[1])
-    ref_crit, ref_act = reference_losses(nets, state, batch, np.asarray(obs_table), np.asarray(thresholds), np.asarray(state.multipliers))
+    ref_crit, ref_act = reference_losses(
+        nets, state, batch, np.asarray(obs_table), np.asarray(thresholds), np.asarray(state.multipliers)
+    )
     np.testing.assert_allclose(float(crit), ref_crit, rtol=1e-4)
     np.testing.assert_allclose(float(act), ref_act, rtol=1e-4, atol=1e-5)
 
@@ -191,7 +201,8 @@ def test_loss_forms_give_the_same_update(variant):
         for name in ("critic", "cost_critic", "multipliers"):
             jax.tree.map(
                 lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5),
-                getattr(outs[0][0], name), getattr(outs[1][0], name),
+                getattr(outs[0][0], name),
+                getattr(outs[1][0], name),
             )
 
 
@@ -214,17 +225,23 @@ TINY = GridWorld(size=4, horizon=8, alpha=1.0, num_hotspots=1, num_quiet=2, num_
 # a fixed recipe, not the defaults (those are judged by benchmarks/robustness.py): the trace
 # it was recorded with, 0.4 (the default before issue 30)
 TINY_CONFIG = nc.Config(
-    num_iterations=400, episodes_per_iteration=64, eval_every=100, observation="xy",
-    width=16, multiplier_lr=PowerSchedule(0.02, 0.8, 100.0), multiplier_gain=0.005, trace=0.4,
+    num_iterations=400,
+    episodes_per_iteration=64,
+    eval_every=100,
+    observation="xy",
+    width=16,
+    multiplier_lr=PowerSchedule(0.02, 0.8, 100.0),
+    multiplier_gain=0.005,
+    trace=0.4,
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tiny_train():
     return jax.jit(jax.vmap(nc.make_train(TINY, TINY.default_params, TINY_CONFIG)))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tiny_result():
     return _tiny_train()(jax.random.split(jax.random.key(0), 2))
 
@@ -244,7 +261,12 @@ def test_learning_regression_small_grid():
         ev = fhc.evaluate(cmdp, tables[seed])
         initial = float(out.metrics.evaluation.reward[seed, 0])
         assert float(ev.costs[0]) <= 1.0 * 1.02, (seed, float(ev.costs[0]))
-        assert float(ev.reward) >= initial + 0.6 * (best.reward - initial), (seed, float(ev.reward), initial, best.reward)
+        assert float(ev.reward) >= initial + 0.6 * (best.reward - initial), (
+            seed,
+            float(ev.reward),
+            initial,
+            best.reward,
+        )
         np.testing.assert_allclose(out.metrics.evaluation.reward[seed, -1], ev.reward, rtol=1e-4)
     assert out.metrics.reward.shape == (2, 400)
     assert out.metrics.critic_loss.shape == (2, 400)
@@ -282,7 +304,9 @@ def test_policy_for_rollout_samples_the_table():
 @pytest.mark.slow
 def test_tabular_env_one_hot_input_and_hyperparameter_vmap():
     env = TabularEnv(random_cmdp(3, num_states=4, num_actions=2, horizon=3, num_constraints=2, thresholds=[1.2, 1.5]))
-    cfg = nc.Config(num_iterations=5, episodes_per_iteration=8, observation="one_hot", eval_every=0, width=4, actor_epochs=4)
+    cfg = nc.Config(
+        num_iterations=5, episodes_per_iteration=8, observation="one_hot", eval_every=0, width=4, actor_epochs=4
+    )
     train = nc.make_train(env, env.default_params, cfg)
     sweep = stack([cfg, cfg.replace(trace=0.0, multiplier_gain=0.1)])
     out = jax.jit(jax.vmap(train, in_axes=(None, 0)))(jax.random.key(0), sweep)
@@ -334,7 +358,9 @@ def test_reported_actor_is_the_polyak_average():
     for _ in range(3):
         carry, _ = step(carry)
         expected = jax.tree.map(lambda e, a: 0.5 * e + 0.5 * a, expected, carry.state.actor)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), carry.state.actor_average, expected)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), carry.state.actor_average, expected
+    )
     table = nc.policy_table(carry.state, TINY, TINY.default_params)
     last = nc.policy_table(carry.state.replace(actor_average=carry.state.actor), TINY, TINY.default_params)
     np.testing.assert_allclose(table, learner.policy_table(carry.state), atol=1e-6)
@@ -362,7 +388,7 @@ def test_improved_actor_weights_visited_cells_by_visits_to_the_power(power, monk
     states = np.asarray(batch.states[:-1])
     visits = np.zeros((states.shape[0], SMALL.num_states))
     np.add.at(visits, (np.arange(states.shape[0])[:, None], states), 1.0)
-    expected = np.where(visits > 0, visits ** power, 0.0)
+    expected = np.where(visits > 0, visits**power, 0.0)
     assert seen and visits.max() > 1  # some cell visited more than once: the powers differ
     np.testing.assert_allclose(seen[0], expected, rtol=1e-6)
 
@@ -372,8 +398,14 @@ def _coin_env(alpha: float = 0.5) -> TabularEnv:
     times it, so under the uniform policy the episode reward is Binomial(2, 1/2) (standard
     deviation sqrt(1/2)) and the episode cost is exactly three times the episode reward."""
     rewards = jnp.broadcast_to(jnp.asarray([0.0, 1.0]), (2, 1, 2))
-    return TabularEnv(fhc.TabularCMDP(transitions=jnp.ones((1, 2, 1)), rewards=rewards, costs=3.0 * rewards[None],
-                                      terminal_rewards=jnp.zeros(1), terminal_costs=jnp.zeros((1, 1)),
-                                      thresholds=jnp.asarray([alpha]), initial_distribution=jnp.ones(1)))
-
-
+    return TabularEnv(
+        fhc.TabularCMDP(
+            transitions=jnp.ones((1, 2, 1)),
+            rewards=rewards,
+            costs=3.0 * rewards[None],
+            terminal_rewards=jnp.zeros(1),
+            terminal_costs=jnp.zeros((1, 1)),
+            thresholds=jnp.asarray([alpha]),
+            initial_distribution=jnp.ones(1),
+        )
+    )

@@ -24,14 +24,21 @@ def code_of(path: Path) -> str:
     return "\n\n".join("".join(c["source"]) for c in cells)
 
 
-@pytest.mark.parametrize("name,expect", [("quickstart", "exact reward"), ("custom_cmdp", "exact reward"),
-                                         pytest.param("bring_your_own_env", "position cost", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "name,expect",
+    [
+        ("quickstart", "exact reward"),
+        ("custom_cmdp", "exact reward"),
+        pytest.param("bring_your_own_env", "position cost", marks=pytest.mark.slow),
+    ],
+)
 @pytest.mark.slow
 def test_notebook_executes(name, expect, tmp_path):
     script = tmp_path / f"{name}.py"
     script.write_text(code_of(NOTEBOOKS / f"{name}.ipynb"))
     env = dict(os.environ, FHC_NOTEBOOK_SMALL="1", MPLBACKEND="Agg")
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert expect in proc.stdout

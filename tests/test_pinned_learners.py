@@ -20,7 +20,10 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.algos import cpo, ecop, fh_constrained as fc, nn_constrained as nc, ppo_lagrangian as pl, saute
+from fhc_jax.algos import cpo, ecop, saute
+from fhc_jax.algos import fh_constrained as fc
+from fhc_jax.algos import nn_constrained as nc
+from fhc_jax.algos import ppo_lagrangian as pl
 from fhc_jax.algos.core import features
 
 DATA = pathlib.Path(__file__).parent / "data" / "pinned_learners.npz"

@@ -20,7 +20,6 @@ from fhc_jax.envs.gridworld import GridWorld
 from fhc_jax.envs.tabular import TabularEnv
 from fhc_jax.rollout import uses_uniforms
 
-
 # ----------------------------------------------------------------------------- GAE
 
 
@@ -67,8 +66,12 @@ def test_clipped_surrogate_by_hand():
     adv = np.array([2.0, 2.0, 3.0, -1.0, -4.0])
     # by hand: min(r A, clip(r) A)
     expected = [1.1 * 2.0, 1.2 * 2.0, 0.5 * 3.0, 1.5 * -1.0, 0.8 * -4.0]
-    out = pl.clipped_surrogate(jnp.asarray(logp_old + np.log(ratios), jnp.float32), jnp.asarray(logp_old, jnp.float32),
-                               jnp.asarray(adv, jnp.float32), eps)
+    out = pl.clipped_surrogate(
+        jnp.asarray(logp_old + np.log(ratios), jnp.float32),
+        jnp.asarray(logp_old, jnp.float32),
+        jnp.asarray(adv, jnp.float32),
+        eps,
+    )
     np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-5)
 
 
@@ -139,8 +142,17 @@ def _omnisafe_pid(costs, limit, kp, ki, kd, delay, a_p, a_d, init, nu_max, anti_
 def test_pid_lagrangian_matches_hand_computation(delay, a_p, a_d):
     """Stooke et al.'s Algorithm 2 (delay 1, no EMA) and OmniSafe's EMA/delay variant."""
     costs = [3.0, 5.0, 4.0, 1.0, 0.5, 2.0, 6.0, 2.5]
-    cfg = pl.Config(multiplier_method="pid", pid_kp=0.3, pid_ki=0.2, pid_kd=0.5, pid_delay=delay,
-                    pid_p_ema=a_p, pid_d_ema=a_d, initial_multiplier=0.1, multiplier_max=2.0)
+    cfg = pl.Config(
+        multiplier_method="pid",
+        pid_kp=0.3,
+        pid_ki=0.2,
+        pid_kd=0.5,
+        pid_delay=delay,
+        pid_p_ema=a_p,
+        pid_d_ema=a_d,
+        initial_multiplier=0.1,
+        multiplier_max=2.0,
+    )
     expected = _omnisafe_pid(costs, 2.5, 0.3, 0.2, 0.5, delay, a_p, a_d, 0.1, 2.0)
     # the integral stays below nu_max here, so OmniSafe's own rule gives the same values
     assert expected == _omnisafe_pid(costs, 2.5, 0.3, 0.2, 0.5, delay, a_p, a_d, 0.1, 2.0, anti_windup=False)
@@ -163,8 +175,15 @@ def test_pid_integral_anti_windup():
     """The PID integral is clipped to [0, multiplier_max]: a long violation cannot wind it up
     past nu_max, so nu leaves nu_max as soon as the violation changes sign (OmniSafe's integral,
     clipped only at 0, keeps nu at nu_max for many more iterations)."""
-    cfg = pl.Config(multiplier_method="pid", pid_kp=0.0, pid_ki=0.5, pid_kd=0.0, pid_p_ema=0.0,
-                    initial_multiplier=0.0, multiplier_max=1.0)
+    cfg = pl.Config(
+        multiplier_method="pid",
+        pid_kp=0.0,
+        pid_ki=0.5,
+        pid_kd=0.0,
+        pid_p_ema=0.0,
+        initial_multiplier=0.0,
+        multiplier_max=1.0,
+    )
     costs = [5.0] * 20 + [0.0] * 6  # violation +4 for 20 iterations, then -1
     upd = pl.multiplier_update(cfg)
     state = upd.init(1, 0.0)
@@ -226,8 +245,16 @@ BANDIT = TabularEnv(bandit_cmdp(), observation="one_hot")
 # the multiplier can track the policy; the pure-integral "lagrangian" method oscillates around
 # the boundary (hence its wider tolerance), the PI-controlled "pid" method settles.
 BANDIT_CONFIG = pl.Config(
-    num_iterations=200, episodes_per_iteration=64, observation="one_hot", width=16, depth=1,
-    num_epochs=2, num_minibatches=2, actor_lr=1e-3, normalize_advantages=False, eval_every=50,
+    num_iterations=200,
+    episodes_per_iteration=64,
+    observation="one_hot",
+    width=16,
+    depth=1,
+    num_epochs=2,
+    num_minibatches=2,
+    actor_lr=1e-3,
+    normalize_advantages=False,
+    eval_every=50,
 )
 # (gains on the relative violation (C - alpha) / alpha: alpha = 1.5 times those on the raw one)
 BANDIT_METHODS = {
@@ -237,7 +264,7 @@ BANDIT_METHODS = {
 BANDIT_TOLERANCE = {"lagrangian": 0.2, "pid": 0.1}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _bandit_result(method: str):
     cfg = BANDIT_CONFIG.replace(multiplier_method=method, **BANDIT_METHODS[method])
     train = jax.jit(jax.vmap(pl.make_train(BANDIT, BANDIT.default_params, cfg)))
@@ -269,11 +296,20 @@ def test_learning_on_bandit_cmdp_with_binding_constraint(method):
 
 # two constraints, "xyt" inputs, PID multipliers (the bandit test covers both methods)
 TINY_GRID = GridWorld(size=3, horizon=4, num_constraints=2, alpha=[1.0, 1.5], num_hotspots=1, num_quiet=1, num_phases=2)
-GRID_CONFIG = pl.Config(num_iterations=6, episodes_per_iteration=8, observation="xyt", width=8, depth=1,
-                        num_epochs=2, num_minibatches=2, eval_every=3, multiplier_method="pid")
+GRID_CONFIG = pl.Config(
+    num_iterations=6,
+    episodes_per_iteration=8,
+    observation="xyt",
+    width=8,
+    depth=1,
+    num_epochs=2,
+    num_minibatches=2,
+    eval_every=3,
+    multiplier_method="pid",
+)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _grid_train(vmapped: bool):
     train = pl.make_train(TINY_GRID, TINY_GRID.default_params, GRID_CONFIG)
     return jax.jit(jax.vmap(train) if vmapped else train)
@@ -285,10 +321,15 @@ def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
     batched = _grid_train(True)(keys)
     for i in range(3):
         single = _grid_train(False)(keys[i])
-        jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a)[i], np.asarray(b), rtol=2e-5, atol=2e-6),
-                     batched, single)
+        jax.tree.map(
+            lambda a, b: np.testing.assert_allclose(np.asarray(a)[i], np.asarray(b), rtol=2e-5, atol=2e-6),
+            batched,
+            single,
+        )
     again = _grid_train(False)(keys[0])
-    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), _grid_train(False)(keys[0]), again)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), _grid_train(False)(keys[0]), again
+    )
     other = _grid_train(False)(keys[1])
     assert not np.array_equal(np.asarray(other.metrics.reward), np.asarray(again.metrics.reward))
     m = again.metrics
@@ -310,7 +351,7 @@ def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
 
 @pytest.mark.slow
 def test_update_forms_agree():
-    """"table" (networks on the distinct inputs, gathered) and "samples" give the same update."""
+    """ "table" (networks on the distinct inputs, gathered) and "samples" give the same update."""
     env, params = TINY_GRID, TINY_GRID.default_params
     outs = []
     for form in ("table", "samples"):
@@ -322,9 +363,15 @@ def test_update_forms_agree():
         np.testing.assert_array_equal(np.asarray(batch.behaviour), np.asarray(pl.logits(state, setup)))
         outs.append(jax.jit(lambda st, b, s=setup, c=cfg: pl.update(st, b, jax.random.key(2), s, c))(state, batch))
     # without the rollout's logits table the update recomputes it: the same result
-    again = jax.jit(lambda st, b, s=setup, c=cfg: pl.update(st, b, jax.random.key(2), s, c))(state, batch.replace(behaviour=None))
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7), outs[1], again)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5), outs[0], outs[1])
+    again = jax.jit(lambda st, b, s=setup, c=cfg: pl.update(st, b, jax.random.key(2), s, c))(
+        state, batch.replace(behaviour=None)
+    )
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7), outs[1], again
+    )
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5), outs[0], outs[1]
+    )
 
 
 def test_critic_time_inputs():
@@ -361,8 +408,16 @@ def test_policy_for_rollout_matches_table():
     with the exact value of the table), whatever observation the environment emits."""
     params = TINY_GRID.default_params
     state = jax.tree.map(lambda x: x[0], _grid_train(True)(jax.random.split(jax.random.key(3), 3)).state)
-    env = GridWorld(size=3, horizon=4, num_constraints=2, alpha=[1.0, 1.5], num_hotspots=1, num_quiet=1, num_phases=2,
-                    observation="xyt")
+    env = GridWorld(
+        size=3,
+        horizon=4,
+        num_constraints=2,
+        alpha=[1.0, 1.5],
+        num_hotspots=1,
+        num_quiet=1,
+        num_phases=2,
+        observation="xyt",
+    )
     act = pl.policy(state, env, params)
     assert uses_uniforms(env, act)
     traj = fhc.rollout(jax.random.key(5), env, params, act, 4000)
@@ -370,8 +425,16 @@ def test_policy_for_rollout_matches_table():
     se = float(np.std(np.asarray(traj.episode_rewards))) / np.sqrt(4000)
     assert abs(float(np.mean(np.asarray(traj.episode_rewards))) - float(ev.reward)) < 4 * se + 1e-3
     # an environment emitting other observations: the policy plays the same table from the state index
-    env_oh = GridWorld(size=3, horizon=4, num_constraints=2, alpha=[1.0, 1.5], num_hotspots=1, num_quiet=1,
-                       num_phases=2, observation="one_hot")
+    env_oh = GridWorld(
+        size=3,
+        horizon=4,
+        num_constraints=2,
+        alpha=[1.0, 1.5],
+        num_hotspots=1,
+        num_quiet=1,
+        num_phases=2,
+        observation="one_hot",
+    )
     table = pl.policy_table(state, env_oh, params)
     act_oh = pl.policy(state, env_oh, params)
     u = jnp.linspace(0.0, 0.999, 50)
@@ -390,7 +453,10 @@ def test_policy_for_rollout_matches_table():
     [
         ({"num_iterations": 0}, r"Config.num_iterations must be an integer >= 1"),
         ({"episodes_per_iteration": 2.5}, r"Config.episodes_per_iteration must be an integer >= 1"),
-        ({"observation": "pixels"}, r"Config.observation must be one of 'auto', 'xy', 'xyt', 'one_hot', 'env', 'env_t'"),
+        (
+            {"observation": "pixels"},
+            r"Config.observation must be one of 'auto', 'xy', 'xyt', 'one_hot', 'env', 'env_t'",
+        ),
         ({"path": "exact"}, r"Config.path must be one of 'auto', 'tabular', 'sampled'"),
         ({"eval_episodes": 0}, r"Config.eval_episodes must be an integer >= 1"),
         ({"multiplier_method": "dual"}, r"Config.multiplier_method must be one of 'lagrangian', 'pid'"),
@@ -406,7 +472,10 @@ def test_policy_for_rollout_matches_table():
         ({"entropy_coef": -1.0}, r"Config.entropy_coef must be >= 0"),
         ({"pid_ki": -0.1}, r"Config.pid_ki must be >= 0"),
         ({"pid_d_ema": 1.2}, r"Config.pid_d_ema must lie in \[0, 1\]"),
-        ({"initial_multiplier": 5.0, "multiplier_max": 1.0}, r"Config.initial_multiplier must lie in \[0, multiplier_max = 1\]"),
+        (
+            {"initial_multiplier": 5.0, "multiplier_max": 1.0},
+            r"Config.initial_multiplier must lie in \[0, multiplier_max = 1\]",
+        ),
         ({"anneal_lr": 1}, r"Config.anneal_lr must be True or False"),
         ({"max_grad_norm": float("nan")}, r"Config.max_grad_norm must be finite"),
     ],
@@ -417,10 +486,14 @@ def test_config_validation(changes, match):
 
 
 def test_make_train_validates_against_the_environment():
-    with pytest.raises(ValueError, match=r"Config.observation must be one of 'one_hot', 'env', 'env_t' for TabularEnv, found 'xy'"):
+    with pytest.raises(
+        ValueError, match=r"Config.observation must be one of 'one_hot', 'env', 'env_t' for TabularEnv, found 'xy'"
+    ):
         pl.make_train(BANDIT, BANDIT.default_params, pl.Config(observation="xy"))
     with pytest.raises(ValueError, match=r"num_minibatches must be <= H K = 8"):
-        pl.make_train(TINY_GRID, TINY_GRID.default_params, GRID_CONFIG.replace(episodes_per_iteration=2, num_minibatches=9))
+        pl.make_train(
+            TINY_GRID, TINY_GRID.default_params, GRID_CONFIG.replace(episodes_per_iteration=2, num_minibatches=9)
+        )
     with pytest.raises(ValueError, match="must be a ppo_lagrangian.Config"):
         pl.make_train(TINY_GRID, TINY_GRID.default_params, object())
     train = pl.make_train(TINY_GRID, TINY_GRID.default_params, GRID_CONFIG)

@@ -40,8 +40,13 @@ def _one_line(call, error=ValueError, match: str = "") -> str:
 
 def case_a():
     """A: a reward of 1,000 against a cost of 1e-8 and alpha = 5e-9: solve returned cost 1e-8."""
-    cmdp = fhc.TabularCMDP(np.ones((1, 2, 1)), np.array([[[1e3, 0.0]]]), np.array([[[[1e-8, 0.0]]]]),
-                           thresholds=np.array([5e-9]), initial_distribution=np.ones(1))
+    cmdp = fhc.TabularCMDP(
+        np.ones((1, 2, 1)),
+        np.array([[[1e3, 0.0]]]),
+        np.array([[[[1e-8, 0.0]]]]),
+        thresholds=np.array([5e-9]),
+        initial_distribution=np.ones(1),
+    )
     np.testing.assert_allclose(fhc.solve(cmdp).costs, [5e-9], rtol=1e-6)
 
 
@@ -56,10 +61,15 @@ def case_c():
     base = random_cmdp(2, num_states=4, num_actions=2, horizon=3, thresholds=np.array([2.0]))
     ref = fhc.solve(base)
     for c in (1e-12, 1e12):
-        scaled = base.replace(costs=base.costs * c, terminal_costs=base.terminal_costs * c, thresholds=base.thresholds * c)
+        scaled = base.replace(
+            costs=base.costs * c, terminal_costs=base.terminal_costs * c, thresholds=base.thresholds * c
+        )
         np.testing.assert_allclose(fhc.solve(scaled).costs, ref.costs * c, rtol=1e-5)
-        _one_line(lambda s=scaled: fhc.solve(s.replace(thresholds=np.array([0.0]))), fhc.InfeasibleConstraintError,
-                  "minimum achievable")
+        _one_line(
+            lambda s=scaled: fhc.solve(s.replace(thresholds=np.array([0.0]))),
+            fhc.InfeasibleConstraintError,
+            "minimum achievable",
+        )
 
 
 def case_d():
@@ -76,8 +86,9 @@ def case_d():
 def case_e():
     """E: no cost event in the sample: the upper bound collapsed onto 0 ('[0.0, 0.0] feasible' at
     a true cost of 0.27 against 0.255), in the learners' bound and in the judge's."""
-    np.testing.assert_allclose(multipliers.upper_bound_excess(jnp.zeros((100, 1)), 100), [np.log(20.0) / 100],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        multipliers.upper_bound_excess(jnp.zeros((100, 1)), 100), [np.log(20.0) / 100], rtol=1e-6
+    )
     env = RareCost()
     j = judge.judge_monte_carlo(env, env.default_params, [lambda key, obs, h: jnp.zeros((), jnp.int32)], 20)
     assert not j.feasible[0] and j.cost_half_width[0, 0] > 0
@@ -91,8 +102,15 @@ def case_f():
 
 def case_g():
     """G: a run of 12 updates was called settled."""
-    st = selection.constraint_status(np.full((12, 1), 1.0), np.full((12, 1), 1.0), np.array([2.0]), np.array([2.0]),
-                                     np.array([1.0]), True, np.array([1.0]))
+    st = selection.constraint_status(
+        np.full((12, 1), 1.0),
+        np.full((12, 1), 1.0),
+        np.array([2.0]),
+        np.array([2.0]),
+        np.array([1.0]),
+        True,
+        np.array([1.0]),
+    )
     assert bool(st.short) and not bool(st.settled) and "too short to tell" in st.describe()
 
 
@@ -100,8 +118,12 @@ def case_h():
     """H: a reward below float32's smallest normal number was flushed to zero without a word."""
     rewards = np.ones((2, 1, 2))
     rewards[0, 0, 0] = 1e-40
-    _one_line(lambda: fhc.TabularCMDP(np.ones((1, 2, 1)), rewards, np.ones((1, 2, 1, 2)), thresholds=np.ones(1),
-                                      initial_distribution=np.ones(1)), match="TabularCMDP.rewards: 1 nonzero values")
+    _one_line(
+        lambda: fhc.TabularCMDP(
+            np.ones((1, 2, 1)), rewards, np.ones((1, 2, 1, 2)), thresholds=np.ones(1), initial_distribution=np.ones(1)
+        ),
+        match="TabularCMDP.rewards: 1 nonzero values",
+    )
 
 
 def case_i():
@@ -122,32 +144,57 @@ def case_j():
 def case_k():
     """K: compare printed row 0's tolerance for every row and listed rows by algorithm."""
     s = {"mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "per_seed": [1.0]}
-    row = lambda label, tol: {"label": label, "name": label, "input": "-", "num_iterations": 1,
-                              "episodes_per_iteration": 1, "changed_settings": {}, "feasibility_tolerance": tol,
-                              "paper_metric": {"reward": s, "costs": [s], "violating_seeds": 0},
-                              "exact": {"reward": s, "costs": [s], "violating_seeds": 0},
-                              "timing": {"wall_s": 1.0, "compile_s": 0.0}}
-    machine = {"cpu": {"model": "-", "usable_cores": 1, "logical_cores": 1}, "versions": {"jax": "-"},
-               "device": {"platform": "cpu", "name": "-"}}
-    md = compare_report.format_markdown({
-        "thresholds": [1.0], "optimum": None, "seeds": 1, "seed": 0, "paper_episodes": 1, "notes": [],
-        "unconstrained": {"reward": 1.0, "costs": [1.0], "solve_time_s": 0.0}, "env": {"name": "x"},
-        "machine": machine, "timing": {"total_wall_s": 1.0, "compile_s": 0.0, "load_average_start": None,
-                                       "load_average_end": None},
-        "runs": [row("strict", 0.0), row("lenient", 0.5)], "tolerance": None})
+    row = lambda label, tol: {
+        "label": label,
+        "name": label,
+        "input": "-",
+        "num_iterations": 1,
+        "episodes_per_iteration": 1,
+        "changed_settings": {},
+        "feasibility_tolerance": tol,
+        "paper_metric": {"reward": s, "costs": [s], "violating_seeds": 0},
+        "exact": {"reward": s, "costs": [s], "violating_seeds": 0},
+        "timing": {"wall_s": 1.0, "compile_s": 0.0},
+    }
+    machine = {
+        "cpu": {"model": "-", "usable_cores": 1, "logical_cores": 1},
+        "versions": {"jax": "-"},
+        "device": {"platform": "cpu", "name": "-"},
+    }
+    md = compare_report.format_markdown(
+        {
+            "thresholds": [1.0],
+            "optimum": None,
+            "seeds": 1,
+            "seed": 0,
+            "paper_episodes": 1,
+            "notes": [],
+            "unconstrained": {"reward": 1.0, "costs": [1.0], "solve_time_s": 0.0},
+            "env": {"name": "x"},
+            "machine": machine,
+            "timing": {"total_wall_s": 1.0, "compile_s": 0.0, "load_average_start": None, "load_average_end": None},
+            "runs": [row("strict", 0.0), row("lenient", 0.5)],
+            "tolerance": None,
+        }
+    )
     assert "| strict |" in md and "| lenient |" in md and "(tolerance 50%)" in md
 
 
 def case_l():
     """L: processes of one run never compared configurations; a port in use was a raw error."""
-    assert distributed.configuration_difference({"env.alpha": 3.0}, {"env.alpha": 4.0}) == \
-        "env.alpha: 3.0 (process 0) vs 4.0 (process 1)"
+    assert (
+        distributed.configuration_difference({"env.alpha": 3.0}, {"env.alpha": 4.0})
+        == "env.alpha: 3.0 (process 0) vs 4.0 (process 1)"
+    )
     with socket.socket() as held:
         held.bind(("localhost", 0))
         held.listen()
         port = held.getsockname()[1]
-        _one_line(lambda: distributed.initialize(distributed.Cluster(f"localhost:{port}", 2, 0)), ValueError,
-                  f"port {port} is in use on this host")
+        _one_line(
+            lambda: distributed.initialize(distributed.Cluster(f"localhost:{port}", 2, 0)),
+            ValueError,
+            f"port {port} is in use on this host",
+        )
 
 
 def case_m():
@@ -171,8 +218,15 @@ def case_n():
 
 def case_o():
     """O: the status was several lines per batch; now one per run, from Status.describe()."""
-    st = selection.constraint_status(np.full((100, 1), 2.0), np.full((100, 1), 1.0), np.array([2.0]),
-                                      np.array([2.0]), np.array([1.0]), True, np.array([1.5]))
+    st = selection.constraint_status(
+        np.full((100, 1), 2.0),
+        np.full((100, 1), 1.0),
+        np.array([2.0]),
+        np.array([2.0]),
+        np.array([1.0]),
+        True,
+        np.array([1.5]),
+    )
     assert str(st) == st.describe() == "constraint met; multiplier settled"
 
 

@@ -12,10 +12,12 @@ import pytest
 import fhc_jax as fhc
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
-SETTINGS = settings(max_examples=10, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=10, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 dims = st.tuples(st.integers(1, 4), st.integers(1, 3), st.integers(1, 4))  # S, A, H
 
@@ -29,9 +31,14 @@ def build(seed: int, s: int, a: int, h: int, m: int, fractions=None) -> fhc.Tabu
     p = np.where(p < 0.05, 0.0, p)
     p[..., 0] += 1.0 - p.sum(-1)  # keep rows stochastic after zeroing
     p = np.abs(p) / np.abs(p).sum(-1, keepdims=True)
-    kwargs = dict(transitions=p, rewards=rng.uniform(0, 1, (h, s, a)), costs=rng.uniform(0, 1, (m, h, s, a)),
-                  terminal_rewards=rng.uniform(0, 1, s), terminal_costs=rng.uniform(0, 1, (m, s)),
-                  initial_distribution=rng.dirichlet(np.ones(s)))
+    kwargs = dict(
+        transitions=p,
+        rewards=rng.uniform(0, 1, (h, s, a)),
+        costs=rng.uniform(0, 1, (m, h, s, a)),
+        terminal_rewards=rng.uniform(0, 1, s),
+        terminal_costs=rng.uniform(0, 1, (m, s)),
+        initial_distribution=rng.dirichlet(np.ones(s)),
+    )
     cmdp = fhc.TabularCMDP(thresholds=np.full(m, 1e9), **kwargs)
     if fractions is None:
         return cmdp
@@ -44,9 +51,15 @@ def min_costs(cmdp: fhc.TabularCMDP) -> np.ndarray:
     """Minimum achievable expected total cost of each constraint on its own (DP on -cost)."""
     out = []
     for k in range(cmdp.num_constraints):
-        neg = fhc.TabularCMDP(cmdp.transitions, -np.asarray(cmdp.costs[k]), cmdp.costs,
-                              -np.asarray(cmdp.terminal_costs[k]), cmdp.terminal_costs, cmdp.thresholds,
-                              cmdp.initial_distribution)
+        neg = fhc.TabularCMDP(
+            cmdp.transitions,
+            -np.asarray(cmdp.costs[k]),
+            cmdp.costs,
+            -np.asarray(cmdp.terminal_costs[k]),
+            cmdp.terminal_costs,
+            cmdp.thresholds,
+            cmdp.initial_distribution,
+        )
         out.append(-fhc.solve_unconstrained(neg).reward)
     return np.array(out)
 

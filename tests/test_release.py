@@ -26,8 +26,9 @@ def _fhc_jax(args: list[str], cwd: pathlib.Path) -> subprocess.CompletedProcess:
     on the path (the tests' folders are not importable there)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     code = "import sys; from fhc_jax.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_the_version_lives_in_one_place():
@@ -37,8 +38,11 @@ def test_the_version_lives_in_one_place():
     assert 'version = {attr = "fhc_jax.__version__"}' in pyproject
     assert not re.search(r'^version = "', pyproject, re.M)
     tree = ast.parse((ROOT / "fhc_jax" / "__init__.py").read_text())
-    literal = [n.value.value for n in tree.body if isinstance(n, ast.Assign)
-               and any(getattr(t, "id", None) == "__version__" for t in n.targets)]
+    literal = [
+        n.value.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "__version__" for t in n.targets)
+    ]
     assert literal == [fhc_jax.__version__]  # a literal, so building the wheel imports nothing
     assert f"## {fhc_jax.__version__} " in (ROOT / "CHANGELOG.md").read_text()
 
@@ -71,23 +75,37 @@ def test_the_wheel_installs_in_a_fresh_venv_and_runs_the_quickstart(tmp_path):
     ``fhc-jax train``, judged exactly."""
     pytest.importorskip("build", reason="the build package (pip install -e '.[test]') builds the wheel")
     dist = tmp_path / "dist"
-    built = subprocess.run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], capture_output=True,
-                           text=True, timeout=900)
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], capture_output=True, text=True, timeout=900
+    )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     wheels = list(dist.glob(f"fhc_jax-{fhc_jax.__version__}-py3-none-any.whl"))
     assert len(wheels) == 1 and list(dist.glob(f"fhc_jax-{fhc_jax.__version__}.tar.gz"))
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
-    install = subprocess.run([str(python), "-m", "pip", "install", "--quiet", str(wheels[0])], capture_output=True,
-                             text=True, timeout=1800)
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", str(wheels[0])], capture_output=True, text=True, timeout=1800
+    )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{env_dir / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    version = subprocess.run([str(python), "-c", "import fhc_jax; print(fhc_jax.__file__, fhc_jax.__version__)"],
-                             capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    version = subprocess.run(
+        [str(python), "-c", "import fhc_jax; print(fhc_jax.__file__, fhc_jax.__version__)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert version.returncode == 0 and str(env_dir) in version.stdout and fhc_jax.__version__ in version.stdout
-    train = subprocess.run([str(env_dir / "bin" / "fhc-jax"), "train", "--seeds", "5", "--out", "runs/demo",
-                            "--overwrite"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=2400)
+    train = subprocess.run(
+        [str(env_dir / "bin" / "fhc-jax"), "train", "--seeds", "5", "--out", "runs/demo", "--overwrite"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=2400,
+    )
     assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
     assert (tmp_path / "runs" / "demo" / "summary.json").is_file()

@@ -23,9 +23,24 @@ from fhc_jax.algos import fh_constrained as fc
 from fhc_jax.cli import main
 from fhc_jax.experiment import checkpoint, config, rundir, runner, writer_lock
 
-TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20",
-        "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0",
-        "--set", "run.checkpoint_every=1", "--seeds", "2"]
+TINY = [
+    "--set",
+    "env.size=3",
+    "--set",
+    "env.horizon=4",
+    "--set",
+    "num_iterations=20",
+    "--set",
+    "episodes_per_iteration=8",
+    "--set",
+    "run.chunk_size=5",
+    "--set",
+    "env.alpha=3.0",
+    "--set",
+    "run.checkpoint_every=1",
+    "--seeds",
+    "2",
+]
 RESULT_FILES = ("config.json", "metrics.csv", "summary.json", "policy.npz")
 
 
@@ -36,8 +51,11 @@ def _cli() -> list[str]:
 
 def snapshot(path: Path) -> dict[str, bytes]:
     """Bytes of every file under ``path`` except plots (PNG metadata) and the lock file."""
-    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
-            if p.is_file() and "plots" not in p.parts and p.name != rundir.LOCK}
+    return {
+        str(p.relative_to(path)): p.read_bytes()
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and "plots" not in p.parts and p.name != rundir.LOCK
+    }
 
 
 def one_line_error(err: str, status_text: str = "error:") -> str:
@@ -100,10 +118,19 @@ def test_damaged_newest_checkpoint_falls_back_and_ends_identical(good_run, tmp_p
     assert checkpoint.latest_iteration(out / "checkpoints") == 20  # rewritten, verified
 
 
-@pytest.mark.parametrize("damage", [
-    "flip-largest", "truncate-largest", "delete-manifest", "garbage-manifest", "delete-orbax-metadata",
-    "delete-ocdbt-manifest", "delete-data-files", "empty-directory",
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "flip-largest",
+        "truncate-largest",
+        "delete-manifest",
+        "garbage-manifest",
+        "delete-orbax-metadata",
+        "delete-ocdbt-manifest",
+        "delete-data-files",
+        "empty-directory",
+    ],
+)
 def test_every_damage_is_rejected_or_harmless(restorer, good_run, tmp_path, damage):
     """Each kind of damage to checkpoint 20: either it is rejected (and 15 restored) or what is
     restored verifies (bit-identical to the undamaged checkpoint)."""
@@ -133,19 +160,23 @@ def test_every_damage_is_rejected_or_harmless(restorer, good_run, tmp_path, dama
         shutil.rmtree(step)
         step.mkdir()
     messages = []
-    state = checkpoint.restore_verified(ckpt, trainer, template, config_hash=chash, num_iterations=20,
-                                        say=messages.append)
+    state = checkpoint.restore_verified(
+        ckpt, trainer, template, config_hash=chash, num_iterations=20, say=messages.append
+    )
     reference = checkpoint.restore(good_run / "checkpoints", trainer, template, 20, config_hash=chash)
     if state.iteration == 15:
         assert any("20 rejected" in m for m in messages)
         assert not step.exists() and (ckpt.parent / "rejected_checkpoints" / "20").exists()
     else:  # orbax did not need what was damaged, and every array verified
         assert state.iteration == 20
-        for x, y in zip(jax.tree.leaves(trainer.host_carry(state.carry)),
-                        jax.tree.leaves(trainer.host_carry(reference.carry))):
+        for x, y in zip(
+            jax.tree.leaves(trainer.host_carry(state.carry)), jax.tree.leaves(trainer.host_carry(reference.carry))
+        ):
             np.testing.assert_array_equal(x, y)
-    assert damage not in ("flip-largest", "truncate-largest", "delete-manifest", "garbage-manifest") \
+    assert (
+        damage not in ("flip-largest", "truncate-largest", "delete-manifest", "garbage-manifest")
         or state.iteration == 15
+    )
 
 
 def test_no_intact_checkpoint_is_a_one_line_error_and_changes_nothing(good_run, tmp_path, capsys):
@@ -200,14 +231,26 @@ def test_second_writer_is_refused_at_once(good_run, tmp_path, capsys, monkeypatc
     built = []  # every learner is trained through a ChunkedTrainer: none may be built (compiled)
     monkeypatch.setattr(runner.ChunkedTrainer, "__init__", lambda self, *a, **k: built.append(a))
     before = snapshot(out)
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from fhc_jax.experiment import writer_lock\n"
-        f"with writer_lock.locked({str(out)!r}, 'fhc-jax train --out {out}'):\n"
-        "    print('locked', flush=True); time.sleep(60)")], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from fhc_jax.experiment import writer_lock\n"
+                f"with writer_lock.locked({str(out)!r}, 'fhc-jax train --out {out}'):\n"
+                "    print('locked', flush=True); time.sleep(60)"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        for argv in (["train", *TINY, "--overwrite", "--out", str(out)], ["train", "--resume", "--out", str(out)],
-                     ["sweep", *TINY, "--grid", "trace=0.2,0.5", "--overwrite", "--out", str(out)]):
+        for argv in (
+            ["train", *TINY, "--overwrite", "--out", str(out)],
+            ["train", "--resume", "--out", str(out)],
+            ["sweep", *TINY, "--grid", "trace=0.2,0.5", "--overwrite", "--out", str(out)],
+        ):
             assert main(argv) == 1
             assert built == []  # refused at once, nothing compiled
             line = one_line_error(capsys.readouterr().err.splitlines()[-1])
@@ -229,9 +272,27 @@ def test_divergence_stops_with_message_and_incomplete_summary(tmp_path, capsys):
     """The issue's case 3 (there critic_lr.init = 10 on a 4x4 grid, H = 10; here a smaller and
     faster instance that diverges the same way)."""
     out = tmp_path / "div"
-    argv = ["train", "--set", "critic_lr.init=20", "--set", "env.size=3", "--set", "env.horizon=5",
-            "--set", "num_iterations=60", "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=20",
-            "--seeds", "2", "--out", str(out), "--quiet", "--no-plots"]
+    argv = [
+        "train",
+        "--set",
+        "critic_lr.init=20",
+        "--set",
+        "env.size=3",
+        "--set",
+        "env.horizon=5",
+        "--set",
+        "num_iterations=60",
+        "--set",
+        "episodes_per_iteration=8",
+        "--set",
+        "run.chunk_size=20",
+        "--seeds",
+        "2",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-plots",
+    ]
     assert main(argv) == 1
     line = one_line_error(capsys.readouterr().err)
     assert "training diverged" in line and "seed 0 at iteration" in line and "critic_lr.init = 20" in line
@@ -258,7 +319,9 @@ def test_finite_seeds_keep_their_results(tmp_path, monkeypatch, capsys):
                     return x
                 mask = (jnp.arange(x.shape[0]) == 1).reshape((-1,) + (1,) * (x.ndim - 1))
                 return jnp.where(mask, jnp.nan, x)
+
             return fn(carry.replace(state=jax.tree.map(poison, carry.state)), *rest)
+
         return chunk
 
     monkeypatch.setattr(runner.ChunkedTrainer, "_chunk_fn", poisoned)
@@ -273,8 +336,9 @@ def test_finite_seeds_keep_their_results(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_python_api_reports_divergence():
-    spec = config.load_spec(overrides=["critic_lr.init=20", "env.size=3", "env.horizon=5",
-                                          "num_iterations=40", "episodes_per_iteration=8"])
+    spec = config.load_spec(
+        overrides=["critic_lr.init=20", "env.size=3", "env.horizon=5", "num_iterations=40", "episodes_per_iteration=8"]
+    )
     env, params = spec.make_env()
     res = runner.train_seeds(fc, env, params, spec.learner, 2, chunk_size=20)
     assert res.divergence is not None and not res.complete
@@ -320,15 +384,31 @@ def test_ctrl_c_exits_130_with_resume_hint_and_resume_completes(tmp_path):
     """Ctrl-C (SIGINT) in the middle of a run: exit 130, the resume command on the last line, and
     the resume finishes the run (bit-identity of resumes: tests/test_cli.py)."""
     out = tmp_path / "int"
-    args = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=150",
-            "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "run.checkpoint_every=2",
-            "--seeds", "1"]
-    proc = subprocess.Popen(_cli() + ["train", *args, "--out", str(out), "--no-plots"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    args = [
+        "--set",
+        "env.size=3",
+        "--set",
+        "env.horizon=4",
+        "--set",
+        "num_iterations=150",
+        "--set",
+        "episodes_per_iteration=8",
+        "--set",
+        "run.chunk_size=5",
+        "--set",
+        "run.checkpoint_every=2",
+        "--seeds",
+        "1",
+    ]
+    proc = subprocess.Popen(
+        _cli() + ["train", *args, "--out", str(out), "--no-plots"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    )
     deadline = time.time() + 120
-    while time.time() < deadline and checkpoint.latest_iteration(out / "checkpoints") is None \
-            and proc.poll() is None:
+    while time.time() < deadline and checkpoint.latest_iteration(out / "checkpoints") is None and proc.poll() is None:
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
@@ -392,9 +472,30 @@ def test_bad_inputs_are_one_line_errors(good_run, tmp_path, capsys, monkeypatch)
 def test_infeasible_threshold_is_reported_before_training(tmp_path, capsys):
     """The issue's case 5: alpha = 0 on a 4x4 grid; training proceeds and the summary says so."""
     out = tmp_path / "inf"
-    assert main(["train", "--set", "env.size=4", "--set", "env.horizon=5", "--set", "env.alpha=0",
-                 "--set", "num_iterations=10", "--set", "episodes_per_iteration=8", "--seeds", "1",
-                 "--out", str(out), "--quiet", "--no-plots"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--set",
+                "env.size=4",
+                "--set",
+                "env.horizon=5",
+                "--set",
+                "env.alpha=0",
+                "--set",
+                "num_iterations=10",
+                "--set",
+                "episodes_per_iteration=8",
+                "--seeds",
+                "1",
+                "--out",
+                str(out),
+                "--quiet",
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "warning: infeasible constraints" in err and "minimum achievable expected total costs" in err
     summary = json.loads((out / "summary.json").read_text())
@@ -424,18 +525,34 @@ def test_exact_layer_rejects_bad_inputs():
     with pytest.raises(TypeError, match="max_iterations must be an integer"):
         fhc.solve(cmdp, max_iterations=2.5)
     with pytest.raises(ValueError, match="at least one state and one action, found S = 3 states and A = 0"):
-        fhc.TabularCMDP(np.zeros((3, 0, 3)), np.zeros((2, 3, 0)), np.zeros((1, 2, 3, 0)), thresholds=[1.0],
-                        initial_distribution=np.ones(3) / 3)
+        fhc.TabularCMDP(
+            np.zeros((3, 0, 3)),
+            np.zeros((2, 3, 0)),
+            np.zeros((1, 2, 3, 0)),
+            thresholds=[1.0],
+            initial_distribution=np.ones(3) / 3,
+        )
     with pytest.raises(TypeError, match="TabularCMDP.rewards: expected a numeric array, got dict"):
-        fhc.TabularCMDP(np.eye(2)[None].repeat(2, 0), {}, np.zeros((1, 2, 2, 2)), thresholds=[1.0],
-                        initial_distribution=[1.0, 0.0])
+        fhc.TabularCMDP(
+            np.eye(2)[None].repeat(2, 0), {}, np.zeros((1, 2, 2, 2)), thresholds=[1.0], initial_distribution=[1.0, 0.0]
+        )
     # float16: a dtype-aware tolerance accepts what rounding gives, and names the dtype otherwise
     rng = np.random.default_rng(0)
     p16 = rng.dirichlet(np.ones(4), (4, 2)).astype(np.float16)
     assert abs(p16.astype(np.float64).sum(-1) - 1).max() > 1e-6  # the issue's 0.9997-like rows
-    small = fhc.TabularCMDP(p16, np.zeros((3, 4, 2), np.float16), np.zeros((1, 3, 4, 2), np.float16),
-                            thresholds=np.ones(1, np.float16), initial_distribution=np.full(4, 0.25, np.float16))
+    small = fhc.TabularCMDP(
+        p16,
+        np.zeros((3, 4, 2), np.float16),
+        np.zeros((1, 3, 4, 2), np.float16),
+        thresholds=np.ones(1, np.float16),
+        initial_distribution=np.full(4, 0.25, np.float16),
+    )
     assert fhc.solve(small).reward == 0.0
     with pytest.raises(ValueError, match="tolerance .* for float16 data"):
-        fhc.TabularCMDP(p16 * np.float16(1.1), np.zeros((3, 4, 2)), np.zeros((1, 3, 4, 2)), thresholds=[1.0],
-                        initial_distribution=np.full(4, 0.25))
+        fhc.TabularCMDP(
+            p16 * np.float16(1.1),
+            np.zeros((3, 4, 2)),
+            np.zeros((1, 3, 4, 2)),
+            thresholds=[1.0],
+            initial_distribution=np.full(4, 0.25),
+        )

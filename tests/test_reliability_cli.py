@@ -17,9 +17,24 @@ from fhc_jax.cli import main
 from fhc_jax.experiment import config, judge, rundir, runner, writer_lock
 from fhc_jax.experiment.judgement import Optimum
 
-TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20", "--set",
-        "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0", "--set",
-        "run.checkpoint_every=1", "--seeds", "1"]
+TINY = [
+    "--set",
+    "env.size=3",
+    "--set",
+    "env.horizon=4",
+    "--set",
+    "num_iterations=20",
+    "--set",
+    "episodes_per_iteration=8",
+    "--set",
+    "run.chunk_size=5",
+    "--set",
+    "env.alpha=3.0",
+    "--set",
+    "run.checkpoint_every=1",
+    "--seeds",
+    "1",
+]
 
 
 class NoModel(ToyEnv):
@@ -123,8 +138,23 @@ def test_a_tabular_environment_without_an_exact_model_is_refused_before_training
     "coarse coordinate features" nobody asked for."""
     out = tmp_path / "nomodel"
     _no_compilation(monkeypatch)
-    assert main(["train", "--env", f"{__name__}:NoModel", "--set", "num_iterations=4", "--seeds", "1",
-                 "--out", str(out), "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--env",
+                f"{__name__}:NoModel",
+                "--set",
+                "num_iterations=4",
+                "--seeds",
+                "1",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     line = one_line(capsys)
     assert "fh-constrained could train on NoModel" in line and "could not play the trained policy" in line
     assert "coarse coordinate features" in line and "has_exact_model" in line
@@ -152,8 +182,15 @@ def test_solve_names_a_user_environment(capsys):
 
 def test_an_infeasible_seed_is_not_shown_as_a_share_of_the_optimum():
     """A seed above the threshold can beat J*: its 100.3% is no achievement, and says so."""
-    opt = Optimum(reward=10.0, costs=np.array([3.0]), multipliers=np.array([0.5]), policy=None,
-                  stage_costs=None, stage_rewards=None, solve_time_s=0.0)
+    opt = Optimum(
+        reward=10.0,
+        costs=np.array([3.0]),
+        multipliers=np.array([0.5]),
+        policy=None,
+        stage_costs=None,
+        stage_rewards=None,
+        solve_time_s=0.0,
+    )
     judged = judge.judge([10.03, 9.5], [[3.5], [2.9]], [3.0], optimum=opt)
     rows = judge.format_table(judged).splitlines()
     assert "100.3% (infeasible)" in rows[1] and rows[1].split()[-2] == "NO"

@@ -49,24 +49,40 @@ def _seed(percent, feasible, silent=False):
 
 def _robustness() -> dict:
     """A robustness.json in the schema benchmarks/robustness.py writes."""
-    run = {"command": "python benchmarks/robustness.py", "jax": "0.10.2",
-           "machine": {"cpu": {"model": "Test CPU", "logical_cores": 2}, "device": {"platform": "cpu"},
-                       "timestamp": "x"}}
-    cell = lambda seeds, **kw: {"seeds": seeds, "num_seeds": len(seeds),  # noqa: E731
-                                "feasible_seeds": sum(s["feasible"] for s in seeds), "compile_s": 2.0, "run_s": 10.0,
-                                "run": "r1", **kw}
+    run = {
+        "command": "python benchmarks/robustness.py",
+        "jax": "0.10.2",
+        "machine": {"cpu": {"model": "Test CPU", "logical_cores": 2}, "device": {"platform": "cpu"}, "timestamp": "x"},
+    }
+    cell = lambda seeds, **kw: {
+        "seeds": seeds,
+        "num_seeds": len(seeds),  # noqa: E731
+        "feasible_seeds": sum(s["feasible"] for s in seeds),
+        "compile_s": 2.0,
+        "run_s": 10.0,
+        "run": "r1",
+        **kw,
+    }
     return {
-        "tasks": {"gridworld": {"judgement": "exact", "nu_star": [0.47]},
-                  "garnet": {"judgement": "exact", "nu_star": [0.6]},
-                  "pendulum": {"judgement": "budget", "nu_star": None}},
+        "tasks": {
+            "gridworld": {"judgement": "exact", "nu_star": [0.47]},
+            "garnet": {"judgement": "exact", "nu_star": [0.6]},
+            "pendulum": {"judgement": "budget", "nu_star": None},
+        },
         "runs": {"r1": run},
         "results": {
-            "fh_constrained": {"gridworld": cell([_seed(97.0, True), _seed(95.5, False, True)]),
-                               "garnet": cell([_seed(99.0, True), _seed(98.0, True)]),
-                               "pendulum": {"error": "make_train: ValueError: fh_constrained takes discrete actions only",
-                                            "run": "r1"}},
-            "cpo": {"gridworld": cell([_seed(20.0, True), _seed(30.0, True)]),
-                    "pendulum": cell([_seed(None, True), _seed(None, False)])},
+            "fh_constrained": {
+                "gridworld": cell([_seed(97.0, True), _seed(95.5, False, True)]),
+                "garnet": cell([_seed(99.0, True), _seed(98.0, True)]),
+                "pendulum": {
+                    "error": "make_train: ValueError: fh_constrained takes discrete actions only",
+                    "run": "r1",
+                },
+            },
+            "cpo": {
+                "gridworld": cell([_seed(20.0, True), _seed(30.0, True)]),
+                "pendulum": cell([_seed(None, True), _seed(None, False)]),
+            },
         },
     }
 
@@ -107,7 +123,7 @@ def test_unknown_files_are_listed_and_missing_numbers_said(results):
 
 def test_robustness_renderer_reads_its_schema(results):
     page = report.render_page(results)
-    block = page[page.index("Robustness: every learner"):]
+    block = page[page.index("Robustness: every learner") :]
     assert "| task | nu* | fh_constrained | cpo |" in block
     assert "| gridworld | 0.47 | 95.5% (1/2, 1 unflagged) | 20.0% (2/2) |" in block
     assert "| pendulum | - | refused | n/a (1/2) |" in block
@@ -147,13 +163,20 @@ def test_relative_shows_absolute_paths_from_the_repository_or_by_name():
     text = "python benchmarks/x.py --before /tmp/before --after . --out /root/out/x.json 1/2 steps/s https://a.b/c"
     assert provenance.relative(text, out="benchmarks/results/gpu_h100/x.json") == (
         "python benchmarks/x.py --before before --after . --out benchmarks/results/gpu_h100/x.json 1/2 steps/s "
-        "https://a.b/c")
+        "https://a.b/c"
+    )
     assert provenance.relative("see /work/main/benchmarks/results/r.json") == "see benchmarks/results/r.json"
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(repo), "PATH": "/usr/bin:/bin:/usr/local/bin"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "HOME": str(repo),
+        "PATH": "/usr/bin:/bin:/usr/local/bin",
+    }
     return subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True).stdout.strip()
 
 
@@ -161,9 +184,13 @@ def _git(repo: Path, *args: str) -> str:
 def repo(tmp_path: Path) -> Path:
     """A git repository with a fake FH-Constrained (its modules) and gridworld, committed."""
     root = tmp_path / "repo"
-    for path, text in (("fhc_jax/algos/fh_constrained.py", "STEP = 1\n"), ("fhc_jax/algos/fh_kernels.py", "K = 1\n"),
-                       ("fhc_jax/algos/core/features.py", "F = 1\n"),
-                       ("fhc_jax/envs/gridworld.py", "SIZE = 10\n"), ("fhc_jax/algos/old_name.py", "X = 1\n")):
+    for path, text in (
+        ("fhc_jax/algos/fh_constrained.py", "STEP = 1\n"),
+        ("fhc_jax/algos/fh_kernels.py", "K = 1\n"),
+        ("fhc_jax/algos/core/features.py", "F = 1\n"),
+        ("fhc_jax/envs/gridworld.py", "SIZE = 10\n"),
+        ("fhc_jax/algos/old_name.py", "X = 1\n"),
+    ):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
     _git(root, "init", "-q")
@@ -181,7 +208,7 @@ def _measured_at(results: Path, sha: str) -> None:
 def _section(page: str, title: str) -> str:
     start = page.index(f"## {title}")
     end = page.find("\n## ", start + 1)
-    return page[start: end if end > 0 else None]
+    return page[start : end if end > 0 else None]
 
 
 def test_stale_marker_follows_the_declared_code(repo, tmp_path):
@@ -202,8 +229,10 @@ def test_stale_marker_follows_the_declared_code(repo, tmp_path):
     _git(repo, "commit", "-q", "-am", "change the learner")
     section = _section(report.render_page(results, root=repo), "FH-Constrained on the default gridworld")
     marker = [line for line in section.splitlines() if line.startswith(provenance.STALE)]
-    assert marker == [f"> **Stale:** `fhc_jax/algos/fh_constrained.py` changed since `{sha[:7]}`, so these numbers "
-                      "may not describe the current code; `python benchmarks/fh_constrained.py` measures it again."]
+    assert marker == [
+        f"> **Stale:** `fhc_jax/algos/fh_constrained.py` changed since `{sha[:7]}`, so these numbers "
+        "may not describe the current code; `python benchmarks/fh_constrained.py` measures it again."
+    ]
     assert marker[0] in report.speed_line(results, root=repo)
 
 
@@ -258,7 +287,9 @@ def test_benchmark_scripts_record_the_revision_and_uncommitted_changes(repo, tmp
     (repo / "fhc_jax/algos/core/features.py").write_text("F = 2\n")
     record = timing.source_revision(repo)
     assert record["dirty"] is True and record["dirty_paths"] == ["fhc_jax/algos/core/features.py"]
-    assert revision.revision_of(record).caption().endswith("with uncommitted changes to `fhc_jax/algos/core/features.py`")
+    assert (
+        revision.revision_of(record).caption().endswith("with uncommitted changes to `fhc_jax/algos/core/features.py`")
+    )
     nowhere = tmp_path / "nowhere"  # a copy of the tree without .git
     nowhere.mkdir()
     monkeypatch.delenv("BENCHMARK_REVISION", raising=False)

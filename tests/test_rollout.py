@@ -46,8 +46,20 @@ def params(env):
 def _reference(key, env, params, policy, num_episodes, fast=False) -> Trajectory:
     """Plain Python loop over episodes and stages calling env.reset / env.step (key path) or
     policy.action_from_uniform / env.transition with the documented uniforms (fast path)."""
-    fields = {f: [] for f in ("states", "observations", "actions", "rewards", "costs", "final_states",
-                              "final_observations", "terminal_rewards", "terminal_costs")}
+    fields = {
+        f: []
+        for f in (
+            "states",
+            "observations",
+            "actions",
+            "rewards",
+            "costs",
+            "final_states",
+            "final_observations",
+            "terminal_rewards",
+            "terminal_costs",
+        )
+    }
     for episode_key in jax.random.split(key, num_episodes):
         reset_key, steps_key = jax.random.split(episode_key)
         stage_keys = jax.random.split(steps_key, (env.horizon, 2))
@@ -64,7 +76,9 @@ def _reference(key, env, params, policy, num_episodes, fast=False) -> Trajectory
             rows["states"].append(env.state_index(state))
             rows["observations"].append(obs)
             if fast:
-                obs, state, reward, costs, _, _ = env.transition(env.noise_from_uniform(u_env, params), state, action, params)
+                obs, state, reward, costs, _, _ = env.transition(
+                    env.noise_from_uniform(u_env, params), state, action, params
+                )
             else:
                 obs, state, reward, costs, _, _ = env.step(stage_keys[h, 1], state, action, params)
             for f, v in (("actions", action), ("rewards", reward), ("costs", costs)):
@@ -87,11 +101,15 @@ def test_shapes_and_dtypes(env, params):
     traj = fast_rollout(jax.random.key(0), env, params, uniform_random_policy(9), 7)
     assert traj.num_episodes == 7 and traj.horizon == H
     for name, shape, dtype in (
-        ("states", (7, H), jnp.int8), ("observations", (7, H, 3), jnp.float32),
-        ("actions", (7, H), jnp.int8), ("rewards", (7, H), jnp.float32),
-        ("costs", (7, H, 2), jnp.float32), ("next_states", (7, H), jnp.int8),
+        ("states", (7, H), jnp.int8),
+        ("observations", (7, H, 3), jnp.float32),
+        ("actions", (7, H), jnp.int8),
+        ("rewards", (7, H), jnp.float32),
+        ("costs", (7, H, 2), jnp.float32),
+        ("next_states", (7, H), jnp.int8),
         ("final_states", (7,), jnp.int8),
-        ("final_observations", (7, 3), jnp.float32), ("terminal_rewards", (7,), jnp.float32),
+        ("final_observations", (7, 3), jnp.float32),
+        ("terminal_rewards", (7,), jnp.float32),
         ("terminal_costs", (7, 2), jnp.float32),
     ):
         value = getattr(traj, name)
@@ -157,8 +175,9 @@ def test_rollout_returns_are_the_rollout_totals(env, params, fast):
 
 def test_uniform_from_bits_is_jax_uniform():
     key = jax.random.key(12)
-    np.testing.assert_array_equal(uniform_from_bits(jax.random.bits(key, (1000,), jnp.uint32)),
-                                  jax.random.uniform(key, (1000,), jnp.float32))
+    np.testing.assert_array_equal(
+        uniform_from_bits(jax.random.bits(key, (1000,), jnp.uint32)), jax.random.uniform(key, (1000,), jnp.float32)
+    )
     u = uniform_from_bits(jnp.array([0, 2**32 - 1], jnp.uint32))
     assert float(u[0]) == 0.0 and float(u[1]) == 1.0 - 2.0**-23
 
@@ -184,8 +203,9 @@ def test_keys_reproducible_and_independent_of_batch_size(env, params):
 
 
 def test_vmap_over_params(env, params):
-    both = jax.tree.map(lambda x, y: jnp.stack([x, y]), params.replace(slip=jnp.float32(0.0)),
-                        params.replace(slip=jnp.float32(1.0)))
+    both = jax.tree.map(
+        lambda x, y: jnp.stack([x, y]), params.replace(slip=jnp.float32(0.0)), params.replace(slip=jnp.float32(1.0))
+    )
     run = jax.jit(jax.vmap(lambda p: rollout(jax.random.key(4), env, p, uniform_random_policy(9), 50)))
     traj = run(both)
     table = next_state_table(3)
@@ -238,7 +258,9 @@ def test_fast_path_transition_frequencies_match_to_cmdp(slip):
     assert np.all(visits > 5000)
     assert np.all(np.abs(counts / visits - p) <= 5 * se + 1e-12)
     # rewards and costs are paid on arrival at the recorded next state
-    np.testing.assert_array_equal(traj.rewards, np.asarray(params.reward_map)[np.arange(12), np.asarray(traj.next_states)])
+    np.testing.assert_array_equal(
+        traj.rewards, np.asarray(params.reward_map)[np.arange(12), np.asarray(traj.next_states)]
+    )
 
 
 @pytest.mark.parametrize("impl", ["threefry2x32", "rbg"])
@@ -261,7 +283,14 @@ def test_uniform_pairs_are_uniform_and_independent(impl):
 
 def test_index_dtype_is_the_narrowest_exact_signed_integer():
     assert [index_dtype(n) for n in (1, 9, 128, 129, 32768, 32769, 10**6)] == [
-        np.int8, np.int8, np.int8, np.int16, np.int16, np.int32, np.int32]
+        np.int8,
+        np.int8,
+        np.int8,
+        np.int16,
+        np.int16,
+        np.int32,
+        np.int32,
+    ]
     # a larger grid records int16 state indices and int8 actions, holding the same values
     big = GridWorld(size=12, horizon=3)
     traj = fast_rollout(jax.random.key(1), big, big.default_params, uniform_random_policy(9), 50)
@@ -338,7 +367,9 @@ def test_trajectory_observations_needs_tabular_states(params):
     np.testing.assert_array_equal(obs, traj.observations)
     np.testing.assert_array_equal(final, traj.final_observations)
     with pytest.raises(ValueError, match="no states"):
-        trajectory_observations(rollout(jax.random.key(3), env, params, uniform_random_policy(9), 5, record=("actions",)), env, params)
+        trajectory_observations(
+            rollout(jax.random.key(3), env, params, uniform_random_policy(9), 5, record=("actions",)), env, params
+        )
     battery = fhc.BatteryStorage()
     with pytest.raises(ValueError, match="no tabular states"):
         trajectory_observations(traj, battery, battery.default_params)
@@ -390,8 +421,11 @@ def test_a_reads_state_policy_gets_the_state_index_on_both_paths(env, params):
     traj = rollout(jax.random.key(1), tab, tab.default_params, _StatePolicy(), 16, record=("states", "actions"))
     np.testing.assert_array_equal(np.asarray(traj.actions), np.asarray(traj.states) % 9)
     battery = fhc.BatteryStorage()
-    with pytest.raises(ValueError, match=r"_StatePolicy plays from tabular state indices \(reads_state\); "
-                                         "BatteryStorage has none"):
+    with pytest.raises(
+        ValueError,
+        match=r"_StatePolicy plays from tabular state indices \(reads_state\); "
+        "BatteryStorage has none",
+    ):
         rollout(jax.random.key(1), battery, battery.default_params, _StatePolicy(), 4)
 
 

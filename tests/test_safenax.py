@@ -19,8 +19,9 @@ import pytest
 import fhc_jax as fhc
 from fhc_jax.envs import from_brax, from_gymnax
 
-safenax = pytest.importorskip("safenax", reason="safenax is not installed (docs/brax.md: pip install --no-deps "
-                                                 "safenax on CPU machines)")
+safenax = pytest.importorskip(
+    "safenax", reason="safenax is not installed (docs/brax.md: pip install --no-deps safenax on CPU machines)"
+)
 
 MOVES = np.array([[0, -1], [1, 0], [0, 1], [-1, 0]])  # safenax's actions: left, down, right, up
 
@@ -48,8 +49,9 @@ def frozen_lake_cmdp(gx, horizon: int, alpha: float) -> fhc.TabularCMDP:
     if v1:
         arrive_cost = bad.astype(np.float64)
     else:
-        arrive_cost = np.where(goal, 0.0, np.where(bad, p.thin_cost_base + p.thin_shock_prob * p.thin_shock_val,
-                                                   p.safe_cost_mean))
+        arrive_cost = np.where(
+            goal, 0.0, np.where(bad, p.thin_cost_base + p.thin_shock_prob * p.thin_shock_val, p.safe_cost_mean)
+        )
     sr = float(p.success_rate)
     trans = np.zeros((s, 4, s))
     for x in range(s):
@@ -64,9 +66,13 @@ def frozen_lake_cmdp(gx, horizon: int, alpha: float) -> fhc.TabularCMDP:
     live = ~ends[:, None, None]
     rewards = np.where(live, np.broadcast_to(arrive_reward, (s, 4, s)), 0.0)
     costs = np.where(live, np.broadcast_to(arrive_cost, (s, 4, s)), 0.0)
-    return fhc.TabularCMDP(transitions=trans, rewards=np.broadcast_to(rewards, (horizon, s, 4, s)),
-                           costs=np.broadcast_to(costs, (1, horizon, s, 4, s)), thresholds=np.array([alpha]),
-                           initial_distribution=np.eye(s)[0])
+    return fhc.TabularCMDP(
+        transitions=trans,
+        rewards=np.broadcast_to(rewards, (horizon, s, 4, s)),
+        costs=np.broadcast_to(costs, (1, horizon, s, 4, s)),
+        thresholds=np.array([alpha]),
+        initial_distribution=np.eye(s)[0],
+    )
 
 
 @pytest.mark.parametrize("version", ["FrozenLakeV1", "FrozenLakeV2"])
@@ -75,12 +81,15 @@ def test_frozen_lake_goes_in_unwrapped_and_matches_its_exact_model(version):
     h, alpha, k = 30, 10.0, 40_000
     env = from_gymnax(gx, horizon=h, alpha=alpha)  # safenax's scalar info["cost"], no wrapper
     assert env.num_constraints == 1 and env.observation_shape == (1,) and env.num_actions == 4
-    out = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(0), env, env.default_params,
-                                                                 fhc.uniform_random_policy(4), k)
+    out = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(
+        jax.random.key(0), env, env.default_params, fhc.uniform_random_policy(4), k
+    )
     assert out.costs.shape == (k, 1)
     exact = fhc.evaluate(frozen_lake_cmdp(gx, h, alpha), jnp.full((h, 16, 4), 0.25))
-    for sample, want in ((np.asarray(out.rewards), float(exact.reward)), (np.asarray(out.costs)[:, 0],
-                                                                         float(exact.costs[0]))):
+    for sample, want in (
+        (np.asarray(out.rewards), float(exact.reward)),
+        (np.asarray(out.costs)[:, 0], float(exact.costs[0])),
+    ):
         se = sample.std(ddof=1) / np.sqrt(k)
         assert abs(sample.mean() - want) < 4 * se, (version, sample.mean(), want, se)
 
@@ -89,13 +98,16 @@ def test_portfolio_garch_goes_in_unwrapped():
     from safenax.portfolio_optimization.po_garch import GARCHParams
 
     gx = safenax.PortfolioOptimizationGARCH(num_samples=100)
-    assets = {name: GARCHParams(omega=0.01, alpha=jnp.array([0.1]), beta=jnp.array([0.85]), mu=5e-4,
-                                initial_price=100.0) for name in ("a", "b")}
+    assets = {
+        name: GARCHParams(omega=0.01, alpha=jnp.array([0.1]), beta=jnp.array([0.85]), mu=5e-4, initial_price=100.0)
+        for name in ("a", "b")
+    }
     params = gx.default_params.replace(garch_params=gx.vectorize_garch_params(assets))
     env = from_gymnax(gx, params, horizon=20, alpha=1.0)
     assert env.num_constraints == 1 and env.action_space.dim == 3  # weights of two assets and cash
-    out = jax.jit(fhc.rollout, static_argnums=(1, 3, 4))(jax.random.key(0), env, env.default_params,
-                                                         fhc.random_policy(env), 8)
+    out = jax.jit(fhc.rollout, static_argnums=(1, 3, 4))(
+        jax.random.key(0), env, env.default_params, fhc.random_policy(env), 8
+    )
     assert out.costs.shape == (8, 20, 1) and np.all(np.isfinite(np.asarray(out.costs)))
 
 
@@ -103,8 +115,11 @@ def test_brax_environments_go_in_through_from_brax():
     """safenax's Ants keep a scalar state.info["cost"]: from_brax reads it as one constraint
     (checked abstractly, with jax.eval_shape: nothing is compiled); Hopper has no cost of its
     own and is refused without a cost_fn."""
-    for ant in (safenax.EcoAntV1(backend="spring"), safenax.EcoAntV2(backend="spring"),
-                safenax.FragileAnt(cost_budget=1000.0, backend="spring")):
+    for ant in (
+        safenax.EcoAntV1(backend="spring"),
+        safenax.EcoAntV2(backend="spring"),
+        safenax.FragileAnt(cost_budget=1000.0, backend="spring"),
+    ):
         env = from_brax(ant, horizon=10, alpha=1.0)
         assert env.num_constraints == 1 and env.action_space.dim == 8 and env.observation_shape == (28,)
     hopper = safenax.HopperV1(backend="spring")
@@ -129,8 +144,9 @@ def test_a_learner_trains_on_frozen_lake_v2_within_budget():
     out = jax.jit(jax.vmap(pl.make_train(env, params, pl.Config())))(jax.random.split(jax.random.key(0), 5))
     for i in range(5):
         state = jax.tree.map(lambda x, i=i: x[i], out.state)
-        ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(1), env, params,
-                                                                     pl.policy(state, env, params), episodes)
+        ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(
+            jax.random.key(1), env, params, pl.policy(state, env, params), episodes
+        )
         r, c = np.asarray(ret.rewards, np.float64), np.asarray(ret.costs, np.float64)[:, 0]
         upper = c.mean() + Z95 * c.std(ddof=1) / np.sqrt(episodes)
         assert upper <= cost_limits([alpha])[0], (i, c.mean(), upper)

@@ -13,7 +13,8 @@ import pytest
 from helpers import DRIFT, Drift, monte_carlo
 
 import fhc_jax as fhc
-from fhc_jax.algos import cpo, ppo_lagrangian as pl
+from fhc_jax.algos import cpo
+from fhc_jax.algos import ppo_lagrangian as pl
 from fhc_jax.algos.core.tabular_rollout import batch_observations, observation_table
 
 PARAMS = DRIFT.default_params
@@ -39,24 +40,65 @@ def _judge(module, cfg, cost_slack):
 def test_ppo_lagrangian_learns_a_continuous_task_judged_by_monte_carlo():
     # the stage as an input ("env_t": Drift's target moves at H/2) and a faster multiplier than
     # the defaults (tuned for hundreds of updates on the gridworld)
-    _judge(pl, pl.Config(num_iterations=80, episodes_per_iteration=64, eval_every=0, eval_episodes=512,
-                         observation="env_t", multiplier_method="lagrangian", multiplier_lr=0.1), 0.05)
+    _judge(
+        pl,
+        pl.Config(
+            num_iterations=80,
+            episodes_per_iteration=64,
+            eval_every=0,
+            eval_episodes=512,
+            observation="env_t",
+            multiplier_method="lagrangian",
+            multiplier_lr=0.1,
+        ),
+        0.05,
+    )
 
 
 @pytest.mark.slow
 def test_cpo_learns_a_continuous_task_judged_by_monte_carlo():
     # CPO steers its batch estimate of the cost onto alpha (a linearised constraint, K = 128
     # episodes): the final policy sits at the threshold within the estimate's noise
-    _judge(cpo, cpo.Config(num_iterations=30, episodes_per_iteration=128, eval_every=0, eval_episodes=512,
-                           observation="env_t", fisher_samples=256), 0.1)
+    _judge(
+        cpo,
+        cpo.Config(
+            num_iterations=30,
+            episodes_per_iteration=128,
+            eval_every=0,
+            eval_episodes=512,
+            observation="env_t",
+            fisher_samples=256,
+        ),
+        0.1,
+    )
 
 
 GRID = fhc.GridWorld(size=3, horizon=6, alpha=2.0)
 CONFIGS = {
-    "ppo": (pl, pl.Config(episodes_per_iteration=32, width=8, depth=1, num_epochs=2, num_minibatches=2,
-                          observation="env", update_form="samples")),
-    "cpo": (cpo, cpo.Config(episodes_per_iteration=32, width=8, depth=1, critic_minibatches=1, fisher_samples=0,
-                            cg_iterations=20, observation="env")),
+    "ppo": (
+        pl,
+        pl.Config(
+            episodes_per_iteration=32,
+            width=8,
+            depth=1,
+            num_epochs=2,
+            num_minibatches=2,
+            observation="env",
+            update_form="samples",
+        ),
+    ),
+    "cpo": (
+        cpo,
+        cpo.Config(
+            episodes_per_iteration=32,
+            width=8,
+            depth=1,
+            critic_minibatches=1,
+            fisher_samples=0,
+            cg_iterations=20,
+            observation="env",
+        ),
+    ),
 }
 
 
@@ -69,7 +111,7 @@ def test_sampled_update_equals_the_tabular_update_on_the_same_batch(name):
     params = GRID.default_params
     tab = module.setup(GRID, params, cfg.replace(path="tabular"))
     smp = module.setup(GRID, params, cfg.replace(path="sampled"))
-    assert not getattr(tab, "sampled") and smp.sampled
+    assert not tab.sampled and smp.sampled
     state = module.init(jax.random.key(1), tab, cfg)
     keys = jax.random.split(jax.random.key(2), 2)
     key = keys[0] if name == "ppo" else keys
@@ -97,8 +139,9 @@ def test_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld(name)
     keys = jax.random.split(jax.random.key(3), 4)
     results = {}
     for path in ("tabular", "sampled"):
-        out = jax.jit(jax.vmap(module.make_train(GRID, params, cfg.replace(num_iterations=25, eval_every=0,
-                                                                           path=path))))(keys)
+        out = jax.jit(
+            jax.vmap(module.make_train(GRID, params, cfg.replace(num_iterations=25, eval_every=0, path=path)))
+        )(keys)
         ev = jax.vmap(lambda t: fhc.evaluate(cmdp, t))(module.policy_table(out.final_state, GRID, params))
         results[path] = (np.asarray(ev.reward), np.asarray(ev.costs)[:, 0])
         np.testing.assert_allclose(out.metrics.evaluation.reward[:, -1], ev.reward, rtol=1e-4)
@@ -116,8 +159,11 @@ def test_env_observation_is_the_gridworlds_xy_bit_for_bit(module):
     params = env.default_params
     runs = []
     for obs in ("xy", "env"):
-        out = jax.jit(module.make_train(env, params, module.Config(num_iterations=3, episodes_per_iteration=16,
-                                                                   eval_every=0, observation=obs)))(jax.random.key(5))
+        out = jax.jit(
+            module.make_train(
+                env, params, module.Config(num_iterations=3, episodes_per_iteration=16, eval_every=0, observation=obs)
+            )
+        )(jax.random.key(5))
         runs.append((module.policy_table(out.state, env, params), out.metrics))
     jax.tree.map(np.testing.assert_array_equal, *runs)
 
@@ -136,8 +182,10 @@ def test_sampled_path_errors(module):
     name = module.ALGORITHM.name
     with pytest.raises(ValueError, match=f"{name}: Config.path = 'tabular' needs a tabular exact model"):
         module.make_train(DRIFT, PARAMS, module.Config(path="tabular", observation="env"))
-    with pytest.raises(ValueError, match=f"{name}: Config.observation must be one of 'env', 'env_t' for Drift on "
-                                         "the sampled path, found 'xy'"):
+    with pytest.raises(
+        ValueError,
+        match=f"{name}: Config.observation must be one of 'env', 'env_t' for Drift on the sampled path, found 'xy'",
+    ):
         module.make_train(DRIFT, PARAMS, module.Config(observation="xy"))
     with pytest.raises(ValueError, match=r"flat observations, but Square's have shape \(1, 1\)"):
         module.make_train(Square(), PARAMS, module.Config(observation="env"))
@@ -149,9 +197,10 @@ def test_sampled_path_errors(module):
 def test_policy_and_observation_logits_without_an_exact_model():
     """policy_setup rebuilds what observation_outputs needs on an environment without tabular
     states; the policy samples softmax(observation_outputs)."""
-    for module, cfg in ((pl, pl.Config(num_iterations=2, episodes_per_iteration=8, observation="env_t", eval_episodes=16)),
-                        (cpo, cpo.Config(num_iterations=2, episodes_per_iteration=8, observation="env_t",
-                                         eval_episodes=16))):
+    for module, cfg in (
+        (pl, pl.Config(num_iterations=2, episodes_per_iteration=8, observation="env_t", eval_episodes=16)),
+        (cpo, cpo.Config(num_iterations=2, episodes_per_iteration=8, observation="env_t", eval_episodes=16)),
+    ):
         out = jax.jit(module.make_train(DRIFT, PARAMS, cfg))(jax.random.key(0))
         setup = module.policy_setup(DRIFT, PARAMS, out.state)
         z = module.observation_outputs(out.state, setup, jnp.asarray([0.3]), jnp.asarray(5))

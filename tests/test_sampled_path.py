@@ -10,18 +10,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import DRIFT, Drift, monte_carlo
 
 import fhc_jax as fhc
 from fhc_jax.algos import nn_constrained as nc
 from fhc_jax.algos.core import sampled_inputs, scaffold
-from helpers import DRIFT, Drift, monte_carlo
 
 
 @pytest.mark.slow  # end-to-end training: the slow tier (CI runs both tiers)
 def test_nn_constrained_learns_a_continuous_task_judged_by_monte_carlo():
     # a short run: a faster multiplier than the defaults (tuned for thousands of updates)
-    cfg = nc.Config(num_iterations=60, episodes_per_iteration=128, eval_every=30, eval_episodes=512, actor_epochs=4,
-                    multiplier_lr=fhc.algos.PowerSchedule(0.2, 0.8, 1000.0), multiplier_gain=0.5)
+    cfg = nc.Config(
+        num_iterations=60,
+        episodes_per_iteration=128,
+        eval_every=30,
+        eval_episodes=512,
+        actor_epochs=4,
+        multiplier_lr=fhc.algos.PowerSchedule(0.2, 0.8, 1000.0),
+        multiplier_gain=0.5,
+    )
     train = nc.make_train(DRIFT, DRIFT.default_params, cfg)
     out = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 2))
     tabular_only = dataclasses.replace(fhc.algos.fh_constrained.ALGORITHM, observation_outputs=None)
@@ -52,8 +59,15 @@ def test_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld():
     keys = jax.random.split(jax.random.key(3), 4)
     results = {}
     for path in ("tabular", "sampled"):
-        cfg = nc.Config(num_iterations=80, episodes_per_iteration=64, eval_every=0, path=path, actor_epochs=4,
-                        variant="paper", update_form="samples")
+        cfg = nc.Config(
+            num_iterations=80,
+            episodes_per_iteration=64,
+            eval_every=0,
+            path=path,
+            actor_epochs=4,
+            variant="paper",
+            update_form="samples",
+        )
         out = jax.jit(jax.vmap(nc.make_train(env, params, cfg)))(keys)
         ev = jax.vmap(lambda t: fhc.evaluate(cmdp, t))(nc.policy_table(out.final_state, env, params))
         results[path] = (np.asarray(ev.reward), np.asarray(ev.costs)[:, 0])
@@ -67,8 +81,11 @@ def test_sampled_and_tabular_paths_train_to_the_same_result_on_a_gridworld():
 @pytest.mark.slow
 def test_sampled_path_errors():
     with pytest.raises(ValueError, match="Drift has no tabular states to tabulate the policy over"):
-        nc.policy_table(nc.init(jax.random.key(0), nc.setup(DRIFT, DRIFT.default_params, nc.Config()), nc.Config()),
-                        DRIFT, DRIFT.default_params)
+        nc.policy_table(
+            nc.init(jax.random.key(0), nc.setup(DRIFT, DRIFT.default_params, nc.Config()), nc.Config()),
+            DRIFT,
+            DRIFT.default_params,
+        )
     with pytest.raises(ValueError, match="path = 'tabular' needs a tabular exact model"):
         nc.make_train(DRIFT, DRIFT.default_params, nc.Config(path="tabular"))
     with pytest.raises(ValueError, match="observation must be one of 'env' for Drift on the sampled path"):
@@ -81,8 +98,15 @@ def test_fh_constrained_with_features_of_continuous_observations(spec):
     """FH-Constrained's linear critics and Gibbs actors on a coarse map of the observation
     (paper Assumption 2), on the continuous task, judged by Monte-Carlo intervals."""
     fc = fhc.algos.fh_constrained
-    cfg = fc.Config(num_iterations=150, episodes_per_iteration=128, eval_every=75, eval_episodes=512, features=spec,
-                    multiplier_lr=fhc.algos.PowerSchedule(0.1, 0.8, 1000.0), multiplier_gain=0.3)
+    cfg = fc.Config(
+        num_iterations=150,
+        episodes_per_iteration=128,
+        eval_every=75,
+        eval_episodes=512,
+        features=spec,
+        multiplier_lr=fhc.algos.PowerSchedule(0.1, 0.8, 1000.0),
+        multiplier_gain=0.3,
+    )
     out = jax.jit(jax.vmap(fc.make_train(DRIFT, DRIFT.default_params, cfg)))(jax.random.split(jax.random.key(0), 2))
     uniform = monte_carlo(DRIFT, fhc.uniform_random_policy(3))
     for seed in range(2):
@@ -118,8 +142,13 @@ def test_stage_inputs_false_drops_the_components_that_only_tell_the_stage_and_au
     # nothing to drop on an observation without a stage component
     assert fc._features(feat.RadialBasis(5, stage_inputs=False), DRIFT, DRIFT.default_params).components is None
 
-    cfg = fc.Config(num_iterations=2, episodes_per_iteration=8, eval_every=0, eval_episodes=16,
-                    features=feat.RadialBasis(3, stage_inputs=False))
+    cfg = fc.Config(
+        num_iterations=2,
+        episodes_per_iteration=8,
+        eval_every=0,
+        eval_episodes=16,
+        features=feat.RadialBasis(3, stage_inputs=False),
+    )
     out = jax.jit(fc.make_train(env, params, cfg))(jax.random.key(0))
     assert out.state.theta.shape == (env.horizon, 9, env.num_actions)
     ret = fhc.rollout_returns(jax.random.key(1), env, params, fc.policy(out.state, env, params), 16)
@@ -160,8 +189,15 @@ def test_fh_constrained_paths_agree_on_a_gridworld():
 def test_judge_uses_the_upper_end_of_the_monte_carlo_cost_interval():
     from fhc_jax.experiment import judge
 
-    j = judge.judge([1.0, 2.0], [[0.99], [0.99]], [1.0], tolerance=0.0, episodes=1000,
-                    reward_half_width=[0.1, 0.1], cost_half_width=[[0.005], [0.02]])
+    j = judge.judge(
+        [1.0, 2.0],
+        [[0.99], [0.99]],
+        [1.0],
+        tolerance=0.0,
+        episodes=1000,
+        reward_half_width=[0.1, 0.1],
+        cost_half_width=[[0.005], [0.02]],
+    )
     assert j.feasible.tolist() == [True, False]  # 0.995 <= 1 < 1.01: the point estimate is not enough
     rows = j.rows()
     assert rows[1]["costs_ci95"] == [[pytest.approx(0.97), pytest.approx(1.01)]]
@@ -178,9 +214,31 @@ def test_cli_trains_and_judges_an_environment_without_an_exact_model(tmp_path, m
 
     monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
     out = tmp_path / "drift"
-    assert main(["train", "--env", "helpers:Drift", "--algo", "nn-constrained", "--seeds", "2",
-                 "--set", "num_iterations=10", "--set", "episodes_per_iteration=32", "--set", "eval_episodes=64",
-                 "--set", "run.eval_episodes=500", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--env",
+                "helpers:Drift",
+                "--algo",
+                "nn-constrained",
+                "--seeds",
+                "2",
+                "--set",
+                "num_iterations=10",
+                "--set",
+                "episodes_per_iteration=32",
+                "--set",
+                "eval_episodes=64",
+                "--set",
+                "run.eval_episodes=500",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["aggregate"]["judged_by"] == "monte-carlo (500 episodes)"
     for row in summary["seeds"]:

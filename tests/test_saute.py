@@ -14,9 +14,9 @@ import pytest
 
 import fhc_jax as fhc
 from fhc_jax.algos import saute, saute_setup
-from fhc_jax.envs import saute as saute_envs
 from fhc_jax.algos.core.policies import table_policy
 from fhc_jax.algos.core.tabular_rollout import Batch
+from fhc_jax.envs import saute as saute_envs
 from fhc_jax.envs import suite
 from fhc_jax.envs.wrappers import ScaledSignals
 
@@ -29,8 +29,15 @@ def _chain(horizon=4, alpha=2.0):
     hh = np.arange(horizon)[:, None, None] + 1.0
     rewards = np.broadcast_to(hh * np.array([0.1, 1.0])[None, None, :], (horizon, 2, 2))
     costs = np.broadcast_to(np.array([0.0, 1.0]), (1, horizon, 2, 2))
-    return fhc.TabularCMDP(transitions=p, rewards=rewards, costs=costs, terminal_rewards=np.zeros(2),
-                           terminal_costs=np.zeros((1, 2)), thresholds=[alpha], initial_distribution=[1.0, 0.0])
+    return fhc.TabularCMDP(
+        transitions=p,
+        rewards=rewards,
+        costs=costs,
+        terminal_rewards=np.zeros(2),
+        terminal_costs=np.zeros((1, 2)),
+        thresholds=[alpha],
+        initial_distribution=[1.0, 0.0],
+    )
 
 
 def _mc(env, params, policy, k, key=1):
@@ -68,9 +75,14 @@ def test_augmented_state_and_reshaped_reward_hand_computed_episode():
     np.testing.assert_allclose(rewards, want_true, rtol=1e-6)
     np.testing.assert_allclose(costs, [1, 1, 0, 1])
     np.testing.assert_allclose(budgets, [0.5, 0.0, 0.0, -0.5])
-    batch = Batch(states=jnp.asarray(index)[:, None], actions=jnp.asarray(actions)[:, None],
-                  rewards=jnp.asarray(rewards)[:, None], costs=jnp.asarray(costs)[:, None, None],
-                  terminal_rewards=jnp.zeros(1), terminal_costs=jnp.zeros((1, 1)))
+    batch = Batch(
+        states=jnp.asarray(index)[:, None],
+        actions=jnp.asarray(actions)[:, None],
+        rewards=jnp.asarray(rewards)[:, None],
+        costs=jnp.asarray(costs)[:, None, None],
+        terminal_rewards=jnp.zeros(1),
+        terminal_costs=jnp.zeros((1, 1)),
+    )
     shaped, terminal = saute.reshaped_rewards(batch, senv.levels, 2.0, 1.0, 3.0)
     np.testing.assert_allclose(shaped[:, 0], want_shaped, rtol=1e-6)
     np.testing.assert_allclose(terminal, [-3.0])  # the final budget is exhausted too
@@ -83,8 +95,9 @@ def test_continuous_budget_state_and_reshaped_reward_hand_computed_episode():
     """BudgetEnv on the chain with costs 0.7 per move and alpha = 2 (not multiples of one unit
     that counts 2): z = 1 - 0.35 n after n moves; the reshaping reads z from the recorded
     observations and the terminal cost 0.2 of state 1 exhausts the last budget."""
-    cmdp = _chain().replace(costs=np.broadcast_to(np.array([0.0, 0.7]), (1, 4, 2, 2)),
-                            terminal_costs=np.array([[0.0, 0.2]]))
+    cmdp = _chain().replace(
+        costs=np.broadcast_to(np.array([0.0, 0.7]), (1, 4, 2, 2)), terminal_costs=np.array([[0.0, 0.2]])
+    )
     base = fhc.TabularEnv(cmdp)
     benv = saute_envs.BudgetEnv(base)
     assert benv.observation_shape == (3,) and not benv.is_tabular and benv.name == base.name
@@ -99,9 +112,15 @@ def test_continuous_budget_state_and_reshaped_reward_hand_computed_episode():
     np.testing.assert_allclose(observations[:, :2], np.eye(2)[[0, 1, 1, 0, 1]])  # the base one-hot
     np.testing.assert_allclose(observations[:, 2], [1.0, 0.65, 0.3, 0.3, -0.05], atol=1e-6)
     np.testing.assert_allclose(costs, [0.7, 0.7, 0.0, 0.7], rtol=1e-6)
-    batch = Batch(states=None, actions=jnp.asarray([1, 1, 0, 1])[:, None], rewards=jnp.asarray(rewards)[:, None],
-                  costs=jnp.asarray(costs)[:, None, None], terminal_rewards=jnp.asarray([5.0]),
-                  terminal_costs=jnp.asarray([[0.2]]), observations=jnp.asarray(observations)[:, None])
+    batch = Batch(
+        states=None,
+        actions=jnp.asarray([1, 1, 0, 1])[:, None],
+        rewards=jnp.asarray(rewards)[:, None],
+        costs=jnp.asarray(costs)[:, None, None],
+        terminal_rewards=jnp.asarray([5.0]),
+        terminal_costs=jnp.asarray([[0.2]]),
+        observations=jnp.asarray(observations)[:, None],
+    )
     shaped, terminal = saute.reshape(batch, batch.observations[1:, :, -1:], jnp.asarray([2.0]), 3.0)
     np.testing.assert_allclose(shaped[:, 0], [1.0, 2.0, 0.3, -3.0], rtol=1e-6)
     np.testing.assert_allclose(terminal, [-3.0])
@@ -122,9 +141,19 @@ def test_non_integer_costs_are_refused():
     saute_envs.augmented_cmdp(fhc.TabularEnv(cmdp), cmdp, cost_unit=0.5)  # 0.5 = one unit: exact
 
 
-@pytest.mark.parametrize("values,unit", [((0.0, 1.0), 1.0), ((0.0, 0.5, 1.5), 0.5), ((0.4, 0.6, 1.0), 0.2),
-                                         ((0.0, 2.0, 3.0), 1.0), ((0.0, 0.3), 0.3), ((0.0, 0.0), 2.0),
-                                         ((0.0, 0.37, 1.0), None), ((-1.0, 1.0), None)])
+@pytest.mark.parametrize(
+    "values,unit",
+    [
+        ((0.0, 1.0), 1.0),
+        ((0.0, 0.5, 1.5), 0.5),
+        ((0.4, 0.6, 1.0), 0.2),
+        ((0.0, 2.0, 3.0), 1.0),
+        ((0.0, 0.3), 0.3),
+        ((0.0, 0.0), 2.0),
+        ((0.0, 0.37, 1.0), None),
+        ((-1.0, 1.0), None),
+    ],
+)
 def test_detect_cost_unit(values, unit):
     """The unit is the least positive cost over d = 1..16 that every cost is a multiple of;
     alpha (2) when every cost is 0; None for costs of no common unit or negative ones."""
@@ -139,7 +168,7 @@ def test_detect_cost_unit(values, unit):
 
 @pytest.mark.slow
 def test_budget_representation_and_default_observation():
-    """"auto": cost counts where the exact model's stage costs are integer multiples of a unit
+    """ "auto": cost counts where the exact model's stage costs are integer multiples of a unit
     (the gridworld: "xy"; a model paying 0 or 2 counts in units of 2, also once its signals
     are scaled), else the continuous budget on the environment's own observation; the budget in
     units (alpha / unit) does not depend on the units of the costs."""
@@ -158,11 +187,15 @@ def test_budget_representation_and_default_observation():
     setup = saute.setup(garnet, garnet.default_params, saute.Config())
     st = saute.init(jax.random.key(0), setup, saute.Config())
     assert (st.budget, st.network.observation, setup.env.observation_shape) == ("continuous", "env", (7,))
-    st = saute.init(jax.random.key(0), saute.setup(grid, grid.default_params, saute.Config(budget="continuous")),
-                    saute.Config())
+    st = saute.init(
+        jax.random.key(0), saute.setup(grid, grid.default_params, saute.Config(budget="continuous")), saute.Config()
+    )
     assert (st.budget, st.network.observation) == ("continuous", "xy")  # the grid's coordinates, then z
-    with pytest.raises(ValueError, match=r"Config.observation must be one of 'one_hot', 'env', 'env_t' or 'auto' "
-                                         r"for TabularEnv, found 'xy'"):
+    with pytest.raises(
+        ValueError,
+        match=r"Config.observation must be one of 'one_hot', 'env', 'env_t' or 'auto' "
+        r"for TabularEnv, found 'xy'",
+    ):
         saute.setup(garnet, garnet.default_params, saute.Config(observation="xy"))
     with pytest.raises(ValueError, match="Config.budget = 'count' asks for exact cost counts, but the stage costs"):
         saute.setup(garnet, garnet.default_params, saute.Config(budget="count"))
@@ -215,8 +248,9 @@ def test_estimated_markov_policy_matches_the_budget_policy_played_in_budget_env(
     _within(rewards, exact.reward, extra=0.01 * abs(float(exact.reward)))
     _within(costs[:, 0], exact.costs[0], extra=0.01 * float(exact.costs[0]))
     # played at a budget that never moves, the same network earns measurably differently
-    blind = fhc.softmax_policy(lambda obs, h: saute.observation_outputs(
-        state, saute.policy_setup(benv, params, state), obs.at[-1].set(1.0), h))
+    blind = fhc.softmax_policy(
+        lambda obs, h: saute.observation_outputs(state, saute.policy_setup(benv, params, state), obs.at[-1].set(1.0), h)
+    )
     r_blind, _ = _mc(benv, params, blind, 20_000)
     assert abs(np.mean(r_blind) - np.mean(rewards)) > 8 * np.std(rewards) / np.sqrt(20_000)
     # the base environment plays the reported table (state index), with the table's value
@@ -231,8 +265,9 @@ def test_learning_regression_small_grid_judged_exactly():
     augmented model's evaluation), which beats the uniform policy at a cost near alpha."""
     env = fhc.GridWorld(size=5, horizon=12, alpha=4.0)
     params = env.default_params
-    cfg = saute.Config(num_iterations=120, episodes_per_iteration=64, num_epochs=4, num_minibatches=4, eval_every=60,
-                       observation="xyt")
+    cfg = saute.Config(
+        num_iterations=120, episodes_per_iteration=64, num_epochs=4, num_minibatches=4, eval_every=60, observation="xyt"
+    )
     out = jax.jit(saute.make_train(env, params, cfg))(jax.random.key(0))
     assert out.state.budget == "count"
     aug = fhc.evaluate(saute_envs.augmented_cmdp(env, params), saute.augmented_policy_table(out.state, env, params))
@@ -289,8 +324,11 @@ def _improves(out, env, params, min_percent):
     assert float(ev.costs[0]) <= 1.02 * alpha, (ev.costs, alpha)
     assert 100 * float(ev.reward) / best >= min_percent, (ev.reward, best)
     assert float(ev.reward) > float(out.metrics.evaluation.reward[0]), (ev.reward, out.metrics.evaluation.reward)
-    np.testing.assert_allclose(out.metrics.evaluation.reward[-1], fhc.evaluate(cmdp, saute.policy_table(
-        out.final_state, env, params)).reward, rtol=1e-4)  # the scaffold judged the same table
+    np.testing.assert_allclose(
+        out.metrics.evaluation.reward[-1],
+        fhc.evaluate(cmdp, saute.policy_table(out.final_state, env, params)).reward,
+        rtol=1e-4,
+    )  # the scaffold judged the same table
 
 
 @pytest.mark.slow  # end-to-end training on the sampled path: the slow tier
@@ -346,7 +384,9 @@ def test_continuous_budget_without_exact_model_is_judged_by_monte_carlo_in_budge
     _within(rewards, out.metrics.evaluation.reward[-1], other_episodes=cfg.eval_episodes)
     _within(costs[:, 0], out.metrics.evaluation.costs[-1, 0], other_episodes=cfg.eval_episodes)
     one_hot = out.final_state.replace(network=out.final_state.network.replace(observation="one_hot"))
-    with pytest.raises(ValueError, match=r"gives 'env'; build it as fhc_jax.envs.saute.BudgetEnv\(env, observation='one_hot'\)"):
+    with pytest.raises(
+        ValueError, match=r"gives 'env'; build it as fhc_jax.envs.saute.BudgetEnv\(env, observation='one_hot'\)"
+    ):
         saute.policy(one_hot, benv, params)
 
 

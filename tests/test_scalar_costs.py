@@ -14,8 +14,8 @@ import fhc_jax as fhc
 from fhc_jax.envs.gymnax_interop import from_gymnax, to_gymnax
 
 gymnax = pytest.importorskip("gymnax")
-from flax import struct
-from gymnax.environments import environment, spaces
+from flax import struct  # noqa: E402
+from gymnax.environments import environment, spaces  # noqa: E402
 
 N, WALK, RUN = 4, 0.5, 0.9  # cells 0..N (N the goal); P(advance) walking and running
 
@@ -79,9 +79,13 @@ def chain_cmdp(horizon: int, alpha: float) -> fhc.TabularCMDP:
     p[N, :, N] = 1.0
     c = np.zeros((1, s, 2))
     c[0, :N, 1] = 1.0
-    return fhc.TabularCMDP(transitions=p, rewards=np.broadcast_to(r, (horizon, s, 2, s)),
-                           costs=np.broadcast_to(c[:, None], (1, horizon, s, 2)), thresholds=np.array([alpha]),
-                           initial_distribution=np.eye(s)[0])
+    return fhc.TabularCMDP(
+        transitions=p,
+        rewards=np.broadcast_to(r, (horizon, s, 2, s)),
+        costs=np.broadcast_to(c[:, None], (1, horizon, s, 2)),
+        thresholds=np.array([alpha]),
+        initial_distribution=np.eye(s)[0],
+    )
 
 
 def test_scalar_info_cost_is_one_constraint_paid_as_a_vector():
@@ -109,11 +113,18 @@ def test_scalar_cost_fn_and_declared_counts():
     from_gymnax(chain, horizon=5, num_constraints=1)  # () declared as one constraint: fine
     with pytest.raises(ValueError, match=r"info\['cost'\] must have shape \(M,\) = \(2,\), found \(\)"):
         from_gymnax(chain, horizon=5, num_constraints=2)
-    with pytest.raises(ValueError, match=r"cost_fn must have shape \(\) \(one constraint\) or \(M,\) with M >= 1, "
-                                         r"found \(2, 2\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"cost_fn must have shape \(\) \(one constraint\) or \(M,\) with M >= 1, "
+        r"found \(2, 2\)",
+    ):
         from_gymnax(chain, horizon=5, cost_fn=lambda s, a, n, p: jnp.zeros((2, 2)))
-    with pytest.raises(ValueError, match=r"info\['cost'\] must be a float array of shape \(\) or \(M,\), found "
-                                         "dtype bool"):
+    with pytest.raises(
+        ValueError,
+        match=r"info\['cost'\] must be a float array of shape \(\) or \(M,\), found "
+        "dtype bool",
+    ):
+
         class BoolCost(ScalarCostChain):
             def step_env(self, key, state, action, params):
                 obs, new, r, d, _ = super().step_env(key, state, action, params)
@@ -127,11 +138,14 @@ def test_monte_carlo_of_the_wrapped_chain_matches_its_exact_model():
     Monte-Carlo totals through from_gymnax against fhc.evaluate on the hand-written model."""
     h, alpha, k = 8, 2.0, 40_000
     env = from_gymnax(ScalarCostChain(), horizon=h, alpha=alpha)
-    out = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(3), env, env.default_params,
-                                                                 fhc.uniform_random_policy(2), k)
+    out = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(
+        jax.random.key(3), env, env.default_params, fhc.uniform_random_policy(2), k
+    )
     exact = fhc.evaluate(chain_cmdp(h, alpha), jnp.full((h, N + 1, 2), 0.5))
-    for sample, want in ((np.asarray(out.rewards), float(exact.reward)), (np.asarray(out.costs)[:, 0],
-                                                                         float(exact.costs[0]))):
+    for sample, want in (
+        (np.asarray(out.rewards), float(exact.reward)),
+        (np.asarray(out.costs)[:, 0], float(exact.costs[0])),
+    ):
         se = sample.std(ddof=1) / np.sqrt(k)
         assert abs(sample.mean() - want) < 4 * se, (sample.mean(), want, se)
 
@@ -179,8 +193,9 @@ def test_a_learner_trains_on_a_scalar_cost_environment():
     out = jax.jit(jax.vmap(pl.make_train(env, params, pl.Config())))(jax.random.split(jax.random.key(0), 5))
     for i in range(5):
         state = jax.tree.map(lambda x, i=i: x[i], out.state)
-        ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(1), env, params,
-                                                                     pl.policy(state, env, params), episodes)
+        ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(
+            jax.random.key(1), env, params, pl.policy(state, env, params), episodes
+        )
         r, c = np.asarray(ret.rewards, np.float64), np.asarray(ret.costs, np.float64)[:, 0]
         upper = c.mean() + Z95 * c.std(ddof=1) / np.sqrt(episodes)
         assert upper <= cost_limits([alpha])[0], (i, c.mean(), upper)

@@ -46,14 +46,20 @@ def test_solve_and_evaluate_are_unit_invariant(name, method):
         np.testing.assert_allclose(back.costs, ref.costs, rtol=REL, err_msg=where)
         if name.startswith("garnet"):
             reached = sol.evaluation.occupancy[:-1, :, None] > 0
-            np.testing.assert_allclose(np.where(reached, sol.policy, 0), np.where(reached, ref.policy, 0), atol=1e-5,
-                                       err_msg=where)
+            np.testing.assert_allclose(
+                np.where(reached, sol.policy, 0), np.where(reached, ref.policy, 0), atol=1e-5, err_msg=where
+            )
         # evaluate in other units: the same numbers, scaled
         ev = fhc.evaluate(cmdp, jnp.asarray(ref.policy, jnp.float32))
         assert float(ev.reward) == pytest.approx(ref.reward * c_r, rel=REL), where
         np.testing.assert_allclose(ev.costs, ref.costs * c_c, rtol=REL, err_msg=where)
-        np.testing.assert_allclose(ev.values[0] / c_r, np.asarray(fhc.evaluate(base, jnp.asarray(ref.policy, jnp.float32)).values[0]),
-                                   rtol=REL, atol=1e-6 * abs(ref.reward), err_msg=where)
+        np.testing.assert_allclose(
+            ev.values[0] / c_r,
+            np.asarray(fhc.evaluate(base, jnp.asarray(ref.policy, jnp.float32)).values[0]),
+            rtol=REL,
+            atol=1e-6 * abs(ref.reward),
+            err_msg=where,
+        )
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -66,15 +72,21 @@ def test_infeasibility_is_found_at_every_scale(name):
         for method in ("dual", "lp"):
             with pytest.raises(fhc.InfeasibleConstraintError, match="minimum achievable") as err:
                 fhc.solve(cmdp, method=method)
-            np.testing.assert_allclose(err.value.min_costs, least * c_c, rtol=1e-5,
-                                       err_msg=f"{name}, {method}, c_r = {c_r:g}, c_c = {c_c:g}")
+            np.testing.assert_allclose(
+                err.value.min_costs, least * c_c, rtol=1e-5, err_msg=f"{name}, {method}, c_r = {c_r:g}, c_c = {c_c:g}"
+            )
 
 
 def test_costs_far_below_the_rewards_are_not_ignored():
     """The probe of issue 43: a reward of 1,000 against a cost of 1e-8 and alpha = 5e-9. The
     old absolute tolerance (1e-9 of the reward scale) took cost 1e-8 for feasible."""
-    cmdp = fhc.TabularCMDP(np.ones((1, 2, 1)), np.array([[[1e3, 0.0]]]), np.array([[[[1e-8, 0.0]]]]),
-                           thresholds=np.array([5e-9]), initial_distribution=np.ones(1))
+    cmdp = fhc.TabularCMDP(
+        np.ones((1, 2, 1)),
+        np.array([[[1e3, 0.0]]]),
+        np.array([[[[1e-8, 0.0]]]]),
+        thresholds=np.array([5e-9]),
+        initial_distribution=np.ones(1),
+    )
     for method in ("dual", "lp"):
         sol = fhc.solve(cmdp, method=method)
         np.testing.assert_allclose(sol.costs, [5e-9], rtol=1e-6)
@@ -104,13 +116,22 @@ def _reference_inventory():
 
 @pytest.mark.parametrize("field", ["rewards", "costs", "terminal_rewards", "terminal_costs", "thresholds"])
 def test_values_the_dtype_would_flush_to_zero_are_refused(field):
-    kw = {"transitions": np.ones((1, 2, 1)), "rewards": np.ones((2, 1, 2)), "costs": np.ones((1, 2, 1, 2)),
-          "terminal_rewards": np.ones(1), "terminal_costs": np.ones((1, 1)), "thresholds": np.ones(1),
-          "initial_distribution": np.ones(1)}
+    kw = {
+        "transitions": np.ones((1, 2, 1)),
+        "rewards": np.ones((2, 1, 2)),
+        "costs": np.ones((1, 2, 1, 2)),
+        "terminal_rewards": np.ones(1),
+        "terminal_costs": np.ones((1, 1)),
+        "thresholds": np.ones(1),
+        "initial_distribution": np.ones(1),
+    }
     tiny = np.array(kw[field], np.float64)
     tiny.reshape(-1)[0] = 1e-40  # a float32 subnormal (numpy keeps it; XLA's arithmetic flushes it to 0)
-    with pytest.raises(ValueError, match=rf"TabularCMDP\.{field}: 1 nonzero values below the smallest normal "
-                                         r"float32 number 1\.18e-38 \(e\.g\. 1e-40 at index .*rescale"):
+    with pytest.raises(
+        ValueError,
+        match=rf"TabularCMDP\.{field}: 1 nonzero values below the smallest normal "
+        r"float32 number 1\.18e-38 \(e\.g\. 1e-40 at index .*rescale",
+    ):
         fhc.TabularCMDP(**{**kw, field: tiny})
     tiny.reshape(-1)[0] = 1e-50  # underflows to 0 when stored as float32
     with pytest.raises(ValueError, match=rf"TabularCMDP\.{field}: 1 nonzero values below"):
@@ -124,8 +145,13 @@ def test_values_the_dtype_would_flush_to_zero_are_refused(field):
 
 
 def test_float64_models_keep_values_float32_cannot_hold(x64):
-    kw = {"transitions": np.ones((1, 2, 1)), "rewards": np.full((2, 1, 2), 1e-40),
-          "costs": np.full((1, 2, 1, 2), 1e-300), "thresholds": np.full(1, 1e-300), "initial_distribution": np.ones(1)}
+    kw = {
+        "transitions": np.ones((1, 2, 1)),
+        "rewards": np.full((2, 1, 2), 1e-40),
+        "costs": np.full((1, 2, 1, 2), 1e-300),
+        "thresholds": np.full(1, 1e-300),
+        "initial_distribution": np.ones(1),
+    }
     cmdp = fhc.TabularCMDP(**kw)  # normal float64 numbers
     assert cmdp.rewards.dtype == jnp.float64 and float(cmdp.rewards[0, 0, 0]) == 1e-40
     with pytest.raises(ValueError, match=r"TabularCMDP\.costs: 4 nonzero values below the smallest normal float64"):
@@ -146,6 +172,7 @@ def test_subnormal_probabilities_are_accepted():
     """Probabilities have no units: a subnormal one changes no expectation by more than 1e-38
     (the battery's Gaussian tails have some)."""
     p = np.array([[[1.0 - 1e-40, 1e-40], [0.5, 0.5]], [[0.5, 0.5], [0.5, 0.5]]])
-    cmdp = fhc.TabularCMDP(p, np.ones((2, 2, 2)), np.ones((1, 2, 2, 2)), thresholds=[3.0],
-                           initial_distribution=np.array([1.0, 0.0]))
+    cmdp = fhc.TabularCMDP(
+        p, np.ones((2, 2, 2)), np.ones((1, 2, 2, 2)), thresholds=[3.0], initial_distribution=np.array([1.0, 0.0])
+    )
     assert fhc.solve(cmdp).reward == pytest.approx(2.0)

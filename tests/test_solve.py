@@ -7,10 +7,9 @@ import itertools
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import random_cmdp, switch_cmdp
 
 import fhc_jax as fhc
-from helpers import random_cmdp
-from helpers import switch_cmdp
 
 
 def test_hand_computed_constrained_optimum(x64):
@@ -37,7 +36,9 @@ def test_non_binding_constraint_gives_unconstrained_optimum(x64):
 
 def _cost_minimiser(cmdp):
     """Deterministic policy minimising the sum of all constraint costs (by DP)."""
-    total = cmdp.replace(rewards=-np.asarray(cmdp.costs).sum(0), terminal_rewards=-np.asarray(cmdp.terminal_costs).sum(0))
+    total = cmdp.replace(
+        rewards=-np.asarray(cmdp.costs).sum(0), terminal_rewards=-np.asarray(cmdp.terminal_costs).sum(0)
+    )
     return fhc.solve_unconstrained(total).policy
 
 
@@ -72,8 +73,10 @@ def test_dual_matches_lp(x64, m, seed, binding):
     else:
         np.testing.assert_allclose(dual.multipliers, 0.0, atol=1e-9)
     # Strong duality with the reported multipliers: D(nu) = J*.
-    shifted = cmdp.replace(rewards=np.asarray(cmdp.rewards) - np.einsum("k,khsa->hsa", dual.multipliers, cmdp.costs),
-                           terminal_rewards=np.asarray(cmdp.terminal_rewards) - dual.multipliers @ np.asarray(cmdp.terminal_costs))
+    shifted = cmdp.replace(
+        rewards=np.asarray(cmdp.rewards) - np.einsum("k,khsa->hsa", dual.multipliers, cmdp.costs),
+        terminal_rewards=np.asarray(cmdp.terminal_rewards) - dual.multipliers @ np.asarray(cmdp.terminal_costs),
+    )
     d_nu = fhc.solve_unconstrained(shifted).reward + dual.multipliers @ np.asarray(cmdp.thresholds)
     assert d_nu == pytest.approx(lp.reward, rel=1e-6)
 
@@ -103,10 +106,14 @@ def test_binding_single_constraint_holds_with_equality_by_randomising(x64):
 @pytest.mark.parametrize("m", [1, 2])
 def test_infeasible_thresholds_raise_with_minimum_costs(x64, m):
     base = random_cmdp(3, num_constraints=m)
-    mins = np.array([
-        -fhc.solve_unconstrained(base.replace(rewards=-np.asarray(base.costs[k]), terminal_rewards=-np.asarray(base.terminal_costs[k]))).reward
-        for k in range(m)
-    ])
+    mins = np.array(
+        [
+            -fhc.solve_unconstrained(
+                base.replace(rewards=-np.asarray(base.costs[k]), terminal_rewards=-np.asarray(base.terminal_costs[k]))
+            ).reward
+            for k in range(m)
+        ]
+    )
     cmdp = base.replace(thresholds=mins - 0.05)
     for method in ("dual", "lp"):
         with pytest.raises(fhc.InfeasibleConstraintError, match="minimum achievable") as err:

@@ -24,8 +24,15 @@ rliable_metrics = pytest.importorskip("rliable.metrics")
 
 
 def _optimum(reward: float) -> Optimum:
-    return Optimum(reward=reward, costs=np.array([25.0]), multipliers=np.array([0.5]), policy=None,
-                   stage_costs=None, stage_rewards=None, solve_time_s=0.0)
+    return Optimum(
+        reward=reward,
+        costs=np.array([25.0]),
+        multipliers=np.array([0.5]),
+        policy=None,
+        stage_costs=None,
+        stage_rewards=None,
+        solve_time_s=0.0,
+    )
 
 
 # ----------------------------------------------------------------------------- estimators
@@ -170,7 +177,9 @@ def test_seed_statistics_fields():
     assert st["reward"]["mean_ci95"] == pytest.approx(boot["mean_ci"][:, 0].tolist())
     assert st["costs"][0]["iqm_ci95"] == pytest.approx(boot["iqm_ci"][:, 1].tolist())
     gap = st["optimality_gap"]
-    assert gap["mean"] == pytest.approx(45.0 - 42.6) and gap["mean_ci95"] == pytest.approx(boot["mean_ci"][:, 2].tolist())
+    assert gap["mean"] == pytest.approx(45.0 - 42.6) and gap["mean_ci95"] == pytest.approx(
+        boot["mean_ci"][:, 2].tolist()
+    )
     assert gap["relative"]["mean"] == pytest.approx(gap["mean"] / 45.0)
     assert gap["relative"]["mean_ci95"] == pytest.approx([v / 45.0 for v in gap["mean_ci95"]])
     # 25.6 and 27 exceed 1.02 * 25 = 25.5: 2 of 5 seeds violate
@@ -211,8 +220,15 @@ def test_seed_statistics_without_rliable(monkeypatch):
 
 
 def test_seed_statistics_monte_carlo_judgement():
-    judged = judge.judge([10.0, 11.0, 12.0], [[1.0], [1.1], [0.9]], [1.0], episodes=1000,
-                         reward_half_width=[0.1] * 3, cost_half_width=[[0.05]] * 3, optimum=_optimum(12.5))
+    judged = judge.judge(
+        [10.0, 11.0, 12.0],
+        [[1.0], [1.1], [0.9]],
+        [1.0],
+        episodes=1000,
+        reward_half_width=[0.1] * 3,
+        cost_half_width=[[0.05]] * 3,
+        optimum=_optimum(12.5),
+    )
     st = statistics.seed_statistics(judged, resamples=100)
     assert st["judged_by"] == "monte-carlo (1000 episodes)"
     # feasibility on the upper end of each cost interval: 1.05, 1.15 > 1.02; 0.95 passes
@@ -267,8 +283,15 @@ def test_runs_progress_lines_and_eta():
     lines = stream.getvalue().splitlines()
     assert "\r" not in stream.getvalue() and len(lines) == 2
     first, second = (parse_run_line(line) for line in lines)
-    assert first == {"done": 1, "total": 4, "unit": "runs", "elapsed_s": 10.0, "eta_s": 30.0, "name": "CPO (xy)",
-                     "detail": "reward 1.00 | odd detail"}
+    assert first == {
+        "done": 1,
+        "total": 4,
+        "unit": "runs",
+        "elapsed_s": 10.0,
+        "eta_s": 30.0,
+        "name": "CPO (xy)",
+        "detail": "reward 1.00 | odd detail",
+    }
     assert second["done"] == 2 and second["elapsed_s"] == 30.0 and second["eta_s"] == 30.0 and second["detail"] == ""
     assert parse_run_line("fh-constrained 3/20 [###.....] 15% | 1.2k env-steps/s") is None
     # on a terminal the line first clears a progress line being redrawn in place
@@ -296,14 +319,27 @@ def test_chunk_line_shows_overall_progress():
 
     stream = _Stream(tty=False)
     progress = Progress("cpo", 10, 2, None, np.array([1.0]), stream, overall=lambda frac: f"overall {frac:.2f}")
-    state = ChunkState(carry=None, iteration=5, metrics={}, exact_iterations=np.array([0, 5]),
-                       exact_reward=np.zeros((2, 2)), exact_costs=np.zeros((2, 2, 1)), elapsed_s=1.0)
+    state = ChunkState(
+        carry=None,
+        iteration=5,
+        metrics={},
+        exact_iterations=np.array([0, 5]),
+        exact_reward=np.zeros((2, 2)),
+        exact_costs=np.zeros((2, 2, 1)),
+        elapsed_s=1.0,
+    )
     progress(state)
     assert stream.getvalue().rstrip("\n").endswith("| overall 0.50") and "\r" not in stream.getvalue()
 
 
-TINY = ["env.size=3", "env.horizon=4", "env.alpha=3.0", "num_iterations=6", "episodes_per_iteration=8",
-        "run.chunk_size=3"]
+TINY = [
+    "env.size=3",
+    "env.horizon=4",
+    "env.alpha=3.0",
+    "num_iterations=6",
+    "episodes_per_iteration=8",
+    "run.chunk_size=3",
+]
 
 
 @pytest.mark.slow

@@ -152,7 +152,9 @@ def test_inventory_steps_match_the_exact_model():
     env = InventoryEnv()
     params = env.default_params
     cmdp = env.to_cmdp(params)
-    h, s, a, d = (x.ravel() for x in np.meshgrid(np.arange(24), np.arange(21), np.arange(6), np.arange(16), indexing="ij"))
+    h, s, a, d = (
+        x.ravel() for x in np.meshgrid(np.arange(24), np.arange(21), np.arange(6), np.arange(16), indexing="ij")
+    )
     cdf = np.cumsum(np.asarray(params.demand, np.float64), axis=1)
     lower = np.where(d > 0, cdf[h, np.maximum(d - 1, 0)], 0.0)
     u = (lower + cdf[h, d]) / 2  # a uniform inside demand d's interval
@@ -216,7 +218,8 @@ def test_inventory_monte_carlo_matches_exact_evaluation(solved):
     exact = fhc.evaluate(cmdp, best.policy)
     env, params = suite.task("inventory_own").make()
     ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(
-        jax.random.key(3), env, params, _play_table(best.policy, env.max_stock), 20_000)
+        jax.random.key(3), env, params, _play_table(best.policy, env.max_stock), 20_000
+    )
     r, c = np.asarray(ret.rewards, np.float64), np.asarray(ret.costs, np.float64)[:, 0]
     assert abs(r.mean() - float(exact.reward)) <= Z * r.std() / np.sqrt(r.size), (r.mean(), exact.reward)
     assert abs(c.mean() - float(exact.costs[0])) <= Z * c.std() / np.sqrt(c.size), (c.mean(), exact.costs)
@@ -248,8 +251,9 @@ def test_documented_own_environment_example_runs():
     packaged = InventoryEnv(alpha=env.alpha)
     reference = packaged.to_cmdp(packaged.default_params)
     for field in fhc.TabularCMDP._fields:
-        np.testing.assert_allclose(np.asarray(getattr(cmdp, field)), np.asarray(getattr(reference, field)),
-                                   rtol=1e-6, atol=1e-7, err_msg=field)
+        np.testing.assert_allclose(
+            np.asarray(getattr(cmdp, field)), np.asarray(getattr(reference, field)), rtol=1e-6, atol=1e-7, err_msg=field
+        )
     assert float(packaged.default_params.thresholds[0]) == pytest.approx(env.alpha, rel=1e-6)  # the same 60% rule
     assert best.multipliers[0] > 0
     r, c = np.asarray(returns.rewards, np.float64), np.asarray(returns.costs, np.float64)[:, 0]
@@ -277,12 +281,24 @@ def test_benchmark_records_a_failing_learner_and_merges_cells(tmp_path):
     assert cell["error"].startswith("make_train: ValueError: ") and "\n" not in cell["error"]
     assert rb.cell_text(cell) == "error"
     keys = rb.seed_keys(3)
-    np.testing.assert_array_equal(jax.random.key_data(keys[2]),
-                                  jax.random.key_data(jax.random.fold_in(jax.random.key(424242), 2)))
+    np.testing.assert_array_equal(
+        jax.random.key_data(keys[2]), jax.random.key_data(jax.random.fold_in(jax.random.key(424242), 2))
+    )
     path = tmp_path / "robustness.json"
     ok = {"num_seeds": 5, "feasible_seeds": 4, "worst_percent": 91.26, "run": "a"}
-    path.write_text(json.dumps(rb.to_json(rb.merge(path, "a", {"command": "first"}, {"inventory": {"x": 1}},
-                                                   {"cpo": {"inventory": ok, "garnet_s20": ok}}))))
+    path.write_text(
+        json.dumps(
+            rb.to_json(
+                rb.merge(
+                    path,
+                    "a",
+                    {"command": "first"},
+                    {"inventory": {"x": 1}},
+                    {"cpo": {"inventory": ok, "garnet_s20": ok}},
+                )
+            )
+        )
+    )
     merged = rb.merge(path, "b", {"command": "second"}, {}, {"cpo": {"inventory": {**cell, "run": "b"}}})
     assert merged["results"]["cpo"]["garnet_s20"] == ok  # cells not run again are kept
     assert "error" in merged["results"]["cpo"]["inventory"]

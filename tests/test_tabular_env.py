@@ -6,10 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-import fhc_jax as fhc
 from helpers import random_cmdp, random_policy
 
+import fhc_jax as fhc
 from fhc_jax.cmdp.evaluate import evaluate
 from fhc_jax.envs import GridWorld, TabularEnv, TabularState
 from fhc_jax.rollout import rollout
@@ -131,8 +130,9 @@ def test_policy_tables_play_from_the_state_index_whatever_the_observation(make, 
     n = 20_000
     ret = jax.jit(lambda k: fhc.rollout_returns(k, env, cmdp, fhc.table_policy(table, env), n))(jax.random.key(13))
     samples = [(np.asarray(ret.rewards), exact.reward, misread.reward)] + [
-        (np.asarray(ret.costs)[:, k], exact.costs[k], misread.costs[k]) for k in range(2)]
-    for sample, want, wrong in samples:
+        (np.asarray(ret.costs)[:, k], exact.costs[k], misread.costs[k]) for k in range(2)
+    ]
+    for sample, want, _wrong in samples:
         se = float(np.std(sample)) / np.sqrt(n)
         assert abs(float(np.mean(sample)) - float(want)) < 4 * se, (float(np.mean(sample)), float(want), se)
     assert max(abs(float(want) - float(wrong)) / (float(np.std(s)) / np.sqrt(n)) for s, want, wrong in samples) > 20
@@ -151,7 +151,8 @@ def test_learner_policy_and_monte_carlo_judging_on_an_own_observation():
     cmdp = random_cmdp(15, num_states=4, num_actions=2, horizon=3)
     env = OwnObservationEnv(cmdp)
     out = jax.jit(fc.make_train(env, cmdp, fc.Config(num_iterations=3, episodes_per_iteration=8, eval_every=0)))(
-        jax.random.key(0))
+        jax.random.key(0)
+    )
     policy = fc.policy(out.state, env, cmdp)
     table = fc.policy_table(out.state, env, cmdp)
     values = judge.monte_carlo(env, cmdp, [policy], episodes=20_000)

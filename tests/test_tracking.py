@@ -23,8 +23,20 @@ pytest.importorskip("wandb")
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
-TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20",
-        "--set", "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0"]
+TINY = [
+    "--set",
+    "env.size=3",
+    "--set",
+    "env.horizon=4",
+    "--set",
+    "num_iterations=20",
+    "--set",
+    "episodes_per_iteration=8",
+    "--set",
+    "run.chunk_size=5",
+    "--set",
+    "env.alpha=3.0",
+]
 
 
 @pytest.fixture
@@ -58,8 +70,24 @@ def tracked_run(tmp_path_factory):
     out = tmp / "run"
     try:
         assert tracking.wandb_mode() == "offline"
-        assert main(["train", "--seeds", "2", *TINY, "--out", str(out), "--quiet",
-                     "--logger", "tensorboard", "--logger", "wandb"]) == 0
+        assert (
+            main(
+                [
+                    "train",
+                    "--seeds",
+                    "2",
+                    *TINY,
+                    "--out",
+                    str(out),
+                    "--quiet",
+                    "--logger",
+                    "tensorboard",
+                    "--logger",
+                    "wandb",
+                ]
+            )
+            == 0
+        )
     finally:
         mp.undo()
     return out
@@ -100,8 +128,10 @@ def test_missing_package_is_a_usage_error_naming_the_extra(monkeypatch, tmp_path
     err = capsys.readouterr().err
     assert "fhc-jax train: error: logger 'wandb' needs the package 'wandb'" in err and "fhc_jax[track]" in err
     assert not out.exists()  # refused before anything was written (or compiled)
-    for cmd in (["sweep", *TINY, "--grid", "trace=0.5,0.6", "--out", str(tmp_path / "s")],
-                ["compare", "--algos", "fh-constrained", *TINY, "--out", str(tmp_path / "c")]):
+    for cmd in (
+        ["sweep", *TINY, "--grid", "trace=0.5,0.6", "--out", str(tmp_path / "s")],
+        ["compare", "--algos", "fh-constrained", *TINY, "--out", str(tmp_path / "c")],
+    ):
         assert main([*cmd, "--logger", "wandb"]) == 2
         assert "fhc_jax[track]" in capsys.readouterr().err
         assert not (tmp_path / cmd[-1]).exists()
@@ -163,7 +193,9 @@ def test_tensorboard_config_summary_and_plots(tracked_run):
     assert agg[-1].step == 20 and agg[-1].value == pytest.approx(summary["aggregate"]["exact_reward"]["mean"], rel=1e-6)
     assert ea.Scalars("summary/aggregate/feasible_seeds")[-1].value == summary["aggregate"]["feasible_seeds"]
     for r, row in enumerate(summary["seeds"]):
-        assert ea.Scalars(f"summary/seeds/{r}/exact_costs/0")[-1].value == pytest.approx(row["exact_costs"][0], rel=1e-6)
+        assert ea.Scalars(f"summary/seeds/{r}/exact_costs/0")[-1].value == pytest.approx(
+            row["exact_costs"][0], rel=1e-6
+        )
     text = ea.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
     assert json.loads("\n".join(line[4:] for line in text.splitlines())) == json.loads(json.dumps(config))
     hparams = ea.PluginTagToContent("hparams")
@@ -180,16 +212,21 @@ def test_wandb_offline_run_written_without_network(tracked_run):
     run_file = list(runs[0].glob("run-*.wandb"))
     assert len(run_file) == 1
     data = run_file[0].read_bytes()
-    for key in (b"seed_0/reward", b"seed_1/exact_cost_0", b"speed/env_steps_per_s",
-                b"summary/aggregate/feasible_seeds", b"plots/learning_curves", b"critic_lr.init"):
+    for key in (
+        b"seed_0/reward",
+        b"seed_1/exact_cost_0",
+        b"speed/env_steps_per_s",
+        b"summary/aggregate/feasible_seeds",
+        b"plots/learning_curves",
+        b"critic_lr.init",
+    ):
         assert key in data, key
     assert list((runs[0] / "files" / "media" / "images").glob("plots/learning_curves*.png"))
 
 
 def test_results_do_not_depend_on_logging(tracked_run, tmp_path):
     out = tmp_path / "plain"
-    assert main(["train", "--seeds", "2", *TINY, "--out", str(out), "--quiet", "--no-plots",
-                 "--logger", "none"]) == 0
+    assert main(["train", "--seeds", "2", *TINY, "--out", str(out), "--quiet", "--no-plots", "--logger", "none"]) == 0
     assert (out / "metrics.csv").read_text() == (tracked_run / "metrics.csv").read_text()
     assert not (out / "tensorboard").exists() and not (out / "wandb").exists()
 
@@ -231,8 +268,25 @@ def test_failing_tracker_does_not_fail_training(tracked_run, monkeypatch, tmp_pa
     monkeypatch.setattr(_Raising, "closed", 0)
     monkeypatch.setitem(tracking.TRACKERS, "wandb", _Raising)  # the other logger keeps working
     out = tmp_path / "run"
-    assert main(["train", "--seeds", "2", *TINY, "--out", str(out), "--quiet", "--no-plots",
-                 "--logger", "wandb", "--logger", "tensorboard"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--seeds",
+                "2",
+                *TINY,
+                "--out",
+                str(out),
+                "--quiet",
+                "--no-plots",
+                "--logger",
+                "wandb",
+                "--logger",
+                "tensorboard",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     warnings = [line for line in err.splitlines() if "logging disabled" in line]
     assert len(warnings) == 1 and warnings[0].startswith("fhc-jax: warning: wandb logging disabled")
@@ -246,12 +300,18 @@ def test_failing_tracker_does_not_fail_training(tracked_run, monkeypatch, tmp_pa
 
 def _state(iteration: int, runs: int = 2, elapsed: float = 1.0) -> ChunkState:
     n = iteration
-    return ChunkState(carry=None, iteration=n,
-                      metrics={"reward": np.arange(runs * n, dtype=np.float32).reshape(runs, n),
-                               "costs": np.ones((runs, n, 1), np.float32)},
-                      exact_iterations=np.array([0, n] if n else [0]),
-                      exact_reward=np.full((runs, 2 if n else 1), 7.0), exact_costs=np.full((runs, 2 if n else 1, 1), 3.0),
-                      elapsed_s=elapsed)
+    return ChunkState(
+        carry=None,
+        iteration=n,
+        metrics={
+            "reward": np.arange(runs * n, dtype=np.float32).reshape(runs, n),
+            "costs": np.ones((runs, n, 1), np.float32),
+        },
+        exact_iterations=np.array([0, n] if n else [0]),
+        exact_reward=np.full((runs, 2 if n else 1), 7.0),
+        exact_costs=np.full((runs, 2 if n else 1, 1), 3.0),
+        elapsed_s=elapsed,
+    )
 
 
 class _Recorder:
@@ -281,9 +341,17 @@ class _Recorder:
 def test_trackers_log_each_iteration_once_and_resume_after_the_checkpoint(monkeypatch, tmp_path):
     monkeypatch.setitem(tracking.TRACKERS, "tensorboard", _Recorder)
     monkeypatch.setattr(_Recorder, "instances", [])
-    t = tracking.Trackers(("tensorboard",), tmp_path, name="x", config={"a": [1, 2]}, hparams={"a": [1, 2], "b": None},
-                          run_labels=["seed_0", "seed_1"], steps_per_iteration=10, start_iteration=None,
-                          background=False)
+    t = tracking.Trackers(
+        ("tensorboard",),
+        tmp_path,
+        name="x",
+        config={"a": [1, 2]},
+        hparams={"a": [1, 2], "b": None},
+        run_labels=["seed_0", "seed_1"],
+        steps_per_iteration=10,
+        start_iteration=None,
+        background=False,
+    )
     t.log_chunk(_state(0))  # before begin: nothing
     t.begin(0, 0.0)
     t.log_chunk(_state(0, elapsed=0.0))
@@ -295,16 +363,26 @@ def test_trackers_log_each_iteration_once_and_resume_after_the_checkpoint(monkey
     rec = _Recorder.instances[0]
     assert rec.config == ({"a": [1, 2]}, {"a": "[1, 2]"})
     assert [s for s, _ in rec.steps] == [0, 1, 2, 3]
-    assert rec.steps[0][1] == {"seed_0": {"exact_reward": 7.0, "exact_cost_0": 3.0},
-                               "seed_1": {"exact_reward": 7.0, "exact_cost_0": 3.0}}
+    assert rec.steps[0][1] == {
+        "seed_0": {"exact_reward": 7.0, "exact_cost_0": 3.0},
+        "seed_1": {"exact_reward": 7.0, "exact_cost_0": 3.0},
+    }
     assert rec.steps[2][1]["seed_1"] == {"reward": 4.0, "cost_0": 1.0}
     assert rec.steps[3][1]["seed_0"] == {"reward": 2.0, "cost_0": 1.0, "exact_reward": 7.0, "exact_cost_0": 3.0}
     assert rec.steps[3][1]["speed"] == {"iterations_per_s": 6.0, "env_steps_per_s": 120.0}
     assert rec.summary == ({"complete": True, "machine": {"cpu": "x"}}, 3) and rec.images[1] == 3
     assert rec.closed and not t.enabled
     # a resumed run at iteration 3 logs from iteration 4 on
-    t = tracking.Trackers(("tensorboard",), tmp_path, name="x", config={}, run_labels=["seed_0", "seed_1"],
-                          start_iteration=3, start_elapsed=0.5, background=False)
+    t = tracking.Trackers(
+        ("tensorboard",),
+        tmp_path,
+        name="x",
+        config={},
+        run_labels=["seed_0", "seed_1"],
+        start_iteration=3,
+        start_elapsed=0.5,
+        background=False,
+    )
     t.log_chunk(_state(5, elapsed=1.5))
     t.close()
     rec = _Recorder.instances[1]
@@ -334,8 +412,24 @@ def test_close_does_not_wait_forever_for_a_hung_tracker(monkeypatch, tmp_path, c
 @pytest.mark.slow
 def test_sweep_logs_every_configuration_and_seed(tmp_path):
     out = tmp_path / "sweep"
-    assert main(["sweep", "--seeds", "1", *TINY, "--grid", "trace=0.5,0.6", "--out", str(out), "--quiet",
-                 "--logger", "tensorboard"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--seeds",
+                "1",
+                *TINY,
+                "--grid",
+                "trace=0.5,0.6",
+                "--out",
+                str(out),
+                "--quiet",
+                "--logger",
+                "tensorboard",
+            ]
+        )
+        == 0
+    )
     ea = _events(out / "tensorboard")
     runs = list(csv.DictReader((out / "runs.csv").open()))
     for c in (0, 1):
@@ -348,13 +442,32 @@ def test_sweep_logs_every_configuration_and_seed(tmp_path):
 
 def test_compare_logs_one_tensorboard_run_per_learner(tmp_path):
     out = tmp_path / "cmp"
-    assert main(["compare", "--algos", "fh-constrained", "--seeds", "2", *TINY, "--out", str(out), "--name", "t",
-                 "--quiet", "--logger", "tensorboard"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--algos",
+                "fh-constrained",
+                "--seeds",
+                "2",
+                *TINY,
+                "--out",
+                str(out),
+                "--name",
+                "t",
+                "--quiet",
+                "--logger",
+                "tensorboard",
+            ]
+        )
+        == 0
+    )
     ea = _events(out / "tensorboard" / "t" / "FH-Constrained")
     result = json.loads((out / "t.json").read_text())
     assert [e.step for e in ea.Scalars("seed_1/cost_0")] == list(range(1, 21))
     assert ea.Scalars("summary/exact/reward/mean")[-1].value == pytest.approx(
-        result["runs"][0]["exact"]["reward"]["mean"], rel=1e-6)
+        result["runs"][0]["exact"]["reward"]["mean"], rel=1e-6
+    )
 
 
 def test_unreachable_wandb_server_only_disables_wandb(offline_env, monkeypatch, tmp_path, capsys):
@@ -378,8 +491,14 @@ def test_unreachable_wandb_server_only_disables_wandb(offline_env, monkeypatch, 
 
     monkeypatch.setattr(wandb, "init", gated_init)
     try:
-        t = tracking.Trackers(("wandb", "tensorboard"), tmp_path, name="x", config={"a": 1},
-                              run_labels=["seed_0", "seed_1"], stream=sys.stderr)
+        t = tracking.Trackers(
+            ("wandb", "tensorboard"),
+            tmp_path,
+            name="x",
+            config={"a": 1},
+            run_labels=["seed_0", "seed_1"],
+            stream=sys.stderr,
+        )
         t.log_chunk(_state(4))
         assert not initialised.is_set()  # the training thread does not wait for W&B
     finally:

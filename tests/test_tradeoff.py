@@ -63,7 +63,10 @@ def _garnet():
 
 def test_gridworld_points_equal_separate_solves():
     cmdp, curve = _gridworld()
-    assert curve.alphas.shape == curve.rewards.shape == (21,) and curve.multipliers.shape == curve.costs.shape == (21, 1)
+    assert curve.alphas.shape == curve.rewards.shape == (21,) and curve.multipliers.shape == curve.costs.shape == (
+        21,
+        1,
+    )
     free = fhc.solve_unconstrained(cmdp)
     assert curve.alphas[-1] == pytest.approx(float(free.costs[0]), rel=1e-9) == curve.unconstrained_cost
     assert curve.rewards[-1] == pytest.approx(free.reward, rel=1e-9)
@@ -96,7 +99,7 @@ def test_garnet_points_equal_separate_solves_and_the_lp():
 
 
 def test_curves_are_non_decreasing_and_concave():
-    for cmdp, curve in (_gridworld(), _garnet()):
+    for _cmdp, curve in (_gridworld(), _garnet()):
         a, r, nu = curve.alphas, curve.rewards, curve.multipliers[:, 0]
         assert _shape_violations(a, r, nu) == []
         assert np.all(curve.reward_lost >= -1e-9) and curve.reward_lost[-1] == pytest.approx(0.0, abs=1e-9)
@@ -143,8 +146,13 @@ def test_two_constraints_sweep_each_with_the_other_at_its_threshold(x64):
         # the last point is the optimum without constraint k
         with pytest.raises(fhc.InfeasibleConstraintError):
             _solve_at(cmdp, curve.cheapest_cost - 1e-3 * (curve.unconstrained_cost - curve.cheapest_cost), k)
-        dropped = fhc.solve(cmdp.replace(costs=cmdp.costs[other:other + 1], terminal_costs=cmdp.terminal_costs[other:other + 1],
-                                         thresholds=alpha[other:other + 1]))
+        dropped = fhc.solve(
+            cmdp.replace(
+                costs=cmdp.costs[other : other + 1],
+                terminal_costs=cmdp.terminal_costs[other : other + 1],
+                thresholds=alpha[other : other + 1],
+            )
+        )
         assert curve.unconstrained_reward == pytest.approx(dropped.reward, rel=1e-9) == curve.rewards[-1]
         # the model's own threshold lies on the curve
         i = int(np.searchsorted(curve.alphas, alpha[k]))
@@ -155,7 +163,9 @@ def test_alphas_outside_the_range_are_explained():
     _, curve = _garnet()
     below, above = curve.cheapest_cost - 0.1, curve.unconstrained_cost + 0.1
     assert curve.position(below) == "infeasible" and curve.position(above) == "not binding"
-    assert curve.position(curve.cheapest_cost) == "binding" and curve.position(curve.unconstrained_cost) == "not binding"
+    assert (
+        curve.position(curve.cheapest_cost) == "binding" and curve.position(curve.unconstrained_cost) == "not binding"
+    )
     assert "is infeasible: it is below" in curve.describe(below) and "no policy meets it" in curve.describe(below)
     assert "does not bind" in curve.describe(above) and "multiplier 0" in curve.describe(above)
     assert curve.as_dict()["position_of_threshold"] == "binding"
@@ -179,7 +189,7 @@ def test_cli_prints_the_curve_marks_the_threshold_and_writes_the_plot(tmp_path, 
     text = capsys.readouterr().out
     lines = text.splitlines()
     head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["alpha", "reward"])
-    rows = lines[head + 1:head + 7]
+    rows = lines[head + 1 : head + 7]
     assert len(rows) == 6 and sum(MARK in row for row in rows) == 1  # 5 alphas and the threshold in use
     marked = next(row for row in rows if MARK in row).split()
     result = json.loads(out.read_text())
@@ -197,18 +207,24 @@ def test_cli_prints_the_curve_marks_the_threshold_and_writes_the_plot(tmp_path, 
     text = capsys.readouterr().out
     assert "alpha = 100 does not bind" in text and "do" in text and figure.is_file()
     assert "the constraint does not bind (multiplier 0): no reward lost" in text
-    assert main(["solve", "--size", "3", "--horizon", "4", "--alpha", "0.5", "--tradeoff", "3", "--plot", str(figure)]) == 1
+    assert (
+        main(["solve", "--size", "3", "--horizon", "4", "--alpha", "0.5", "--tradeoff", "3", "--plot", str(figure)])
+        == 1
+    )
     captured = capsys.readouterr()
     assert "alpha = 0.5 is infeasible: it is below" in captured.out and "infeasible constraints" in captured.err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--tradeoff", "1"], "--tradeoff N: the number of thresholds must lie in [2, 10000], found 1"),
-    (["--tradeoff", "0"], "--tradeoff N: the number of thresholds must lie in [2, 10000], found 0"),
-    (["--plot", "x.png"], "--plot is the figure of --tradeoff; add --tradeoff [N] or drop --plot"),
-    (["--tradeoff", "--plot", "/proc/x.png"], "--plot /proc/x.png: cannot write there"),
-    (["--tradeoff", "--plot", "curve.pdf"], "--plot curve.pdf: the figure is a PNG file"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--tradeoff", "1"], "--tradeoff N: the number of thresholds must lie in [2, 10000], found 1"),
+        (["--tradeoff", "0"], "--tradeoff N: the number of thresholds must lie in [2, 10000], found 0"),
+        (["--plot", "x.png"], "--plot is the figure of --tradeoff; add --tradeoff [N] or drop --plot"),
+        (["--tradeoff", "--plot", "/proc/x.png"], "--plot /proc/x.png: cannot write there"),
+        (["--tradeoff", "--plot", "curve.pdf"], "--plot curve.pdf: the figure is a PNG file"),
+    ],
+)
 def test_cli_refuses_bad_tradeoff_arguments_in_one_line(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["solve", "--size", "3", "--horizon", "4", *argv]) == 2
@@ -242,4 +258,3 @@ def test_column_generation_does_not_cycle():
         dual, lp = fhc.solve(c64, max_iterations=60), fhc.solve(c64, method="lp")
     assert dual.reward == pytest.approx(lp.reward, rel=1e-6)
     assert np.all(dual.costs <= thresholds * (1 + 1e-9))
-

@@ -20,8 +20,21 @@ from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
 
 pytestmark = pytest.mark.slow
 
-TINY = ["--set", "env.size=3", "--set", "env.horizon=4", "--set", "num_iterations=20", "--set",
-        "episodes_per_iteration=8", "--set", "run.chunk_size=5", "--set", "env.alpha=3.0", "--no-plots"]
+TINY = [
+    "--set",
+    "env.size=3",
+    "--set",
+    "env.horizon=4",
+    "--set",
+    "num_iterations=20",
+    "--set",
+    "episodes_per_iteration=8",
+    "--set",
+    "run.chunk_size=5",
+    "--set",
+    "env.alpha=3.0",
+    "--no-plots",
+]
 
 
 def test_a_quiet_run_still_says_what_is_not_what_it_seems(tmp_path, capsys):
@@ -73,8 +86,10 @@ def test_a_run_whose_environment_data_changed_is_not_resumed_or_judged_as_traine
     data.write_text(json.dumps({"fast_reward": 1.0}))
     out = tmp_path / "run"
     sets = ["--set", f"env.data={json.dumps(str(data))}", "--set", "num_iterations=10", "--set", "run.chunk_size=5"]
-    assert main(["train", "--env", "data_env:DataEnv", *sets, "--seeds", "2", "--out", str(out), "--quiet",
-                 "--no-plots"]) == 0
+    assert (
+        main(["train", "--env", "data_env:DataEnv", *sets, "--seeds", "2", "--out", str(out), "--quiet", "--no-plots"])
+        == 0
+    )
     capsys.readouterr()
     data.write_text(json.dumps({"fast_reward": 3.0}))
     assert main(["train", "--resume", "--out", str(out)]) == 2
@@ -98,19 +113,33 @@ def test_a_run_whose_environment_data_changed_is_not_resumed_or_judged_as_traine
     del cfg["environment"]
     rundir.write_json_atomic(out / rundir.CONFIG, cfg)
     assert main(["train", "--resume", "--out", str(out), "--quiet", "--no-plots"]) == 0
-    assert (f"fhc-jax train: note: {out / rundir.CONFIG} was recorded before environments were fingerprinted: "
-            "cannot check that the environment is the one the run was trained on") in capsys.readouterr().err
+    assert (
+        f"fhc-jax train: note: {out / rundir.CONFIG} was recorded before environments were fingerprinted: "
+        "cannot check that the environment is the one the run was trained on"
+    ) in capsys.readouterr().err
 
 
 def test_compare_lists_rows_by_label_with_their_own_tolerance(tmp_path):
     """K end to end: two rows of one learner, judged with tolerances 0 and 0.5."""
     study = tmp_path / "study.toml"
-    study.write_text('name = "tol"\n[[run]]\nlabel = "FH strict"\nalgo = "fh-constrained"\n'
-                     'set = { run = { feasibility_tolerance = 0.0 } }\n'
-                     '[[run]]\nlabel = "FH lenient"\nalgo = "fh-constrained"\n'
-                     'set = { run = { feasibility_tolerance = 0.5 } }\n')
-    sets = [x for s in ("env.size=3", "env.horizon=4", "env.alpha=3.0", "num_iterations=6",
-                        "episodes_per_iteration=8", "run.chunk_size=3") for x in ("--set", s)]
+    study.write_text(
+        'name = "tol"\n[[run]]\nlabel = "FH strict"\nalgo = "fh-constrained"\n'
+        "set = { run = { feasibility_tolerance = 0.0 } }\n"
+        '[[run]]\nlabel = "FH lenient"\nalgo = "fh-constrained"\n'
+        "set = { run = { feasibility_tolerance = 0.5 } }\n"
+    )
+    sets = [
+        x
+        for s in (
+            "env.size=3",
+            "env.horizon=4",
+            "env.alpha=3.0",
+            "num_iterations=6",
+            "episodes_per_iteration=8",
+            "run.chunk_size=3",
+        )
+        for x in ("--set", s)
+    ]
     assert main(["compare", str(study), "--seeds", "2", "--out", str(tmp_path), "--quiet", *sets]) == 0
     res = json.loads((tmp_path / "tol.json").read_text())
     assert [r["label"] for r in res["runs"]] == ["FH strict", "FH lenient"] and res["tolerance"] is None

@@ -102,13 +102,19 @@ def test_the_judges_bound_mirrors_the_learners():
 # ----------------------------------------------------------------------------- I: run settings
 
 
-@pytest.mark.parametrize("assignment, message", [
-    ("run.seed=4294967296", "run.seed must be an integer <= 4294967295, found 4294967296 (the base seed is one 32-bit"),
-    ("run.seed=-1", "run.seed must be an integer >= 0, found -1"),
-    ("run.feasibility_tolerance=inf", "run.feasibility_tolerance must be a finite number, found inf"),
-    ("run.feasibility_tolerance=nan", "run.feasibility_tolerance must be a finite number, found nan"),
-    ("run.feasibility_tolerance=1.5", "run.feasibility_tolerance must be a number <= 1, found 1.5"),
-])
+@pytest.mark.parametrize(
+    "assignment, message",
+    [
+        (
+            "run.seed=4294967296",
+            "run.seed must be an integer <= 4294967295, found 4294967296 (the base seed is one 32-bit",
+        ),
+        ("run.seed=-1", "run.seed must be an integer >= 0, found -1"),
+        ("run.feasibility_tolerance=inf", "run.feasibility_tolerance must be a finite number, found inf"),
+        ("run.feasibility_tolerance=nan", "run.feasibility_tolerance must be a finite number, found nan"),
+        ("run.feasibility_tolerance=1.5", "run.feasibility_tolerance must be a number <= 1, found 1.5"),
+    ],
+)
 def test_run_settings_that_would_wrap_or_fail_late_are_refused(assignment, message, capsys, tmp_path):
     """I: seeds s and s + 2**32 trained the same runs; a tolerance of inf passed validation and
     failed after training. Both are one-line usage errors before anything compiles."""
@@ -121,8 +127,9 @@ def test_run_settings_that_would_wrap_or_fail_late_are_refused(assignment, messa
 
 
 def test_seed_keys_refuse_seeds_the_key_would_wrap():
-    assert np.array_equal(jax.random.key_data(runner.seed_keys(2**32 - 1, 1)),
-                          jax.random.key_data(runner.seed_keys(2**32 - 1, 1)))
+    assert np.array_equal(
+        jax.random.key_data(runner.seed_keys(2**32 - 1, 1)), jax.random.key_data(runner.seed_keys(2**32 - 1, 1))
+    )
     for seed in (2**32, -1, 1.5):
         with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 4294967295\]"):
             runner.seed_keys(seed, 2)
@@ -146,28 +153,50 @@ def test_a_returned_policy_far_below_its_last_iterate_is_reported_in_one_line():
     rows = returned.returned_policies([25, 25, 25], its, rewards, costs, [1.0], "exact", estimate, eval_episodes=256)
     assert [r["far_below"] for r in rows] == [True, False, False] and len(calls) == 1
     line = rows[0]["message"]
-    assert line.startswith("seed 0: returned the iteration-25 policy (60% of the last iterate's reward: 6 vs 10 at "
-                           "iteration 100, whose cost 0.9 is within alpha 1 by the exact evaluation) because the "
-                           "learner's own estimate of the last iterate (256 episodes of its rollout) put its upper 95% "
-                           "cost bound above alpha") and "\n" not in line
+    assert (
+        line.startswith(
+            "seed 0: returned the iteration-25 policy (60% of the last iterate's reward: 6 vs 10 at "
+            "iteration 100, whose cost 0.9 is within alpha 1 by the exact evaluation) because the "
+            "learner's own estimate of the last iterate (256 episodes of its rollout) put its upper 95% "
+            "cost bound above alpha"
+        )
+        and "\n" not in line
+    )
     assert rows[1]["message"] is None  # 2% below: within 5% of |reward|
     assert rows[2]["message"] is None  # the last iterate is above alpha: returning another is right
     assert rows[0]["reward"] == 6.0 and rows[0]["last_costs"] == [0.9]
-    assert returned.returned_policies([100], its, rewards[:1], costs[:1], [1.0], "exact", estimate)[0]["message"] is None
+    assert (
+        returned.returned_policies([100], its, rewards[:1], costs[:1], [1.0], "exact", estimate)[0]["message"] is None
+    )
     assert len(calls) == 1
     assert returned.returned_line(rows + [dict(rows[0], iteration=100)]) == (
         "returned policies (the learner's selection by its own estimates): iteration 100 (the last) for seed 3; "
-        "iteration 25 for seeds 0, 1, 2")
+        "iteration 25 for seeds 0, 1, 2"
+    )
 
 
 def test_summary_status_fields_are_the_learners_one_line():
     """O: summary.json's constraint_status carries Status.describe() for every seed."""
     from fhc_jax.algos.core.selection import constraint_status
 
-    ok = constraint_status(np.full((100, 1), 2.0), np.full((100, 1), 1.0), np.array([2.0]), np.array([2.0]),
-                           np.array([1.0]), True, np.array([1.5]))
-    short = constraint_status(np.full((10, 1), 2.0), np.full((10, 1), 3.0), np.array([2.0]), np.array([2.0]),
-                              np.array([1.0]), False, np.array([2.5]))
+    ok = constraint_status(
+        np.full((100, 1), 2.0),
+        np.full((100, 1), 1.0),
+        np.array([2.0]),
+        np.array([2.0]),
+        np.array([1.0]),
+        True,
+        np.array([1.5]),
+    )
+    short = constraint_status(
+        np.full((10, 1), 2.0),
+        np.full((10, 1), 3.0),
+        np.array([2.0]),
+        np.array([2.0]),
+        np.array([1.0]),
+        False,
+        np.array([2.5]),
+    )
     fields = training.status_fields([ok, short])
     assert fields[0] == {"seed": 0, "ok": True, "status": "seed 0: constraint met; multiplier settled", "message": None}
     assert fields[1]["status"] == short.describe(label="seed 1") == fields[1]["message"]
@@ -179,8 +208,9 @@ def test_summary_status_fields_are_the_learners_one_line():
 
 def _run_directory(tmp_path: Path, data: Path) -> Path:
     """A run directory's config.json for data_env:DataEnv reading ``data`` (nothing trained)."""
-    spec = config.load_spec("fh-constrained", env="data_env:DataEnv",
-                            overrides=[f"env.data={json.dumps(str(data))}", "num_iterations=4"])
+    spec = config.load_spec(
+        "fh-constrained", env="data_env:DataEnv", overrides=[f"env.data={json.dumps(str(data))}", "num_iterations=4"]
+    )
     out = tmp_path / "run"
     out.mkdir()
     env, params = spec.make_env()
@@ -197,7 +227,8 @@ def test_the_fingerprint_tells_changes_from_rounding():
     assert fingerprint.environment_difference(stored, env, nudged) is None
     moved = params.replace(reward_map=params.reward_map.at[0, 0].add(0.5))  # one value changed
     assert fingerprint.environment_difference(stored, env, moved) == (
-        "its params (leaf reward_map differs); its exact model (env.to_cmdp(params): leaf rewards differs)")
+        "its params (leaf reward_map differs); its exact model (env.to_cmdp(params): leaf rewards differs)"
+    )
     other = config.make_env("gridworld", {"size": 3, "horizon": 4, "slip": 0.2})
     assert "its static configuration" in fingerprint.environment_difference(stored, *other)
 
@@ -214,17 +245,23 @@ def test_resume_and_eval_refuse_an_environment_whose_data_changed(tmp_path, monk
     data.write_text(json.dumps({"fast_reward": 2.0}))  # the same settings, another environment
     with pytest.raises(rundir.RunDirectoryError) as err:
         training.train_run(None, out, resume=True)
-    assert str(err.value).startswith(f"--resume: the environment 'data_env:DataEnv' built from {out / 'config.json'}'s "
-                                     "settings differs from the one the run was trained on: its params (leaf rewards "
-                                     "differs); its exact model (env.to_cmdp(params): leaf rewards differs)")
+    assert str(err.value).startswith(
+        f"--resume: the environment 'data_env:DataEnv' built from {out / 'config.json'}'s "
+        "settings differs from the one the run was trained on: its params (leaf rewards "
+        "differs); its exact model (env.to_cmdp(params): leaf rewards differs)"
+    )
     (out / rundir.CHECKPOINTS / "4").mkdir(parents=True)  # a final checkpoint's place: eval gets that far
-    with pytest.raises(rundir.RunDirectoryError, match="so it would not be judged as trained; restore that environment"):
+    with pytest.raises(
+        rundir.RunDirectoryError, match="so it would not be judged as trained; restore that environment"
+    ):
         evaluation.eval_run(out)
     files = rundir.read_run(out)
     target = evaluation.target_environment(files, {"alpha": 2.0})
-    assert target.where() == ("data_env:DataEnv (alpha=2, data=...) [changed: alpha=2; the environment itself differs "
-                              "from the trained one: its params (leaf rewards differs); its exact model "
-                              "(env.to_cmdp(params): leaf rewards differs)]".replace("data=...", f"data={data}"))
+    assert target.where() == (
+        "data_env:DataEnv (alpha=2, data=...) [changed: alpha=2; the environment itself differs "
+        "from the trained one: its params (leaf rewards differs); its exact model "
+        "(env.to_cmdp(params): leaf rewards differs)]".replace("data=...", f"data={data}")
+    )
     assert not target.as_trained
     # a run directory written before environments were fingerprinted: said, never '[as trained]'
     cfg = json.loads((out / rundir.CONFIG).read_text())
@@ -240,23 +277,43 @@ def test_resume_and_eval_refuse_an_environment_whose_data_changed(tmp_path, monk
 
 def _row(label: str, tol: float, violating: int) -> dict:
     s = {"mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "per_seed": [1.0, 1.0]}
-    return {"name": label, "label": label, "algo": "fh-constrained", "input": "tabular (h, s)", "num_iterations": 6,
-            "episodes_per_iteration": 8, "changed_settings": {}, "feasibility_tolerance": tol,
-            "paper_metric": {"reward": s, "costs": [s], "violating_seeds": violating},
-            "exact": {"reward": s, "costs": [s], "violating_seeds": violating},
-            "timing": {"wall_s": 1.0, "compile_s": 0.5}}
+    return {
+        "name": label,
+        "label": label,
+        "algo": "fh-constrained",
+        "input": "tabular (h, s)",
+        "num_iterations": 6,
+        "episodes_per_iteration": 8,
+        "changed_settings": {},
+        "feasibility_tolerance": tol,
+        "paper_metric": {"reward": s, "costs": [s], "violating_seeds": violating},
+        "exact": {"reward": s, "costs": [s], "violating_seeds": violating},
+        "timing": {"wall_s": 1.0, "compile_s": 0.5},
+    }
 
 
 def test_compare_states_each_rows_tolerance_under_its_label():
     """K: rows judged with their own tolerances were printed under row 0's, and listed by the
     learner's name: two rows of one learner could not be told apart."""
-    machine = {"cpu": {"model": "x", "usable_cores": 1, "logical_cores": 1},
-               "versions": {"jax": "0"}, "device": {"platform": "cpu", "name": "cpu"}}
-    result = {"thresholds": [3.0], "optimum": None, "seeds": 2, "seed": 0, "paper_episodes": 10_000, "notes": [],
-              "unconstrained": {"reward": 2.0, "costs": [4.0], "solve_time_s": 0.1}, "env": {"name": "gridworld"},
-              "machine": machine, "timing": {"total_wall_s": 2.0, "compile_s": 1.0, "load_average_start": None,
-                                             "load_average_end": None},
-              "runs": [_row("FH strict", 0.0, 1), _row("FH lenient", 0.1, 0)], "tolerance": None}
+    machine = {
+        "cpu": {"model": "x", "usable_cores": 1, "logical_cores": 1},
+        "versions": {"jax": "0"},
+        "device": {"platform": "cpu", "name": "cpu"},
+    }
+    result = {
+        "thresholds": [3.0],
+        "optimum": None,
+        "seeds": 2,
+        "seed": 0,
+        "paper_episodes": 10_000,
+        "notes": [],
+        "unconstrained": {"reward": 2.0, "costs": [4.0], "solve_time_s": 0.1},
+        "env": {"name": "gridworld"},
+        "machine": machine,
+        "timing": {"total_wall_s": 2.0, "compile_s": 1.0, "load_average_start": None, "load_average_end": None},
+        "runs": [_row("FH strict", 0.0, 1), _row("FH lenient", 0.1, 0)],
+        "tolerance": None,
+    }
     md = compare_report.format_markdown(result)
     assert "| FH strict | tabular (h, s) |" in md and "| FH lenient | tabular (h, s) |" in md
     assert "1/2 (tolerance 0%) | 1/2 (tolerance 0%) |" in md and "0/2 (tolerance 10%) |" in md
@@ -279,12 +336,15 @@ def _robustness():
     return robustness
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--out", "{d}"], "--out {d} is a directory; give a file name"),
-    (["--out", "{d}/bad.json"], "--out {d}/bad.json exists but is not a results file to merge into"),
-    (["--out", "{d}/x.json", "--episodes", str(10**13)], "--episodes must be an integer in [20000, 4294967295]"),
-    (["--out", "{d}/x.json", "--learners", "foo"], "argument --learners: unknown learner foo"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--out", "{d}"], "--out {d} is a directory; give a file name"),
+        (["--out", "{d}/bad.json"], "--out {d}/bad.json exists but is not a results file to merge into"),
+        (["--out", "{d}/x.json", "--episodes", str(10**13)], "--episodes must be an integer in [20000, 4294967295]"),
+        (["--out", "{d}/x.json", "--learners", "foo"], "argument --learners: unknown learner foo"),
+    ],
+)
 def test_the_robustness_benchmark_checks_its_arguments_before_training(tmp_path, capsys, monkeypatch, args, message):
     """M: --out and --episodes were checked after a cell had trained, which a traceback then lost."""
     rb = _robustness()

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import random_cmdp
 
 import fhc_jax as fhc
 from fhc_jax.algos import fh_constrained as fc
@@ -16,7 +17,6 @@ from fhc_jax.algos.core import multipliers, selection
 from fhc_jax.algos.core.tabular_rollout import rollout_policy_table, tabular_model
 from fhc_jax.envs import suite
 from fhc_jax.envs.wrappers import ScaledSignals, signal_scales
-from helpers import random_cmdp
 
 
 def test_upper_bound_never_collapses_onto_the_mean():
@@ -33,18 +33,29 @@ def test_a_zero_threshold_is_never_certified_by_sampling():
     """E: alpha = 0 with every sampled episode cost-free is not 'feasible' (sampling cannot
     certify a probability of exactly 0); the least violating candidate is kept."""
     state = jnp.zeros(())
-    sel = selection.Selection(state=state, iteration=jnp.asarray(-1), reward=jnp.asarray(-jnp.inf),
-                              costs=jnp.full((1,), jnp.inf), upper=jnp.full((1,), jnp.inf), feasible=jnp.asarray(False))
+    sel = selection.Selection(
+        state=state,
+        iteration=jnp.asarray(-1),
+        reward=jnp.asarray(-jnp.inf),
+        costs=jnp.full((1,), jnp.inf),
+        upper=jnp.full((1,), jnp.inf),
+        feasible=jnp.asarray(False),
+    )
     out = selection.offer(sel, state, jnp.asarray(5), jnp.ones(100), jnp.zeros((100, 1)), jnp.zeros(1), jnp.ones(1))
     assert not bool(out.feasible) and int(out.iteration) == 5 and float(out.upper[0]) > 0.0
 
 
 def _task_in_units(reward_scale: float, cost_scale: float) -> fhc.TabularEnv:
     cmdp = random_cmdp(3, num_states=4, num_actions=2, horizon=5, thresholds=np.array([1.2]))
-    return fhc.TabularEnv(cmdp.replace(rewards=cmdp.rewards * reward_scale, terminal_rewards=cmdp.terminal_rewards
-                                       * reward_scale, costs=cmdp.costs * cost_scale,
-                                       terminal_costs=cmdp.terminal_costs * cost_scale,
-                                       thresholds=cmdp.thresholds * cost_scale))
+    return fhc.TabularEnv(
+        cmdp.replace(
+            rewards=cmdp.rewards * reward_scale,
+            terminal_rewards=cmdp.terminal_rewards * reward_scale,
+            costs=cmdp.costs * cost_scale,
+            terminal_costs=cmdp.terminal_costs * cost_scale,
+            thresholds=cmdp.thresholds * cost_scale,
+        )
+    )
 
 
 @pytest.mark.parametrize("cost_scale", [1.0, 1e30])
@@ -92,8 +103,15 @@ def test_short_runs_are_never_called_settled_and_status_prints_one_line_per_run(
     assert len(lines) == 2 and all("too short to tell whether the multiplier settled" in x for x in lines)
     assert lines[0].split(": ")[1] == "run 0"
     n = 100
-    long = selection.constraint_status(np.full((n, 1), 2.0), np.full((n, 1), 1.0), np.array([2.0]), np.array([2.0]),
-                                       np.array([1.0]), True, np.array([1.5]))
+    long = selection.constraint_status(
+        np.full((n, 1), 2.0),
+        np.full((n, 1), 1.0),
+        np.array([2.0]),
+        np.array([2.0]),
+        np.array([1.0]),
+        True,
+        np.array([1.5]),
+    )
     assert long.describe() == "constraint met; multiplier settled" and str(long) == long.describe()
 
 
@@ -104,11 +122,20 @@ def test_multiplier_laws_refuse_bad_inputs_in_one_line():
         (lambda: multipliers.pid(1.0, kp=-0.5, ki=1.0), "pid.kp must be >= 0"),
         (lambda: multipliers.pid(1.0, kp=0.0, ki=1.0, p_ema=1.5), r"pid.p_ema must lie in \[0, 1\]"),
         (lambda: multipliers.pid(1.0, 0.0, 1.0).init(1, 2.0), r"pid.initial must lie in \[0, bound"),
-        (lambda: multipliers.pid(1.0, 0.0, 1.0, kd=0.1).update(multipliers.pid(1.0, 0.0, 1.0, kd=0.1).init(1),
-                                                               jnp.zeros(1)), "needs the batch's mean episode costs"),
-        (lambda: multipliers.pid(1.0, 0.0, 1.0).update(multipliers.pid(1.0, 0.0, 1.0).init(2), jnp.zeros(3)),
-         r"violation must have shape \(2,\)"),
-        (lambda: multipliers.optimizer_ascent(__import__("optax").adam(0.1), 0.0), "optimizer_ascent.bound must be > 0"),
+        (
+            lambda: multipliers.pid(1.0, 0.0, 1.0, kd=0.1).update(
+                multipliers.pid(1.0, 0.0, 1.0, kd=0.1).init(1), jnp.zeros(1)
+            ),
+            "needs the batch's mean episode costs",
+        ),
+        (
+            lambda: multipliers.pid(1.0, 0.0, 1.0).update(multipliers.pid(1.0, 0.0, 1.0).init(2), jnp.zeros(3)),
+            r"violation must have shape \(2,\)",
+        ),
+        (
+            lambda: multipliers.optimizer_ascent(__import__("optax").adam(0.1), 0.0),
+            "optimizer_ascent.bound must be > 0",
+        ),
     ]
     for call, message in cases:
         with pytest.raises(ValueError, match=message) as err:
@@ -118,9 +145,11 @@ def test_multiplier_laws_refuse_bad_inputs_in_one_line():
 
 def test_scaled_signals_refuse_bad_scales_in_one_line():
     env = fhc.GridWorld(size=3, horizon=4)
-    for args, message in [(("2", [1.0]), "reward_scale must be a number > 0"),
-                          ((1.0, [1.0, 2.0]), r"cost_scales must be 1 finite number\(s\) > 0"),
-                          ((float("inf"), [1.0]), "reward_scale must be a finite number > 0")]:
+    for args, message in [
+        (("2", [1.0]), "reward_scale must be a number > 0"),
+        ((1.0, [1.0, 2.0]), r"cost_scales must be 1 finite number\(s\) > 0"),
+        ((float("inf"), [1.0]), "reward_scale must be a finite number > 0"),
+    ]:
         with pytest.raises(ValueError, match=message):
             ScaledSignals(env, *args)
 

@@ -45,8 +45,9 @@ def _check(module, scales):
         exact = np.log2(c_r).is_integer() and np.log2(c_c).is_integer()
         if exact:  # every scaling exact in floating point: the same run, bit for bit
             np.testing.assert_array_equal(table2, table)
-            np.testing.assert_array_equal(np.asarray(out2.metrics.multipliers),
-                                          np.asarray(out.metrics.multipliers) * np.float32(c_r / c_c))
+            np.testing.assert_array_equal(
+                np.asarray(out2.metrics.multipliers), np.asarray(out.metrics.multipliers) * np.float32(c_r / c_c)
+            )
         else:  # one rounding per signal: the same judgement within 1%
             np.testing.assert_allclose(reward2, reward, rtol=0.01)
             np.testing.assert_allclose(costs2, costs, rtol=0.01)
@@ -60,6 +61,8 @@ def test_fh_constrained_is_invariant_to_units():
 
 
 @pytest.mark.slow  # five more learners: one compilation per scale each
-@pytest.mark.parametrize("module", [nn_constrained, ppo_lagrangian, cpo, ecop, saute], ids=lambda m: m.__name__.split(".")[-1])
+@pytest.mark.parametrize(
+    "module", [nn_constrained, ppo_lagrangian, cpo, ecop, saute], ids=lambda m: m.__name__.split(".")[-1]
+)
 def test_every_learner_is_invariant_to_units(module):
     _check(module, [(4.0, 0.25), (100.0, 0.01), (0.01, 100.0)])

@@ -35,11 +35,15 @@ class ToyEnv(Environment[TabularState, TabularCMDP]):
     @property
     def default_params(self) -> TabularCMDP:
         h = self._horizon
-        return TabularCMDP(transitions=np.repeat(np.eye(2)[None], 2, axis=0),  # (S, A, S'): s' = a
-                           rewards=np.broadcast_to([0.5, 1.0], (h, 2, 2)),
-                           costs=np.broadcast_to([0.0, 1.0], (1, h, 2, 2)),
-                           terminal_rewards=np.zeros(2), terminal_costs=np.zeros((1, 2)),
-                           thresholds=np.array([self._alpha]), initial_distribution=np.array([1.0, 0.0]))
+        return TabularCMDP(
+            transitions=np.repeat(np.eye(2)[None], 2, axis=0),  # (S, A, S'): s' = a
+            rewards=np.broadcast_to([0.5, 1.0], (h, 2, 2)),
+            costs=np.broadcast_to([0.0, 1.0], (1, h, 2, 2)),
+            terminal_rewards=np.zeros(2),
+            terminal_costs=np.zeros((1, 2)),
+            thresholds=np.array([self._alpha]),
+            initial_distribution=np.array([1.0, 0.0]),
+        )
 
     def to_cmdp(self, params: TabularCMDP) -> TabularCMDP:
         return params

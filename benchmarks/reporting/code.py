@@ -16,21 +16,38 @@ from dataclasses import dataclass
 #: learner (its ``fhc_jax.algos`` module name) -> its own modules (Saute-Lagrangian is
 #: PPO-Lagrangian on an augmented state: PPO-Lagrangian's modules are its code too)
 LEARNER_CODE: dict[str, tuple[str, ...]] = {
-    "fh_constrained": ("fhc_jax/algos/fh_constrained.py", "fhc_jax/algos/fh_kernels.py", "fhc_jax/algos/core/features.py"),
+    "fh_constrained": (
+        "fhc_jax/algos/fh_constrained.py",
+        "fhc_jax/algos/fh_kernels.py",
+        "fhc_jax/algos/core/features.py",
+    ),
     "nn_constrained": ("fhc_jax/algos/nn_constrained.py", "fhc_jax/algos/nn_losses.py"),
     "ppo_lagrangian": ("fhc_jax/algos/ppo_lagrangian.py", "fhc_jax/algos/ppo_networks.py"),
     "cpo": ("fhc_jax/algos/cpo.py", "fhc_jax/algos/trust_region.py"),
     "ecop": ("fhc_jax/algos/ecop.py",),
-    "saute": ("fhc_jax/algos/saute.py", "fhc_jax/algos/saute_setup.py", "fhc_jax/envs/saute.py",
-              "fhc_jax/algos/ppo_lagrangian.py", "fhc_jax/algos/ppo_networks.py"),
+    "saute": (
+        "fhc_jax/algos/saute.py",
+        "fhc_jax/algos/saute_setup.py",
+        "fhc_jax/envs/saute.py",
+        "fhc_jax/algos/ppo_lagrangian.py",
+        "fhc_jax/algos/ppo_networks.py",
+    ),
 }
 
 #: the names results files give learners -> the learner
 LEARNER_ALIASES: dict[str, str] = {
     **{name: name for name in LEARNER_CODE},
-    "fh-constrained": "fh_constrained", "nn-constrained": "nn_constrained", "ppo-lag": "ppo_lagrangian",
-    "e-cop": "ecop", "saute-lag": "saute", "FH-Constrained": "fh_constrained", "NN-Constrained": "nn_constrained",
-    "PPO-Lagrangian": "ppo_lagrangian", "CPO": "cpo", "e-COP": "ecop", "Saute-Lagrangian": "saute",
+    "fh-constrained": "fh_constrained",
+    "nn-constrained": "nn_constrained",
+    "ppo-lag": "ppo_lagrangian",
+    "e-cop": "ecop",
+    "saute-lag": "saute",
+    "FH-Constrained": "fh_constrained",
+    "NN-Constrained": "nn_constrained",
+    "PPO-Lagrangian": "ppo_lagrangian",
+    "CPO": "cpo",
+    "e-COP": "ecop",
+    "Saute-Lagrangian": "saute",
 }
 
 #: environment -> its modules (the suite's tasks by name pattern, fnmatch)
@@ -68,7 +85,9 @@ MEASURES: dict[str, Measures] = {
     "ecop*.json": Measures(("ecop",), ("gridworld",)),
     "saute*.json": Measures(("saute",), ("gridworld",)),
     "solver.json": Measures((), ("gridworld",), ("fhc_jax/cmdp/solve.py", "fhc_jax/cmdp/evaluate.py")),
-    "env_throughput.json": Measures((), ("gridworld",), ("fhc_jax/rollout.py", "fhc_jax/random_bits.py", "fhc_jax/algos/core/policies.py")),
+    "env_throughput.json": Measures(
+        (), ("gridworld",), ("fhc_jax/rollout.py", "fhc_jax/random_bits.py", "fhc_jax/algos/core/policies.py")
+    ),
     "sampled_path.json": Measures(FROM_DATA, ("gridworld",)),
     "scaling.json": Measures(FROM_DATA, ("gridworld",), ("fhc_jax/cmdp/solve.py",)),
     "battery.json": Measures(FROM_DATA, ("battery",)),
@@ -79,10 +98,13 @@ MEASURES: dict[str, Measures] = {
     "brax_interop.json": Measures(("ppo_lagrangian",), (), ("fhc_jax/envs/brax_interop.py", "fhc_jax/rollout.py")),
     "chunked_training.json": Measures(("fh_constrained",), ("gridworld",), ("fhc_jax/experiment/training.py",)),
     "tracking_overhead.json": Measures(("fh_constrained",), ("gridworld",), ("fhc_jax/experiment/tracking.py",)),
-    "validation_overhead.json": Measures(("fh_constrained",), ("gridworld",),
-                                         ("fhc_jax/envs/validation.py", "fhc_jax/rollout.py")),
+    "validation_overhead.json": Measures(
+        ("fh_constrained",), ("gridworld",), ("fhc_jax/envs/validation.py", "fhc_jax/rollout.py")
+    ),
     "distributed.json": Measures(("fh_constrained",), ("gridworld",), ("fhc_jax/experiment/runner.py",)),
-    "gpu_*/env_throughput.json": Measures((), ("gridworld",), ("fhc_jax/rollout.py", "fhc_jax/random_bits.py", "fhc_jax/algos/core/policies.py")),
+    "gpu_*/env_throughput.json": Measures(
+        (), ("gridworld",), ("fhc_jax/rollout.py", "fhc_jax/random_bits.py", "fhc_jax/algos/core/policies.py")
+    ),
     "gpu_*/fh_constrained.json": Measures(("fh_constrained",), ("gridworld",)),
     "gpu_*/nn_constrained.json": Measures(("nn_constrained",), ("gridworld",)),
     "gpu_*/battery*.json": Measures(FROM_DATA, ("battery",)),

@@ -98,10 +98,14 @@ def provenance_text(data: dict, out: str | None = None) -> str:
     the hardware line, the jax version and the revision, joined by dots, saying so where one is
     not recorded."""
     command = data.get("command")
-    return " · ".join([f"`{relative(command, out=out)}`" if command else "command not recorded",
-                       hardware(data) or "hardware not recorded",
-                       f"jax {jax_version(data)}" if jax_version(data) else "jax version not recorded",
-                       revision_of(data).caption()])
+    return " · ".join(
+        [
+            f"`{relative(command, out=out)}`" if command else "command not recorded",
+            hardware(data) or "hardware not recorded",
+            f"jax {jax_version(data)}" if jax_version(data) else "jax version not recorded",
+            revision_of(data).caption(),
+        ]
+    )
 
 
 def provenance(name: str, data: dict) -> str:
@@ -131,8 +135,10 @@ def stale_lines(name: str, data: dict, git: Git) -> list[str]:
         return [f"{STALE}ness not checked:** {git.problem or f'revision `{rev.short}` is not in this history'}."]
     if not changed:
         return []
-    return [f"{STALE}:** {_paths(changed)} changed since `{rev.short}`, so these numbers may not describe the "
-            f"current code; `{command}` measures it again."]
+    return [
+        f"{STALE}:** {_paths(changed)} changed since `{rev.short}`, so these numbers may not describe the "
+        f"current code; `{command}` measures it again."
+    ]
 
 
 def robustness_stale_lines(data: dict, git: Git) -> list[str]:
@@ -154,11 +160,15 @@ def robustness_stale_lines(data: dict, git: Git) -> list[str]:
                 g["revs"][rev.short] = rev
     out = []
     if by_learner:
-        parts = [f"{learner} on {len(g['tasks'])} task{'s' * (len(g['tasks']) > 1)} since "
-                 f"{', '.join(f'`{r}`' for r in g['revs'])} ({_paths(list(g['paths']))})"
-                 for learner, g in by_learner.items()]
-        out.append(f"{STALE}:** the code of these cells changed after they were measured: {'; '.join(parts)}; "
-                   "`python benchmarks/robustness.py --learners L --tasks T` measures them again.")
+        parts = [
+            f"{learner} on {len(g['tasks'])} task{'s' * (len(g['tasks']) > 1)} since "
+            f"{', '.join(f'`{r}`' for r in g['revs'])} ({_paths(list(g['paths']))})"
+            for learner, g in by_learner.items()
+        ]
+        out.append(
+            f"{STALE}:** the code of these cells changed after they were measured: {'; '.join(parts)}; "
+            "`python benchmarks/robustness.py --learners L --tasks T` measures them again."
+        )
     if unknown:
         why = git.problem or "revision not recorded, or not in this history"
         out.append(f"{STALE}ness not checked** for the cells of run(s) at {', '.join(sorted(unknown))}: {why}.")

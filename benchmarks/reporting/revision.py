@@ -66,8 +66,12 @@ def revision_of(data: dict) -> Revision:
     """The revision a results file (or one run record of it) names; ``Revision(None)`` if none."""
     if isinstance(data.get("revision"), str):
         exact = not str(data.get("revision_from", "checkout")).startswith("git log")
-        return Revision(data["revision"], exact=exact, dirty=data.get("dirty") if exact else None,
-                        dirty_paths=tuple(data.get("dirty_paths") or ()))
+        return Revision(
+            data["revision"],
+            exact=exact,
+            dirty=data.get("dirty") if exact else None,
+            dirty_paths=tuple(data.get("dirty_paths") or ()),
+        )
     source = data.get("source")
     if isinstance(source, dict) and isinstance(source.get("commit"), str):
         modified = tuple(source.get("modified") or ())
@@ -94,7 +98,8 @@ class Git:
         except (OSError, subprocess.SubprocessError) as e:
             return f"git unavailable ({e})"
         if done.returncode != 0:
-            return f"no git history at {self.root.name} ({done.stderr.strip().splitlines()[-1] if done.stderr else 'git failed'})"
+            reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "git failed"
+            return f"no git history at {self.root.name} ({reason})"
         return None
 
     @cached_property
@@ -149,7 +154,9 @@ class Git:
                 kind = status[:1]
                 if kind in "RC":
                     renamed_unchanged = status[1:] == "100"
-                    if (under(p, new) and not renamed_unchanged) or (kind == "R" and under(p, old) and not under(p, new)):
+                    if (under(p, new) and not renamed_unchanged) or (
+                        kind == "R" and under(p, old) and not under(p, new)
+                    ):
                         break
                 elif under(p, new) or under(p, old):
                     break

@@ -67,8 +67,10 @@ def _argument(action: argparse.Action, formatter: argparse.HelpFormatter) -> tup
     notes = []
     if action.choices is not None and action.metavar is not None:  # else the metavar lists them
         notes.append("one of " + ", ".join(_code(str(c)) for c in action.choices))
-    if (isinstance(action, (argparse._AppendAction, argparse._AppendConstAction, argparse._CountAction))
-            and "repeatable" not in help_text):
+    if (
+        isinstance(action, (argparse._AppendAction, argparse._AppendConstAction, argparse._CountAction))
+        and "repeatable" not in help_text
+    ):
         notes.append("repeatable")
     if action.option_strings and action.required:
         notes.append("**required**")
@@ -77,8 +79,9 @@ def _argument(action: argparse.Action, formatter: argparse.HelpFormatter) -> tup
         description = f"{description} ({'; '.join(notes)})" if description else "; ".join(notes).capitalize()
     default = ""
     if action.option_strings and action.nargs != 0 and action.default not in (None, argparse.SUPPRESS):
-        default = _code(" ".join(map(str, action.default)) if isinstance(action.default, (list, tuple))
-                        else str(action.default))
+        default = _code(
+            " ".join(map(str, action.default)) if isinstance(action.default, (list, tuple)) else str(action.default)
+        )
     return name, default, description
 
 
@@ -86,12 +89,20 @@ def _arguments_tables(parser: argparse.ArgumentParser) -> list[str]:
     formatter = parser._get_formatter()
     lines = []
     for group in parser._action_groups:
-        rows = [a for a in group._group_actions
-                if a.help != argparse.SUPPRESS and not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))]
+        rows = [
+            a
+            for a in group._group_actions
+            if a.help != argparse.SUPPRESS and not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))
+        ]
         if not rows:
             continue
-        lines += ["", f"**{_text(group.title or 'arguments').capitalize()}**", "",
-                  "| argument | default | description |", "|---|---|---|"]
+        lines += [
+            "",
+            f"**{_text(group.title or 'arguments').capitalize()}**",
+            "",
+            "| argument | default | description |",
+            "|---|---|---|",
+        ]
         lines += ["| {} | {} | {} |".format(*_argument(a, formatter)) for a in rows]
     return lines
 

@@ -24,8 +24,10 @@ import re
 import griffe
 
 _ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|obj|exc|const):`~?([^`]+)`")
-_HEADED = re.compile(r"^(?P<indent>[ \t]*)(?P<head>Attributes|Args|Static fields|Numeric fields) \((?P<legend>.*)\):[ \t]*$",
-                     re.MULTILINE)
+_HEADED = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<head>Attributes|Args|Static fields|Numeric fields) \((?P<legend>.*)\):[ \t]*$",
+    re.MULTILINE,
+)
 _SECTION = {"Attributes": "Attributes", "Static fields": "Attributes", "Numeric fields": "Attributes", "Args": "Args"}
 _INTERFACE = re.compile(r"^(\w+(?:\s*,\s*\w+)*)\s*=\s*scaffold\.interface\(")
 
@@ -48,8 +50,10 @@ def _headed(match: re.Match) -> str:
 
 # Google section headers that griffe recognises only after a blank line; the code's docstrings
 # often stack "Args:", "Returns:" and "Raises:" without one.
-_SECTION_HEADER = re.compile(r"^(Args|Arguments|Parameters|Params|Keyword Args|Other Parameters|Returns|Return|"
-                             r"Yields|Receives|Raises|Warns|Attributes|Examples?|Notes?|Warnings?|See Also):\s*$")
+_SECTION_HEADER = re.compile(
+    r"^(Args|Arguments|Parameters|Params|Keyword Args|Other Parameters|Returns|Return|"
+    r"Yields|Receives|Raises|Warns|Attributes|Examples?|Notes?|Warnings?|See Also):\s*$"
+)
 
 
 def _blank_before_sections(text: str) -> str:
@@ -85,14 +89,26 @@ class FhcDocstrings(griffe.Extension):
                 if not params or params[0].name != "algo":
                     raise ValueError(f"griffe_fhc: fhc_jax.algos.core.scaffold.{name} no longer takes algo first")
                 fn = griffe.Function(
-                    name, lineno=lineno, endlineno=lineno,
-                    parameters=griffe.Parameters(*(griffe.Parameter(p.name, annotation=p.annotation, kind=p.kind,
-                                                                    default=p.default) for p in params[1:])),
+                    name,
+                    lineno=lineno,
+                    endlineno=lineno,
+                    parameters=griffe.Parameters(
+                        *(
+                            griffe.Parameter(p.name, annotation=p.annotation, kind=p.kind, default=p.default)
+                            for p in params[1:]
+                        )
+                    ),
                     returns=template.returns,
                 )
-                note = (f"\n\n``fhc_jax.algos.core.scaffold.{name}`` bound to this module's ``ALGORITHM`` "
-                        "by ``scaffold.interface``.")
-                fn.docstring = griffe.Docstring(template.docstring.value + note, lineno=lineno, parent=fn,
-                                                parser=template.docstring.parser,
-                                                parser_options=template.docstring.parser_options)
+                note = (
+                    f"\n\n``fhc_jax.algos.core.scaffold.{name}`` bound to this module's ``ALGORITHM`` "
+                    "by ``scaffold.interface``."
+                )
+                fn.docstring = griffe.Docstring(
+                    template.docstring.value + note,
+                    lineno=lineno,
+                    parent=fn,
+                    parser=template.docstring.parser,
+                    parser_options=template.docstring.parser_options,
+                )
                 module.set_member(name, fn)

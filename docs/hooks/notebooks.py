@@ -19,8 +19,14 @@ def on_files(files: Files, config) -> Files:
     if not notebooks:
         raise FileNotFoundError(f"docs/hooks/notebooks.py: no notebooks in {NOTEBOOKS}")
     for path in notebooks:
-        files.append(File(f"notebooks/{path.name}", src_dir=str(ROOT), dest_dir=config["site_dir"],
-                          use_directory_urls=config["use_directory_urls"]))
+        files.append(
+            File(
+                f"notebooks/{path.name}",
+                src_dir=str(ROOT),
+                dest_dir=config["site_dir"],
+                use_directory_urls=config["use_directory_urls"],
+            )
+        )
     return files
 
 

@@ -3,7 +3,8 @@ trust-region baseline of the paper's comparison, compiled as one program per tra
 
 ONE stationary network for all stages, pi_theta(. | o) = softmax(MLP_theta(o)) on the
 observation o ("xy": Env 1, "xyt": Env 2, "one_hot", "env": the environment's own, "env_t":
-with h / H appended), with reward and cost critics of the same shape; a single constraint (the published CPO subproblem has one linearised constraint;
+with h / H appended), with reward and cost critics of the same shape; a single constraint (the published CPO
+subproblem has one linearised constraint;
 :func:`setup` refuses M > 1). Per iteration: roll out K episodes, finite-horizon GAE with the
 exact terminal values as V_H, surrogates summed over stages (the finite-horizon
 performance-difference lemma, so L_C is in the units of c = S_hat - alpha), conjugate gradient
@@ -35,17 +36,25 @@ from flax import struct
 
 from fhc_jax.algos.core import scaffold
 from fhc_jax.algos.core.distributions import ActionHead, check_initial_log_std, config_head
-from fhc_jax.algos.core.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.core.evaluation import EvaluationMetrics, observation_policy
-from fhc_jax.algos.core.paths import judged_exactly
+from fhc_jax.algos.core.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.core.networks import ACTIVATIONS, MLP, NetworkConfig, NetworkSpec, Stacked
+from fhc_jax.algos.core.paths import ENV_OBSERVATIONS, judged_exactly, resolve_path
 from fhc_jax.algos.core.returns import advantages_and_targets
-from fhc_jax.algos.trust_region import (  # noqa: F401 (public here)
-    CellStatistics, SampleStatistics, sampled_trust_region_step, trust_region_step,
-)
-from fhc_jax.algos.core.paths import ENV_OBSERVATIONS, resolve_path
 from fhc_jax.algos.core.sampled_inputs import critic_value_scale, input_table, stage_inputs, with_stage
-from fhc_jax.algos.core.tabular_rollout import Batch, TabularModel, batch_from_trajectory, rollout_policy_table, tabular_model, value_scale
+from fhc_jax.algos.core.tabular_rollout import (
+    Batch,
+    TabularModel,
+    batch_from_trajectory,
+    rollout_policy_table,
+    tabular_model,
+)
+from fhc_jax.algos.trust_region import (  # noqa: F401 (public here)
+    CellStatistics,
+    SampleStatistics,
+    sampled_trust_region_step,
+    trust_region_step,
+)
 from fhc_jax.rollout import rollout as rollout_episodes
 
 Array = jax.Array
@@ -217,7 +226,9 @@ class Setup:
 
     def actor_input(self, observation: Array, h: Array) -> Array:
         """The actor's input at one raw observation (D,) of stage h (sampled path)."""
-        return with_stage(observation, h, self.horizon) if self.observation == "env_t" else observation.astype(jnp.float32)
+        return (
+            with_stage(observation, h, self.horizon) if self.observation == "env_t" else observation.astype(jnp.float32)
+        )
 
     def sample_inputs(self, batch: Batch) -> Array:
         """The networks' inputs at the batch's recorded observations of stages 0..H-1, (H K, D)."""
@@ -234,10 +245,27 @@ def _sampled_setup(env, params, spec: NetworkSpec, config: Config | None) -> Set
     inputs = cell = None
     if env.is_tabular:
         inputs, cell = (jnp.asarray(a) for a in distinct_inputs(env, params, spec.observation))
-    kw = {} if config is None else dict(threshold=jnp.asarray(env.thresholds(params), jnp.float32)[0],
-                                        value_scale=jnp.asarray(critic_value_scale(env, params)))
-    return Setup(actor=actor, critic=critic, inputs=inputs, cell=cell, sampled=True, env=env, params=params,
-                 observation=spec.observation, horizon=env.horizon, head=head, **kw)
+    kw = (
+        {}
+        if config is None
+        else dict(
+            threshold=jnp.asarray(env.thresholds(params), jnp.float32)[0],
+            value_scale=jnp.asarray(critic_value_scale(env, params)),
+        )
+    )
+    return Setup(
+        actor=actor,
+        critic=critic,
+        inputs=inputs,
+        cell=cell,
+        sampled=True,
+        env=env,
+        params=params,
+        observation=spec.observation,
+        horizon=env.horizon,
+        head=head,
+        **kw,
+    )
 
 
 def setup(env, params, config: Config) -> Setup:
@@ -259,8 +287,10 @@ def setup(env, params, config: Config) -> Setup:
     if resolve_path("cpo", env, config.path, config.observation):
         n = env.horizon * config.episodes_per_iteration
         if config.critic_minibatches > n:
-            raise ValueError(f"cpo: Config.critic_minibatches must be at most H K = {n} samples per iteration on "
-                             f"the sampled path, found {config.critic_minibatches}")
+            raise ValueError(
+                f"cpo: Config.critic_minibatches must be at most H K = {n} samples per iteration on "
+                f"the sampled path, found {config.critic_minibatches}"
+            )
         return _sampled_setup(env, params, NetworkSpec.of(config), config)
     if config.observation not in (*env.supported_observations, *ENV_OBSERVATIONS):
         raise ValueError(
@@ -278,9 +308,14 @@ def setup(env, params, config: Config) -> Setup:
     head = config_head(env, spec)  # Categorical(A): box environments have no tabular path
     actor, critic = _modules(spec, head, 1 + m)
     return Setup(
-        actor=actor, critic=critic, inputs=jnp.asarray(inputs), cell=jnp.asarray(cell), model=model,
+        actor=actor,
+        critic=critic,
+        inputs=jnp.asarray(inputs),
+        cell=jnp.asarray(cell),
+        model=model,
         threshold=jnp.asarray(env.thresholds(params), jnp.float32)[0],
-        value_scale=jnp.asarray(critic_value_scale(env, params)), head=head,
+        value_scale=jnp.asarray(critic_value_scale(env, params)),
+        head=head,
     )
 
 
@@ -394,8 +429,15 @@ def sample_statistics(batch: Batch, critics: Any, inputs: Array, setup: Setup, c
     )
 
 
-def fit_critics(critics: Any, critic_opt: Any, stats: CellStatistics | SampleStatistics, key: Array, setup: Setup,
-                config: Config, inputs: Array | None = None) -> tuple[Any, Any]:
+def fit_critics(
+    critics: Any,
+    critic_opt: Any,
+    stats: CellStatistics | SampleStatistics,
+    key: Array,
+    setup: Setup,
+    config: Config,
+    inputs: Array | None = None,
+) -> tuple[Any, Any]:
     """Step 7: ``critic_epochs`` epochs of ``critic_minibatches`` Adam steps on the
     visit-weighted squared error (in value-scale units) to the mean lambda-return of each
     distinct input (of each sample on the sampled path: ``inputs``, the points of ``stats``)."""
@@ -442,8 +484,9 @@ def update(
         inputs = setup.sample_inputs(batch)  # (H K, D): the points of stats
         out_old = setup.actor.apply(st.actor, inputs)  # (H K, O)
         stats = sample_statistics(batch, st.critics, inputs, setup, config)
-        actor, info = sampled_trust_region_step(st.actor, out_old, stats, c, k_fisher, setup, config, inputs,
-                                                setup.head)
+        actor, info = sampled_trust_region_step(
+            st.actor, out_old, stats, c, k_fisher, setup, config, inputs, setup.head
+        )
         entropy = jnp.mean(setup.head.entropy(out_old))
     else:
         inputs = setup.inputs  # (U, D): the points of stats
@@ -468,8 +511,17 @@ def update(
 
 
 ALGORITHM = scaffold.Algorithm(
-    name="cpo", config_type=Config, metrics_type=Metrics, setup=setup, init=init, rollout=rollout,
-    update=update, table_logits=table_logits, policy_setup=policy_setup, observation_outputs=observation_outputs, update_keys=2,
+    name="cpo",
+    config_type=Config,
+    metrics_type=Metrics,
+    setup=setup,
+    init=init,
+    rollout=rollout,
+    update=update,
+    table_logits=table_logits,
+    policy_setup=policy_setup,
+    observation_outputs=observation_outputs,
+    update_keys=2,
     action_head=lambda setup: setup.head,
 )
 make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

@@ -43,17 +43,14 @@ import optax
 from flax import struct
 
 from fhc_jax.algos import ppo_lagrangian
-from fhc_jax.algos.core import scaffold
-from fhc_jax.algos.core import multipliers
+from fhc_jax.algos.core import multipliers, scaffold
 from fhc_jax.algos.core.distributions import ActionHead, Categorical, check_initial_log_std, config_head
-from fhc_jax.algos.core.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.core.evaluation import observation_policy
-from fhc_jax.algos.core.paths import judged_exactly
-from fhc_jax.algos.core.sampled_inputs import observation_sample
+from fhc_jax.algos.core.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec, Stacked
+from fhc_jax.algos.core.paths import judged_exactly, resolve_observation, takes_sampled_path
 from fhc_jax.algos.core.returns import advantages_and_targets
-from fhc_jax.algos.core.paths import resolve_observation, takes_sampled_path
-from fhc_jax.algos.core.sampled_inputs import critic_value_scale
+from fhc_jax.algos.core.sampled_inputs import critic_value_scale, observation_sample
 from fhc_jax.algos.core.tabular_rollout import (
     Batch,
     TabularModel,
@@ -61,7 +58,6 @@ from fhc_jax.algos.core.tabular_rollout import (
     observation_table,
     rollout_policy_table,
     tabular_model,
-    value_scale,
 )
 from fhc_jax.rollout import rollout as rollout_episodes
 
@@ -102,7 +98,8 @@ class Config(NetworkConfig):
             epoch (0 disables it).
         damping: the initial damping factor beta (> 0) in relative units: the step of the
             multiplier update (7) on the relative violation Psi / u (u the violation unit,
-            :mod:`fhc_jax.algos.core.multipliers`, "Units"), beta / u in the loss (8). damping_growth: p >= 1, beta <- min(beta_max, p beta) when
+            :mod:`fhc_jax.algos.core.multipliers`, "Units"), beta / u in the loss (8). damping_growth: p >= 1, beta
+            <- min(beta_max, p beta) when
             C(pi_k) >= c_k. damping_max: beta_max.
         initial_multiplier: lambda_t at n = 0. multiplier_max: lambda_t in [0, multiplier_max].
         output_scale: initial scale of the actors' output layer (small: near-uniform policy).
@@ -276,22 +273,29 @@ class Setup:
         return (jnp.asarray(x, jnp.float32) - self.shift) / self.scale
 
 
-def _networks(horizon: int, head: ActionHead | int, num_constraints: int, spec: NetworkSpec,
-              output_scale: Any = 0.1, feature_major: bool = False) -> tuple[Stacked, Stacked]:
+def _networks(
+    horizon: int,
+    head: ActionHead | int,
+    num_constraints: int,
+    spec: NetworkSpec,
+    output_scale: Any = 0.1,
+    feature_major: bool = False,
+) -> tuple[Stacked, Stacked]:
     """(actor, critic) stacked families of the ``spec``'s architecture; the actor has ``head``'s
     outputs (an int A: ``Categorical(A)``); ``feature_major``: the layout for the sampled path's
     per-sample batches (:class:`~fhc_jax.algos.core.networks.Stacked`)."""
     head = Categorical(head) if isinstance(head, int) else head
     outputs, free = head.network_outputs
-    return (Stacked(spec.mlp(outputs, free_outputs=free, output_scale=output_scale), horizon, feature_major),
-            Stacked(spec.mlp(1 + num_constraints), horizon, feature_major))
+    return (
+        Stacked(spec.mlp(outputs, free_outputs=free, output_scale=output_scale), horizon, feature_major),
+        Stacked(spec.mlp(1 + num_constraints), horizon, feature_major),
+    )
 
 
 def _inputs(env, params, observation: str, normalize: bool) -> Array:
     if observation != "env" and observation not in env.supported_observations:
         valid = ", ".join(repr(o) for o in (*env.supported_observations, "env") if o in OBSERVATIONS)
-        raise ValueError(f"ecop: Config.observation must be one of {valid} for {env.name}, "
-                         f"found {observation!r}")
+        raise ValueError(f"ecop: Config.observation must be one of {valid} for {env.name}, found {observation!r}")
     table = observation_table(env, params, None if observation == "env" else observation)
     if not normalize:
         return table
@@ -304,11 +308,15 @@ def _is_sampled(env, path: str, observation: str) -> bool:
     """Whether ``Config.path`` takes the sampled path on ``env`` (validated before compiling)."""
     sampled = takes_sampled_path("ecop", env, path)
     if sampled and observation != "env":
-        raise ValueError(f"ecop: Config.observation must be 'env' for {env.name} on the sampled path (the "
-                         f"environment's own observation), found {observation!r}")
+        raise ValueError(
+            f"ecop: Config.observation must be 'env' for {env.name} on the sampled path (the "
+            f"environment's own observation), found {observation!r}"
+        )
     if sampled and len(env.observation_shape) != 1:
-        raise ValueError(f"ecop: the networks take flat observations, but {env.name}'s have shape "
-                         f"{tuple(env.observation_shape)}; flatten them in the environment")
+        raise ValueError(
+            f"ecop: the networks take flat observations, but {env.name}'s have shape "
+            f"{tuple(env.observation_shape)}; flatten them in the environment"
+        )
     return sampled
 
 
@@ -328,12 +336,25 @@ def _sampled_setup(env, params, spec: NetworkSpec, full: bool) -> Setup:
     actor, critic = _networks(env.horizon, head, env.num_constraints, spec, feature_major=True)
     kw = {}
     if full:
-        kw = dict(thresholds=jnp.asarray(env.thresholds(params), jnp.float32),
-                  value_scale=jnp.asarray(critic_value_scale(env, params)))
-    return Setup(actor=actor, critic=critic, obs_table=None if table is None else (table - shift) / scale,
-                 horizon=env.horizon, num_states=env.num_states if env.is_tabular else 0,
-                 num_actions=0 if env.has_box_actions else env.num_actions, head=head, sampled=True, env=env,
-                 params=params, shift=jnp.asarray(shift, jnp.float32), scale=jnp.asarray(scale, jnp.float32), **kw)
+        kw = dict(
+            thresholds=jnp.asarray(env.thresholds(params), jnp.float32),
+            value_scale=jnp.asarray(critic_value_scale(env, params)),
+        )
+    return Setup(
+        actor=actor,
+        critic=critic,
+        obs_table=None if table is None else (table - shift) / scale,
+        horizon=env.horizon,
+        num_states=env.num_states if env.is_tabular else 0,
+        num_actions=0 if env.has_box_actions else env.num_actions,
+        head=head,
+        sampled=True,
+        env=env,
+        params=params,
+        shift=jnp.asarray(shift, jnp.float32),
+        scale=jnp.asarray(scale, jnp.float32),
+        **kw,
+    )
 
 
 def setup(env, params, config: Config) -> Setup:
@@ -350,10 +371,19 @@ def setup(env, params, config: Config) -> Setup:
     head = config_head(env, spec)  # Categorical(A): box environments have no tabular path
     actor, critic = _networks(env.horizon, head, env.num_constraints, spec)
     model = tabular_model(env, params)
-    return Setup(actor=actor, critic=critic, obs_table=obs, horizon=env.horizon, num_states=env.num_states,
-                 num_actions=env.num_actions, model=model,
-                 thresholds=jnp.asarray(env.thresholds(params), jnp.float32),
-                 value_scale=jnp.asarray(critic_value_scale(env, params)), head=head, observation=spec.observation)
+    return Setup(
+        actor=actor,
+        critic=critic,
+        obs_table=obs,
+        horizon=env.horizon,
+        num_states=env.num_states,
+        num_actions=env.num_actions,
+        model=model,
+        thresholds=jnp.asarray(env.thresholds(params), jnp.float32),
+        value_scale=jnp.asarray(critic_value_scale(env, params)),
+        head=head,
+        observation=spec.observation,
+    )
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
@@ -366,16 +396,24 @@ def policy_setup(env, params, train_state: TrainState) -> Setup:
     obs = _inputs(env, params, spec.observation, spec.normalize_inputs)
     head = config_head(env, spec)
     actor, critic = _networks(env.horizon, head, env.num_constraints, spec)
-    return Setup(actor=actor, critic=critic, obs_table=obs, horizon=env.horizon, num_states=env.num_states,
-                 num_actions=env.num_actions, head=head)
+    return Setup(
+        actor=actor,
+        critic=critic,
+        obs_table=obs,
+        horizon=env.horizon,
+        num_states=env.num_states,
+        num_actions=env.num_actions,
+        head=head,
+    )
 
 
 def _optimizer(cfg: Config) -> optax.GradientTransformation:
     def chain(lr):
         return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(lr))
 
-    return optax.multi_transform({"actor": chain(cfg.actor_lr), "critic": chain(cfg.critic_lr)},
-                                 {"actor": "actor", "critic": "critic"})
+    return optax.multi_transform(
+        {"actor": chain(cfg.actor_lr), "critic": chain(cfg.critic_lr)}, {"actor": "actor", "critic": "critic"}
+    )
 
 
 def _multiplier_update(cfg: Config, beta: Array) -> multipliers.MultiplierUpdate:
@@ -387,18 +425,24 @@ def _multiplier_update(cfg: Config, beta: Array) -> multipliers.MultiplierUpdate
 def init(key: Array, setup: Setup, config: Config) -> TrainState:
     """Per-stage networks each from its own key; lambda_t = initial_multiplier; beta = damping."""
     network = NetworkSpec.of(config, observation=setup.observation)
-    actor_net, critic_net = _networks(setup.horizon, setup.head, setup.thresholds.shape[0], network,
-                                      config.output_scale)
+    actor_net, critic_net = _networks(
+        setup.horizon, setup.head, setup.thresholds.shape[0], network, config.output_scale
+    )
     x = jnp.zeros(setup.shift.shape if setup.sampled else setup.obs_table.shape[-1:], jnp.float32)
     ka, kc = jax.random.split(key)
     actor, critic = actor_net.init(ka, x), critic_net.init(kc, x)
     h, m = setup.horizon, setup.thresholds.shape[0]
     lam = jnp.full((h, m), config.initial_multiplier, jnp.float32)
     return TrainState(
-        actor=actor, critic=critic, opt_state=_optimizer(config).init({"actor": actor, "critic": critic}),
-        actor_average=actor, multipliers=lam,
+        actor=actor,
+        critic=critic,
+        opt_state=_optimizer(config).init({"actor": actor, "critic": critic}),
+        actor_average=actor,
+        multipliers=lam,
         multiplier_state=_multiplier_update(config, config.damping).init(h * m, config.initial_multiplier),
-        damping=jnp.asarray(config.damping, jnp.float32), step=jnp.zeros((), jnp.int32), network=network,
+        damping=jnp.asarray(config.damping, jnp.float32),
+        step=jnp.zeros((), jnp.int32),
+        network=network,
     )
 
 
@@ -419,6 +463,7 @@ def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -
     in ``behaviour``), applied to each observation through ``fhc_jax.rollout`` on the sampled
     one."""
     if setup.sampled:
+
         def out_fn(obs, h):
             return setup.actor.module.apply(jax.tree.map(lambda p: p[h], train_state.actor), setup.normalize(obs))
 
@@ -429,8 +474,9 @@ def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -
     return batch.replace(behaviour=table)
 
 
-def update(train_state: TrainState, batch: Batch, key: Array | None, setup: Setup,
-           config: Config) -> tuple[TrainState, dict[str, Array]]:
+def update(
+    train_state: TrainState, batch: Batch, key: Array | None, setup: Setup, config: Config
+) -> tuple[TrainState, dict[str, Array]]:
     """One e-COP update (module docstring) from K episodes of ``train_state``'s actor.
     Deterministic given the batch (``key`` unused; full-batch epochs)."""
     del key
@@ -493,9 +539,12 @@ def update(train_state: TrainState, batch: Batch, key: Array | None, setup: Setu
         value_loss = jnp.mean(jnp.sum((v - targets) ** 2, axis=-1))
         log_ratio = logp - logp_old
         psi = tail_sums(s_c) + excess
-        aux = {"kl": jnp.mean(jnp.exp(log_ratio) - 1.0 - log_ratio),
-               "clip_fraction": jnp.mean((jnp.abs(jnp.exp(log_ratio) - 1.0) > cfg.clip_eps).astype(jnp.float32)),
-               "value_loss": value_loss, "weight": jnp.mean(penalty_weight(psi, lam, beta), axis=0)}
+        aux = {
+            "kl": jnp.mean(jnp.exp(log_ratio) - 1.0 - log_ratio),
+            "clip_fraction": jnp.mean((jnp.abs(jnp.exp(log_ratio) - 1.0) > cfg.clip_eps).astype(jnp.float32)),
+            "value_loss": value_loss,
+            "weight": jnp.mean(penalty_weight(psi, lam, beta), axis=0),
+        }
         return actor_loss + value_loss, aux
 
     tx = _optimizer(cfg)
@@ -517,19 +566,43 @@ def update(train_state: TrainState, batch: Batch, key: Array | None, setup: Setu
 
     approx_kl = new_kl(net["actor"])
     new_beta = update_damping(st.damping, lam * units, excess / units, cfg.damping_growth, cfg.damping_max)
-    avg = jax.tree.map(lambda a, b: cfg.policy_averaging * a + (1.0 - cfg.policy_averaging) * b,
-                       st.actor_average, net["actor"])
-    new_state = st.replace(actor=net["actor"], critic=net["critic"], opt_state=opt, actor_average=avg,
-                           multipliers=lam, multiplier_state=mult_state, damping=new_beta, step=st.step + 1)
-    metrics = {"multipliers": jnp.mean(lam, axis=0), "penalty_weight": ep["weight"][last], "damping": new_beta,
-               "approx_kl": approx_kl, "entropy": entropy, "clip_fraction": per_epoch(ep["clip_fraction"]),
-               "value_loss": per_epoch(ep["value_loss"]), "epochs": epochs}
+    avg = jax.tree.map(
+        lambda a, b: cfg.policy_averaging * a + (1.0 - cfg.policy_averaging) * b, st.actor_average, net["actor"]
+    )
+    new_state = st.replace(
+        actor=net["actor"],
+        critic=net["critic"],
+        opt_state=opt,
+        actor_average=avg,
+        multipliers=lam,
+        multiplier_state=mult_state,
+        damping=new_beta,
+        step=st.step + 1,
+    )
+    metrics = {
+        "multipliers": jnp.mean(lam, axis=0),
+        "penalty_weight": ep["weight"][last],
+        "damping": new_beta,
+        "approx_kl": approx_kl,
+        "entropy": entropy,
+        "clip_fraction": per_epoch(ep["clip_fraction"]),
+        "value_loss": per_epoch(ep["value_loss"]),
+        "epochs": epochs,
+    }
     return new_state, metrics
 
 
 ALGORITHM = scaffold.Algorithm(
-    name="ecop", config_type=Config, metrics_type=Metrics, setup=setup, init=init, rollout=rollout,
-    update=update, table_logits=table_logits, policy_setup=policy_setup, observation_outputs=observation_outputs,
+    name="ecop",
+    config_type=Config,
+    metrics_type=Metrics,
+    setup=setup,
+    init=init,
+    rollout=rollout,
+    update=update,
+    table_logits=table_logits,
+    policy_setup=policy_setup,
+    observation_outputs=observation_outputs,
     action_head=lambda setup: setup.head,
 )
 make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

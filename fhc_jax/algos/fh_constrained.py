@@ -28,15 +28,29 @@ import jax.numpy as jnp
 from flax import struct
 
 from fhc_jax.algos import fh_kernels
-from fhc_jax.algos.core import features as feat, multipliers, scaffold
+from fhc_jax.algos.core import features as feat
+from fhc_jax.algos.core import multipliers, scaffold
 from fhc_jax.algos.core.evaluation import EvaluationMetrics, observation_policy
 from fhc_jax.algos.core.features import FeatureSpec, FeatureTable, OneHot
-from fhc_jax.algos.core.hyperparameters import EnvDefault, PowerSchedule, RunConfig, hyperparameters, numeric, schedule, static
+from fhc_jax.algos.core.hyperparameters import (
+    EnvDefault,
+    PowerSchedule,
+    RunConfig,
+    hyperparameters,
+    numeric,
+    schedule,
+    static,
+)
 from fhc_jax.algos.core.paths import judged_exactly, takes_sampled_path
 from fhc_jax.algos.core.policies import observation_to_index, polyak_average
 from fhc_jax.algos.core.sampled_inputs import observation_sample_by_stage
 from fhc_jax.algos.core.tabular_rollout import (
-    Batch, TabularModel, batch_from_trajectory, rollout_policy_table, rollout_tabular, tabular_model,
+    Batch,
+    TabularModel,
+    batch_from_trajectory,
+    rollout_policy_table,
+    rollout_tabular,
+    tabular_model,
 )
 from fhc_jax.rollout import rollout as rollout_episodes
 
@@ -119,9 +133,11 @@ class Config(RunConfig):
 
     num_iterations: int = static(EnvDefault(tabular=2500, non_tabular=5000), low=1)
     episodes_per_iteration: int = static(512, low=1)
-    features: FeatureSpec = static(EnvDefault(tabular=OneHot(), non_tabular=feat.Auto()), types=_FEATURE_SPECS,
-                                   description="a feature spec (features.OneHot(), RadialBasis(...), TileCoding(...), "
-                                               "Custom(...), Auto(...))")
+    features: FeatureSpec = static(
+        EnvDefault(tabular=OneHot(), non_tabular=feat.Auto()),
+        types=_FEATURE_SPECS,
+        description="a feature spec (features.OneHot(), RadialBasis(...), TileCoding(...), Custom(...), Auto(...))",
+    )
     variant: str = static("improved", choices=VARIANTS)
     combine: str = static(EnvDefault(tabular="visits", non_tabular="mass"), choices=COMBINE_RULES)
     update_form: str = static("auto", choices=UPDATE_FORMS)
@@ -244,13 +260,25 @@ def _features(spec: FeatureSpec, env, params) -> Any:
 
 def _setup(env, params, spec: FeatureSpec, sampled: bool, model, thresholds, form: str) -> Setup:
     if sampled and len(env.observation_shape) != 1:
-        raise ValueError(f"fh_constrained: features of observations need flat observations, but "
-                         f"{env.name}'s have shape {env.observation_shape}")
+        raise ValueError(
+            f"fh_constrained: features of observations need flat observations, but "
+            f"{env.name}'s have shape {env.observation_shape}"
+        )
     units = None if thresholds is None else multipliers.violation_units(thresholds, env.horizon)
-    return Setup(features=_features(spec, env, params), env=env, params=params, model=model,
-                 thresholds=thresholds, violation_units=units, num_states=env.num_states if env.is_tabular else 0,
-                 num_actions=env.num_actions, num_constraints=env.num_constraints, horizon=env.horizon,
-                 sampled=sampled, form=form)
+    return Setup(
+        features=_features(spec, env, params),
+        env=env,
+        params=params,
+        model=model,
+        thresholds=thresholds,
+        violation_units=units,
+        num_states=env.num_states if env.is_tabular else 0,
+        num_actions=env.num_actions,
+        num_constraints=env.num_constraints,
+        horizon=env.horizon,
+        sampled=sampled,
+        form=form,
+    )
 
 
 def setup(env, params, config: Config) -> Setup:
@@ -262,9 +290,15 @@ def setup(env, params, config: Config) -> Setup:
     """
     sampled = takes_sampled_path("fh_constrained", env, config.path) or not judged_exactly(env)
     config = config.for_environment(env)  # make_learner did; direct calls
-    return _setup(env, params, config.features, sampled, None if sampled else tabular_model(env, params),
-                  jnp.asarray(env.thresholds(params), jnp.float32),
-                  "samples" if sampled else resolve_update_form(config, env.num_states))
+    return _setup(
+        env,
+        params,
+        config.features,
+        sampled,
+        None if sampled else tabular_model(env, params),
+        jnp.asarray(env.thresholds(params), jnp.float32),
+        "samples" if sampled else resolve_update_form(config, env.num_states),
+    )
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
@@ -284,8 +318,9 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         theta_average=jnp.zeros((h, x, a), jnp.float32),
         critics=jnp.zeros((h + 1, x, 1 + m), jnp.float32),
         multipliers=nu,
-        multiplier_state=multipliers.three_timescale_law(config.variant == "paper", config.multiplier_lr(0),
-                                                          config.multiplier_max, config.multiplier_gain).init(m, nu),
+        multiplier_state=multipliers.three_timescale_law(
+            config.variant == "paper", config.multiplier_lr(0), config.multiplier_max, config.multiplier_gain
+        ).init(m, nu),
         step=jnp.zeros((), jnp.int32),
         # the map used (Auto records the map it chose, so the state says what it trained on)
         features=getattr(setup.features, "spec", None) or config.for_environment(setup.env).features,
@@ -337,24 +372,29 @@ def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -
     return rollout_tabular(key, setup.model, (train_state.theta, phis), cdf, k)
 
 
-def critic_step(critics: Array, errors: fh_kernels.Errors, batch: Batch, step_size: Array, setup: Setup,
-                config: Config) -> Array:
+def critic_step(
+    critics: Array, errors: fh_kernels.Errors, batch: Batch, step_size: Array, setup: Setup, config: Config
+) -> Array:
     """The critics' step at the fast rate a(n), every stage at once: (algo1) v_h += a(n) delta_h
     phi_h(s_h), (algo2) at the terminal stage, (algo4)-(algo5) w_h^(k) += a(n) xi_h^(k) phi_h(s_h);
     the K episodes' increments combined per feature by ``Config.combine``. (H+1, X, 1+M)."""
     feats, k = setup.features, config.episodes_per_iteration
     visits = config.combine in ("visits", "mass")
     if setup.form == "table":
-        return critics + step_size * fh_kernels.combine(feats.project(errors.per_state[..., 1:]), errors.active, k, visits)
+        return critics + step_size * fh_kernels.combine(
+            feats.project(errors.per_state[..., 1:]), errors.active, k, visits
+        )
     if feats.one_hot:  # scatter straight into the visited rows
         return critics.at[_stages(setup.horizon + 1), batch.states].add(
-            step_size * errors.weight[..., None] * errors.errors)
+            step_size * errors.weight[..., None] * errors.errors
+        )
     increment = jnp.einsum("hkx,hkc->hxc", errors.phi, errors.errors)
     return critics + step_size * fh_kernels.combine(increment, errors.active, k, visits)
 
 
-def actor_step(theta: Array, errors: fh_kernels.Errors, batch: Batch, step_size: Array, setup: Setup,
-               config: Config) -> Array:
+def actor_step(
+    theta: Array, errors: fh_kernels.Errors, batch: Batch, step_size: Array, setup: Setup, config: Config
+) -> Array:
     """The actors' step at the middle rate b(n), every stage at once, projected onto
     [-Gamma, Gamma] (Gamma = ``theta_bound``), (H, X, A).
 
@@ -373,8 +413,9 @@ def actor_step(theta: Array, errors: fh_kernels.Errors, batch: Batch, step_size:
             actor_sums = cells[..., 1] - mu * per_state[:-1, :, 1][..., None]
             increment = fh_kernels.combine(feats.project(actor_sums), errors.active[:-1], k, visits)
         else:  # the cells hold n_h(s, a) and sum delta
-            increment = fh_kernels.advantage_increment_from_sums(cells[..., 0], cells[..., 1], feats, k, visits,
-                                                                 per_state[:-1, :, 0], per_state[:-1, :, 1], mass)
+            increment = fh_kernels.advantage_increment_from_sums(
+                cells[..., 0], cells[..., 1], feats, k, visits, per_state[:-1, :, 0], per_state[:-1, :, 1], mass
+            )
         return jnp.clip(theta + step_size * increment, -bound, bound)
     delta = errors.errors[:-1, :, 0]  # the actor's signal, (H, K)
     actions = batch.actions
@@ -401,21 +442,32 @@ def actor_step(theta: Array, errors: fh_kernels.Errors, batch: Batch, step_size:
         mu_a = jnp.sum(mu_rows * onehot_a, axis=-1, keepdims=True)
         per_sample = delta[..., None] * (onehot_a / jnp.maximum(mu_a, config.importance_floor) - 1.0)
     else:
-        per_sample = fh_kernels.advantage_weights(batch.states[:-1], actions, delta, num_actions)[0][..., None] * onehot_a
+        per_sample = (
+            fh_kernels.advantage_weights(batch.states[:-1], actions, delta, num_actions)[0][..., None] * onehot_a
+        )
     increment = fh_kernels.combine(jnp.einsum("hkx,hka->hxa", phi, per_sample), errors.active[:-1], k, visits)
     return jnp.clip(theta + step_size * increment, -bound, bound)
 
 
-def multiplier_step(train_state: TrainState, errors: fh_kernels.Errors, batch: Batch, setup: Setup,
-                    config: Config) -> tuple[Array, multipliers.MultiplierState, Array]:
+def multiplier_step(
+    train_state: TrainState, errors: fh_kernels.Errors, batch: Batch, setup: Setup, config: Config
+) -> tuple[Array, multipliers.MultiplierState, Array]:
     """The penalties' step at the slow rate c(n), (algo7), on the relative violation (of the
     constraint critics' estimate in the paper variant, of the batch's mean episode cost in the
     improved one, whose law adds a proportional term): :func:`fhc_jax.algos.core.multipliers.
     three_timescale_step`. Returns (nu (M,), the law's state, the critics' cost estimate (M,))."""
     return multipliers.three_timescale_step(
-        train_state.multiplier_state, errors.critic_estimate, batch.episode_costs, setup.thresholds,
-        setup.violation_units, config.variant == "paper", config.multiplier_lr(train_state.step), config.multiplier_max,
-        config.multiplier_gain, config.eval_episodes)
+        train_state.multiplier_state,
+        errors.critic_estimate,
+        batch.episode_costs,
+        setup.thresholds,
+        setup.violation_units,
+        config.variant == "paper",
+        config.multiplier_lr(train_state.step),
+        config.multiplier_max,
+        config.multiplier_gain,
+        config.eval_episodes,
+    )
 
 
 def update(
@@ -439,14 +491,28 @@ def update(
     del key
     config = config.for_environment(setup.env)  # make_learner did; direct calls
     n = train_state.step
-    errors = fh_kernels.critic_errors(train_state.critics, batch, train_state.multipliers, setup.features,
-                                      setup.thresholds, setup.form, config.variant == "paper", config.trace,
-                                      config.combine, setup.num_states, setup.num_actions)
+    errors = fh_kernels.critic_errors(
+        train_state.critics,
+        batch,
+        train_state.multipliers,
+        setup.features,
+        setup.thresholds,
+        setup.form,
+        config.variant == "paper",
+        config.trace,
+        config.combine,
+        setup.num_states,
+        setup.num_actions,
+    )
     critics = critic_step(train_state.critics, errors, batch, config.critic_lr(n), setup, config)
     theta = actor_step(train_state.theta, errors, batch, config.actor_lr(n), setup, config)
     nu, multiplier_state, critic_costs = multiplier_step(train_state, errors, batch, setup, config)
     new_state = train_state.replace(
-        theta=theta, critics=critics, multipliers=nu, multiplier_state=multiplier_state, step=n + 1,
+        theta=theta,
+        critics=critics,
+        multipliers=nu,
+        multiplier_state=multiplier_state,
+        step=n + 1,
         theta_average=polyak_average(train_state.theta_average, theta, config.policy_averaging),
     )
     return new_state, {"multipliers": nu, "critic_costs": critic_costs}
@@ -499,8 +565,15 @@ def _stages(length: int) -> Array:
 
 
 ALGORITHM = scaffold.Algorithm(
-    name="fh_constrained", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
-    rollout=rollout, update=update, table_logits=table_logits, policy_setup=policy_setup,
+    name="fh_constrained",
+    config_type=Config,
+    metrics_type=Metrics,
+    setup=setup,
+    init=init,
+    rollout=rollout,
+    update=update,
+    table_logits=table_logits,
+    policy_setup=policy_setup,
     observation_outputs=observation_outputs,
 )
 make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

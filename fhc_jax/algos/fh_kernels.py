@@ -21,15 +21,22 @@ few entries.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
 from fhc_jax.algos.core.features import FeatureTable
-from fhc_jax.algos.core.returns import (lagrangian_targets, lagrangian_terminal, lambda_return_step, state_baseline,
-                                        trace_weights, visit_averaged_advantages)
+from fhc_jax.algos.core.returns import (
+    lagrangian_targets,
+    lagrangian_terminal,
+    lambda_return_step,
+    state_baseline,
+    trace_weights,
+    visit_averaged_advantages,
+)
 from fhc_jax.algos.core.tabular_rollout import Batch
 
 Array = jax.Array
@@ -69,8 +76,19 @@ class Errors:
     weight: Array | None = None
 
 
-def critic_errors(critics: Array, batch: Batch, nu: Array, features: Any, thresholds: Array, form: str, paper: bool,
-                  trace: Array, combine_rule: str, num_states: int, num_actions: int) -> Errors:
+def critic_errors(
+    critics: Array,
+    batch: Batch,
+    nu: Array,
+    features: Any,
+    thresholds: Array,
+    form: str,
+    paper: bool,
+    trace: Array,
+    combine_rule: str,
+    num_states: int,
+    num_actions: int,
+) -> Errors:
     """The critics' errors at the batch's visited states: the paper's TD(0) errors delta_h, xi_h
     ((algo1), (algo2), (algo4), (algo5)) or the improved variant's lambda-return errors
     G_h - V_h (:func:`~fhc_jax.algos.core.returns.lagrangian_targets`), in ``form``'s layout.
@@ -92,7 +110,8 @@ def critic_errors(critics: Array, batch: Batch, nu: Array, features: Any, thresh
         vals = jnp.einsum("hkx,hxc->hkc", phi, critics)
     if form == "table":
         stats, term_stats, critic_estimate = table_statistics(
-            batch, critics, vals, nu, thresholds, paper, trace, num_states, num_actions)
+            batch, critics, vals, nu, thresholds, paper, trace, num_states, num_actions
+        )
         cells = stats.reshape(num_stages, num_states, num_actions, stats.shape[-1])
         per_state = jnp.concatenate([along_actions(jnp.add, cells, 2), term_stats[None]], axis=0)  # (H+1, S, 1+C)
         counts = per_state[..., 0]
@@ -127,8 +146,17 @@ def feature_rows(feats: FeatureTable, states: Array) -> Array:
     return feats.table[states]
 
 
-def table_statistics(batch: Batch, critics: Array, vals: Array | None, nu: Array, thresholds: Array, paper: bool,
-                      trace: Array, num_states: int, num_actions: int) -> tuple[Array, Array, Array]:
+def table_statistics(
+    batch: Batch,
+    critics: Array,
+    vals: Array | None,
+    nu: Array,
+    thresholds: Array,
+    paper: bool,
+    trace: Array,
+    num_states: int,
+    num_actions: int,
+) -> tuple[Array, Array, Array]:
     """The "table" form's per-cell sums of the critics' errors, in one backward scan over the
     stages: the arithmetic of computing the errors of all stages
     (:func:`~fhc_jax.algos.core.returns.lagrangian_targets`), then one scatter, stage by stage
@@ -232,9 +260,16 @@ def advantage_weights(states: Array, actions: Array, delta: Array, num_actions: 
     return adv * count_s / count_sa, count_s
 
 
-def advantage_increment_from_sums(count_sa: Array, total_sa: Array, features: FeatureTable, k: int, visits: bool,
-                                   count_s: Array | None = None, total_s: Array | None = None,
-                                   mass: bool = False) -> Array:
+def advantage_increment_from_sums(
+    count_sa: Array,
+    total_sa: Array,
+    features: FeatureTable,
+    k: int,
+    visits: bool,
+    count_s: Array | None = None,
+    total_s: Array | None = None,
+    mass: bool = False,
+) -> Array:
     """Actor increment of the improved variant, (H, X, A), from per-cell visit counts
     n_h(s, a) and sums of the actor's errors delta, both (H, S, A).
 

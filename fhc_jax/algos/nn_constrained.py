@@ -37,24 +37,38 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from fhc_jax.algos.core import scaffold
-from fhc_jax.algos.core import multipliers
+from fhc_jax.algos.core import multipliers, scaffold
 from fhc_jax.algos.core.distributions import ActionHead, Categorical, check_initial_log_std, config_head
-from fhc_jax.algos.core.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
 from fhc_jax.algos.core.evaluation import EvaluationMetrics, observation_policy
+from fhc_jax.algos.core.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
+from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec
 from fhc_jax.algos.core.paths import judged_exactly, takes_sampled_path
 from fhc_jax.algos.core.policies import polyak_average
 from fhc_jax.algos.core.sampled_inputs import observation_sample
-from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec
-from fhc_jax.algos.nn_losses import (
-    Networks, advantage_targets, batch_targets, cell_stats, gaussian_actor_loss, gaussian_sample_targets,
-    improved_actor_loss, sample_advantage_targets, sample_cross_entropy, sample_losses, table_losses, visit_weights,
-)
-from fhc_jax.rollout import rollout as rollout_episodes
 from fhc_jax.algos.core.tabular_rollout import (
-    Batch, TabularModel, batch_from_trajectory, batch_observations, observation_table, rollout_policy_table,
+    Batch,
+    TabularModel,
+    batch_from_trajectory,
+    batch_observations,
+    observation_table,
+    rollout_policy_table,
     tabular_model,
 )
+from fhc_jax.algos.nn_losses import (
+    Networks,
+    advantage_targets,
+    batch_targets,
+    cell_stats,
+    gaussian_actor_loss,
+    gaussian_sample_targets,
+    improved_actor_loss,
+    sample_advantage_targets,
+    sample_cross_entropy,
+    sample_losses,
+    table_losses,
+    visit_weights,
+)
+from fhc_jax.rollout import rollout as rollout_episodes
 
 Array = jax.Array
 
@@ -276,24 +290,39 @@ def _input_stats(env, params, observation: str, normalize: bool) -> tuple[Array 
     return table, jnp.mean(flat, axis=0), jnp.where(std > 0, std, 1.0)
 
 
-def _setup(env, params, spec: NetworkSpec, path: str, model: TabularModel | None, thresholds: Array | None, form: str) -> Setup:
+def _setup(
+    env, params, spec: NetworkSpec, path: str, model: TabularModel | None, thresholds: Array | None, form: str
+) -> Setup:
     sampled = path == "sampled" or (path == "auto" and not judged_exactly(env))
     if spec.observation != "env" and (sampled or spec.observation not in env.supported_observations):
         valid = ", ".join(map(repr, ("env", *(env.supported_observations if not sampled else ()))))
-        raise ValueError(f"Config.observation must be one of {valid} for {env.name}"
-                         f"{' on the sampled path' if sampled else ''}, found {spec.observation!r}")
+        raise ValueError(
+            f"Config.observation must be one of {valid} for {env.name}"
+            f"{' on the sampled path' if sampled else ''}, found {spec.observation!r}"
+        )
     if len(env.observation_shape) != 1:
-        raise ValueError(f"nn_constrained: the networks take flat observations, but {env.name}'s have "
-                         f"shape {env.observation_shape}; flatten them in the environment")
+        raise ValueError(
+            f"nn_constrained: the networks take flat observations, but {env.name}'s have "
+            f"shape {env.observation_shape}; flatten them in the environment"
+        )
     head = config_head(env, spec)
     table, shift, scale = _input_stats(env, params, spec.observation, spec.normalize_inputs)
     return Setup(
         nets=Networks.build(env.horizon, head, env.num_constraints, spec, feature_major=sampled),
-        shift=shift, scale=scale, obs_table=None if table is None else (table - shift) / scale,
-        env=env, params=params, model=model, thresholds=thresholds, horizon=env.horizon,
+        shift=shift,
+        scale=scale,
+        obs_table=None if table is None else (table - shift) / scale,
+        env=env,
+        params=params,
+        model=model,
+        thresholds=thresholds,
+        horizon=env.horizon,
         num_states=env.num_states if env.is_tabular else 0,
         num_actions=0 if env.has_box_actions else env.num_actions,
-        num_constraints=env.num_constraints, sampled=sampled, form="samples" if sampled else form, head=head,
+        num_constraints=env.num_constraints,
+        sampled=sampled,
+        form="samples" if sampled else form,
+        head=head,
     )
 
 
@@ -306,8 +335,15 @@ def setup(env, params, config: Config) -> Setup:
     """
     tabular = not takes_sampled_path("nn_constrained", env, config.path) and judged_exactly(env)
     thresholds = jnp.asarray(env.thresholds(params), jnp.float32)
-    out = _setup(env, params, NetworkSpec.of(config), config.path, tabular_model(env, params) if tabular else None, thresholds,
-                 resolve_update_form(config, env.num_states) if tabular else "samples")
+    out = _setup(
+        env,
+        params,
+        NetworkSpec.of(config),
+        config.path,
+        tabular_model(env, params) if tabular else None,
+        thresholds,
+        resolve_update_form(config, env.num_states) if tabular else "samples",
+    )
     return dataclasses.replace(out, violation_units=multipliers.violation_units(thresholds, env.horizon))
 
 
@@ -335,9 +371,9 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         actor_opt=_optimizer(config, config.actor_lr).init(actor),
         critic_opt=_optimizer(config, config.critic_lr).init((critic, cost_critic)),
         multipliers=nu,
-        multiplier_state=multipliers.three_timescale_law(config.variant == "paper", config.multiplier_lr(0),
-                                                          config.multiplier_max,
-                                                          config.multiplier_gain).init(setup.num_constraints, nu),
+        multiplier_state=multipliers.three_timescale_law(
+            config.variant == "paper", config.multiplier_lr(0), config.multiplier_max, config.multiplier_gain
+        ).init(setup.num_constraints, nu),
         step=jnp.zeros((), jnp.int32),
         network=network,
     )
@@ -369,14 +405,17 @@ def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -
     tabular path, applied to each observation through ``fhc_jax.rollout`` on the sampled one."""
     k = config.episodes_per_iteration
     if setup.sampled:
-        act = observation_policy(lambda obs, h: _stage_logits(setup.nets, train_state.actor, setup.normalize(obs), h),
-                                 setup.head)
+        act = observation_policy(
+            lambda obs, h: _stage_logits(setup.nets, train_state.actor, setup.normalize(obs), h), setup.head
+        )
         return batch_from_trajectory(rollout_episodes(key, setup.env, setup.params, act, k))
     table = _table(setup.nets, train_state.actor, setup.obs_table)
     return rollout_policy_table(key, setup.model, table, k)
 
 
-def _values_at(nets: Networks, state: TrainState, obs_table: Array, states: Array, form: str, observations: Array | None):
+def _values_at(
+    nets: Networks, state: TrainState, obs_table: Array, states: Array, form: str, observations: Array | None
+):
     """[V_h(s_h), W_h(s_h)] at the visited states, (H+1, K, 1+M)."""
     if form == "table":
         hh = jnp.arange(states.shape[0], dtype=jnp.int32)[:, None]
@@ -397,16 +436,20 @@ def _values(train_state: TrainState, batch: Batch, setup: Setup) -> tuple[Array,
     nets, obs_table = setup.nets, setup.obs_table
     if setup.sampled:  # the critics' predictions at the samples, once, with their VJP
         observations = setup.normalize(batch.observations.astype(jnp.float32))
-        values, predictions_vjp = jax.vjp(lambda c: jnp.concatenate(
-            [nets.critic.apply(c[0], observations), nets.cost_critic.apply(c[1], observations)], axis=-1),
-            (train_state.critic, train_state.cost_critic))
+        values, predictions_vjp = jax.vjp(
+            lambda c: jnp.concatenate(
+                [nets.critic.apply(c[0], observations), nets.cost_critic.apply(c[1], observations)], axis=-1
+            ),
+            (train_state.critic, train_state.cost_critic),
+        )
         return values, observations, predictions_vjp
     observations = None if setup.form == "table" else batch_observations(obs_table, batch.states)
     return _values_at(nets, train_state, obs_table, batch.states, setup.form, observations), observations, None
 
 
-def critic_step(train_state: TrainState, losses: Any, values: Array, fixed: Any, predictions_vjp: Any,
-                   config: Config) -> tuple[tuple[Any, Any], Any, Array]:
+def critic_step(
+    train_state: TrainState, losses: Any, values: Array, fixed: Any, predictions_vjp: Any, config: Config
+) -> tuple[tuple[Any, Any], Any, Array]:
     """The critic step: one optimizer step of (V, W) at rate a(n) on CL + CCL, summed over the
     stages (``losses``: ``state -> (critic loss, actor loss)`` of the batch; on the sampled path
     the same loss, sum (targets - predictions)^2 / K, differentiated through
@@ -419,17 +462,25 @@ def critic_step(train_state: TrainState, losses: Any, values: Array, fixed: Any,
     if predictions_vjp is not None:
         k = values.shape[1]
         residuals = values - fixed.targets
-        critic_loss = jnp.sum(residuals ** 2) / k
+        critic_loss = jnp.sum(residuals**2) / k
         (critic_grads,) = predictions_vjp(2.0 * residuals / k)
     else:
         critic_loss, critic_grads = jax.value_and_grad(
-            lambda c: losses(train_state.replace(critic=c[0], cost_critic=c[1]))[0])(crit)
+            lambda c: losses(train_state.replace(critic=c[0], cost_critic=c[1]))[0]
+        )(crit)
     updates, critic_opt = _optimizer(config, config.critic_lr).update(critic_grads, train_state.critic_opt, crit)
     return optax.apply_updates(crit, updates), critic_opt, critic_loss
 
 
-def _improved_regression(train_state: TrainState, batch: Batch, setup: Setup, observations: Array | None, fixed: Any,
-                         stats: Any, config: Config) -> Any:
+def _improved_regression(
+    train_state: TrainState,
+    batch: Batch,
+    setup: Setup,
+    observations: Array | None,
+    fixed: Any,
+    stats: Any,
+    config: Config,
+) -> Any:
     """The improved actor's regression loss ``actor -> ()``: the targets of a mirror-descent
     step of size eta in logit space (the sampled path: per sample; box actions: the Gaussian's
     natural-gradient step) onto which the actor regresses (module docstring)."""
@@ -452,8 +503,16 @@ def _improved_regression(train_state: TrainState, batch: Batch, setup: Setup, ob
     return lambda actor: improved_actor_loss(nets, actor, obs_table, q, weights)
 
 
-def actor_step(train_state: TrainState, batch: Batch, setup: Setup, observations: Array | None, fixed: Any,
-                 stats: Any, losses: Any, config: Config) -> tuple[Any, Any]:
+def actor_step(
+    train_state: TrainState,
+    batch: Batch,
+    setup: Setup,
+    observations: Array | None,
+    fixed: Any,
+    stats: Any,
+    losses: Any,
+    config: Config,
+) -> tuple[Any, Any]:
     """The actor step at rate b(n): the paper's AL by one optimizer step (``losses`` as in
     :func:`critic_step`), or the improved variant's ``actor_epochs`` optimizer steps on the
     regression of :func:`_improved_regression`.
@@ -475,13 +534,15 @@ def actor_step(train_state: TrainState, batch: Batch, setup: Setup, observations
         updates, opt_state = act_opt.update(grads, opt_state, actor)
         return (optax.apply_updates(actor, updates), opt_state), None
 
-    (actor, actor_opt), _ = jax.lax.scan(epoch, (train_state.actor, train_state.actor_opt), None,
-                                         length=config.actor_epochs)
+    (actor, actor_opt), _ = jax.lax.scan(
+        epoch, (train_state.actor, train_state.actor_opt), None, length=config.actor_epochs
+    )
     return actor, actor_opt
 
 
-def multiplier_step(train_state: TrainState, batch: Batch, setup: Setup, values: Array,
-                    config: Config) -> tuple[Array, multipliers.MultiplierState, Array]:
+def multiplier_step(
+    train_state: TrainState, batch: Batch, setup: Setup, values: Array, config: Config
+) -> tuple[Array, multipliers.MultiplierState, Array]:
     """The multiplier step at rate c(n), (algo7) on the relative violation: of the constraint
     critics' estimate mean_i W_0(s_0^i) in the paper variant, of the batch's mean episode cost
     (with the safety margin) in the improved one, whose law adds the proportional term
@@ -493,9 +554,17 @@ def multiplier_step(train_state: TrainState, batch: Batch, setup: Setup, values:
     """
     critic_estimate = jnp.mean(values[0, :, 1:], axis=0)  # mean_i W_0(s_0^i), (M,)
     return multipliers.three_timescale_step(
-        train_state.multiplier_state, critic_estimate, batch.episode_costs, setup.thresholds, setup.violation_units,
-        config.variant == "paper", config.multiplier_lr(train_state.step), config.multiplier_max,
-        config.multiplier_gain, config.eval_episodes)
+        train_state.multiplier_state,
+        critic_estimate,
+        batch.episode_costs,
+        setup.thresholds,
+        setup.violation_units,
+        config.variant == "paper",
+        config.multiplier_lr(train_state.step),
+        config.multiplier_max,
+        config.multiplier_gain,
+        config.eval_episodes,
+    )
 
 
 def update(
@@ -523,8 +592,7 @@ def update(
     fixed = batch_targets(values, batch, train_state.multipliers, setup.thresholds, config.variant, config.trace)
     stats = None
     if form == "table" or not (paper or setup.sampled):
-        stats = cell_stats(batch.states, batch.actions, fixed, setup.num_states, setup.num_actions,
-                           counts_sa=not paper)
+        stats = cell_stats(batch.states, batch.actions, fixed, setup.num_states, setup.num_actions, counts_sa=not paper)
     if form == "table":
         losses = lambda st: table_losses(nets, st, setup.obs_table, stats, k)
     else:
@@ -555,8 +623,16 @@ def update(
 
 
 ALGORITHM = scaffold.Algorithm(
-    name="nn_constrained", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
-    rollout=rollout, update=update, table_logits=table_logits, policy_setup=policy_setup,
-    observation_outputs=observation_outputs, action_head=lambda setup: setup.head,
+    name="nn_constrained",
+    config_type=Config,
+    metrics_type=Metrics,
+    setup=setup,
+    init=init,
+    rollout=rollout,
+    update=update,
+    table_logits=table_logits,
+    policy_setup=policy_setup,
+    observation_outputs=observation_outputs,
+    action_head=lambda setup: setup.head,
 )
 make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

@@ -41,11 +41,19 @@ class Networks:
     cost_critic: Stacked
 
     @classmethod
-    def build(cls, horizon: int, head: ActionHead | int, num_constraints: int, spec: NetworkSpec,
-              output_scale: Any = 1.0, feature_major: bool = False) -> "Networks":
-        """From the ``spec``'s width, depth and activation; ``head`` the action head (an int A: ``Categorical(A)``); ``output_scale`` only sets
-        the actors' initialisation; ``feature_major`` the layout of the stacked networks
-        (:class:`~fhc_jax.algos.core.networks.Stacked`: the sampled path's per-sample batches)."""
+    def build(
+        cls,
+        horizon: int,
+        head: ActionHead | int,
+        num_constraints: int,
+        spec: NetworkSpec,
+        output_scale: Any = 1.0,
+        feature_major: bool = False,
+    ) -> Networks:
+        """From the ``spec``'s width, depth and activation; ``head`` the action head (an int A:
+        ``Categorical(A)``); ``output_scale`` only sets the actors' initialisation; ``feature_major``
+        the layout of the stacked networks (:class:`~fhc_jax.algos.core.networks.Stacked`: the
+        sampled path's per-sample batches)."""
         head = Categorical(head) if isinstance(head, int) else head
         outputs, free = head.network_outputs
         return cls(
@@ -70,7 +78,9 @@ class Targets:
     values: Array
 
 
-def batch_targets(values: Array, batch: Batch, multipliers: Array, thresholds: Array, variant: str, trace: Array) -> Targets:
+def batch_targets(
+    values: Array, batch: Batch, multipliers: Array, thresholds: Array, variant: str, trace: Array
+) -> Targets:
     """The paper's bootstrap targets (or the improved variant's lambda-returns).
 
     Args:
@@ -79,7 +89,9 @@ def batch_targets(values: Array, batch: Batch, multipliers: Array, thresholds: A
         multipliers: nu, (M,). thresholds: alpha, (M,).
         variant: "paper" or "improved". trace: lambda-return trace (improved).
     """
-    targets = jax.lax.stop_gradient(lagrangian_targets(batch, values, multipliers, thresholds, variant == "paper", trace))
+    targets = jax.lax.stop_gradient(
+        lagrangian_targets(batch, values, multipliers, thresholds, variant == "paper", trace)
+    )
     advantages = jax.lax.stop_gradient(targets[:-1, :, 0] - values[:-1, :, 0])
     return Targets(targets=targets, advantages=advantages, values=values)
 
@@ -133,7 +145,9 @@ class CellStats:
     advantage_counts: Array | None = None
 
 
-def cell_stats(states: Array, actions: Array, fixed: Targets, num_states: int, num_actions: int, counts_sa: bool = False) -> CellStats:
+def cell_stats(
+    states: Array, actions: Array, fixed: Targets, num_states: int, num_actions: int, counts_sa: bool = False
+) -> CellStats:
     """Scatter the batch into :class:`CellStats` (one scatter per quantity, O(H K))."""
     h1, k = states.shape
     hh = jnp.arange(h1, dtype=jnp.int32)[:, None]
@@ -142,7 +156,9 @@ def cell_stats(states: Array, actions: Array, fixed: Targets, num_states: int, n
     per_state = jnp.zeros((h1, num_states, vals.shape[-1]), y.dtype).at[hh, states].add(vals)
     c = y.shape[-1]
     adv = jnp.zeros((h1 - 1, num_states * num_actions, 2), y.dtype)
-    adv = adv.at[hh[:-1], states[:-1] * num_actions + actions].add(jnp.stack([fixed.advantages, jnp.ones_like(fixed.advantages)], -1))
+    adv = adv.at[hh[:-1], states[:-1] * num_actions + actions].add(
+        jnp.stack([fixed.advantages, jnp.ones_like(fixed.advantages)], -1)
+    )
     return CellStats(
         advantage_counts=adv[..., 1].reshape(h1 - 1, num_states, num_actions) if counts_sa else None,
         counts=per_state[..., 0],
@@ -196,7 +212,7 @@ def visit_weights(stats: CellStats, power: Array) -> Array:
     (:func:`improved_actor_loss`), 0 where the batch has no visit; n_h(s) the visits,
     :class:`CellStats` with ``advantage_counts``. (H, S)."""
     visits = stats.advantage_counts.sum(-1)
-    return jnp.where(visits > 0, visits ** power, 0.0)
+    return jnp.where(visits > 0, visits**power, 0.0)
 
 
 def sample_advantage_targets(logits: Array, onehot_actions: Array, advantages: Array, logit_step: Array) -> Array:

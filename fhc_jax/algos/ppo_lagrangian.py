@@ -32,17 +32,21 @@ import numpy as np
 import optax
 from flax import struct
 
-from fhc_jax.algos.core import scaffold
-from fhc_jax.algos.core import multipliers
+from fhc_jax.algos.core import multipliers, scaffold
 from fhc_jax.algos.core.distributions import check_initial_log_std, config_head
-from fhc_jax.algos.core.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.core.evaluation import EvaluationMetrics, observation_policy
+from fhc_jax.algos.core.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec
-from fhc_jax.algos.ppo_networks import OBSERVATIONS, Setup, _actor_rows, _modules, _optimizer  # noqa: F401 (public here)
-from fhc_jax.algos.core.returns import advantages_and_targets
 from fhc_jax.algos.core.paths import resolve_observation, resolve_path
+from fhc_jax.algos.core.returns import advantages_and_targets
 from fhc_jax.algos.core.sampled_inputs import critic_value_scale, with_stage
-from fhc_jax.algos.core.tabular_rollout import Batch, batch_from_trajectory, rollout_policy_table, tabular_model, value_scale
+from fhc_jax.algos.core.tabular_rollout import (
+    Batch,
+    batch_from_trajectory,
+    rollout_policy_table,
+    tabular_model,
+)
+from fhc_jax.algos.ppo_networks import OBSERVATIONS, Setup, _actor_rows, _modules, _optimizer  # noqa: F401 (public here)
 from fhc_jax.rollout import rollout as rollout_episodes
 
 Array = jax.Array
@@ -137,7 +141,6 @@ class Config(NetworkConfig):
         check_initial_log_std(self)
 
 
-
 @struct.dataclass
 class TrainState(scaffold.NetworkState):
     """Learner state (M constraints).
@@ -214,8 +217,15 @@ def multiplier_update(config: Config) -> multipliers.MultiplierUpdate:
     if config.multiplier_method == "lagrangian":
         optimizer = optax.adam if config.multiplier_optimizer == "adam" else optax.sgd
         return multipliers.optimizer_ascent(optimizer(config.multiplier_lr), config.multiplier_max)
-    return multipliers.pid(config.multiplier_max, config.pid_kp, config.pid_ki, config.pid_kd,
-                           p_ema=config.pid_p_ema, d_ema=config.pid_d_ema, delay=config.pid_delay)
+    return multipliers.pid(
+        config.multiplier_max,
+        config.pid_kp,
+        config.pid_ki,
+        config.pid_kd,
+        p_ema=config.pid_p_ema,
+        d_ema=config.pid_d_ema,
+        delay=config.pid_delay,
+    )
 
 
 # ----------------------------------------------------------------------------- networks and setup
@@ -231,13 +241,35 @@ def _sampled_setup(env, params, spec: NetworkSpec, config: Config | None) -> Set
         rows = jnp.asarray(rows, jnp.float32)
     d = env.observation_shape[0] + (spec.observation == "env_t")
     critic_stage = config is not None and config.critic_time and spec.observation == "env"
-    kw = {} if config is None else dict(thresholds=jnp.asarray(env.thresholds(params), jnp.float32),
-                                        value_scale=jnp.asarray(critic_value_scale(env, params)))
+    kw = (
+        {}
+        if config is None
+        else dict(
+            thresholds=jnp.asarray(env.thresholds(params), jnp.float32),
+            value_scale=jnp.asarray(critic_value_scale(env, params)),
+        )
+    )
     head = config_head(env, spec)
-    return Setup(_modules(head, env.num_constraints, spec), rows, per_stage, rows, per_stage,
-                 env.horizon, env.num_states if env.is_tabular else 0, head.num_outputs, form="samples",
-                 critic_form="samples", sampled=True, env=env, params=params, observation=spec.observation,
-                 critic_stage=critic_stage, dims=(d, d + critic_stage), head=head, **kw)
+    return Setup(
+        _modules(head, env.num_constraints, spec),
+        rows,
+        per_stage,
+        rows,
+        per_stage,
+        env.horizon,
+        env.num_states if env.is_tabular else 0,
+        head.num_outputs,
+        form="samples",
+        critic_form="samples",
+        sampled=True,
+        env=env,
+        params=params,
+        observation=spec.observation,
+        critic_stage=critic_stage,
+        dims=(d, d + critic_stage),
+        head=head,
+        **kw,
+    )
 
 
 def setup(env, params, config: Config) -> Setup:
@@ -278,10 +310,15 @@ def setup(env, params, config: Config) -> Setup:
     head = config_head(env, spec)  # Categorical(A): box environments have no tabular path
     return Setup(
         modules=_modules(head, env.num_constraints, spec),
-        rows=jnp.asarray(rows, jnp.float32), per_stage=per_stage,
-        critic_rows=jnp.asarray(critic_rows, jnp.float32), critic_per_stage=critic_per_stage,
-        horizon=h, num_states=s, num_actions=env.num_actions,
-        form=pick(rows.shape[0]), critic_form=pick(critic_rows.shape[0]),
+        rows=jnp.asarray(rows, jnp.float32),
+        per_stage=per_stage,
+        critic_rows=jnp.asarray(critic_rows, jnp.float32),
+        critic_per_stage=critic_per_stage,
+        horizon=h,
+        num_states=s,
+        num_actions=env.num_actions,
+        form=pick(rows.shape[0]),
+        critic_form=pick(critic_rows.shape[0]),
         model=model,
         thresholds=jnp.asarray(env.thresholds(params), jnp.float32),
         value_scale=jnp.asarray(critic_value_scale(env, params)),
@@ -300,8 +337,19 @@ def policy_setup(env, params, train_state: TrainState) -> Setup:
     _, rows, per_stage = _actor_rows(env, params, spec.observation)
     rows = jnp.asarray(rows, jnp.float32)
     head = config_head(env, spec)
-    return Setup(_modules(head, env.num_constraints, spec), rows, per_stage, rows, per_stage,
-                 env.horizon, env.num_states, env.num_actions, form="table", critic_form="table", head=head)
+    return Setup(
+        _modules(head, env.num_constraints, spec),
+        rows,
+        per_stage,
+        rows,
+        per_stage,
+        env.horizon,
+        env.num_states,
+        env.num_actions,
+        form="table",
+        critic_form="table",
+        head=head,
+    )
 
 
 # ----------------------------------------------------------------------------- the algorithm
@@ -316,7 +364,10 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
     else:
         x, xc = setup.rows[:1], setup.critic_rows[:1]
     inputs = {"actor": x, "reward_critic": xc, "cost_critic": xc}
-    net_params = {name: setup.modules[name].init(k, inputs[name]) for name, k in zip(("actor", "reward_critic", "cost_critic"), keys)}
+    net_params = {
+        name: setup.modules[name].init(k, inputs[name])
+        for name, k in zip(("actor", "reward_critic", "cost_critic"), keys)
+    }
     m = setup.thresholds.shape[0]
     nu = jnp.broadcast_to(jnp.asarray(config.initial_multiplier, jnp.float32), (m,))
     return TrainState(
@@ -389,17 +440,24 @@ def update(
 
     # --- critics at the visited states (real units) and GAE with exact terminal values
     value_table = not setup.sampled and setup.critic_rows.shape[0] <= n_samples
-    values = jnp.concatenate(
-        [setup.apply("reward_critic", p["reward_critic"], crows, value_table),
-         setup.apply("cost_critic", p["cost_critic"], crows, value_table)], axis=-1,
-    ) * setup.value_scale  # (H, K, 1+M)
+    values = (
+        jnp.concatenate(
+            [
+                setup.apply("reward_critic", p["reward_critic"], crows, value_table),
+                setup.apply("cost_critic", p["cost_critic"], crows, value_table),
+            ],
+            axis=-1,
+        )
+        * setup.value_scale
+    )  # (H, K, 1+M)
     adv, targets = advantages_and_targets(batch, values, cfg.gamma, cfg.gae_lambda)
 
     # --- multipliers from the batch's mean episode costs (before the policy update)
     units = multipliers.violation_units(thresholds, setup.horizon)  # relative violation (multipliers, "Units")
     violation = multipliers.relative_violation(batch.episode_costs, thresholds, units, cfg.eval_episodes)
-    nu, multiplier_state = multiplier_update(cfg).update(st.multiplier_state, violation,
-                                                         jnp.mean(batch.episode_costs, axis=0) / units)
+    nu, multiplier_state = multiplier_update(cfg).update(
+        st.multiplier_state, violation, jnp.mean(batch.episode_costs, axis=0) / units
+    )
 
     adv_r, adv_c = adv[..., 0], adv[..., 1:]
     if cfg.normalize_advantages:
@@ -458,9 +516,7 @@ def update(
         done = active.astype(jnp.float32)
         return (net, opt, active & ~stop), {**aux, "done": done}
 
-    (net, opt, _), ep = jax.lax.scan(
-        epoch, (p, st.opt_state, jnp.asarray(True)), jax.random.split(key, cfg.num_epochs)
-    )
+    (net, opt, _), ep = jax.lax.scan(epoch, (p, st.opt_state, jnp.asarray(True)), jax.random.split(key, cfg.num_epochs))
     epochs = jnp.sum(ep["done"])
     per_epoch = lambda x: jnp.sum(x * ep["done"]) / jnp.maximum(epochs, 1.0)
 
@@ -470,8 +526,9 @@ def update(
         new_logp = jax.nn.log_softmax(setup.logits_table(net["actor"]), axis=-1)[hs, s_h]  # (H, K, A)
         approx_kl = jnp.mean(jnp.sum(jnp.exp(logp_rows) * (logp_rows - new_logp), axis=-1))
 
-    new_state = st.replace(params=net, opt_state=opt, multipliers=nu, multiplier_state=multiplier_state,
-                           step=st.step + 1)
+    new_state = st.replace(
+        params=net, opt_state=opt, multipliers=nu, multiplier_state=multiplier_state, step=st.step + 1
+    )
     metrics = {
         "multipliers": nu,
         "approx_kl": approx_kl,
@@ -484,8 +541,17 @@ def update(
 
 
 ALGORITHM = scaffold.Algorithm(
-    name="ppo_lagrangian", config_type=Config, metrics_type=Metrics, setup=setup, init=init,
-    rollout=rollout, update=update, table_logits=table_logits, policy_setup=policy_setup,
-    observation_outputs=observation_outputs, update_keys=1, action_head=lambda setup: setup.action_head,
+    name="ppo_lagrangian",
+    config_type=Config,
+    metrics_type=Metrics,
+    setup=setup,
+    init=init,
+    rollout=rollout,
+    update=update,
+    table_logits=table_logits,
+    policy_setup=policy_setup,
+    observation_outputs=observation_outputs,
+    update_keys=1,
+    action_head=lambda setup: setup.action_head,
 )
 make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

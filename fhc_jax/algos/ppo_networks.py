@@ -22,6 +22,7 @@ Array = jax.Array
 
 OBSERVATIONS = ("xy", "xyt", "one_hot", *ENV_OBSERVATIONS)
 
+
 def _modules(head: ActionHead | int, num_constraints: int, spec: NetworkSpec) -> dict[str, MLP]:
     """The actor (outputs ``head.network_outputs``: A logits, or a Gaussian's mean with its
     log-std as a free per-network vector or as outputs) and the reward and cost critics, of the

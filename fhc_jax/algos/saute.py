@@ -42,25 +42,35 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fhc_jax.algos.core import evaluation, scaffold
 from fhc_jax.algos import ppo_lagrangian as ppo
+from fhc_jax.algos.core import evaluation, scaffold
 from fhc_jax.algos.core.distributions import check_initial_log_std
 from fhc_jax.algos.core.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.core.paths import judged_exactly
 from fhc_jax.algos.core.policies import table_policy
 from fhc_jax.algos.core.tabular_rollout import Batch, rollout_policy_table
+from fhc_jax.algos.saute_setup import (
+    OBSERVATIONS,
+    Setup,
+    budget_env,
+    budget_thresholds,
+    check_box_actions,
+    check_observation,
+    network_observation,
+    policy_setup,
+    resolve_base_observation,
+    setup,
+)
 from fhc_jax.envs.base import Environment
 from fhc_jax.envs.saute import BudgetEnv, budget_levels, markov_equivalent
-from fhc_jax.algos.saute_setup import (OBSERVATIONS, Setup, budget_env, budget_thresholds, check_box_actions,
-                                       check_observation, network_observation, policy_setup, resolve_base_observation,
-                                       setup)
 
 Array = jax.Array
 
@@ -112,8 +122,9 @@ class Config(ppo.Config):
     def __post_init__(self):
         check_initial_log_std(self)
         if isinstance(self.cost_unit, bool) or not (math.isfinite(self.cost_unit) and self.cost_unit >= 0):
-            raise ValueError(f"Config.cost_unit must be a finite number >= 0 (0: detect the unit), "
-                             f"found {self.cost_unit!r}")
+            raise ValueError(
+                f"Config.cost_unit must be a finite number >= 0 (0: detect the unit), found {self.cost_unit!r}"
+            )
 
 
 # ----------------------------------------------------------------------------- the reshaped reward
@@ -127,8 +138,9 @@ def reshape(batch: Batch, z_after: Array, alpha: Array, unsafe_reward: Array) ->
     batch's units. Returns ((H, K), (K,))."""
     rewards = jnp.where(jnp.all(z_after > 0, axis=-1), batch.rewards, jnp.minimum(batch.rewards, -unsafe_reward))
     z_final = z_after[-1] - batch.terminal_costs / alpha
-    return rewards, jnp.where(jnp.all(z_final > 0, axis=-1), batch.terminal_rewards,
-                              jnp.minimum(batch.terminal_rewards, -unsafe_reward))
+    return rewards, jnp.where(
+        jnp.all(z_final > 0, axis=-1), batch.terminal_rewards, jnp.minimum(batch.terminal_rewards, -unsafe_reward)
+    )
 
 
 def reshaped_rewards(batch: Batch, levels: int, alpha: Array, unit: float, unsafe_reward: Array) -> tuple[Array, Array]:
@@ -157,9 +169,15 @@ class TrainState(ppo.TrainState):
 def init(key: Array, setup: Setup, config: Config) -> TrainState:
     """PPO-Lagrangian's initial state on the augmented inputs."""
     st = ppo.init(key, setup.ppo, config)
-    return TrainState(**{**{f.name: getattr(st, f.name) for f in dataclasses.fields(st)},
-                         "network": st.network.replace(observation=_saute_observation(setup))},
-                      budget=setup.budget, budget_units=float(setup.budget_units), table_episodes=setup.table_episodes)
+    return TrainState(
+        **{
+            **{f.name: getattr(st, f.name) for f in dataclasses.fields(st)},
+            "network": st.network.replace(observation=_saute_observation(setup)),
+        },
+        budget=setup.budget,
+        budget_units=float(setup.budget_units),
+        table_episodes=setup.table_episodes,
+    )
 
 
 def _saute_observation(setup: Setup) -> str:
@@ -230,15 +248,17 @@ def estimated_markov_policy(train_state: TrainState, setup: Setup) -> Array:
         _, out = jax.lax.scan(body, (obs, state), (stages, jax.random.split(k_steps, h_max)))
         return out
 
-    index, probs, z = jax.vmap(episode)(jax.random.split(table_key(), setup.table_episodes))  # (K, H), (K, H, A), (K, H, M)
+    index, probs, z = jax.vmap(episode)(
+        jax.random.split(table_key(), setup.table_episodes)
+    )  # (K, H), (K, H, A), (K, H, M)
     hs = jnp.broadcast_to(jnp.arange(h_max)[None, :], index.shape)
     joint = jnp.zeros((h_max, s_count, probs.shape[-1]), jnp.float32).at[hs, index].add(probs)
     visits = jnp.zeros((h_max, s_count), jnp.float32).at[hs, index].add(1.0)
     z_mean = jnp.mean(z, axis=0)  # (H, M)
-    fill_inputs = jnp.concatenate(
-        [setup.base_inputs, jnp.broadcast_to(z_mean[:, None], (h_max, s_count, m))], axis=-1)
+    fill_inputs = jnp.concatenate([setup.base_inputs, jnp.broadcast_to(z_mean[:, None], (h_max, s_count, m))], axis=-1)
     fill = jax.vmap(lambda x_h, h: jax.vmap(lambda x: jax.nn.softmax(logits_of(x, h)))(x_h))(
-        fill_inputs, jnp.arange(h_max))
+        fill_inputs, jnp.arange(h_max)
+    )
     return jnp.where(visits[..., None] > 0, joint / jnp.maximum(visits, 1.0)[..., None], fill)
 
 
@@ -264,8 +284,9 @@ def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -
     return batch.replace(behaviour=table)
 
 
-def update(train_state: TrainState, batch: Batch, key: Array, setup: Setup,
-           config: Config) -> tuple[TrainState, dict[str, Array]]:
+def update(
+    train_state: TrainState, batch: Batch, key: Array, setup: Setup, config: Config
+) -> tuple[TrainState, dict[str, Array]]:
     """Reshape the batch's rewards (:func:`reshape`: z from the counts, or the recorded
     observations' last M entries), then one PPO-Lagrangian update (the multiplier reads the
     batch's TRUE costs)."""
@@ -290,9 +311,19 @@ def play_env(train_state: TrainState, env: Environment, params: Any) -> tuple[En
 
 
 ALGORITHM = scaffold.Algorithm(
-    name="saute", config_type=Config, metrics_type=ppo.Metrics, setup=setup, init=init, rollout=rollout,
-    update=update, table_logits=table_logits, policy_setup=policy_setup, observation_outputs=observation_outputs, update_keys=1,
-    action_head=lambda setup: setup.ppo.action_head, play_env=play_env,
+    name="saute",
+    config_type=Config,
+    metrics_type=ppo.Metrics,
+    setup=setup,
+    init=init,
+    rollout=rollout,
+    update=update,
+    table_logits=table_logits,
+    policy_setup=policy_setup,
+    observation_outputs=observation_outputs,
+    update_keys=1,
+    action_head=lambda setup: setup.ppo.action_head,
+    play_env=play_env,
 )
 
 
@@ -373,16 +404,19 @@ def policy(train_state: TrainState, env, params: Any = None) -> Callable[[Array,
     if budget_env(env) is not None:
         setup_ = policy_setup(env, params, train_state)
         if train_state.budget == "count":  # z as the capped count saw it
-            return evaluation.observation_policy(partial(_capped_logits, train_state, setup_,
-                                                      count_floor(train_state.budget_units)))
+            return evaluation.observation_policy(
+                partial(_capped_logits, train_state, setup_, count_floor(train_state.budget_units))
+            )
         return evaluation.observation_policy(partial(observation_outputs, train_state, setup_), setup_.ppo.action_head)
     if env.is_tabular:
         return table_policy(policy_table(train_state, env, params), env)
     base_obs = network_observation(train_state.network.observation)[0]
-    raise ValueError(f"saute.policy: the Saute policy acts on the remaining budget, which {env.name}'s observations "
-                     "do not carry and its states are not tabular (no Markov policy to report); play it in "
-                     f"fhc_jax.envs.saute.BudgetEnv(env, observation={base_obs!r}) (the same rewards and costs, the "
-                     "budget appended to the observation), where the learner judges it")
+    raise ValueError(
+        f"saute.policy: the Saute policy acts on the remaining budget, which {env.name}'s observations "
+        "do not carry and its states are not tabular (no Markov policy to report); play it in "
+        f"fhc_jax.envs.saute.BudgetEnv(env, observation={base_obs!r}) (the same rewards and costs, the "
+        "budget appended to the observation), where the learner judges it"
+    )
 
 
 def augmented_policy_table(train_state: TrainState, env, params: Any = None) -> Array:
@@ -394,8 +428,10 @@ def augmented_policy_table(train_state: TrainState, env, params: Any = None) -> 
         ValueError: a train state of the continuous budget (no finite augmented states).
     """
     if train_state.budget != "count":
-        raise ValueError("saute.augmented_policy_table: this policy tracks a continuous budget (Config.budget = "
-                         "'continuous'), which has no finite augmented states; play it with saute.policy in BudgetEnv")
+        raise ValueError(
+            "saute.augmented_policy_table: this policy tracks a continuous budget (Config.budget = "
+            "'continuous'), which has no finite augmented states; play it with saute.policy in BudgetEnv"
+        )
     params = env.default_params if params is None else params
     st = policy_setup(env, params, train_state)
     fn = lambda x: jax.nn.softmax(augmented_logits(x, st), axis=-1)

@@ -20,8 +20,15 @@ from fhc_jax.algos.core.paths import ENV_OBSERVATIONS, judged_exactly
 from fhc_jax.algos.core.sampled_inputs import input_table
 from fhc_jax.algos.core.tabular_rollout import TabularModel, observation_table, tabular_model, value_scale
 from fhc_jax.envs.base import Environment
-from fhc_jax.envs.saute import (BudgetEnv, SauteEnv, _multiples, _transition_costs, budget_levels, count_kernel,
-                                detect_cost_unit)
+from fhc_jax.envs.saute import (
+    BudgetEnv,
+    SauteEnv,
+    _multiples,
+    _transition_costs,
+    budget_levels,
+    count_kernel,
+    detect_cost_unit,
+)
 from fhc_jax.envs.wrappers import ScaledSignals
 
 Array = jax.Array
@@ -85,18 +92,24 @@ def check_observation(env: Environment, observation: str) -> None:
     """Whether ``observation`` can be the input of ``env``'s base state (ValueError if not)."""
     valid = [o for o in (*env.supported_observations, *ENV_OBSERVATIONS) if o in OBSERVATIONS]
     if observation not in valid:
-        raise ValueError(f"saute: Config.observation must be one of {', '.join(map(repr, valid))} or 'auto' for "
-                         f"{env.name}, found {observation!r}")
+        raise ValueError(
+            f"saute: Config.observation must be one of {', '.join(map(repr, valid))} or 'auto' for "
+            f"{env.name}, found {observation!r}"
+        )
     if observation in ENV_OBSERVATIONS and len(env.observation_shape) != 1:
-        raise ValueError(f"saute: Config.observation = {observation!r}: the networks take flat observations, but "
-                         f"{env.name}'s have shape {tuple(env.observation_shape)}; flatten them in the environment")
+        raise ValueError(
+            f"saute: Config.observation = {observation!r}: the networks take flat observations, but "
+            f"{env.name}'s have shape {tuple(env.observation_shape)}; flatten them in the environment"
+        )
 
 
 def budget_thresholds(env: Environment, params: Any) -> np.ndarray:
     alpha = np.asarray(env.thresholds(params), np.float64).reshape(-1)
     if not np.all(alpha > 0):
-        raise ValueError(f"saute: the remaining budget z = (alpha - cost so far) / alpha needs thresholds alpha > 0, "
-                         f"found {alpha.tolist()} for {env.name}")
+        raise ValueError(
+            f"saute: the remaining budget z = (alpha - cost so far) / alpha needs thresholds alpha > 0, "
+            f"found {alpha.tolist()} for {env.name}"
+        )
     return alpha
 
 
@@ -117,8 +130,10 @@ def resolve_budget(env: Environment, params: Any, config: Any) -> tuple[str, flo
         want = "continuous"
     if want == "continuous":
         if config.path == "tabular":
-            raise ValueError("saute: Config.path = 'tabular' needs cost counts, but Config.budget = 'continuous' "
-                             "(the continuous budget takes the sampled path)")
+            raise ValueError(
+                "saute: Config.path = 'tabular' needs cost counts, but Config.budget = 'continuous' "
+                "(the continuous budget takes the sampled path)"
+            )
         return "continuous", 0.0
     asked = want == "count" or config.path == "tabular" or config.cost_unit > 0
     base = unscaled(env)
@@ -131,25 +146,35 @@ def resolve_budget(env: Environment, params: Any, config: Any) -> tuple[str, flo
         alpha = float(budget_thresholds(base, params)[0])
         unit = config.cost_unit if config.cost_unit > 0 else detect_cost_unit(base, params)
         if unit is None:
-            reason = (f"the stage costs of {base.name} are not non-negative integer multiples of one unit "
-                      "(declare Config.cost_unit if they are)")
+            reason = (
+                f"the stage costs of {base.name} are not non-negative integer multiples of one unit "
+                "(declare Config.cost_unit if they are)"
+            )
         elif config.cost_unit > 0 and not _multiples(_transition_costs(base, params)[2], unit):
-            reason = f"the stage costs of {base.name} are not non-negative integer multiples of Config.cost_unit = {unit:g}"
+            reason = (
+                f"the stage costs of {base.name} are not non-negative integer multiples of Config.cost_unit = {unit:g}"
+            )
         else:
             levels = budget_levels(alpha, unit)
             entries = base.horizon * base.num_states * levels * base.num_actions
             if entries > MAX_COUNT_ENTRIES:
-                reason = (f"{levels} budget levels (alpha / unit = {alpha / unit:.4g}) make an augmented table of "
-                          f"{entries} entries, more than {MAX_COUNT_ENTRIES}")
+                reason = (
+                    f"{levels} budget levels (alpha / unit = {alpha / unit:.4g}) make an augmented table of "
+                    f"{entries} entries, more than {MAX_COUNT_ENTRIES}"
+                )
             else:
                 q = alpha / unit
     if reason is None:
         return "count", q
     if asked:
-        what = "Config.budget = 'count'" if want == "count" else (
-            "Config.path = 'tabular'" if config.path == "tabular" else f"Config.cost_unit = {config.cost_unit:g}")
-        raise ValueError(f"saute: {what} asks for exact cost counts, but {reason}; use Config.budget = 'continuous' "
-                         "(or 'auto')")
+        what = (
+            "Config.budget = 'count'"
+            if want == "count"
+            else ("Config.path = 'tabular'" if config.path == "tabular" else f"Config.cost_unit = {config.cost_unit:g}")
+        )
+        raise ValueError(
+            f"saute: {what} asks for exact cost counts, but {reason}; use Config.budget = 'continuous' (or 'auto')"
+        )
     return "continuous", 0.0
 
 
@@ -163,7 +188,10 @@ def count_setup(env: Environment, params: Any, spec: NetworkSpec, units: float, 
     base_obs, net_obs = network_observation(spec.observation)
     base = np.asarray(input_table(env, params, base_obs), np.float32)[:h].reshape(h, s, -1)  # (H, S, D)
     z = np.asarray(senv.budget(np.arange(b)), np.float32)
-    parts = [np.broadcast_to(base[:, :, None], (h, s, b, base.shape[-1])), np.broadcast_to(z[None, None, :, None], (h, s, b, 1))]
+    parts = [
+        np.broadcast_to(base[:, :, None], (h, s, b, base.shape[-1])),
+        np.broadcast_to(z[None, None, :, None], (h, s, b, 1)),
+    ]
     if net_obs == "env_t":  # (x, z, h / H): the input of the same network played in BudgetEnv
         parts.append(np.broadcast_to((np.arange(h, dtype=np.float32) / h)[:, None, None, None], (h, s, b, 1)))
     table = np.concatenate(parts, axis=-1).reshape(h, s * b, -1)
@@ -178,21 +206,41 @@ def count_setup(env: Environment, params: Any, spec: NetworkSpec, units: float, 
         n = h * config.episodes_per_iteration
         if config.num_minibatches > n:
             raise ValueError(f"saute: Config.num_minibatches must be <= H K = {n}, found {config.num_minibatches}")
-        pick = lambda u: config.update_form if config.update_form != "auto" else (
-            "table" if config.num_minibatches * u <= n else "samples")
+        pick = lambda u: (
+            config.update_form
+            if config.update_form != "auto"
+            else ("table" if config.num_minibatches * u <= n else "samples")
+        )
         base_model = tabular_model(env, params)
-        kw = {"form": pick(rows.shape[0]), "critic_form": pick(critic_rows.shape[0]),
-              "model": rollout_model(senv, params, base_model, beta),
-              "thresholds": jnp.asarray(env.thresholds(params), jnp.float32).reshape(-1),
-              "value_scale": jnp.asarray(value_scale(base_model))}
+        kw = {
+            "form": pick(rows.shape[0]),
+            "critic_form": pick(critic_rows.shape[0]),
+            "model": rollout_model(senv, params, base_model, beta),
+            "thresholds": jnp.asarray(env.thresholds(params), jnp.float32).reshape(-1),
+            "value_scale": jnp.asarray(value_scale(base_model)),
+        }
     else:
         kw = {"form": "table", "critic_form": "table"}
-    setup_ppo = ppo.Setup(modules=ppo._modules(env.num_actions, 1, spec),
-                          rows=jnp.asarray(rows, jnp.float32), per_stage=per_stage,
-                          critic_rows=jnp.asarray(critic_rows, jnp.float32), critic_per_stage=critic_per_stage,
-                          horizon=h, num_states=s * b, num_actions=env.num_actions, observation=spec.observation, **kw)
-    return Setup(ppo=setup_ppo, env=senv, budget="count", budget_units=units, kernel=kernel,
-                 initial=jnp.asarray(beta, jnp.float32))
+    setup_ppo = ppo.Setup(
+        modules=ppo._modules(env.num_actions, 1, spec),
+        rows=jnp.asarray(rows, jnp.float32),
+        per_stage=per_stage,
+        critic_rows=jnp.asarray(critic_rows, jnp.float32),
+        critic_per_stage=critic_per_stage,
+        horizon=h,
+        num_states=s * b,
+        num_actions=env.num_actions,
+        observation=spec.observation,
+        **kw,
+    )
+    return Setup(
+        ppo=setup_ppo,
+        env=senv,
+        budget="count",
+        budget_units=units,
+        kernel=kernel,
+        initial=jnp.asarray(beta, jnp.float32),
+    )
 
 
 def network_observation(observation: str) -> tuple[str, str]:
@@ -203,8 +251,7 @@ def network_observation(observation: str) -> tuple[str, str]:
     return observation, "env"
 
 
-def continuous_setup(env: Environment, params: Any, spec: NetworkSpec, table_episodes: int,
-                      config: Any) -> Setup:
+def continuous_setup(env: Environment, params: Any, spec: NetworkSpec, table_episodes: int, config: Any) -> Setup:
     """The continuous representation's setup: PPO's sampled path of the networks ``spec`` (its
     ``observation`` Saute's) over :class:`BudgetEnv`
     (``env`` itself when it already is one), and on tabular states the base inputs of the
@@ -214,14 +261,18 @@ def continuous_setup(env: Environment, params: Any, spec: NetworkSpec, table_epi
     if benv is None:  # a tabular environment: the budget is tracked here
         benv = train_env = BudgetEnv(env, budget_thresholds(env, params), base_obs)
     elif benv.base_observation != base_obs:
-        raise ValueError(f"saute: the policy reads the base observation {base_obs!r} (Config.observation = "
-                         f"{spec.observation!r}), but this BudgetEnv gives {benv.base_observation!r}; build it as "
-                         f"fhc_jax.envs.saute.BudgetEnv(env, observation={base_obs!r})")
+        raise ValueError(
+            f"saute: the policy reads the base observation {base_obs!r} (Config.observation = "
+            f"{spec.observation!r}), but this BudgetEnv gives {benv.base_observation!r}; build it as "
+            f"fhc_jax.envs.saute.BudgetEnv(env, observation={base_obs!r})"
+        )
     else:  # the environment the learner was handed already tracks it (in its ScaledSignals or not)
         train_env = env
     if config is not None and config.num_minibatches > env.horizon * config.episodes_per_iteration:
-        raise ValueError(f"saute: Config.num_minibatches must be <= H K = {env.horizon * config.episodes_per_iteration}, "
-                         f"found {config.num_minibatches}")
+        raise ValueError(
+            f"saute: Config.num_minibatches must be <= H K = {env.horizon * config.episodes_per_iteration}, "
+            f"found {config.num_minibatches}"
+        )
     setup_ppo = ppo._sampled_setup(train_env, params, spec.replace(observation=net_obs), config)
     base_inputs = None
     base = benv.env
@@ -229,8 +280,9 @@ def continuous_setup(env: Environment, params: Any, spec: NetworkSpec, table_epi
         name = None if base_obs == "env" else base_obs
         base_inputs = jnp.asarray(observation_table(base, params, name), jnp.float32)[: base.horizon]
         base_inputs = base_inputs.reshape(base.horizon, base.num_states, -1)
-    return Setup(ppo=setup_ppo, env=train_env, budget="continuous", base_inputs=base_inputs,
-                 table_episodes=table_episodes)
+    return Setup(
+        ppo=setup_ppo, env=train_env, budget="continuous", base_inputs=base_inputs, table_episodes=table_episodes
+    )
 
 
 def rollout_model(senv: SauteEnv, params, base: TabularModel, beta: np.ndarray) -> TabularModel:
@@ -242,11 +294,20 @@ def rollout_model(senv: SauteEnv, params, base: TabularModel, beta: np.ndarray) 
     b = senv.levels
     rep = lambda x, axis: jnp.repeat(jnp.asarray(x), b, axis=axis)
     dummy = jnp.zeros((1, 1, 1))
-    return TabularModel(next_states=dummy.astype(jnp.int32), cdf=dummy, last=dummy[0].astype(jnp.int32),
-                        rewards=jnp.zeros((senv.horizon, 1)), costs=jnp.zeros((1, senv.horizon, 1)),
-                        terminal_rewards=rep(base.terminal_rewards, 0), terminal_costs=rep(base.terminal_costs, 1),
-                        initial_cdf=jnp.asarray(np.cumsum(beta), jnp.float32), signal="arrival",
-                        time_varying=False, step_env=senv, step_params=params)
+    return TabularModel(
+        next_states=dummy.astype(jnp.int32),
+        cdf=dummy,
+        last=dummy[0].astype(jnp.int32),
+        rewards=jnp.zeros((senv.horizon, 1)),
+        costs=jnp.zeros((1, senv.horizon, 1)),
+        terminal_rewards=rep(base.terminal_rewards, 0),
+        terminal_costs=rep(base.terminal_costs, 1),
+        initial_cdf=jnp.asarray(np.cumsum(beta), jnp.float32),
+        signal="arrival",
+        time_varying=False,
+        step_env=senv,
+        step_params=params,
+    )
 
 
 def setup(env, params, config: Any) -> Setup:
@@ -265,8 +326,10 @@ def setup(env, params, config: Any) -> Setup:
     config = config.replace(observation=observation)
     if handed is not None:
         if config.budget == "count" or config.path == "tabular" or config.cost_unit > 0:
-            raise ValueError(f"saute: {env.name} has no tabular exact model: its budget is continuous; leave "
-                             "Config.budget, path and cost_unit at their defaults")
+            raise ValueError(
+                f"saute: {env.name} has no tabular exact model: its budget is continuous; leave "
+                "Config.budget, path and cost_unit at their defaults"
+            )
         return continuous_setup(env, params, NetworkSpec.of(config), config.eval_episodes, config)
     check_observation(env, observation)
     budget_thresholds(env, params)
@@ -285,10 +348,12 @@ def check_box_actions(env: Environment) -> None:
 def box_actions_refusal(env) -> str:
     """Why Saute-Lagrangian refuses ``env``, with tabular states and box actions (the message
     of its ValueError)."""
-    return (f"saute: on an environment with tabular states Saute-Lagrangian reports a Markov policy table, which "
-            f"needs finitely many actions, but {env.name} has continuous (box) actions; give it discrete actions, "
-            f"or drop its tabular states (then the budget-tracking Gaussian policy is judged by Monte-Carlo in "
-            f"fhc_jax.envs.saute.BudgetEnv)")
+    return (
+        f"saute: on an environment with tabular states Saute-Lagrangian reports a Markov policy table, which "
+        f"needs finitely many actions, but {env.name} has continuous (box) actions; give it discrete actions, "
+        f"or drop its tabular states (then the budget-tracking Gaussian policy is judged by Monte-Carlo in "
+        f"fhc_jax.envs.saute.BudgetEnv)"
+    )
 
 
 def policy_setup(env, params, train_state) -> Setup:

@@ -19,7 +19,8 @@ vmappable, with a fixed number of iterations.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -92,7 +93,10 @@ def fisher_vector_product(
 
 
 def head_fisher_vector_product(
-    out_fn: Callable[[Array], Array], theta: Array, weights: Array, kl: Callable[[Array, Array], Array],
+    out_fn: Callable[[Array], Array],
+    theta: Array,
+    weights: Array,
+    kl: Callable[[Array, Array], Array],
     damping: Array | float = 0.0,
 ) -> Callable[[Array], Array]:
     """``v -> (F + damping I) v`` where F is the Hessian at ``theta`` of the weighted mean KL of an
@@ -234,7 +238,13 @@ class SampleStatistics(NamedTuple):
 
 
 def trust_region_step(
-    actor_params: Any, logp_old: Array, stats: CellStatistics, c: Array, key: Array, setup: Any, config: Any,
+    actor_params: Any,
+    logp_old: Array,
+    stats: CellStatistics,
+    c: Array,
+    key: Array,
+    setup: Any,
+    config: Any,
     inputs: Array | None = None,
 ) -> tuple[Any, dict[str, Array]]:
     """Steps 3-6 of CPO's update (:mod:`fhc_jax.algos.cpo`) on the tabular path's
@@ -277,8 +287,15 @@ def trust_region_step(
 
 
 def sampled_trust_region_step(
-    actor_params: Any, out_old: Array, stats: SampleStatistics, c: Array, key: Array, setup: Any, config: Any,
-    inputs: Array, head: Any,
+    actor_params: Any,
+    out_old: Array,
+    stats: SampleStatistics,
+    c: Array,
+    key: Array,
+    setup: Any,
+    config: Any,
+    inputs: Array,
+    head: Any,
 ) -> tuple[Any, dict[str, Array]]:
     """:func:`trust_region_step` on the sampled path, for any action head (softmax or the
     Gaussian of box actions): per-sample surrogates L = sum_i rho_i A_i / K with rho_i =
@@ -321,8 +338,12 @@ def sampled_trust_region_step(
 
 
 def _step(
-    theta0: Array, unravel: Callable[[Array], Any], surrogates_and_kl: Callable[[Array], tuple[Array, Array]],
-    fisher: Callable[[Array], Callable[[Array], Array]], c: Array, cfg: Any,
+    theta0: Array,
+    unravel: Callable[[Array], Any],
+    surrogates_and_kl: Callable[[Array], tuple[Array, Array]],
+    fisher: Callable[[Array], Callable[[Array], Array]],
+    c: Array,
+    cfg: Any,
 ) -> tuple[Any, dict[str, Array]]:
     """The CPO direction from the surrogates' gradients and the Fisher solves, then the
     backtracking line search (first accepted candidate) on the surrogates and the mean KL."""
@@ -341,7 +362,9 @@ def _step(
         th = theta0 + cfg.backtrack_ratio ** j.astype(d.dtype) * d
         sur, kl = surrogates_and_kl(th)
         ok = (
-            jnp.all(jnp.isfinite(sur)) & jnp.isfinite(kl) & (kl <= cfg.max_kl)
+            jnp.all(jnp.isfinite(sur))
+            & jnp.isfinite(kl)
+            & (kl <= cfg.max_kl)
             & ((sur[0] >= sur_old[0]) | (case < 2))
             & (sur[1] - sur_old[1] <= max_cost_change)
         )
@@ -353,7 +376,9 @@ def _step(
         return jnp.where(ok, j, j + 1), ok, kl
 
     cond = lambda state: (~state[1]) & (state[0] < cfg.line_search_steps)
-    j, accepted, kl = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), jnp.array(False), jnp.zeros((), d.dtype)))
+    j, accepted, kl = jax.lax.while_loop(
+        cond, body, (jnp.zeros((), jnp.int32), jnp.array(False), jnp.zeros((), d.dtype))
+    )
     frac = jnp.where(accepted, cfg.backtrack_ratio ** j.astype(d.dtype), 0.0)
     info = {"multiplier": nu, "case": case, "kl": jnp.where(accepted, kl, 0.0), "step_fraction": frac}
     return unravel(theta0 + frac * d), info

@@ -100,14 +100,17 @@ def check_policy(cmdp: TabularCMDP, policy: Any, function: str = "evaluate") -> 
     tol = probability_tolerance(arr.dtype, arr.shape[-1])
     if (arr < -tol).any():
         h, s, a = np.argwhere(arr < -tol)[0]
-        raise ValueError(f"{function}: policy[h={h}, s={s}, a={a}] = {arr[h, s, a]:.6g} is negative; "
-                         "a policy gives probabilities")
+        raise ValueError(
+            f"{function}: policy[h={h}, s={s}, a={a}] = {arr[h, s, a]:.6g} is negative; a policy gives probabilities"
+        )
     sums = arr.sum(axis=-1, dtype=np.float64)
     off = np.abs(sums - 1.0)
     if off.size and off.max() > tol:
         h, s = np.unravel_index(int(np.argmax(off)), off.shape)
-        raise ValueError(f"{function}: policy[h={h}, s={s}] sums to {sums[h, s]:.9g}, not 1 (tolerance {tol:g} "
-                         f"for {arr.dtype}): each stage and state needs a probability distribution over actions")
+        raise ValueError(
+            f"{function}: policy[h={h}, s={s}] sums to {sums[h, s]:.9g}, not 1 (tolerance {tol:g} "
+            f"for {arr.dtype}): each stage and state needs a probability distribution over actions"
+        )
 
 
 def evaluate(cmdp: TabularCMDP, policy: Array) -> Evaluation:
@@ -176,7 +179,9 @@ def _evaluate(cmdp: TabularCMDP, policy: Array, fused: bool = False) -> Evaluati
         mass = d[:, None] * pi_h
         return tr.push_forward(_kernel(cmdp, p_sliced), mass).astype(dtype), (d, mass)
 
-    d_final, (d_stages, masses) = jax.lax.scan(forward, cmdp.initial_distribution.astype(dtype), (policy, _stage_xs(cmdp)), unroll=_UNROLL)
+    d_final, (d_stages, masses) = jax.lax.scan(
+        forward, cmdp.initial_distribution.astype(dtype), (policy, _stage_xs(cmdp)), unroll=_UNROLL
+    )
     occupancy = jnp.concatenate([d_stages, d_final[None]], axis=0)  # (H+1, S)
     per_stage = jnp.einsum("hsa,khsa->kh", masses, stage)
     per_stage = jnp.concatenate([per_stage, (terminal @ d_final)[:, None]], axis=1)  # (1+M, H+1)
@@ -198,12 +203,17 @@ def _evaluate_fused(cmdp: TabularCMDP, policy: Array) -> Evaluation:
         # V_h(s) = sum_a pi(s,a) sig(s,a) + sum_{a,j} pi(s,a) p(s,a,j) V_{h+1}(next(s,a,j)): the
         # weights pi p are shared by the reward and every cost; one (S, A N) gather per row.
         weights, successors = tr.policy_weighted(_kernel(cmdp, p_sliced), pi_h)  # (S, A N) each
-        v = jnp.stack([jnp.sum(pi_h * sig[h], axis=-1) + jnp.sum(weights * v_next[k][successors], axis=-1)
-                       for k, sig in enumerate(rows)])  # (1+M, S)
+        v = jnp.stack(
+            [
+                jnp.sum(pi_h * sig[h], axis=-1) + jnp.sum(weights * v_next[k][successors], axis=-1)
+                for k, sig in enumerate(rows)
+            ]
+        )  # (1+M, S)
         return v, v
 
-    _, v_stages = jax.lax.scan(backward, terminal, (stages, policy, _stage_xs(cmdp)), reverse=True,
-                               unroll=_FUSED_UNROLL)
+    _, v_stages = jax.lax.scan(
+        backward, terminal, (stages, policy, _stage_xs(cmdp)), reverse=True, unroll=_FUSED_UNROLL
+    )
     all_values = jnp.concatenate([v_stages, terminal[None]], axis=0)  # (H+1, 1+M, S)
 
     def forward(d, xs):

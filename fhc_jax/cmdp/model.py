@@ -48,7 +48,9 @@ def _as_array(name: str, value: Any, dtype=None, signal: bool = False) -> Array:
             arr = jnp.asarray(value, dtype=dtype)
     except (TypeError, ValueError) as err:
         raise CMDPTypeError(f"TabularCMDP.{name}: expected a numeric array, got {type(value).__name__}") from err
-    if arr.dtype == jnp.bool_ or not (jnp.issubdtype(arr.dtype, jnp.floating) or jnp.issubdtype(arr.dtype, jnp.integer)):
+    if arr.dtype == jnp.bool_ or not (
+        jnp.issubdtype(arr.dtype, jnp.floating) or jnp.issubdtype(arr.dtype, jnp.integer)
+    ):
         raise CMDPTypeError(f"TabularCMDP.{name}: expected a real numeric array, found dtype {arr.dtype}")
     if dtype is None and not jnp.issubdtype(arr.dtype, jnp.floating):
         arr = arr.astype(jnp.result_type(float))
@@ -77,8 +79,11 @@ def _check_representable(name: str, value: Any, arr) -> None:
     Raises:
         ValueError: naming the field, the first bad entry and the remedy (rescale).
     """
-    if isinstance(arr, jax.core.Tracer) or isinstance(value, jax.core.Tracer) \
-            or not jnp.issubdtype(arr.dtype, jnp.floating):
+    if (
+        isinstance(arr, jax.core.Tracer)
+        or isinstance(value, jax.core.Tracer)
+        or not jnp.issubdtype(arr.dtype, jnp.floating)
+    ):
         return
     src = np.asarray(value)
     if not np.issubdtype(src.dtype, np.floating):
@@ -87,20 +92,26 @@ def _check_representable(name: str, value: Any, arr) -> None:
     tiny, big, dtype = float(info.tiny), float(info.max), str(arr.dtype)
     with np.errstate(invalid="ignore", over="ignore"):
         mag = np.abs(src.astype(np.float64))
-    fix = (f"{_RESCALE_HINT[name]} (the optimal policy does not change; fhc_jax.envs.suite.rescale does it for a "
-           f"TabularCMDP)")
+    fix = (
+        f"{_RESCALE_HINT[name]} (the optimal policy does not change; fhc_jax.envs.suite.rescale does it for a "
+        f"TabularCMDP)"
+    )
     over = np.isfinite(mag) & (mag > big)
     if over.any():
         idx = tuple(int(i) for i in np.argwhere(over)[0])
-        raise ValueError(f"TabularCMDP.{name}: {int(over.sum())} values beyond the largest {dtype} number {big:.3g} "
-                         f"(e.g. {float(src[idx]):.3g} at index {idx}) would be stored as infinity: {fix}")
+        raise ValueError(
+            f"TabularCMDP.{name}: {int(over.sum())} values beyond the largest {dtype} number {big:.3g} "
+            f"(e.g. {float(src[idx]):.3g} at index {idx}) would be stored as infinity: {fix}"
+        )
     under = (mag > 0) & (mag < tiny)
     if under.any():
         idx = tuple(int(i) for i in np.argwhere(under)[0])
         x64 = " or store the model in float64 (jax.config.update('jax_enable_x64', True))" if dtype != "float64" else ""
-        raise ValueError(f"TabularCMDP.{name}: {int(under.sum())} nonzero values below the smallest normal {dtype} "
-                         f"number {tiny:.3g} (e.g. {float(src[idx]):.3g} at index {idx}); {dtype} arithmetic "
-                         f"flushes them to zero, so the model would lose them without a word: {fix}{x64}")
+        raise ValueError(
+            f"TabularCMDP.{name}: {int(under.sum())} nonzero values below the smallest normal {dtype} "
+            f"number {tiny:.3g} (e.g. {float(src[idx]):.3g} at index {idx}); {dtype} arithmetic "
+            f"flushes them to zero, so the model would lose them without a word: {fix}{x64}"
+        )
 
 
 def _check_finite(name: str, arr) -> None:
@@ -202,17 +213,23 @@ class TabularCMDP:
                     f"found shape {tuple(transitions.shape)}"
                 )
         if s < 1 or a < 1:
-            raise ValueError(f"TabularCMDP.transitions: a CMDP needs at least one state and one action, "
-                             f"found S = {s} states and A = {a} actions")
+            raise ValueError(
+                f"TabularCMDP.transitions: a CMDP needs at least one state and one action, "
+                f"found S = {s} states and A = {a} actions"
+            )
         rewards = _as_array("rewards", rewards, signal=True)
         if rewards.ndim not in (3, 4):
-            raise ValueError(f"TabularCMDP.rewards: expected shape (H, S, A) or (H, S, A, S), found {tuple(rewards.shape)}")
+            raise ValueError(
+                f"TabularCMDP.rewards: expected shape (H, S, A) or (H, S, A, S), found {tuple(rewards.shape)}"
+            )
         h = rewards.shape[0]
         if h < 1:
             raise ValueError("TabularCMDP.rewards: the horizon H (first axis) must be >= 1, found 0")
         dense = not isinstance(transitions, SparseTransitions)
         allowed = ((h, s, a), (h, s, a, s)) if dense else ((h, s, a),)
-        _check_shape("rewards", rewards, allowed, "(H, S, A) or (H, S, A, S)" if dense else "(H, S, A) (sparse transitions)")
+        _check_shape(
+            "rewards", rewards, allowed, "(H, S, A) or (H, S, A, S)" if dense else "(H, S, A) (sparse transitions)"
+        )
         if tr.is_time_varying(transitions):
             lead = (transitions.next_states if not dense else transitions).shape[0]
             if lead != h:
@@ -222,15 +239,19 @@ class TabularCMDP:
                 )
         costs = _as_array("costs", costs, signal=True)
         if costs.ndim not in (4, 5):
-            raise ValueError(f"TabularCMDP.costs: expected shape (M, H, S, A) or (M, H, S, A, S), found {tuple(costs.shape)}")
+            raise ValueError(
+                f"TabularCMDP.costs: expected shape (M, H, S, A) or (M, H, S, A, S), found {tuple(costs.shape)}"
+            )
         m = costs.shape[0]
         c_allowed = ((m, h, s, a), (m, h, s, a, s)) if dense else ((m, h, s, a),)
         _check_shape("costs", costs, c_allowed, f"(M, H, S, A) with H = {h}, S = {s}, A = {a}")
-        terminal_rewards = _as_array("terminal_rewards", jnp.zeros(s) if terminal_rewards is None else terminal_rewards,
-                                     signal=True)
+        terminal_rewards = _as_array(
+            "terminal_rewards", jnp.zeros(s) if terminal_rewards is None else terminal_rewards, signal=True
+        )
         _check_shape("terminal_rewards", terminal_rewards, ((s,),), "(S,)")
-        terminal_costs = _as_array("terminal_costs", jnp.zeros((m, s)) if terminal_costs is None else terminal_costs,
-                                   signal=True)
+        terminal_costs = _as_array(
+            "terminal_costs", jnp.zeros((m, s)) if terminal_costs is None else terminal_costs, signal=True
+        )
         _check_shape("terminal_costs", terminal_costs, ((m, s),), "(M, S)")
         if thresholds is None:
             raise ValueError(f"TabularCMDP.thresholds: required, expected shape ({m},)")
@@ -242,13 +263,15 @@ class TabularCMDP:
         _check_shape("initial_distribution", initial_distribution, ((s,),), "(S,)")
 
         probs = transitions.probabilities if not dense else transitions
-        leaves = jax.tree.leaves((transitions, rewards, costs, terminal_rewards, terminal_costs, thresholds,
-                                  initial_distribution))
+        leaves = jax.tree.leaves(
+            (transitions, rewards, costs, terminal_rewards, terminal_costs, thresholds, initial_distribution)
+        )
         if any(isinstance(x, jax.core.Tracer) for x in leaves):
             # built while tracing (e.g. an environment's default_params read inside jit): the
             # shapes are checked above; the values are checked wherever the model is concrete
-            self._assign(transitions, rewards, costs, terminal_rewards, terminal_costs, thresholds,
-                         initial_distribution)
+            self._assign(
+                transitions, rewards, costs, terminal_rewards, terminal_costs, thresholds, initial_distribution
+            )
             return
         if not dense:
             nxt = np.asarray(transitions.next_states)
@@ -286,7 +309,7 @@ class TabularCMDP:
             setattr(obj, f, c)
         return obj
 
-    def replace(self, **changes) -> "TabularCMDP":
+    def replace(self, **changes) -> TabularCMDP:
         """A validated copy with some fields replaced."""
         kwargs = {f: getattr(self, f) for f in self._fields}
         kwargs.update(changes)
@@ -339,6 +362,6 @@ class TabularCMDP:
         """Dense kernel (S, A, S) or (H, S, A, S)."""
         return tr.to_dense(self.transitions, self.num_states)
 
-    def astype(self, dtype) -> "TabularCMDP":
+    def astype(self, dtype) -> TabularCMDP:
         """Copy with every floating field cast to ``dtype`` (e.g. float64 for exact solvers)."""
         return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, self)

@@ -107,8 +107,12 @@ def _greedy(cmdp: TabularCMDP, reward_weight: Array, penalties: Array):
             scal_h = scal_h + weights[k] * rows[k][h]
         q = scal_h + tr.expect_next(kernel, v_scal, fused=True)  # (S, A)
         act = jnp.argmax(q, axis=-1)
-        v_all_h = jnp.stack([jnp.take_along_axis(sig[h], act[:, None], axis=-1)[:, 0]
-                             + tr.expect_next_action(kernel, v_all[k], act) for k, sig in enumerate(rows)])
+        v_all_h = jnp.stack(
+            [
+                jnp.take_along_axis(sig[h], act[:, None], axis=-1)[:, 0] + tr.expect_next_action(kernel, v_all[k], act)
+                for k, sig in enumerate(rows)
+            ]
+        )
         return (jnp.max(q, axis=-1), v_all_h), act
 
     (_, v0), actions = jax.lax.scan(
@@ -345,7 +349,9 @@ def _infeasible(oracle: _Oracle, alpha: np.ndarray, joint: bool = False) -> Infe
     mins = np.array([oracle(np.eye(m)[k], reward_weight=0.0)[2][k] for k in range(m)]) * oracle.cost_units
     lines = ", ".join(f"constraint {k}: minimum {mins[k]:.6g} vs threshold {alpha[k]:.6g}" for k in range(m))
     what = "the thresholds cannot be met jointly" if joint else "a threshold is below the minimum achievable cost"
-    return InfeasibleConstraintError(f"infeasible constraints ({what}); minimum achievable expected total costs: {lines}", mins)
+    return InfeasibleConstraintError(
+        f"infeasible constraints ({what}); minimum achievable expected total costs: {lines}", mins
+    )
 
 
 def _cost_tolerance(alpha: np.ndarray) -> np.ndarray:
@@ -429,8 +435,9 @@ def _restricted_master(rewards: np.ndarray, costs: np.ndarray, alpha: np.ndarray
         c = -rewards
         a_ub = costs.T
         a_eq = np.ones((1, n))
-    res = scipy.optimize.linprog(c, A_ub=a_ub, b_ub=alpha, A_eq=a_eq, b_eq=[1.0], bounds=(0, None), method="highs",
-                                 options=_MASTER_OPTIONS)
+    res = scipy.optimize.linprog(
+        c, A_ub=a_ub, b_ub=alpha, A_eq=a_eq, b_eq=[1.0], bounds=(0, None), method="highs", options=_MASTER_OPTIONS
+    )
     if res.status != 0:
         raise RuntimeError(f"solve: restricted master LP failed: {res.message}")
     nu = -np.asarray(res.ineqlin.marginals)
@@ -446,9 +453,7 @@ def _solve_column_generation(cmdp: TabularCMDP, oracle: _Oracle, max_iterations:
     cols = [oracle(np.zeros(m))] + [oracle(np.eye(m)[k], reward_weight=0.0) for k in range(m)]
 
     def master(phase1):
-        return _restricted_master(
-            np.array([c[1] for c in cols]), np.stack([c[2] for c in cols]), alpha, phase1
-        )
+        return _restricted_master(np.array([c[1] for c in cols]), np.stack([c[2] for c in cols]), alpha, phase1)
 
     # Phase 1: find a feasible mixture (minimise total violation).
     for _ in range(max_iterations):
@@ -514,8 +519,14 @@ def _solve_lp(cmdp: TabularCMDP, units: _Units, t0: float) -> Solution:
     a_eq = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(h_ * s_, n))
     b_eq = np.zeros(h_ * s_)
     b_eq[:s_] = np.asarray(cmdp.initial_distribution, dtype=np.float64)
-    problem = {"c": -obj[0], "A_ub": sp.csr_matrix(obj[1:]) if m else None, "b_ub": alpha if m else None,
-               "A_eq": a_eq, "b_eq": b_eq, "bounds": (0, None)}
+    problem = {
+        "c": -obj[0],
+        "A_ub": sp.csr_matrix(obj[1:]) if m else None,
+        "b_ub": alpha if m else None,
+        "A_eq": a_eq,
+        "b_eq": b_eq,
+        "bounds": (0, None),
+    }
     res = scipy.optimize.linprog(**problem, method="highs")
     if res.status not in (0, 2):
         # HiGHS's simplex may end without a verdict ("model status Unknown") on thresholds just

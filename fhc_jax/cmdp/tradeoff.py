@@ -110,15 +110,21 @@ class TradeOff:
         cost = "expected total cost" if single else f"expected total cost of constraint {self.constraint}"
         others = "" if single else " (the other constraints at their thresholds)"
         if where == "infeasible":
-            return (f"alpha = {alpha:.6g} is infeasible: it is below {self.cheapest_cost:.6g}, the least {cost} any "
-                    f"policy achieves{others}, so no policy meets it")
+            return (
+                f"alpha = {alpha:.6g} is infeasible: it is below {self.cheapest_cost:.6g}, the least {cost} any "
+                f"policy achieves{others}, so no policy meets it"
+            )
         if where == "not binding":
-            return (f"alpha = {alpha:.6g} does not bind: it is at or above {self.unconstrained_cost:.6g}, the {cost} "
-                    f"of the optimum without this constraint{others}, which meets it (multiplier 0, reward "
-                    f"{self.unconstrained_reward:.6g})")
-        return (f"alpha = {alpha:.6g} binds: it lies between {self.cheapest_cost:.6g}, the cheapest policy's {cost}, "
-                f"and {self.unconstrained_cost:.6g}, the unconstrained optimum's{others}: the optimum spends the "
-                f"whole budget (its {cost} equals alpha)")
+            return (
+                f"alpha = {alpha:.6g} does not bind: it is at or above {self.unconstrained_cost:.6g}, the {cost} "
+                f"of the optimum without this constraint{others}, which meets it (multiplier 0, reward "
+                f"{self.unconstrained_reward:.6g})"
+            )
+        return (
+            f"alpha = {alpha:.6g} binds: it lies between {self.cheapest_cost:.6g}, the cheapest policy's {cost}, "
+            f"and {self.unconstrained_cost:.6g}, the unconstrained optimum's{others}: the optimum spends the "
+            f"whole budget (its {cost} equals alpha)"
+        )
 
     def table(self) -> str:
         """The curve as a text table: alpha, reward, multiplier of the swept constraint and
@@ -193,8 +199,12 @@ def tradeoff(cmdp: TabularCMDP, num: int = 21, *, constraint: int = 0, max_itera
             curve = _single(c64, int(num), int(max_iterations))
         else:
             curve = _multi(c64, int(num), int(constraint), int(max_iterations))
-    return TradeOff(**curve, constraint=int(constraint), threshold=float(np.asarray(cmdp.thresholds, np.float64)[constraint]),
-                    solve_time=time.perf_counter() - t0)
+    return TradeOff(
+        **curve,
+        constraint=int(constraint),
+        threshold=float(np.asarray(cmdp.thresholds, np.float64)[constraint]),
+        solve_time=time.perf_counter() - t0,
+    )
 
 
 def _single(c64: TabularCMDP, num: int, max_iterations: int) -> dict:
@@ -258,9 +268,16 @@ def _single(c64: TabularCMDP, num: int, max_iterations: int) -> dict:
         slopes[n] = max(0.0, (j_b - j_a) / (c_b - c_a))
         rewards[n] = j_a + slopes[n] * float(np.clip(alpha - c_a, 0.0, c_b - c_a))
     c_r, c_k = units.reward, float(units.costs[0])
-    return {"alphas": alphas * c_k, "rewards": rewards * c_r, "multipliers": (slopes * c_r / c_k)[:, None],
-            "costs": np.minimum(alphas, c_free)[:, None] * c_k, "cheapest_cost": c_min * c_k,
-            "unconstrained_cost": c_free * c_k, "unconstrained_reward": free[1] * c_r, "oracle_calls": oracle.calls}
+    return {
+        "alphas": alphas * c_k,
+        "rewards": rewards * c_r,
+        "multipliers": (slopes * c_r / c_k)[:, None],
+        "costs": np.minimum(alphas, c_free)[:, None] * c_k,
+        "cheapest_cost": c_min * c_k,
+        "unconstrained_cost": c_free * c_k,
+        "unconstrained_reward": free[1] * c_r,
+        "oracle_calls": oracle.calls,
+    }
 
 
 def _multi(c64: TabularCMDP, num: int, k: int, max_iterations: int) -> dict:
@@ -269,14 +286,20 @@ def _multi(c64: TabularCMDP, num: int, k: int, max_iterations: int) -> dict:
     m = c64.num_constraints
     others = [j for j in range(m) if j != k]
     alpha = np.asarray(c64.thresholds, np.float64)
-    kept = {"costs": c64.costs[jnp.asarray(others)], "terminal_costs": c64.terminal_costs[jnp.asarray(others)],
-            "thresholds": alpha[others]}
+    kept = {
+        "costs": c64.costs[jnp.asarray(others)],
+        "terminal_costs": c64.terminal_costs[jnp.asarray(others)],
+        "thresholds": alpha[others],
+    }
     least = c64.replace(rewards=-c64.expected_costs()[k], terminal_rewards=-c64.terminal_costs[k], **kept)
     try:
         cheap = solve(least, max_iterations=max_iterations)
     except InfeasibleConstraintError as err:
-        raise InfeasibleConstraintError(f"tradeoff: constraint {k} cannot be swept: the other constraints cannot be "
-                                        f"met at their thresholds ({err})", err.min_costs) from None
+        raise InfeasibleConstraintError(
+            f"tradeoff: constraint {k} cannot be swept: the other constraints cannot be "
+            f"met at their thresholds ({err})",
+            err.min_costs,
+        ) from None
     free = solve(c64.replace(**kept), max_iterations=max_iterations)
     c_min = -cheap.reward
     c_free = float(jax.device_get(_evaluate(c64, jnp.asarray(free.policy), fused=True).costs)[k])
@@ -285,5 +308,13 @@ def _multi(c64: TabularCMDP, num: int, k: int, max_iterations: int) -> dict:
     for n, a in enumerate(alphas):
         sol = solve(c64.replace(thresholds=np.where(np.arange(m) == k, a, alpha)), max_iterations=max_iterations)
         rewards[n], multipliers[n], costs[n] = sol.reward, sol.multipliers, sol.costs
-    return {"alphas": alphas, "rewards": rewards, "multipliers": multipliers, "costs": costs, "cheapest_cost": c_min,
-            "unconstrained_cost": c_free, "unconstrained_reward": free.reward, "oracle_calls": 2 + num}
+    return {
+        "alphas": alphas,
+        "rewards": rewards,
+        "multipliers": multipliers,
+        "costs": costs,
+        "cheapest_cost": c_min,
+        "unconstrained_cost": c_free,
+        "unconstrained_reward": free.reward,
+        "oracle_calls": 2 + num,
+    }

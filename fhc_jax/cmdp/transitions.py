@@ -23,8 +23,6 @@ keeps the batched dot product, whose last-bit rounding the models built with ``e
 
 from __future__ import annotations
 
-from typing import Union
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -64,7 +62,7 @@ class SparseTransitions:
         return jnp.einsum("...n,...ns->...s", self.probabilities, one_hot)
 
 
-Transitions = Union[Array, SparseTransitions]
+Transitions = Array | SparseTransitions
 
 
 def is_time_varying(transitions: Transitions) -> bool:

@@ -148,7 +148,8 @@ class Environment(abc.ABC, Generic[State, Params]):
     """Base class of finite-horizon constrained environments (static config only).
 
     Subclasses set ``self._encoder`` (via :meth:`_init_encoder`) or override
-    :meth:`observation`, implement the abstract members, and declare each optional capability they have by overriding its flag (module
+    :meth:`observation`, implement the abstract members, and declare each optional capability they have by overriding
+    its flag (module
     docstring) and the methods it promises. Equality and hashing use :meth:`_static_config`,
     so two environments with the same configuration share ``jax.jit`` caches when passed as
     static arguments.
@@ -193,9 +194,11 @@ class Environment(abc.ABC, Generic[State, Params]):
         """The error a box environment raises from ``num_actions`` (and learners that need a
         finite action set raise): it names the space and what to use instead."""
         space = self.action_space
-        return ValueError(f"{self.name} has continuous (box) actions in [{list(space.low)}, {list(space.high)}], "
-                          f"not a finite number of them ({what}); use a learner or policy for box actions "
-                          "(a Gaussian policy) or a discrete version of the environment")
+        return ValueError(
+            f"{self.name} has continuous (box) actions in [{list(space.low)}, {list(space.high)}], "
+            f"not a finite number of them ({what}); use a learner or policy for box actions "
+            "(a Gaussian policy) or a discrete version of the environment"
+        )
 
     @property
     @abc.abstractmethod
@@ -344,13 +347,17 @@ class Environment(abc.ABC, Generic[State, Params]):
         flat, found = jax.tree_util.tree_flatten_with_path(params)
         if found != treedef:
             default = type(jax.tree_util.tree_unflatten(treedef, [0] * treedef.num_leaves)).__name__
-            raise ValueError(f"{owner}: params must be a {default} pytree with the fields of {self.describe()}'s "
-                             f"default_params, found a {type(params).__name__} of another structure")
+            raise ValueError(
+                f"{owner}: params must be a {default} pytree with the fields of {self.describe()}'s "
+                f"default_params, found a {type(params).__name__} of another structure"
+            )
         for (path, leaf), (_, shape) in zip(flat, shapes):
             if tuple(np.shape(leaf)) != shape:
-                raise ValueError(f"{owner}: params{jax.tree_util.keystr(path)} has shape {tuple(np.shape(leaf))}; "
-                                 f"{self.describe()} expects {shape}: params of another configuration (build them with "
-                                 "this environment's default_params, or its own make_params)")
+                raise ValueError(
+                    f"{owner}: params{jax.tree_util.keystr(path)} has shape {tuple(np.shape(leaf))}; "
+                    f"{self.describe()} expects {shape}: params of another configuration (build them with "
+                    "this environment's default_params, or its own make_params)"
+                )
         if is_concrete(params):
             self._check_param_values(params, owner)
 

@@ -95,7 +95,8 @@ optimum is 73.10 EUR (model (161, 41); executed 72.91 +- 0.10 at costs (0.999, 0
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -105,8 +106,12 @@ from flax import struct
 from fhc_jax.cmdp.model import TabularCMDP
 from fhc_jax.cmdp.transitions import SparseTransitions
 from fhc_jax.envs.base import Environment, check_int
-from fhc_jax.envs.battery_reference import (DiscretizedPolicy, DiscretizedRatePolicy, gaussian_projection,
-                                            interpolation_weights)
+from fhc_jax.envs.battery_reference import (
+    DiscretizedPolicy,
+    DiscretizedRatePolicy,
+    gaussian_projection,
+    interpolation_weights,
+)
 from fhc_jax.envs.encoders import Encoder
 from fhc_jax.envs.spaces import ActionSpace, Box, Discrete
 
@@ -115,12 +120,14 @@ Array = jax.Array
 HORIZON = 48
 STAGE_HOURS = 0.5
 #: base price per hour of the day 00..23, EUR/MWh (module docstring)
-HOURLY_PRICE = np.array([95, 88, 84, 82, 84, 92, 110, 135, 145, 128, 105, 88,
-                         75, 70, 74, 88, 110, 140, 170, 185, 160, 130, 112, 100], np.float64)
+HOURLY_PRICE = np.array(
+    [95, 88, 84, 82, 84, 92, 110, 135, 145, 128, 105, 88, 75, 70, 74, 88, 110, 140, 170, 185, 160, 130, 112, 100],
+    np.float64,
+)
 #: peak period of constraint 2 (network tariff): [07:00, 23:00)
 PEAK_HOURS = (range(7, 23),)
 DEVIATION_SPAN = 3.0  # the deviation grid covers +- 3 stationary standard deviations
-_HALF_ULP = 2.0 ** -24
+_HALF_ULP = 2.0**-24
 
 
 @struct.dataclass
@@ -160,7 +167,7 @@ class BatteryParams:
     @property
     def stationary_sd(self) -> Array:
         """sd of the stationary deviation, sigma / sqrt(1 - rho^2)."""
-        return self.noise_sd / jnp.sqrt(1.0 - self.ar_coef ** 2)
+        return self.noise_sd / jnp.sqrt(1.0 - self.ar_coef**2)
 
 
 def physics(soc: Array, rate: Array, p: BatteryParams) -> tuple[Array, Array, Array, Array]:
@@ -193,14 +200,15 @@ class BatteryObservation(Encoder):
         return (3,) if self.name == "sdt" else (2,)
 
 
-def _real(own: str, name: str, value: Any, low: float, high: float, low_open: bool = False,
-          high_open: bool = False) -> float:
+def _real(
+    own: str, name: str, value: Any, low: float, high: float, low_open: bool = False, high_open: bool = False
+) -> float:
     valid = f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
     try:
         x = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{own}: {name} must be {valid}, found {value!r}") from None
-    bad = (not np.isfinite(x) or x < low or x > high or (low_open and x == low) or (high_open and x == high))
+    bad = not np.isfinite(x) or x < low or x > high or (low_open and x == low) or (high_open and x == high)
     if bad or isinstance(value, bool):
         raise ValueError(f"{own}: {name} must be {valid}, found {value!r}")
     return x
@@ -225,12 +233,24 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
 
     supported_observations = ("sdt", "sd")
 
-    def __init__(self, num_constraints: int = 1, observation: str = "sdt", *, capacity_mwh: float = 1.0,
-                 power_mw: float = 0.5, round_trip_efficiency: float = 0.85,
-                 rates: tuple[float, ...] = (-1.0, -0.5, 0.0, 0.5, 1.0), initial_soc: float = 0.5,
-                 ar_coef: float = 0.9, price_noise_sd: float = 8.0, cycle_budget: float = 1.0,
-                 peak_import_budget: float = 0.25, terminal_penalty: float = 200.0,
-                 resolution: tuple[int, int] = (81, 25), continuous_actions: bool = False):
+    def __init__(
+        self,
+        num_constraints: int = 1,
+        observation: str = "sdt",
+        *,
+        capacity_mwh: float = 1.0,
+        power_mw: float = 0.5,
+        round_trip_efficiency: float = 0.85,
+        rates: tuple[float, ...] = (-1.0, -0.5, 0.0, 0.5, 1.0),
+        initial_soc: float = 0.5,
+        ar_coef: float = 0.9,
+        price_noise_sd: float = 8.0,
+        cycle_budget: float = 1.0,
+        peak_import_budget: float = 0.25,
+        terminal_penalty: float = 200.0,
+        resolution: tuple[int, int] = (81, 25),
+        continuous_actions: bool = False,
+    ):
         own = "BatteryStorage"
         if not isinstance(continuous_actions, (bool, np.bool_)):
             raise ValueError(f"{own}: continuous_actions must be a bool (True or False), found {continuous_actions!r}")
@@ -262,8 +282,10 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
     def _check_resolution(own: str, resolution: Any) -> tuple[int, int]:
         if not isinstance(resolution, (tuple, list)) or len(resolution) != 2:
             raise ValueError(f"{own}: resolution must be (n_soc >= 2, n_dev >= 1), found {resolution!r}")
-        return (check_int(own, "resolution[0] (n_soc)", resolution[0], 2),
-                check_int(own, "resolution[1] (n_dev)", resolution[1], 1))
+        return (
+            check_int(own, "resolution[0] (n_soc)", resolution[0], 2),
+            check_int(own, "resolution[1] (n_dev)", resolution[1], 1),
+        )
 
     # ------------------------------------------------------------------ static configuration
     horizon = property(lambda self: HORIZON)
@@ -300,12 +322,22 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
         its ``to_cmdp`` is the discretized model of the ``rates`` behind :meth:`reference`."""
         if not self._continuous:
             return self
-        return BatteryStorage(self._num_constraints, self._encoder.name, **self._settings,
-                              resolution=self.resolution, continuous_actions=False)
+        return BatteryStorage(
+            self._num_constraints,
+            self._encoder.name,
+            **self._settings,
+            resolution=self.resolution,
+            continuous_actions=False,
+        )
 
     def _static_config(self) -> tuple:
-        return (self._num_constraints, self._encoder.name, self.resolution, tuple(sorted(self._settings.items())),
-                self._continuous)
+        return (
+            self._num_constraints,
+            self._encoder.name,
+            self.resolution,
+            tuple(sorted(self._settings.items())),
+            self._continuous,
+        )
 
     def __repr__(self) -> str:
         extra = ", continuous_actions=True" if self._continuous else ""
@@ -318,15 +350,21 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
         peak = np.zeros(HORIZON)
         for hours in PEAK_HOURS:
             for hour in hours:
-                peak[2 * hour: 2 * hour + 2] = 1.0
+                peak[2 * hour : 2 * hour + 2] = 1.0
         alpha = [s["cycle_budget"], s["peak_import_budget"]][: self._num_constraints]
         return BatteryParams(
-            base_price=jnp.asarray(np.repeat(HOURLY_PRICE, 2), f), peak=jnp.asarray(peak, f),
-            rates=jnp.asarray(s["rates"], f), capacity=jnp.asarray(s["capacity_mwh"], f),
-            power=jnp.asarray(s["power_mw"], f), eta=jnp.asarray(np.sqrt(s["round_trip_efficiency"]), f),
-            initial_soc=jnp.asarray(s["initial_soc"], f), ar_coef=jnp.asarray(s["ar_coef"], f),
-            noise_sd=jnp.asarray(s["price_noise_sd"], f), penalty=jnp.asarray(s["terminal_penalty"], f),
-            thresholds=jnp.asarray(alpha, f))
+            base_price=jnp.asarray(np.repeat(HOURLY_PRICE, 2), f),
+            peak=jnp.asarray(peak, f),
+            rates=jnp.asarray(s["rates"], f),
+            capacity=jnp.asarray(s["capacity_mwh"], f),
+            power=jnp.asarray(s["power_mw"], f),
+            eta=jnp.asarray(np.sqrt(s["round_trip_efficiency"]), f),
+            initial_soc=jnp.asarray(s["initial_soc"], f),
+            ar_coef=jnp.asarray(s["ar_coef"], f),
+            noise_sd=jnp.asarray(s["price_noise_sd"], f),
+            penalty=jnp.asarray(s["terminal_penalty"], f),
+            thresholds=jnp.asarray(alpha, f),
+        )
 
     def thresholds(self, params: BatteryParams) -> Array:
         """alpha^(k) = (cycle budget[, peak-period import budget]), ``params.thresholds``, (M,)."""
@@ -357,8 +395,9 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
         if np.any(p.thresholds < 0):
             raise ValueError(f"{owner}: params.thresholds (alpha) must be >= 0, found {p.thresholds.tolist()}")
         if np.any(np.abs(p.rates) > 1):
-            raise ValueError(f"{owner}: params.rates must lie in [-1, 1] (fractions of the power), found "
-                             f"{p.rates.tolist()}")
+            raise ValueError(
+                f"{owner}: params.rates must lie in [-1, 1] (fractions of the power), found {p.rates.tolist()}"
+            )
 
     # ------------------------------------------------------------------ dynamics
     def observation(self, state: BatteryState, params: BatteryParams) -> Array:
@@ -373,8 +412,9 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
         """soc_0 = ``initial_soc``, d_0 ~ N(0, sd_stationary^2) (``params`` checked: :meth:`check_params`)."""
         self.check_params(params, "BatteryStorage.reset")
         d0 = params.stationary_sd * jax.random.normal(key, (), jnp.float32)
-        state = BatteryState(soc=jnp.asarray(params.initial_soc, jnp.float32), deviation=d0,
-                             time=jnp.zeros((), jnp.int32))
+        state = BatteryState(
+            soc=jnp.asarray(params.initial_soc, jnp.float32), deviation=d0, time=jnp.zeros((), jnp.int32)
+        )
         return self.observation(state, params), state
 
     def noise(self, key: Array, params: BatteryParams) -> Array:
@@ -414,7 +454,9 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
         """(soc grid (n_soc,), deviation grid (n_dev,)) of the discretized model, float64
         (``params`` checked: :meth:`check_params`)."""
         self.check_params(params, "BatteryStorage.grids")
-        n_soc, n_dev = self._check_resolution("BatteryStorage.grids", self.resolution if resolution is None else resolution)
+        n_soc, n_dev = self._check_resolution(
+            "BatteryStorage.grids", self.resolution if resolution is None else resolution
+        )
         sd = float(np.asarray(params.stationary_sd))
         dev = np.zeros(1) if n_dev == 1 else np.linspace(-DEVIATION_SPAN * sd, DEVIATION_SPAN * sd, n_dev)
         return np.linspace(0.0, 1.0, n_soc), dev
@@ -429,7 +471,8 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
         if self._continuous:
             raise NotImplementedError(
                 "BatteryStorage(continuous_actions=True) has no exact tabular model (to_cmdp): its has_exact_model "
-                "is False; env.discrete().to_cmdp(params) is the discretized model of the discrete rates")
+                "is False; env.discrete().to_cmdp(params) is the discretized model of the discrete rates"
+            )
         return self._discretized_model(params, resolution)
 
     def _discretized_model(self, params: BatteryParams, resolution: tuple[int, int] | None) -> TabularCMDP:
@@ -438,8 +481,9 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
         soc_grid, dev_grid = self.grids(params, resolution)
         p = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
         n_s, n_d, a, m = soc_grid.size, dev_grid.size, self.num_rates, self.num_constraints
-        soc_next, imported, exported, cycles = (np.asarray(x, np.float64) for x in physics(
-            soc_grid[:, None], p.rates[None, :], p))  # (n_soc, A)
+        soc_next, imported, exported, cycles = (
+            np.asarray(x, np.float64) for x in physics(soc_grid[:, None], p.rates[None, :], p)
+        )  # (n_soc, A)
         s_lo, s_hi, s_w = interpolation_weights(soc_next, soc_grid)
         dev_w = gaussian_projection(p.ar_coef * dev_grid, float(p.noise_sd), dev_grid)  # (n_dev, n_dev)
         # successors (soc side, next deviation cell): index and probability, (n_soc, n_dev, A, 2, n_dev)
@@ -451,22 +495,30 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
         price = p.base_price[:, None] + dev_grid[None, :]  # (H, n_dev)
         net = (exported - imported)[None, :, None, :]  # (1, n_soc, 1, A)
         rewards = (price[:, None, :, None] * net).reshape(HORIZON, n_s * n_d, a)
-        costs = [np.broadcast_to(cycles[None, :, None, :], (HORIZON, n_s, n_d, a)),
-                 np.broadcast_to(p.peak[:, None, None, None] * imported[None, :, None, :], (HORIZON, n_s, n_d, a))]
+        costs = [
+            np.broadcast_to(cycles[None, :, None, :], (HORIZON, n_s, n_d, a)),
+            np.broadcast_to(p.peak[:, None, None, None] * imported[None, :, None, :], (HORIZON, n_s, n_d, a)),
+        ]
         costs = np.stack(costs[:m]).reshape(m, HORIZON, n_s * n_d, a)
         terminal = -p.penalty * p.capacity * np.maximum(p.initial_soc - soc_grid, 0.0)
         i_lo, i_hi, i_w = interpolation_weights(np.asarray(p.initial_soc), soc_grid)
         beta_soc = np.zeros(n_s)
         np.add.at(beta_soc, [int(i_lo), int(i_hi)], [1 - float(i_w), float(i_w)])
-        sd = float(np.sqrt(p.noise_sd ** 2 / (1 - p.ar_coef ** 2)))
+        sd = float(np.sqrt(p.noise_sd**2 / (1 - p.ar_coef**2)))
         beta_dev = gaussian_projection(np.zeros(1), sd, dev_grid)[0]
         return TabularCMDP(
             transitions=SparseTransitions(next_states=jnp.asarray(nxt, jnp.int32), probabilities=jnp.asarray(prob)),
-            rewards=rewards, costs=costs, terminal_rewards=np.repeat(terminal, n_d),
-            terminal_costs=np.zeros((m, n_s * n_d)), thresholds=p.thresholds,
-            initial_distribution=np.outer(beta_soc, beta_dev).reshape(-1))
+            rewards=rewards,
+            costs=costs,
+            terminal_rewards=np.repeat(terminal, n_d),
+            terminal_costs=np.zeros((m, n_s * n_d)),
+            thresholds=p.thresholds,
+            initial_distribution=np.outer(beta_soc, beta_dev).reshape(-1),
+        )
 
-    def reference_policy(self, params: BatteryParams, resolution: tuple[int, int] | None = None) -> tuple[np.ndarray, Any]:
+    def reference_policy(
+        self, params: BatteryParams, resolution: tuple[int, int] | None = None
+    ) -> tuple[np.ndarray, Any]:
         """The reference policy: ``fhc_jax.solve`` of ``to_cmdp(params, resolution)``, completed.
 
         ``solve``'s policy is uniform at (h, s) the model never reaches under it, but the
@@ -505,8 +557,9 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
         table, best = self.reference_policy(params)
         return self.discretized_policy(table, params), jnp.asarray(best.multipliers)
 
-    def discretized_policy(self, table: Any, params: BatteryParams,
-                           resolution: tuple[int, int] | None = None) -> DiscretizedPolicy | DiscretizedRatePolicy:
+    def discretized_policy(
+        self, table: Any, params: BatteryParams, resolution: tuple[int, int] | None = None
+    ) -> DiscretizedPolicy | DiscretizedRatePolicy:
         """A policy table of ``to_cmdp(params, resolution)`` as a ``policy(key, obs, h)`` of the
         continuous environment: (soc, d) -> the nearest grid point, then the table's action law.
         With continuous actions the policy returns the drawn action's rate ``params.rates[a]``
@@ -522,12 +575,16 @@ class BatteryStorage(Environment[BatteryState, BatteryParams]):
         want = (HORIZON, soc_grid.size * dev_grid.size, self.num_rates)
         table = np.asarray(table, np.float64)
         if table.shape != want:
-            raise ValueError(f"BatteryStorage.discretized_policy: table must have shape (H, S, A) = {want}, "
-                             f"found {table.shape}")
+            raise ValueError(
+                f"BatteryStorage.discretized_policy: table must have shape (H, S, A) = {want}, found {table.shape}"
+            )
         cdf = np.cumsum(table / table.sum(-1, keepdims=True), -1)
         sd = float(np.asarray(params.stationary_sd))
-        pieces = (jnp.asarray(cdf, jnp.float32), jnp.asarray(soc_grid, jnp.float32),
-                  jnp.asarray(dev_grid / max(sd, 1e-12), jnp.float32))
+        pieces = (
+            jnp.asarray(cdf, jnp.float32),
+            jnp.asarray(soc_grid, jnp.float32),
+            jnp.asarray(dev_grid / max(sd, 1e-12), jnp.float32),
+        )
         if self._continuous:
             return DiscretizedRatePolicy(*pieces, rates=jnp.asarray(params.rates, jnp.float32))
         return DiscretizedPolicy(*pieces)

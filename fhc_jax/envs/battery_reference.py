@@ -83,8 +83,10 @@ class DiscretizedPolicy:
         :class:`DiscretizedRatePolicy`)."""
         a = self.cdf.shape[-1]
         if env.has_box_actions or env.action_space.n != a:
-            raise ValueError(f"BatteryStorage.discretized_policy: the table draws {a} discrete actions; {env.name} "
-                             f"takes {env.action_space}")
+            raise ValueError(
+                f"BatteryStorage.discretized_policy: the table draws {a} discrete actions; {env.name} "
+                f"takes {env.action_space}"
+            )
 
     def cell(self, obs: Array) -> Array:
         """Grid index (int32) of the grid point nearest to the observation's (soc, d)."""
@@ -105,7 +107,8 @@ class DiscretizedRatePolicy:
     (see :meth:`~fhc_jax.envs.battery.BatteryStorage.discretized_policy`): the
     :class:`DiscretizedPolicy` ``index`` draws an action index a of the discrete ``rates`` as it
     would in the discrete environment, and the real action is ``rates[a]``, float32 (1,). No
-    ``action_from_uniform``: rollouts with box actions draw from a key. Hashable by identity (a valid static argument of ``jax.jit``)."""
+    ``action_from_uniform``: rollouts with box actions draw from a key. Hashable by identity (a valid static argument
+    of ``jax.jit``)."""
 
     def __init__(self, cdf: Array, soc_grid: Array, dev_grid: Array, rates: Array):
         self.index = DiscretizedPolicy(cdf, soc_grid, dev_grid)

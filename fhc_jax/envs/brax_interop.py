@@ -79,8 +79,10 @@ def import_brax() -> Any:
         import brax
         import brax.envs
     except ImportError as err:
-        raise ImportError(f"fhc_jax.envs.from_brax needs brax, which is not installed ({err}): {INSTALL_HINT} "
-                          "(docs/brax.md: a CPU install without the CUDA plugin)") from None
+        raise ImportError(
+            f"fhc_jax.envs.from_brax needs brax, which is not installed ({err}): {INSTALL_HINT} "
+            "(docs/brax.md: a CPU install without the CUDA plugin)"
+        ) from None
     return brax
 
 
@@ -135,9 +137,19 @@ class BraxEnv(Environment[BraxState, BraxParams]):
 
     supported_observations = ("native",)
 
-    def __init__(self, env: Any, horizon: int, cost_fn: BraxCostFn | None, cost_key: str, cost_field: str,
-                 num_constraints: int, alpha: np.ndarray, action_size: int, obs_shape: tuple[int, ...],
-                 obs_dtype: Any):
+    def __init__(
+        self,
+        env: Any,
+        horizon: int,
+        cost_fn: BraxCostFn | None,
+        cost_key: str,
+        cost_field: str,
+        num_constraints: int,
+        alpha: np.ndarray,
+        action_size: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype: Any,
+    ):
         self._env, self._horizon = env, horizon
         self._cost_fn, self._cost_key, self._cost_field = cost_fn, cost_key, cost_field
         self._num_constraints, self._alpha = num_constraints, alpha
@@ -177,8 +189,16 @@ class BraxEnv(Environment[BraxState, BraxParams]):
         return BraxParams(thresholds=jnp.asarray(self._alpha, jnp.float32))
 
     def _static_config(self) -> tuple:
-        return (self._env, self._horizon, self._cost_fn, self._cost_key, self._cost_field, self._num_constraints,
-                tuple(self._alpha.tolist()), self._action_space)
+        return (
+            self._env,
+            self._horizon,
+            self._cost_fn,
+            self._cost_key,
+            self._cost_field,
+            self._num_constraints,
+            tuple(self._alpha.tolist()),
+            self._action_space,
+        )
 
     def __repr__(self) -> str:
         return f"from_brax({_brax_name(self._env)}, horizon={self._horizon}, num_constraints={self._num_constraints})"
@@ -301,19 +321,24 @@ def from_brax(
     if num_constraints is not None:
         num_constraints = check_int(own, "num_constraints", num_constraints, 1)
     if cost_fn is not None and not callable(cost_fn):
-        raise ValueError(f"{own}: cost_fn must be callable (state, action, next_state) -> (M,) or (), "
-                         f"found {cost_fn!r}")
+        raise ValueError(
+            f"{own}: cost_fn must be callable (state, action, next_state) -> (M,) or (), found {cost_fn!r}"
+        )
     if not isinstance(cost_key, str):
         raise ValueError(f"{own}: cost_key must be a string, found {cost_key!r}")  # noqa: TRY004
-    if isinstance(env, Environment) or not (callable(getattr(env, "reset", None))
-                                            and callable(getattr(env, "step", None)) and hasattr(env, "action_size")):
-        raise ValueError(f"{own}: env must be a Brax Env (with reset, step and action_size), "
-                         f"found {type(env).__name__}")
+    if isinstance(env, Environment) or not (
+        callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None)) and hasattr(env, "action_size")
+    ):
+        raise ValueError(
+            f"{own}: env must be a Brax Env (with reset, step and action_size), found {type(env).__name__}"
+        )
     refused = [w for w in _wrappers(env) if w in _REFUSED_WRAPPERS]
     if refused:
-        raise ValueError(f"{own}: env is wrapped by {refused[0]}, which breaks finite-horizon episodes (auto-reset "
-                         "restarts them, vmap batches them); pass the bare environment, e.g. "
-                         "brax.envs.get_environment(name) instead of brax.envs.create(name)")
+        raise ValueError(
+            f"{own}: env is wrapped by {refused[0]}, which breaks finite-horizon episodes (auto-reset "
+            "restarts them, vmap batches them); pass the bare environment, e.g. "
+            "brax.envs.get_environment(name) instead of brax.envs.create(name)"
+        )
     action_size = env.action_size
     if isinstance(action_size, bool) or not isinstance(action_size, (int, np.integer)) or action_size < 1:
         raise ValueError(f"{own}: env.action_size must be an integer >= 1, found {action_size!r}")
@@ -324,39 +349,60 @@ def from_brax(
     state = jax.eval_shape(env.reset, key)
     for field in ("obs", "reward", "done", "info", "metrics"):
         if not hasattr(state, field):
-            raise ValueError(f"{own}: env.reset must return a Brax State (obs, reward, done, metrics, info), "
-                             f"found {type(state).__name__} without {field!r}")
+            raise ValueError(
+                f"{own}: env.reset must return a Brax State (obs, reward, done, metrics, info), "
+                f"found {type(state).__name__} without {field!r}"
+            )
     if not hasattr(state.obs, "shape"):
-        raise ValueError(f"{own}: the observation must be one array; {_brax_name(env)} returns a "
-                         f"{type(state.obs).__name__} (wrap it to return one array)")
+        raise ValueError(
+            f"{own}: the observation must be one array; {_brax_name(env)} returns a "
+            f"{type(state.obs).__name__} (wrap it to return one array)"
+        )
     action = jnp.zeros((action_size,), jnp.float32)
     new = jax.eval_shape(env.step, state, action)
     if jax.tree.structure(new) != jax.tree.structure(state):
-        raise ValueError(f"{own}: env.step returns a State of another structure than env.reset's (info keys "
-                         f"{sorted(state.info)} -> {sorted(new.info)}, metrics keys {sorted(state.metrics)} -> "
-                         f"{sorted(new.metrics)}); an episode's state must keep its structure")
+        raise ValueError(
+            f"{own}: env.step returns a State of another structure than env.reset's (info keys "
+            f"{sorted(state.info)} -> {sorted(new.info)}, metrics keys {sorted(state.metrics)} -> "
+            f"{sorted(new.metrics)}); an episode's state must keep its structure"
+        )
     for field in ("reward", "done"):
         if tuple(jnp.shape(getattr(new, field))) != ():
-            raise ValueError(f"{own}: env.step's {field} must be a scalar, found shape "
-                             f"{tuple(jnp.shape(getattr(new, field)))} (a batched environment? pass an unbatched one)")
+            raise ValueError(
+                f"{own}: env.step's {field} must be a scalar, found shape "
+                f"{tuple(jnp.shape(getattr(new, field)))} (a batched environment? pass an unbatched one)"
+            )
     if tuple(new.obs.shape) != tuple(state.obs.shape):
-        raise ValueError(f"{own}: env.step's observation has shape {tuple(new.obs.shape)}, env.reset's "
-                         f"{tuple(state.obs.shape)}")
+        raise ValueError(
+            f"{own}: env.step's observation has shape {tuple(new.obs.shape)}, env.reset's {tuple(state.obs.shape)}"
+        )
 
     field = ""
     if cost_fn is None:
         field = next((f for f in ("info", "metrics") if cost_key in getattr(new, f)), "")
         if not field:
-            raise ValueError(f"{own}: no cost: give cost_fn(state, action, next_state) -> (M,) or (), or a Brax "
-                             f"environment whose state.info or state.metrics has {cost_key!r} (info keys: "
-                             f"{sorted(new.info)}, metrics keys: {sorted(new.metrics)})")
+            raise ValueError(
+                f"{own}: no cost: give cost_fn(state, action, next_state) -> (M,) or (), or a Brax "
+                f"environment whose state.info or state.metrics has {cost_key!r} (info keys: "
+                f"{sorted(new.info)}, metrics keys: {sorted(new.metrics)})"
+            )
         cost, source = getattr(new, field)[cost_key], f"state.{field}[{cost_key!r}]"
     else:
         cost = jax.eval_shape(lambda s, a: cost_fn(s, a, env.step(s, a)), state, action)
         source = "cost_fn"
     m = cost_count(own, source, cost, num_constraints)
-    return BraxEnv(env, horizon, cost_fn, cost_key, field, m, thresholds(own, alpha, m), action_size,
-                   tuple(state.obs.shape), state.obs.dtype)
+    return BraxEnv(
+        env,
+        horizon,
+        cost_fn,
+        cost_key,
+        field,
+        m,
+        thresholds(own, alpha, m),
+        action_size,
+        tuple(state.obs.shape),
+        state.obs.dtype,
+    )
 
 
 # ----------------------------------------------------------------------------- the command line
@@ -370,8 +416,9 @@ def control_effort(state: Any, action: Array, next_state: Any) -> Array:
 COSTS: dict[str, BraxCostFn | None] = {"control": control_effort, "info": None}
 
 
-def brax_task(name: str, horizon: int = 100, alpha: float = 1.0, cost: str = "control", cost_key: str = "cost",
-              backend: str = "") -> BraxEnv:
+def brax_task(
+    name: str, horizon: int = 100, alpha: float = 1.0, cost: str = "control", cost_key: str = "cost", backend: str = ""
+) -> BraxEnv:
     """Brax's registered environment ``name`` (``brax.envs.get_environment``) with a cost, as
     ``--env brax:NAME`` builds it.
 
@@ -399,8 +446,10 @@ def brax_task(name: str, horizon: int = 100, alpha: float = 1.0, cost: str = "co
         raise ValueError(f"brax:{name}: unknown Brax environment {name!r}; Brax registers: {', '.join(known)}")
     backends = ("generalized", "positional", "spring", "mjx")
     if backend and backend not in backends:
-        raise ValueError(f"brax:{name}: backend must be one of {', '.join(map(repr, backends))} or '' (the "
-                         f"environment's default), found {backend!r}")
+        raise ValueError(
+            f"brax:{name}: backend must be one of {', '.join(map(repr, backends))} or '' (the "
+            f"environment's default), found {backend!r}"
+        )
     env = brax.envs.get_environment(name, **({"backend": backend} if backend else {}))
     return from_brax(env, horizon=horizon, cost_fn=COSTS[cost], cost_key=cost_key, alpha=alpha)
 
@@ -417,8 +466,9 @@ def task_constructor(name: str) -> Callable[..., BraxEnv]:
     if name not in known:
         raise ValueError(f"unknown Brax environment {name!r}; Brax registers: {', '.join(known)}")
 
-    def make(horizon: int = 100, alpha: float = 1.0, cost: str = "control", cost_key: str = "cost",
-             backend: str = "") -> BraxEnv:
+    def make(
+        horizon: int = 100, alpha: float = 1.0, cost: str = "control", cost_key: str = "cost", backend: str = ""
+    ) -> BraxEnv:
         return brax_task(name, horizon=horizon, alpha=alpha, cost=cost, cost_key=cost_key, backend=backend)
 
     make.__name__ = make.__qualname__ = f"brax_task_{name}"

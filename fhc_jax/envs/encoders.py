@@ -109,8 +109,10 @@ class OwnObservation(Encoder):
     name: ClassVar[str] = "own"
 
     def __call__(self, env, state) -> Array:
-        raise NotImplementedError(f"{env.name} has no observation encoder: override observation(state, params) "
-                                  "or call self._init_encoder(name) in the constructor")
+        raise NotImplementedError(
+            f"{env.name} has no observation encoder: override observation(state, params) "
+            "or call self._init_encoder(name) in the constructor"
+        )
 
     def _abstract(self, env):
         return jax.eval_shape(env.reset, jax.random.key(0), env.default_params)[0]
@@ -123,9 +125,7 @@ class OwnObservation(Encoder):
         return self._abstract(env).dtype
 
 
-ENCODERS: dict[str, type[Encoder]] = {
-    cls.name: cls for cls in (XYEncoder, XYTEncoder, OneHotEncoder, IndexEncoder)
-}
+ENCODERS: dict[str, type[Encoder]] = {cls.name: cls for cls in (XYEncoder, XYTEncoder, OneHotEncoder, IndexEncoder)}
 
 
 def make_encoder(owner: str, observation: str, supported: tuple[str, ...] = tuple(ENCODERS)) -> Encoder:

@@ -34,7 +34,8 @@ the cell index itself and a step is one lookup in :func:`next_state_table`.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -211,8 +212,12 @@ class GridWorld(Environment[GridState, GridParams]):
         self._init_encoder(observation)
         alpha = tuple(np.atleast_1d(np.asarray(alpha, dtype=object)).tolist())
         self._defaults = dict(
-            slip=slip, alpha=alpha, layout_seed=layout_seed, num_phases=num_phases,
-            num_hotspots=num_hotspots, num_quiet=num_quiet,
+            slip=slip,
+            alpha=alpha,
+            layout_seed=layout_seed,
+            num_phases=num_phases,
+            num_hotspots=num_hotspots,
+            num_quiet=num_quiet,
         )
         self._make_numpy_params(**self._defaults)  # validate now, before any JIT
 
@@ -254,12 +259,19 @@ class GridWorld(Environment[GridState, GridParams]):
         return params.reward_map, params.cost_map
 
     def _static_config(self) -> tuple:
-        return (self.size, self._horizon, self._num_constraints, self._encoder.name,
-                tuple(sorted(self._defaults.items())))
+        return (
+            self.size,
+            self._horizon,
+            self._num_constraints,
+            self._encoder.name,
+            tuple(sorted(self._defaults.items())),
+        )
 
     def __repr__(self) -> str:
-        return (f"GridWorld(size={self.size}, horizon={self.horizon}, num_constraints="
-                f"{self.num_constraints}, observation={self._encoder.name!r})")
+        return (
+            f"GridWorld(size={self.size}, horizon={self.horizon}, num_constraints="
+            f"{self.num_constraints}, observation={self._encoder.name!r})"
+        )
 
     # ------------------------------------------------------------------ params
     @property
@@ -296,11 +308,22 @@ class GridWorld(Environment[GridState, GridParams]):
         Freezing the constrained optimum's stage-0 rule for all stages earns only 10.1: the
         optimal policy is non-stationary.
         """
-        return self.params_from_maps(**self._make_numpy_params(
-            layout_seed, alpha, slip, num_phases, num_hotspots, num_quiet, initial_distribution))
+        return self.params_from_maps(
+            **self._make_numpy_params(
+                layout_seed, alpha, slip, num_phases, num_hotspots, num_quiet, initial_distribution
+            )
+        )
 
-    def _make_numpy_params(self, layout_seed=0, alpha=25.0, slip=0.1, num_phases=None,
-                           num_hotspots=2, num_quiet=3, initial_distribution=None) -> dict:
+    def _make_numpy_params(
+        self,
+        layout_seed=0,
+        alpha=25.0,
+        slip=0.1,
+        num_phases=None,
+        num_hotspots=2,
+        num_quiet=3,
+        initial_distribution=None,
+    ) -> dict:
         own = "GridWorld.make_params"
         h, m = self.horizon, self.num_constraints
         layout_seed = check_int(own, "layout_seed", layout_seed, 0)
@@ -309,7 +332,9 @@ class GridWorld(Environment[GridState, GridParams]):
         num_quiet = check_int(own, "num_quiet", num_quiet, 0)
         alpha_arr = np.atleast_1d(np.asarray(alpha, dtype=object))
         if alpha_arr.shape not in ((1,), (m,)):
-            raise ValueError(f"{own}: alpha must be a scalar or have shape (M,) = ({m},), found shape {alpha_arr.shape}")
+            raise ValueError(
+                f"{own}: alpha must be a scalar or have shape (M,) = ({m},), found shape {alpha_arr.shape}"
+            )
         thresholds = np.array([_real(own, "alpha", a, 0.0) for a in alpha_arr.tolist()])
         slip = _real(own, "slip", slip, 0.0, 1.0)
         reward_map, cost_map = make_layout(self.size, h, m, layout_seed, num_phases, num_hotspots, num_quiet)
@@ -340,14 +365,33 @@ class GridWorld(Environment[GridState, GridParams]):
         h, s, m = self.horizon, self.num_states, self.num_constraints
         reward_map = _float_array(own, "reward_map", reward_map, (h, s), "(H, S)")
         cost_map = _float_array(own, "cost_map", cost_map, (m, h, s), "(M, H, S)")
-        terminal_rewards = _float_array(own, "terminal_rewards", np.zeros(s) if terminal_rewards is None else terminal_rewards, (s,), "(S,)")
-        terminal_costs = _float_array(own, "terminal_costs", np.zeros((m, s)) if terminal_costs is None else terminal_costs, (m, s), "(M, S)")
-        thresholds = _float_array(own, "thresholds", np.broadcast_to(thresholds, (m,)) if np.ndim(thresholds) == 0 else thresholds, (m,), "(M,)")
+        terminal_rewards = _float_array(
+            own, "terminal_rewards", np.zeros(s) if terminal_rewards is None else terminal_rewards, (s,), "(S,)"
+        )
+        terminal_costs = _float_array(
+            own, "terminal_costs", np.zeros((m, s)) if terminal_costs is None else terminal_costs, (m, s), "(M, S)"
+        )
+        thresholds = _float_array(
+            own,
+            "thresholds",
+            np.broadcast_to(thresholds, (m,)) if np.ndim(thresholds) == 0 else thresholds,
+            (m,),
+            "(M,)",
+        )
         if np.any(thresholds < 0):
             raise ValueError(f"{own}: thresholds (alpha) must be >= 0, found {thresholds.tolist()}")
-        beta = _float_array(own, "initial_distribution", np.full(s, 1.0 / s) if initial_distribution is None else initial_distribution, (s,), "(S,)")
+        beta = _float_array(
+            own,
+            "initial_distribution",
+            np.full(s, 1.0 / s) if initial_distribution is None else initial_distribution,
+            (s,),
+            "(S,)",
+        )
         if np.any(beta < 0) or abs(beta.sum() - 1.0) > 1e-6:
-            raise ValueError(f"{own}: initial_distribution must be non-negative and sum to 1, found min {beta.min():.3g}, sum {beta.sum():.9g}")
+            raise ValueError(
+                f"{own}: initial_distribution must be non-negative and sum to 1, found min {beta.min():.3g}, sum "
+                f"{beta.sum():.9g}"
+            )
         slip = _real(own, "slip", slip, 0.0, 1.0)
         f = jnp.result_type(float)
         return GridParams(
@@ -365,8 +409,10 @@ class GridWorld(Environment[GridState, GridParams]):
         for name in ("reward_map", "cost_map", "terminal_rewards", "terminal_costs", "thresholds"):
             value = np.asarray(getattr(params, name), np.float64)
             if not np.all(np.isfinite(value)):
-                raise ValueError(f"{owner}: params.{name} must be finite, found {int(np.sum(~np.isfinite(value)))} "
-                                 "non-finite entries")
+                raise ValueError(
+                    f"{owner}: params.{name} must be finite, found {int(np.sum(~np.isfinite(value)))} "
+                    "non-finite entries"
+                )
         thresholds = np.asarray(params.thresholds, np.float64)
         if np.any(thresholds < 0):
             raise ValueError(f"{owner}: params.thresholds (alpha) must be >= 0, found {thresholds.tolist()}")
@@ -377,8 +423,10 @@ class GridWorld(Environment[GridState, GridParams]):
         tol = probability_tolerance(beta.dtype, beta.size)
         values = beta.astype(np.float64)
         if not np.all(np.isfinite(values)) or np.any(values < 0) or abs(values.sum() - 1.0) > tol:
-            raise ValueError(f"{owner}: params.initial_distribution must be non-negative and sum to 1 (tolerance "
-                             f"{tol:.3g}), found min {np.min(values):.3g}, sum {values.sum():.9g}")
+            raise ValueError(
+                f"{owner}: params.initial_distribution must be non-negative and sum to 1 (tolerance "
+                f"{tol:.3g}), found min {np.min(values):.3g}, sum {values.sum():.9g}"
+            )
 
     # ------------------------------------------------------------------ dynamics
     def reset(self, key: Array, params: GridParams) -> tuple[Array, GridState]:

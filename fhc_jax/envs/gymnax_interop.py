@@ -151,8 +151,9 @@ def _action_space(owner: str, name: str, space: Any) -> tuple[ActionSpace, tuple
     if kind == "Discrete":
         return Discrete(check_int(owner, "action_space.n", int(space.n), 1)), (), jnp.int32
     if kind != "Box":
-        raise ValueError(f"{owner}: the action space must be a gymnax Discrete or a bounded Box; {name} has a "
-                         f"{kind} action space")
+        raise ValueError(
+            f"{owner}: the action space must be a gymnax Discrete or a bounded Box; {name} has a {kind} action space"
+        )
     shape = _shape(space.shape)
     d = int(np.prod(shape, dtype=np.int64))
     if d < 1:
@@ -162,15 +163,21 @@ def _action_space(owner: str, name: str, space: Any) -> tuple[ActionSpace, tuple
         try:
             value = np.broadcast_to(np.asarray(getattr(space, field), np.float64), shape).reshape(d)
         except Exception as err:  # noqa: BLE001 - any unreadable bound is reported the same way
-            raise ValueError(f"{owner}: action_space.{field} of {name} must be concrete numbers broadcastable to "
-                             f"the shape {shape}, found {getattr(space, field)!r} ({err})") from None
+            raise ValueError(
+                f"{owner}: action_space.{field} of {name} must be concrete numbers broadcastable to "
+                f"the shape {shape}, found {getattr(space, field)!r} ({err})"
+            ) from None
         if not np.all(np.isfinite(value)):
-            raise ValueError(f"{owner}: action_space.{field} of {name} must be finite (a bounded Box: box actions "
-                             f"are clipped into the bounds), found {value.tolist()}")
+            raise ValueError(
+                f"{owner}: action_space.{field} of {name} must be finite (a bounded Box: box actions "
+                f"are clipped into the bounds), found {value.tolist()}"
+            )
         bounds[field] = value
     if np.any(bounds["low"] >= bounds["high"]):
-        raise ValueError(f"{owner}: the Box action space of {name} must have action_space.low < action_space.high, "
-                         f"found low={bounds['low'].tolist()}, high={bounds['high'].tolist()}")
+        raise ValueError(
+            f"{owner}: the Box action space of {name} must have action_space.low < action_space.high, "
+            f"found low={bounds['low'].tolist()}, high={bounds['high'].tolist()}"
+        )
     dtype = jnp.dtype(getattr(space, "dtype", jnp.float32))
     if not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(f"{owner}: the Box action space of {name} must have a float dtype, found {dtype}")
@@ -185,9 +192,21 @@ class GymnaxEnv(Environment[GymnaxState, GymnaxParams]):
 
     supported_observations = ("native",)
 
-    def __init__(self, env: Any, env_params: Any, horizon: int, cost_fn: CostFn | None, cost_key: str,
-                 num_constraints: int, alpha: np.ndarray, action_space: ActionSpace, obs_shape: tuple[int, ...],
-                 obs_dtype: Any, gymnax_action_shape: tuple[int, ...] = (), gymnax_action_dtype: Any = jnp.int32):
+    def __init__(
+        self,
+        env: Any,
+        env_params: Any,
+        horizon: int,
+        cost_fn: CostFn | None,
+        cost_key: str,
+        num_constraints: int,
+        alpha: np.ndarray,
+        action_space: ActionSpace,
+        obs_shape: tuple[int, ...],
+        obs_dtype: Any,
+        gymnax_action_shape: tuple[int, ...] = (),
+        gymnax_action_dtype: Any = jnp.int32,
+    ):
         self._env, self._env_params = env, env_params
         self._horizon, self._cost_fn, self._cost_key = horizon, cost_fn, cost_key
         self._num_constraints, self._alpha = num_constraints, alpha
@@ -229,13 +248,24 @@ class GymnaxEnv(Environment[GymnaxState, GymnaxParams]):
         return GymnaxParams(env_params=self._env_params, thresholds=jnp.asarray(self._alpha, jnp.float32))
 
     def _static_config(self) -> tuple:
-        return (self._env, id(self._env_params), self._horizon, self._cost_fn, self._cost_key,
-                self._num_constraints, tuple(self._alpha.tolist()), self._action_space, self._gx_action_shape,
-                self._gx_action_dtype)
+        return (
+            self._env,
+            id(self._env_params),
+            self._horizon,
+            self._cost_fn,
+            self._cost_key,
+            self._num_constraints,
+            tuple(self._alpha.tolist()),
+            self._action_space,
+            self._gx_action_shape,
+            self._gx_action_dtype,
+        )
 
     def __repr__(self) -> str:
-        return (f"from_gymnax({getattr(self._env, 'name', type(self._env).__name__)}, horizon={self._horizon}, "
-                f"num_constraints={self._num_constraints})")
+        return (
+            f"from_gymnax({getattr(self._env, 'name', type(self._env).__name__)}, horizon={self._horizon}, "
+            f"num_constraints={self._num_constraints})"
+        )
 
     def thresholds(self, params: GymnaxParams) -> Array:
         """alpha^(k), ``params.thresholds``, (M,)."""
@@ -258,8 +288,7 @@ class GymnaxEnv(Environment[GymnaxState, GymnaxParams]):
         obs, env_state = self._env.reset_env(key, params.env_params)
         env_state = jax.tree.map(jnp.asarray, env_state)
         obs = jnp.asarray(obs, self._obs_dtype).reshape(self.observation_shape)
-        state = GymnaxState(env_state=env_state, obs=obs, terminated=jnp.zeros((), bool),
-                            time=jnp.zeros((), jnp.int32))
+        state = GymnaxState(env_state=env_state, obs=obs, terminated=jnp.zeros((), bool), time=jnp.zeros((), jnp.int32))
         return obs, state
 
     def _costs(self, state: Any, action: Array, next_state: Any, env_params: Any, info: dict) -> Array:
@@ -330,7 +359,8 @@ def from_gymnax(
         :class:`GymnaxEnv`; ``default_params`` holds ``env_params`` and the thresholds.
     Raises:
         ValueError (before any JIT): horizon < 1, an action space that is neither Discrete nor
-            a bounded Box (an infinite ``action_space.low``/``high`` is named), an observation space that is neither Box nor Discrete, a missing cost (no ``cost_fn``
+            a bounded Box (an infinite ``action_space.low``/``high`` is named), an observation space that is neither
+            Box nor Discrete, a missing cost (no ``cost_fn``
             and no ``cost_key`` in ``info``), a cost that is not a float array of shape () or
             (M,), or a bad ``num_constraints`` / ``alpha``.
     """
@@ -339,14 +369,19 @@ def from_gymnax(
     if num_constraints is not None:
         num_constraints = check_int(own, "num_constraints", num_constraints, 1)
     if cost_fn is not None and not callable(cost_fn):
-        raise ValueError(f"{own}: cost_fn must be callable (state, action, next_state, params) -> (M,), found {cost_fn!r}")
+        raise ValueError(
+            f"{own}: cost_fn must be callable (state, action, next_state, params) -> (M,), found {cost_fn!r}"
+        )
     if not isinstance(cost_key, str):
         raise ValueError(f"{own}: cost_key must be a string, found {cost_key!r}")
     if not (callable(getattr(env, "step_env", None)) and callable(getattr(env, "reset_env", None))):
-        raise ValueError(f"{own}: env must be a gymnax Environment (with reset_env and step_env), found {type(env).__name__}")
+        raise ValueError(
+            f"{own}: env must be a gymnax Environment (with reset_env and step_env), found {type(env).__name__}"
+        )
     env_params = env.default_params if env_params is None else env_params
-    space, gx_action_shape, gx_action_dtype = _action_space(own, getattr(env, "name", type(env).__name__),
-                                                            env.action_space(env_params))
+    space, gx_action_shape, gx_action_dtype = _action_space(
+        own, getattr(env, "name", type(env).__name__), env.action_space(env_params)
+    )
     obs_space = env.observation_space(env_params)
     if _space_kind(obs_space) not in ("Box", "Discrete"):
         raise ValueError(f"{own}: the observation space must be a Box or Discrete, found {_space_kind(obs_space)}")
@@ -359,22 +394,39 @@ def from_gymnax(
     action = jnp.zeros(gx_action_shape, gx_action_dtype)
     abstract_obs, _, _, _, abstract_info = jax.eval_shape(env.step_env, key, abstract_state, action, env_params)
     if tuple(abstract_obs.shape) != obs_shape:
-        raise ValueError(f"{own}: step_env's observation has shape {tuple(abstract_obs.shape)}, but the observation "
-                         f"space says {obs_shape}")
+        raise ValueError(
+            f"{own}: step_env's observation has shape {tuple(abstract_obs.shape)}, but the observation "
+            f"space says {obs_shape}"
+        )
     if cost_fn is None:
         if not isinstance(abstract_info, dict) or cost_key not in abstract_info:
             keys = sorted(abstract_info) if isinstance(abstract_info, dict) else []
-            raise ValueError(f"{own}: no cost: give cost_fn(state, action, next_state, params) -> (M,) or (), or a "
-                             f"gymnax environment whose step_env info has {cost_key!r} (its info keys: {keys})")
+            raise ValueError(
+                f"{own}: no cost: give cost_fn(state, action, next_state, params) -> (M,) or (), or a "
+                f"gymnax environment whose step_env info has {cost_key!r} (its info keys: {keys})"
+            )
         cost = abstract_info[cost_key]
         source = f"info[{cost_key!r}]"
     else:
-        cost = jax.eval_shape(lambda s, a, p: cost_fn(s, a, env.step_env(key, s, a, p)[1], p),
-                              abstract_state, action, env_params)
+        cost = jax.eval_shape(
+            lambda s, a, p: cost_fn(s, a, env.step_env(key, s, a, p)[1], p), abstract_state, action, env_params
+        )
         source = "cost_fn"
     m = cost_count(own, source, cost, num_constraints)
-    return GymnaxEnv(env, env_params, horizon, cost_fn, cost_key, m, _thresholds(own, alpha, m), space,
-                     obs_shape or (1,), obs_dtype, gx_action_shape, gx_action_dtype)
+    return GymnaxEnv(
+        env,
+        env_params,
+        horizon,
+        cost_fn,
+        cost_key,
+        m,
+        _thresholds(own, alpha, m),
+        space,
+        obs_shape or (1,),
+        obs_dtype,
+        gx_action_shape,
+        gx_action_dtype,
+    )
 
 
 # ----------------------------------------------------------------------------- fhc_jax -> gymnax
@@ -460,8 +512,9 @@ def _view_classes() -> tuple[type, type, type]:
             """gymnax ``Discrete(A)``, or ``Box(low, high, (d,), float32)`` for box actions."""
             space = self.env.action_space
             if isinstance(space, Box):
-                return spaces.Box(jnp.asarray(space.low, jnp.float32), jnp.asarray(space.high, jnp.float32),
-                                  space.shape, jnp.float32)
+                return spaces.Box(
+                    jnp.asarray(space.low, jnp.float32), jnp.asarray(space.high, jnp.float32), space.shape, jnp.float32
+                )
             return spaces.Discrete(space.n)
 
         def observation_space(self, params: ViewParams | None = None):
@@ -511,8 +564,10 @@ def to_gymnax(env: Environment, *, scalar_cost: bool = False) -> Any:
     if not isinstance(scalar_cost, bool):
         raise ValueError(f"to_gymnax: scalar_cost must be True or False, found {scalar_cost!r}")
     if scalar_cost and env.num_constraints != 1:
-        raise ValueError(f"to_gymnax: scalar_cost=True needs one constraint (M = 1); {env.name} has "
-                         f"M = {env.num_constraints}: use the default (M,) costs")
+        raise ValueError(
+            f"to_gymnax: scalar_cost=True needs one constraint (M = 1); {env.name} has "
+            f"M = {env.num_constraints}: use the default (M,) costs"
+        )
     return _view_classes()[2](env, scalar_cost)
 
 

@@ -28,12 +28,17 @@ def cost_count(owner: str, source: str, cost: Any, num_constraints: int | None =
     """
     shape, dtype = tuple(getattr(cost, "shape", ())), getattr(cost, "dtype", None)
     if dtype is None or not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"{owner}: {source} must be a float array of shape () or (M,), found dtype {dtype} "
-                         "(cast it, e.g. (x > 1).astype(jnp.float32))")
+        raise ValueError(
+            f"{owner}: {source} must be a float array of shape () or (M,), found dtype {dtype} "
+            "(cast it, e.g. (x > 1).astype(jnp.float32))"
+        )
     m = 1 if shape == () else shape[0] if len(shape) == 1 else 0
     if m < 1 or (num_constraints is not None and m != num_constraints):
-        want = "() (one constraint) or (M,) with M >= 1" if num_constraints is None else \
-            ("() or (1,)" if num_constraints == 1 else f"(M,) = ({num_constraints},)")
+        want = (
+            "() (one constraint) or (M,) with M >= 1"
+            if num_constraints is None
+            else ("() or (1,)" if num_constraints == 1 else f"(M,) = ({num_constraints},)")
+        )
         raise ValueError(f"{owner}: {source} must have shape {want}, found {shape}")
     return m
 

@@ -87,8 +87,12 @@ def seasonal_demand(horizon: int, mean: float, amplitude: float, max_demand: int
 
 
 def _real(name: str, value: Any, low: float, high: float = np.inf) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(value) or not low <= value <= high:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not np.isfinite(value)
+        or not low <= value <= high
+    ):
         raise ValueError(f"InventoryEnv: {name} must be a finite number in [{low}, {high}], found {value!r}")
     return float(value)
 
@@ -114,25 +118,53 @@ class InventoryEnv(Environment[TabularState, InventoryParams]):
         alpha: an explicit lost-sales budget >= 0, or None.
     """
 
-    def __init__(self, horizon: int = 24, max_stock: int = 20, max_order: int = 5, *, mean_demand: float = 3.5,
-                 seasonal_amplitude: float = 2.5, max_demand: int = 15, price: float = 4.0, unit_cost: float = 2.0,
-                 fixed_cost: float = 2.0, holding_cost: float = 0.5, salvage: float = 1.0, initial_stock: int = 5,
-                 lost_sales_fraction: float = 0.6, alpha: float | None = None):
+    def __init__(
+        self,
+        horizon: int = 24,
+        max_stock: int = 20,
+        max_order: int = 5,
+        *,
+        mean_demand: float = 3.5,
+        seasonal_amplitude: float = 2.5,
+        max_demand: int = 15,
+        price: float = 4.0,
+        unit_cost: float = 2.0,
+        fixed_cost: float = 2.0,
+        holding_cost: float = 0.5,
+        salvage: float = 1.0,
+        initial_stock: int = 5,
+        lost_sales_fraction: float = 0.6,
+        alpha: float | None = None,
+    ):
         self._horizon = check_int("InventoryEnv", "horizon", horizon, 1)
         self.max_stock = check_int("InventoryEnv", "max_stock", max_stock, 1)
         self.max_order = check_int("InventoryEnv", "max_order", max_order, 1)
         self.max_demand = check_int("InventoryEnv", "max_demand", max_demand, 1)
         mean = _real("mean_demand", mean_demand, 1e-9)
         amplitude = _real("seasonal_amplitude", seasonal_amplitude, 0.0, mean * (1 - 1e-9))
-        money = {k: _real(k, v, 0.0) for k, v in dict(price=price, unit_cost=unit_cost, fixed_cost=fixed_cost,
-                                                       holding_cost=holding_cost, salvage=salvage).items()}
+        money = {
+            k: _real(k, v, 0.0)
+            for k, v in dict(
+                price=price, unit_cost=unit_cost, fixed_cost=fixed_cost, holding_cost=holding_cost, salvage=salvage
+            ).items()
+        }
         stock0 = check_int("InventoryEnv", "initial_stock", initial_stock, 0, self.max_stock)
         fraction = _real("lost_sales_fraction", lost_sales_fraction, 1e-9, 1.0)
-        self._settings = dict(mean_demand=mean, seasonal_amplitude=amplitude, initial_stock=stock0,
-                              lost_sales_fraction=fraction, alpha=alpha, **money)
+        self._settings = dict(
+            mean_demand=mean,
+            seasonal_amplitude=amplitude,
+            initial_stock=stock0,
+            lost_sales_fraction=fraction,
+            alpha=alpha,
+            **money,
+        )
         beta = np.eye(self.max_stock + 1)[stock0]
-        self._numbers = dict(demand=seasonal_demand(self._horizon, mean, amplitude, self.max_demand),
-                             initial_distribution=beta, thresholds=np.zeros(1), **money)
+        self._numbers = dict(
+            demand=seasonal_demand(self._horizon, mean, amplitude, self.max_demand),
+            initial_distribution=beta,
+            thresholds=np.zeros(1),
+            **money,
+        )
         if alpha is None:  # fraction of the unconstrained optimum's lost sales (backward induction)
             alpha = fraction * unconstrained_lost_sales(self.to_cmdp(self._params(np)))
         self._numbers["thresholds"] = np.array([_real("alpha", alpha, 0.0)])
@@ -192,8 +224,12 @@ class InventoryEnv(Environment[TabularState, InventoryParams]):
         demand = jnp.minimum(jnp.sum(cdf <= noise * cdf[-1]), self.max_demand).astype(jnp.int32)
         sold = jnp.minimum(on_hand, demand)
         nxt = self.state_at(on_hand - sold, h + 1)
-        reward = (params.price * sold - params.unit_cost * ordered - params.fixed_cost * (ordered > 0)
-                  - params.holding_cost * nxt.index)
+        reward = (
+            params.price * sold
+            - params.unit_cost * ordered
+            - params.fixed_cost * (ordered > 0)
+            - params.holding_cost * nxt.index
+        )
         lost = (demand - sold).astype(jnp.float32)[None]
         return self.observation(nxt, params), nxt, reward.astype(jnp.float32), lost, nxt.time == self._horizon, {}
 
@@ -223,12 +259,22 @@ class InventoryEnv(Environment[TabularState, InventoryParams]):
         lost = np.maximum(demand - on_hand[..., None], 0)  # (S, A, D+1)
         costs = np.einsum("hd,sad->hsa", p["demand"], lost)[None]
         sold = on_hand[..., None] - stock  # (S, A, S'): units sold to end at s'
-        rewards = (p["price"] * sold - p["unit_cost"] * ordered[..., None] - p["fixed_cost"] * (ordered[..., None] > 0)
-                   - p["holding_cost"] * stock)
+        rewards = (
+            p["price"] * sold
+            - p["unit_cost"] * ordered[..., None]
+            - p["fixed_cost"] * (ordered[..., None] > 0)
+            - p["holding_cost"] * stock
+        )
         rewards = np.where(sold >= 0, rewards, 0.0)  # s' > y is never reached
-        return TabularCMDP(transitions=transitions, rewards=np.broadcast_to(rewards, (horizon,) + rewards.shape),
-                           costs=costs, terminal_rewards=p["salvage"] * stock, terminal_costs=np.zeros((1, n + 1)),
-                           thresholds=p["thresholds"], initial_distribution=p["initial_distribution"])
+        return TabularCMDP(
+            transitions=transitions,
+            rewards=np.broadcast_to(rewards, (horizon,) + rewards.shape),
+            costs=costs,
+            terminal_rewards=p["salvage"] * stock,
+            terminal_costs=np.zeros((1, n + 1)),
+            thresholds=p["thresholds"],
+            initial_distribution=p["initial_distribution"],
+        )
 
 
 def unconstrained_lost_sales(cmdp: TabularCMDP) -> float:

@@ -80,8 +80,10 @@ def _transition_costs(env: Environment, params: Any) -> tuple[np.ndarray, np.nda
 def _multiples(values: np.ndarray, unit: float) -> bool:
     """Whether every value is a non-negative integer multiple of ``unit`` (relative tolerance)."""
     units = values / unit
-    return bool(np.all(units > -UNIT_TOLERANCE)
-                 and np.all(np.abs(units - np.round(units)) <= UNIT_TOLERANCE * np.maximum(1.0, np.abs(units))))
+    return bool(
+        np.all(units > -UNIT_TOLERANCE)
+        and np.all(np.abs(units - np.round(units)) <= UNIT_TOLERANCE * np.maximum(1.0, np.abs(units)))
+    )
 
 
 def detect_cost_unit(env: Environment, params: Any = None) -> float | None:
@@ -97,8 +99,9 @@ def detect_cost_unit(env: Environment, params: Any = None) -> float | None:
         ValueError: an environment without a tabular exact model.
     """
     if not judged_exactly(env):
-        raise ValueError(f"detect_cost_unit: {env.name} declares no tabular exact model (is_tabular and "
-                         "has_exact_model)")
+        raise ValueError(
+            f"detect_cost_unit: {env.name} declares no tabular exact model (is_tabular and has_exact_model)"
+        )
     params = env.default_params if params is None else params
     values = np.unique(_transition_costs(env, params)[2])
     if values.size == 0 or np.min(values) < -UNIT_TOLERANCE * max(1.0, float(np.max(np.abs(values)))):
@@ -161,8 +164,14 @@ class SauteEnv(Environment):
         cost_unit: costs must be non-negative integer multiples of it.
     """
 
-    def __init__(self, base: Environment, alpha: float | None = None, observation: str = "index",
-                 base_observation: str | None = None, cost_unit: float = 1.0):
+    def __init__(
+        self,
+        base: Environment,
+        alpha: float | None = None,
+        observation: str = "index",
+        base_observation: str | None = None,
+        cost_unit: float = 1.0,
+    ):
         if not (base.is_tabular and base.has_exact_model):
             raise ValueError(f"SauteEnv: {type(base).__name__} declares no tabular exact model")
         if base.num_constraints != 1:
@@ -238,8 +247,10 @@ class SauteEnv(Environment):
         """
         nxt, prob, g = _transition_costs(self.base, params)
         if not _multiples(g, self.unit):
-            raise ValueError("SauteEnv: the costs must be non-negative integer multiples of cost_unit "
-                             f"= {self.unit:g} for an exact budget state")
+            raise ValueError(
+                "SauteEnv: the costs must be non-negative integer multiples of cost_unit "
+                f"= {self.unit:g} for an exact budget state"
+            )
         return nxt, prob, np.round(g / self.unit).astype(np.int32)
 
     def to_cmdp(self, params) -> TabularCMDP:
@@ -261,10 +272,16 @@ class SauteEnv(Environment):
         rewards = cmdp.expected_rewards() if cmdp.rewards.ndim == 4 else cmdp.rewards
         costs = cmdp.expected_costs() if cmdp.costs.ndim == 5 else cmdp.costs
         return TabularCMDP(
-            transitions=SparseTransitions(next_states=next_aug.reshape(shape).astype(np.int32),
-                                          probabilities=np.broadcast_to(prob[:, :, None], new_c.shape).reshape(shape)),
-            rewards=rep(rewards, -2), costs=rep(costs, -2), terminal_rewards=rep(cmdp.terminal_rewards, 0),
-            terminal_costs=rep(cmdp.terminal_costs, 1), thresholds=cmdp.thresholds, initial_distribution=init,
+            transitions=SparseTransitions(
+                next_states=next_aug.reshape(shape).astype(np.int32),
+                probabilities=np.broadcast_to(prob[:, :, None], new_c.shape).reshape(shape),
+            ),
+            rewards=rep(rewards, -2),
+            costs=rep(costs, -2),
+            terminal_rewards=rep(cmdp.terminal_rewards, 0),
+            terminal_costs=rep(cmdp.terminal_costs, 1),
+            thresholds=cmdp.thresholds,
+            initial_distribution=init,
         )
 
 
@@ -311,8 +328,9 @@ class BudgetEnv(Environment):
         alpha = env.thresholds(env.default_params) if alpha is None else alpha
         alpha = np.asarray(alpha, np.float64).reshape(-1)
         if alpha.shape != (m,) or not np.all(np.isfinite(alpha) & (alpha > 0)):
-            raise ValueError(f"saute: the budget needs thresholds alpha > 0 (M = {m} of them), found "
-                             f"{alpha.tolist()} for {env.name}")
+            raise ValueError(
+                f"saute: the budget needs thresholds alpha > 0 (M = {m} of them), found {alpha.tolist()} for {env.name}"
+            )
         if observation == "env":
             encoder, shape = None, tuple(env.observation_shape)
         elif observation in env.supported_observations and observation in BASE_OBSERVATIONS:
@@ -320,11 +338,14 @@ class BudgetEnv(Environment):
             shape = tuple(encoder.shape(env))
         else:
             valid = ", ".join(repr(o) for o in ("env", *env.supported_observations) if o in BASE_OBSERVATIONS)
-            raise ValueError(f"saute: the observation of the base state must be one of {valid} for {env.name}, "
-                             f"found {observation!r}")
+            raise ValueError(
+                f"saute: the observation of the base state must be one of {valid} for {env.name}, found {observation!r}"
+            )
         if len(shape) > 1:
-            raise ValueError(f"saute: the networks take flat observations, but {env.name}'s have shape {shape}; "
-                             "flatten them in the environment")
+            raise ValueError(
+                f"saute: the networks take flat observations, but {env.name}'s have shape {shape}; "
+                "flatten them in the environment"
+            )
         self.env, self.alpha, self.base_observation = env, tuple(float(a) for a in alpha), observation
         self._base_encoder, self._base_dim = encoder, int(np.prod(shape, dtype=int))
 
@@ -388,7 +409,7 @@ def count_kernel(senv: SauteEnv, params) -> tuple[tuple, np.ndarray]:
     """The compact kernel of the marginalisation and the augmented initial distribution."""
     nxt, prob, inc = senv.count_increments(params)
     beta = np.zeros(senv.num_states)
-    beta[::senv.levels] = np.asarray(senv.base.to_cmdp(params).initial_distribution)
+    beta[:: senv.levels] = np.asarray(senv.base.to_cmdp(params).initial_distribution)
     return (jnp.asarray(nxt), jnp.asarray(prob, jnp.float32), jnp.asarray(inc)), beta
 
 

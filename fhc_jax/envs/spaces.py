@@ -62,8 +62,10 @@ class Box:
         low = np.atleast_1d(np.asarray(self.low, np.float64))
         high = np.atleast_1d(np.asarray(self.high, np.float64))
         if low.ndim != 1 or low.shape != high.shape or low.size < 1:
-            raise ValueError(f"Box: low and high must be vectors of one length d >= 1, found shapes "
-                             f"{np.shape(self.low)} and {np.shape(self.high)}")
+            raise ValueError(
+                f"Box: low and high must be vectors of one length d >= 1, found shapes "
+                f"{np.shape(self.low)} and {np.shape(self.high)}"
+            )
         if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
             raise ValueError(f"Box: low and high must be finite, found low={low.tolist()}, high={high.tolist()}")
         if np.any(low >= high):

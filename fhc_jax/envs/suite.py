@@ -62,7 +62,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -88,8 +89,9 @@ def cost_range(cmdp: TabularCMDP) -> tuple[np.ndarray, np.ndarray]:
         cmdp: the model (its thresholds are ignored).
     """
     free = np.asarray(solve_unconstrained(cmdp).costs, np.float64)
-    least = np.array([-solve_unconstrained(_cost_as_reward(cmdp, k)).reward for k in range(cmdp.num_constraints)],
-                     np.float64)
+    least = np.array(
+        [-solve_unconstrained(_cost_as_reward(cmdp, k)).reward for k in range(cmdp.num_constraints)], np.float64
+    )
     return least, free
 
 
@@ -120,12 +122,16 @@ def binding_thresholds(cmdp: TabularCMDP, fraction: float | tuple[float, ...]) -
     m = cmdp.num_constraints
     f = np.broadcast_to(np.asarray(fraction, np.float64).reshape(-1), (m,)) if np.size(fraction) in (1, m) else None
     if f is None or not np.all((f > 0) & (f < 1)):
-        raise ValueError(f"binding_thresholds: fraction must be a number in (0, 1) or M = {m} of them, found {fraction!r}")
+        raise ValueError(
+            f"binding_thresholds: fraction must be a number in (0, 1) or M = {m} of them, found {fraction!r}"
+        )
     least, free = cost_range(cmdp)
     if np.any(free <= least + 1e-9 * np.maximum(1.0, np.abs(least))):
         k = int(np.argmax(free - least <= 1e-9 * np.maximum(1.0, np.abs(least))))
-        raise ValueError(f"binding_thresholds: constraint {k} cannot bind: the unconstrained optimum's cost "
-                         f"{free[k]:.6g} is already the least achievable {least[k]:.6g}")
+        raise ValueError(
+            f"binding_thresholds: constraint {k} cannot bind: the unconstrained optimum's cost "
+            f"{free[k]:.6g} is already the least achievable {least[k]:.6g}"
+        )
     return least + f * (free - least)
 
 
@@ -144,8 +150,12 @@ def rescale(cmdp: TabularCMDP, reward_scale: float, cost_scale: float) -> Tabula
             (``TabularCMDP`` names the field).
     """
     for name, value in (("reward_scale", reward_scale), ("cost_scale", cost_scale)):
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-                or not np.isfinite(value) or value <= 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float, np.integer, np.floating))
+            or not np.isfinite(value)
+            or value <= 0
+        ):
             raise ValueError(f"rescale: {name} must be a finite number > 0, found {value!r}")
 
     def scaled(x, c):
@@ -157,18 +167,29 @@ def rescale(cmdp: TabularCMDP, reward_scale: float, cost_scale: float) -> Tabula
         lost = ((exact != 0) & (stored == 0)) | ~np.isfinite(stored)
         return exact if lost.any() else product
 
-    return cmdp.replace(rewards=scaled(cmdp.rewards, reward_scale),
-                        terminal_rewards=scaled(cmdp.terminal_rewards, reward_scale),
-                        costs=scaled(cmdp.costs, cost_scale), terminal_costs=scaled(cmdp.terminal_costs, cost_scale),
-                        thresholds=scaled(cmdp.thresholds, cost_scale))
+    return cmdp.replace(
+        rewards=scaled(cmdp.rewards, reward_scale),
+        terminal_rewards=scaled(cmdp.terminal_rewards, reward_scale),
+        costs=scaled(cmdp.costs, cost_scale),
+        terminal_costs=scaled(cmdp.terminal_costs, cost_scale),
+        thresholds=scaled(cmdp.thresholds, cost_scale),
+    )
 
 
 # ----------------------------------------------------------------------------- Garnet CMDPs
 
 
-def garnet(num_states: int, num_actions: int, horizon: int, branching: int, seed: int, *,
-           num_constraints: int = 1, fraction: float | tuple[float, ...] = 0.5,
-           correlation: float = 0.6) -> TabularCMDP:
+def garnet(
+    num_states: int,
+    num_actions: int,
+    horizon: int,
+    branching: int,
+    seed: int,
+    *,
+    num_constraints: int = 1,
+    fraction: float | tuple[float, ...] = 0.5,
+    correlation: float = 0.6,
+) -> TabularCMDP:
     """A random Garnet CMDP with time-varying sparse kernels and binding thresholds (module
     docstring), drawn with ``numpy.random.default_rng(seed)``.
 
@@ -201,8 +222,13 @@ def garnet(num_states: int, num_actions: int, horizon: int, branching: int, seed
     probabilities = rng.dirichlet(np.ones(b), size=(h, s, a))
     costs = rng.random((m, h, s, a))
     rewards = correlation * costs.mean(axis=0) + (1.0 - correlation) * rng.random((h, s, a))
-    cmdp = TabularCMDP(transitions=SparseTransitions(next_states=successors, probabilities=probabilities),
-                       rewards=rewards, costs=costs, thresholds=np.zeros(m), initial_distribution=np.full(s, 1.0 / s))
+    cmdp = TabularCMDP(
+        transitions=SparseTransitions(next_states=successors, probabilities=probabilities),
+        rewards=rewards,
+        costs=costs,
+        thresholds=np.zeros(m),
+        initial_distribution=np.full(s, 1.0 / s),
+    )
     return cmdp.replace(thresholds=binding_thresholds(cmdp, fraction))
 
 
@@ -317,35 +343,86 @@ _GARNETS = {  # name: (S, A, H, branching, seed, M, fraction)
 def _garnet_task(name: str) -> Task:
     s, a, h, b, seed, m, f = _GARNETS[name]
     what = "two correlated costs (M = 2), " if m == 2 else ""
-    return Task(name, f"Garnet CMDP, {what}S = {s}, A = {a}, H = {h}, {b} successors, time-varying kernel, "
-                      f"alpha at f = {f} between the least and the unconstrained cost", "exact",
-                lambda: _tabular(garnet(s, a, h, b, seed, num_constraints=m, fraction=f)))
+    return Task(
+        name,
+        f"Garnet CMDP, {what}S = {s}, A = {a}, H = {h}, {b} successors, time-varying kernel, "
+        f"alpha at f = {f} between the least and the unconstrained cost",
+        "exact",
+        lambda: _tabular(garnet(s, a, h, b, seed, num_constraints=m, fraction=f)),
+    )
 
 
 #: every task of the suite by name, in the order of the module docstring's table
-TASKS: dict[str, Task] = {t.name: t for t in [
-    Task("gridworld", "the paper's gridworld: 10x10, H = 100, 9 moves with slip 0.1, alpha = 25", "exact",
-         _paper_grid),
-    Task("gridworld5_tight", "5x5 gridworld, H = 20, alpha at f = 0.3 between the least and the unconstrained cost",
-         "exact", lambda: _small_grid(0.3)),
-    Task("gridworld5_loose", "5x5 gridworld, H = 20, alpha at f = 0.7 between the least and the unconstrained cost",
-         "exact", lambda: _small_grid(0.7)),
-    *[_garnet_task(name) for name in _GARNETS],
-    Task("inventory", "seasonal inventory (H = 24, stock 0..20, orders 0..5), lost-sales budget at 60% of the "
-                      "unconstrained optimum's, as a TabularEnv of its model", "exact", _inventory_model),
-    Task("inventory_own", "the inventory problem as its own environment InventoryEnv (observation (stock/20, h/H))",
-         "exact", _inventory),
-    Task("inventory_r100_c0.01", "inventory in other units: rewards x 100, costs and alpha x 0.01", "exact",
-         lambda: _inventory_model(100.0, 0.01)),
-    Task("inventory_r0.01_c100", "inventory in other units: rewards x 0.01, costs and alpha x 100", "exact",
-         lambda: _inventory_model(0.01, 100.0)),
-    Task("battery", "BatteryStorage(): one day of arbitrage in 48 half-hours, one cycle a day; Monte-Carlo "
-                    "against the discretized optimum", "reference", lambda: _battery(False)),
-    Task("battery_continuous", "BatteryStorage(continuous_actions=True): the charge rate in [-1, 1]; Monte-Carlo "
-                               "against the discretized optimum", "reference", lambda: _battery(True)),
-    Task("pendulum", "gymnax Pendulum-v1 with cost u^2 per step, H = 200, torque-energy budget alpha = 40; "
-                     "Monte-Carlo, budget only", "budget", _pendulum),
-]}
+TASKS: dict[str, Task] = {
+    t.name: t
+    for t in [
+        Task(
+            "gridworld",
+            "the paper's gridworld: 10x10, H = 100, 9 moves with slip 0.1, alpha = 25",
+            "exact",
+            _paper_grid,
+        ),
+        Task(
+            "gridworld5_tight",
+            "5x5 gridworld, H = 20, alpha at f = 0.3 between the least and the unconstrained cost",
+            "exact",
+            lambda: _small_grid(0.3),
+        ),
+        Task(
+            "gridworld5_loose",
+            "5x5 gridworld, H = 20, alpha at f = 0.7 between the least and the unconstrained cost",
+            "exact",
+            lambda: _small_grid(0.7),
+        ),
+        *[_garnet_task(name) for name in _GARNETS],
+        Task(
+            "inventory",
+            "seasonal inventory (H = 24, stock 0..20, orders 0..5), lost-sales budget at 60% of the "
+            "unconstrained optimum's, as a TabularEnv of its model",
+            "exact",
+            _inventory_model,
+        ),
+        Task(
+            "inventory_own",
+            "the inventory problem as its own environment InventoryEnv (observation (stock/20, h/H))",
+            "exact",
+            _inventory,
+        ),
+        Task(
+            "inventory_r100_c0.01",
+            "inventory in other units: rewards x 100, costs and alpha x 0.01",
+            "exact",
+            lambda: _inventory_model(100.0, 0.01),
+        ),
+        Task(
+            "inventory_r0.01_c100",
+            "inventory in other units: rewards x 0.01, costs and alpha x 100",
+            "exact",
+            lambda: _inventory_model(0.01, 100.0),
+        ),
+        Task(
+            "battery",
+            "BatteryStorage(): one day of arbitrage in 48 half-hours, one cycle a day; Monte-Carlo "
+            "against the discretized optimum",
+            "reference",
+            lambda: _battery(False),
+        ),
+        Task(
+            "battery_continuous",
+            "BatteryStorage(continuous_actions=True): the charge rate in [-1, 1]; Monte-Carlo "
+            "against the discretized optimum",
+            "reference",
+            lambda: _battery(True),
+        ),
+        Task(
+            "pendulum",
+            "gymnax Pendulum-v1 with cost u^2 per step, H = 200, torque-energy budget alpha = 40; "
+            "Monte-Carlo, budget only",
+            "budget",
+            _pendulum,
+        ),
+    ]
+}
 
 
 def task(name: str) -> Task:

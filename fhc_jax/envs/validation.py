@@ -20,7 +20,8 @@ are checked where they are known:
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -73,10 +74,13 @@ def check_action(env: Any, action: Any, owner: str, source: str = "the action") 
     if not jnp.issubdtype(dtype, jnp.integer):
         raise InvalidActionError(
             f"{owner}: {source} has dtype {dtype}{_value_text(action)}; {env.name} takes discrete actions, "
-            f"{action_range(env)}: return an integer index (e.g. jnp.argmax(...), or round and .astype(jnp.int32))")
+            f"{action_range(env)}: return an integer index (e.g. jnp.argmax(...), or round and .astype(jnp.int32))"
+        )
     if jnp.shape(action) != ():
-        raise InvalidActionError(f"{owner}: {source} has shape {tuple(jnp.shape(action))}; {env.name} takes one "
-                                 f"integer action of shape (), {action_range(env)}")
+        raise InvalidActionError(
+            f"{owner}: {source} has shape {tuple(jnp.shape(action))}; {env.name} takes one "
+            f"integer action of shape (), {action_range(env)}"
+        )
     return jnp.asarray(action, jnp.int32)
 
 
@@ -87,8 +91,9 @@ def _value_text(x: Any) -> str:
     return ""
 
 
-def raise_if(status: Array, describe: Callable[[tuple[int, ...]], str],
-             error: type[Exception] = InvalidActionError) -> None:
+def raise_if(
+    status: Array, describe: Callable[[tuple[int, ...]], str], error: type[Exception] = InvalidActionError
+) -> None:
     """Raise ``error(describe(status))`` when ``status[0] > 0``.
 
     ``status`` is a small int32 vector (code, details...) computed in the graph. Concrete: read
@@ -129,5 +134,9 @@ def check_action_value(env: Any, action: Array, owner: str) -> None:
     n = env.action_space.n
     a = jnp.asarray(action, jnp.int32)
     status = jnp.stack([((a < 0) | (a >= n)).astype(jnp.int32), a])
-    raise_if(status, lambda s: f"{owner}: action {s[1]} is outside the action space of {env.name}: "
-                               f"{action_range(env)} (Discrete({n}))")
+    raise_if(
+        status,
+        lambda s: (
+            f"{owner}: action {s[1]} is outside the action space of {env.name}: {action_range(env)} (Discrete({n}))"
+        ),
+    )

@@ -135,20 +135,28 @@ class ScaledSignals(Environment):
         costs and thresholds / cost_scales)."""
         cmdp = self.env.to_cmdp(params)
         return TabularCMDP(
-            cmdp.transitions, cmdp.rewards / self.reward_scale, self._costs(cmdp.costs, axis=0),
-            cmdp.terminal_rewards / self.reward_scale, self._costs(cmdp.terminal_costs, axis=0),
-            self._costs(cmdp.thresholds), cmdp.initial_distribution)
+            cmdp.transitions,
+            cmdp.rewards / self.reward_scale,
+            self._costs(cmdp.costs, axis=0),
+            cmdp.terminal_rewards / self.reward_scale,
+            self._costs(cmdp.terminal_costs, axis=0),
+            self._costs(cmdp.thresholds),
+            cmdp.initial_distribution,
+        )
 
 
 def _uniform_episodes(env: Environment, params: Any, num_episodes: int, seed: int) -> Any:
     """``num_episodes`` episodes of the uniform policy with the key ``seed`` (a Trajectory)."""
     from fhc_jax.rollout import random_policy, rollout
 
-    return jax.jit(rollout, static_argnums=(1, 3, 4))(jax.random.key(seed), env, params, random_policy(env),
-                                                      num_episodes)
+    return jax.jit(rollout, static_argnums=(1, 3, 4))(
+        jax.random.key(seed), env, params, random_policy(env), num_episodes
+    )
 
 
-def signal_scales(env: Environment, params: Any, num_episodes: int = 64, seed: int = 20_240_601) -> tuple[float, np.ndarray]:
+def signal_scales(
+    env: Environment, params: Any, num_episodes: int = 64, seed: int = 20_240_601
+) -> tuple[float, np.ndarray]:
     """Robust magnitudes of a step's reward and of each constraint's cost: the 99th percentile
     of |r_h| and |g_h^(k)| (stage and terminal signals) over ``num_episodes`` episodes of the
     uniform policy (fixed key); 1 where a signal is identically 0. Host-side.
@@ -158,8 +166,9 @@ def signal_scales(env: Environment, params: Any, num_episodes: int = 64, seed: i
     """
     traj = _uniform_episodes(env, params, num_episodes, seed)
     rewards = np.concatenate([np.abs(np.asarray(traj.rewards)).ravel(), np.abs(np.asarray(traj.terminal_rewards))])
-    costs = np.concatenate([np.abs(np.asarray(traj.costs)).reshape(-1, env.num_constraints),
-                            np.abs(np.asarray(traj.terminal_costs))])
+    costs = np.concatenate(
+        [np.abs(np.asarray(traj.costs)).reshape(-1, env.num_constraints), np.abs(np.asarray(traj.terminal_costs))]
+    )
 
     def scale(x: np.ndarray) -> float:
         q = float(np.quantile(x, 0.99)) if x.size else 0.0

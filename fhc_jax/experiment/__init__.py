@@ -44,19 +44,36 @@ caches):
 * :mod:`~fhc_jax.experiment.plots`: figures from a run directory's files.
 """
 
-from fhc_jax.experiment.config import (ALGORITHMS, DEFAULT_TOLERANCE, ENVIRONMENTS, EnvironmentFailure, ExperimentSpec,
-                                       available_algorithms, load_algorithm, load_environment, load_spec, make_env)
-from fhc_jax.experiment.typed_settings import ConfigError
-from fhc_jax.experiment.judgement import Judgement
 from fhc_jax.experiment.checkpoint import CheckpointError
-from fhc_jax.experiment.rundir import RunDirectoryError, machine_info
-from fhc_jax.experiment.writer_lock import RunInUseError
+from fhc_jax.experiment.config import (
+    ALGORITHMS,
+    DEFAULT_TOLERANCE,
+    ENVIRONMENTS,
+    EnvironmentFailure,
+    ExperimentSpec,
+    available_algorithms,
+    load_algorithm,
+    load_environment,
+    load_spec,
+    make_env,
+)
 from fhc_jax.experiment.distributed import Cluster, ConfigurationMismatch, DistributedError
-from fhc_jax.experiment.progress import parse_run_line
-from fhc_jax.experiment.runner import (ChunkedTrainer, ChunkState, Divergence, DivergenceError, RunResult, seed_keys,
-                                       train_seeds)
-from fhc_jax.experiment.training import TrainingInterrupted
 from fhc_jax.experiment.evaluation import LoadedRun, evaluate_run, load_run
+from fhc_jax.experiment.judgement import Judgement
+from fhc_jax.experiment.progress import parse_run_line
+from fhc_jax.experiment.rundir import RunDirectoryError, machine_info
+from fhc_jax.experiment.runner import (
+    ChunkedTrainer,
+    ChunkState,
+    Divergence,
+    DivergenceError,
+    RunResult,
+    seed_keys,
+    train_seeds,
+)
+from fhc_jax.experiment.training import TrainingInterrupted
+from fhc_jax.experiment.typed_settings import ConfigError
+from fhc_jax.experiment.writer_lock import RunInUseError
 
 __all__ = [
     "ALGORITHMS",

@@ -42,15 +42,16 @@ import shutil
 import signal
 import threading
 import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import jax
 import numpy as np
 
 from fhc_jax.experiment import distributed, rundir
+from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState
 from fhc_jax.experiment.typed_settings import flatten
-from fhc_jax.experiment.runner import ChunkState, ChunkedTrainer
 
 #: the manifest's file name inside a checkpoint directory
 MANIFEST = "fhc_manifest.json"
@@ -73,8 +74,11 @@ def _manager(directory: Path, max_to_keep: int = 2):
     me = jax.process_index()
     Path(directory).mkdir(parents=True, exist_ok=True)  # orbax does not create it for a subset of processes
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=max_to_keep, create=False, enable_async_checkpointing=False,
-        multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me}))
+        max_to_keep=max_to_keep,
+        create=False,
+        enable_async_checkpointing=False,
+        multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me}),
+    )
     return ocp.CheckpointManager(Path(directory).absolute(), options=options)
 
 
@@ -99,12 +103,22 @@ def digest(x: Any) -> dict[str, Any]:
 
 def manifest(payload: dict[str, Any], config_hash: str | None) -> dict[str, Any]:
     """The manifest of a checkpoint payload (see the module docstring)."""
-    return {"version": MANIFEST_VERSION, "iteration": int(payload["iteration"]), "config_hash": config_hash,
-            "arrays": {k: digest(v) for k, v in flatten(payload, sep="/").items()}}
+    return {
+        "version": MANIFEST_VERSION,
+        "iteration": int(payload["iteration"]),
+        "config_hash": config_hash,
+        "arrays": {k: digest(v) for k, v in flatten(payload, sep="/").items()},
+    }
 
 
-def save(directory: str | Path, trainer: ChunkedTrainer, state: ChunkState, max_to_keep: int = 2, *,
-         config_hash: str | None = None) -> Path:
+def save(
+    directory: str | Path,
+    trainer: ChunkedTrainer,
+    state: ChunkState,
+    max_to_keep: int = 2,
+    *,
+    config_hash: str | None = None,
+) -> Path:
     """Write a checkpoint of ``state`` as step ``state.iteration`` under ``directory``
     (synchronously; keeps the newest ``max_to_keep``), then its manifest. Returns the
     checkpoint's directory.
@@ -128,8 +142,9 @@ def save(directory: str | Path, trainer: ChunkedTrainer, state: ChunkState, max_
     return step_dir
 
 
-def _write(directory: Path, payload: dict[str, Any], config_hash: str | None, step_dir: Path, iteration: int,
-           max_to_keep: int) -> None:
+def _write(
+    directory: Path, payload: dict[str, Any], config_hash: str | None, step_dir: Path, iteration: int, max_to_keep: int
+) -> None:
     import orbax.checkpoint as ocp
 
     man = manifest(payload, config_hash)
@@ -194,8 +209,9 @@ def _check_manifest(man: dict, step: int, config_hash: str | None, num_iteration
     if man.get("iteration") != step:
         raise ValueError(f"its manifest says iteration {man.get('iteration')!r}, the directory says {step}")
     if num_iterations is not None and step > num_iterations:
-        raise ValueError(f"iteration {step} exceeds the configuration's num_iterations = {num_iterations}: "
-                         "it belongs to another run")
+        raise ValueError(
+            f"iteration {step} exceeds the configuration's num_iterations = {num_iterations}: it belongs to another run"
+        )
     if config_hash is not None and man.get("config_hash") != config_hash:
         raise ValueError("written under another configuration (its configuration hash differs from config.json)")
 
@@ -212,8 +228,10 @@ def _verify_arrays(data: dict[str, Any], man: dict) -> None:
     for name in expected:
         got, want = digest(flat[name]), expected[name]
         if got["dtype"] != want.get("dtype") or got["shape"] != want.get("shape"):
-            raise ValueError(f"array {name!r} is {got['dtype']} {tuple(got['shape'])}, the manifest says "
-                             f"{want.get('dtype')} {tuple(want.get('shape') or ())}")
+            raise ValueError(
+                f"array {name!r} is {got['dtype']} {tuple(got['shape'])}, the manifest says "
+                f"{want.get('dtype')} {tuple(want.get('shape') or ())}"
+            )
         if got["crc32"] != want.get("crc32"):
             raise ValueError(f"array {name!r} fails its checksum (the data is damaged)")
 
@@ -250,14 +268,18 @@ def _state_from(data: dict[str, Any], trainer: ChunkedTrainer, template: ChunkSt
     template_leaves, treedef = jax.tree.flatten(template.carry)
     stored = data["carry"]
     if len(stored) != len(template_leaves):
-        raise ValueError(f"checkpoint {where} holds {len(stored)} arrays, the learner's carry "
-                         f"has {len(template_leaves)}: it was written by another learner or config")
+        raise ValueError(
+            f"checkpoint {where} holds {len(stored)} arrays, the learner's carry "
+            f"has {len(template_leaves)}: it was written by another learner or config"
+        )
     host = [np.asarray(stored[str(i)]) for i in range(len(template_leaves))]
     for i, (x, t) in enumerate(zip(host, template_leaves)):
         t_shape = np.shape(jax.random.key_data(t)) if jax.dtypes.issubdtype(t.dtype, jax.dtypes.prng_key) else t.shape
         if x.shape[1:] != tuple(t_shape[1:]) or x.shape[0] != trainer.num_runs:
-            raise ValueError(f"checkpoint {where}: array {i} has shape {x.shape}, the learner expects "
-                             f"({trainer.num_runs}, {', '.join(map(str, t_shape[1:]))})")
+            raise ValueError(
+                f"checkpoint {where}: array {i} has shape {x.shape}, the learner expects "
+                f"({trainer.num_runs}, {', '.join(map(str, t_shape[1:]))})"
+            )
     carry = trainer.put_carry(jax.tree.unflatten(treedef, host), template.carry)
     return ChunkState(
         carry=carry,
@@ -270,8 +292,14 @@ def _state_from(data: dict[str, Any], trainer: ChunkedTrainer, template: ChunkSt
     )
 
 
-def _restore_step(directory: Path, step: int, trainer: ChunkedTrainer, template: ChunkState,
-                  config_hash: str | None, num_iterations: int | None) -> ChunkState:
+def _restore_step(
+    directory: Path,
+    step: int,
+    trainer: ChunkedTrainer,
+    template: ChunkState,
+    config_hash: str | None,
+    num_iterations: int | None,
+) -> ChunkState:
     """One checkpoint, verified; ValueError (or orbax's own exceptions) when it is not intact."""
     import orbax.checkpoint as ocp
 
@@ -290,9 +318,15 @@ def _restore_step(directory: Path, step: int, trainer: ChunkedTrainer, template:
     return _state_from(data, trainer, template, str(step_dir))
 
 
-def restore_verified(directory: str | Path, trainer: ChunkedTrainer, template: ChunkState, *,
-                     config_hash: str | None = None, num_iterations: int | None = None,
-                     say: Callable[[str], None] | None = None) -> ChunkState | None:
+def restore_verified(
+    directory: str | Path,
+    trainer: ChunkedTrainer,
+    template: ChunkState,
+    *,
+    config_hash: str | None = None,
+    num_iterations: int | None = None,
+    say: Callable[[str], None] | None = None,
+) -> ChunkState | None:
     """The newest intact checkpoint under ``directory`` as a :class:`ChunkState` placed like
     ``template.carry``, or None when there is no checkpoint at all.
 
@@ -318,8 +352,14 @@ def restore_verified(directory: str | Path, trainer: ChunkedTrainer, template: C
     return _restore_newest(directory, trainer, template, config_hash, num_iterations, say)
 
 
-def _restore_everywhere(directory: Path, trainer: ChunkedTrainer, template: ChunkState, config_hash: str | None,
-                        num_iterations: int | None, say: Callable[[str], None]) -> ChunkState | None:
+def _restore_everywhere(
+    directory: Path,
+    trainer: ChunkedTrainer,
+    template: ChunkState,
+    config_hash: str | None,
+    num_iterations: int | None,
+    say: Callable[[str], None],
+) -> ChunkState | None:
     state, error = None, None
     if distributed.is_writer():
         try:
@@ -332,15 +372,23 @@ def _restore_everywhere(directory: Path, trainer: ChunkedTrainer, template: Chun
         try:
             state = _restore_step(directory, step, trainer, template, config_hash, num_iterations)
         except Exception as err:  # noqa: BLE001
-            error = CheckpointError(f"checkpoint {directory / str(step)} cannot be read on process "
-                                    f"{jax.process_index()}: {_short(err)} (every process needs the run directory "
-                                    "on a shared file system)")
+            error = CheckpointError(
+                f"checkpoint {directory / str(step)} cannot be read on process "
+                f"{jax.process_index()}: {_short(err)} (every process needs the run directory "
+                "on a shared file system)"
+            )
     distributed.agree(error)
     return state
 
 
-def _restore_newest(directory: Path, trainer: ChunkedTrainer, template: ChunkState, config_hash: str | None,
-                    num_iterations: int | None, say: Callable[[str], None]) -> ChunkState | None:
+def _restore_newest(
+    directory: Path,
+    trainer: ChunkedTrainer,
+    template: ChunkState,
+    config_hash: str | None,
+    num_iterations: int | None,
+    say: Callable[[str], None],
+) -> ChunkState | None:
     if not directory.is_dir():
         return None
     _quiet_orbax_shutdown()
@@ -362,9 +410,11 @@ def _restore_newest(directory: Path, trainer: ChunkedTrainer, template: ChunkSta
     if restored is None:
         if not rejected:
             return None
-        raise CheckpointError(f"no intact checkpoint in {directory}: " +
-                              "; ".join(f"{step}: {reason}" for step, reason in rejected) +
-                              ". Start the run again with --overwrite (or from a copy)")
+        raise CheckpointError(
+            f"no intact checkpoint in {directory}: "
+            + "; ".join(f"{step}: {reason}" for step, reason in rejected)
+            + ". Start the run again with --overwrite (or from a copy)"
+        )
     target = directory.parent / rundir.REJECTED
     for step, _ in rejected:
         target.mkdir(parents=True, exist_ok=True)
@@ -377,8 +427,15 @@ def _restore_newest(directory: Path, trainer: ChunkedTrainer, template: ChunkSta
     return restored
 
 
-def restore(directory: str | Path, trainer: ChunkedTrainer, template: ChunkState, iteration: int | None = None,
-            *, config_hash: str | None = None, num_iterations: int | None = None) -> ChunkState:
+def restore(
+    directory: str | Path,
+    trainer: ChunkedTrainer,
+    template: ChunkState,
+    iteration: int | None = None,
+    *,
+    config_hash: str | None = None,
+    num_iterations: int | None = None,
+) -> ChunkState:
     """The verified :class:`ChunkState` saved at ``iteration`` (default: the newest intact one,
     :func:`restore_verified`), placed on the devices like ``template.carry`` (e.g.
     ``trainer.init(keys)``).

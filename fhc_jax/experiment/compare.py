@@ -34,8 +34,9 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Iterable, Mapping, Sequence
+from typing import IO, Any
 
 import numpy as np
 
@@ -51,8 +52,12 @@ from fhc_jax.experiment.typed_settings import ConfigError, learner_settings
 #: the paper's metric averages the last this many training episodes
 PAPER_EPISODES = 10_000
 #: display names of the network inputs (None: the learner has no input choice)
-INPUT_LABELS: dict[str | None, str] = {None: "tabular (h, s)", "xy": "Env 1 (xy)", "xyt": "Env 2 (xyt)",
-                                       "one_hot": "one-hot s"}
+INPUT_LABELS: dict[str | None, str] = {
+    None: "tabular (h, s)",
+    "xy": "Env 1 (xy)",
+    "xyt": "Env 2 (xyt)",
+    "one_hot": "one-hot s",
+}
 
 
 # ----------------------------------------------------------------------------- judging a run
@@ -63,8 +68,7 @@ def paper_window(num_iterations: int, episodes_per_iteration: int) -> int:
     return int(min(num_iterations, math.ceil(PAPER_EPISODES / episodes_per_iteration)))
 
 
-def judge_run(metrics: Mapping[str, np.ndarray], judged: Judgement, episodes_per_iteration: int
-              ) -> dict[str, Any]:
+def judge_run(metrics: Mapping[str, np.ndarray], judged: Judgement, episodes_per_iteration: int) -> dict[str, Any]:
     """Every number of one run's table row.
 
     Args:
@@ -118,11 +122,21 @@ def judge_run(metrics: Mapping[str, np.ndarray], judged: Judgement, episodes_per
 # ----------------------------------------------------------------------------- the comparison
 
 
-def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, seed: int = 0,
-                   overrides: Iterable[str] = (), env: str | None = None, study: Study | None = None,
-                   stream: IO[str] | None = None, quiet: bool = False, keep_policies: bool = False,
-                   loggers: str | Sequence[str] | None = None, log_dir: str | Path | None = None,
-                   log_name: str = "compare") -> dict[str, Any]:
+def run_comparison(
+    runs: Sequence[RunSpec] | None = None,
+    *,
+    seeds: int = 5,
+    seed: int = 0,
+    overrides: Iterable[str] = (),
+    env: str | None = None,
+    study: Study | None = None,
+    stream: IO[str] | None = None,
+    quiet: bool = False,
+    keep_policies: bool = False,
+    loggers: str | Sequence[str] | None = None,
+    log_dir: str | Path | None = None,
+    log_name: str = "compare",
+) -> dict[str, Any]:
     """Train and judge every run; returns the result (JSON-ready, see
     :func:`fhc_jax.experiment.compare_report.write_outputs`).
 
@@ -172,18 +186,27 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
     opt, infeasible = judge.solve_optimum(cmdp)
     unc = fhc.solve_unconstrained(cmdp)
     if infeasible is not None:  # the same message as fhc-jax solve; the comparison proceeds
-        print(f"fhc-jax compare: warning: {infeasible}; the comparison proceeds, but no policy can meet the "
-              "threshold", file=stream, flush=True)
-    say(f"{title}: optimum J* = {opt.reward:.4f} at cost {opt.costs.tolist()} "
+        print(
+            f"fhc-jax compare: warning: {infeasible}; the comparison proceeds, but no policy can meet the threshold",
+            file=stream,
+            flush=True,
+        )
+    say(
+        f"{title}: optimum J* = {opt.reward:.4f} at cost {opt.costs.tolist()} "
         f"(unconstrained {float(unc.reward):.4f} at cost {np.asarray(unc.costs).tolist()})"
-        if opt is not None else f"{title}: the constraint is infeasible")
+        if opt is not None
+        else f"{title}: the constraint is infeasible"
+    )
     overall = None if quiet else RunsProgress(len(runs), stream)
     rows, policies = [], []
     for i, (run, spec) in enumerate(zip(runs, specs)):
-        say(f"[{i + 1}/{len(runs)}] {run.name}: {seeds} seeds x {spec.learner.num_iterations} iterations x "
-            f"{spec.learner.episodes_per_iteration} episodes ...")
-        row, policy = _run_row(run, spec, env, params, thresholds, opt, stream, quiet, overall, loggers, log_dir,
-                               log_name, scale)
+        say(
+            f"[{i + 1}/{len(runs)}] {run.name}: {seeds} seeds x {spec.learner.num_iterations} iterations x "
+            f"{spec.learner.episodes_per_iteration} episodes ..."
+        )
+        row, policy = _run_row(
+            run, spec, env, params, thresholds, opt, stream, quiet, overall, loggers, log_dir, log_name, scale
+        )
         rows.append(row)
         policies.append(policy)
     total = time.perf_counter() - t_start
@@ -201,15 +224,22 @@ def run_comparison(runs: Sequence[RunSpec] | None = None, *, seeds: int = 5, see
         "cost_scale": scale.tolist(),
         "paper_episodes": PAPER_EPISODES,
         "optimum": None if opt is None else opt.as_dict(),
-        "unconstrained": {"reward": float(unc.reward), "costs": np.asarray(unc.costs, np.float64).tolist(),
-                          "solve_time_s": float(unc.solve_time)},
+        "unconstrained": {
+            "reward": float(unc.reward),
+            "costs": np.asarray(unc.costs, np.float64).tolist(),
+            "solve_time_s": float(unc.solve_time),
+        },
         "runs": rows,
         "notes": list(study.notes),
         "machine": machine_info(),
         "source": source,
-        "timing": {"total_wall_s": total, "runs_wall_s": float(sum(r["timing"]["wall_s"] for r in rows)),
-                   "compile_s": float(sum(r["timing"]["compile_s"] for r in rows)),
-                   "load_average_start": load_start, "load_average_end": load_average()},
+        "timing": {
+            "total_wall_s": total,
+            "runs_wall_s": float(sum(r["timing"]["wall_s"] for r in rows)),
+            "compile_s": float(sum(r["timing"]["compile_s"] for r in rows)),
+            "load_average_start": load_start,
+            "load_average_end": load_average(),
+        },
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     if keep_policies:
@@ -232,15 +262,37 @@ def _run_row(run, spec, env, params, thresholds, opt, stream, quiet, overall, lo
     observation = getattr(cfg, "observation", None)
     t0 = time.perf_counter()
     trackers = tracking.Trackers(
-        loggers, log_dir or ".", name=f"{log_name}: {run.name}", group=log_name,
-        subdir=f"{log_name}/{tracking.slug(run.name)}", stream=stream, hparams=spec.settings(),
-        config={"run": run.name, "algo": spec.algo, "observation": observation, "seeds": seeds,
-                "settings": spec.settings()},
-        run_labels=tracking.seed_labels(seeds), steps_per_iteration=env_steps_per_iteration(cfg, env.horizon))
+        loggers,
+        log_dir or ".",
+        name=f"{log_name}: {run.name}",
+        group=log_name,
+        subdir=f"{log_name}/{tracking.slug(run.name)}",
+        stream=stream,
+        hparams=spec.settings(),
+        config={
+            "run": run.name,
+            "algo": spec.algo,
+            "observation": observation,
+            "seeds": seeds,
+            "settings": spec.settings(),
+        },
+        run_labels=tracking.seed_labels(seeds),
+        steps_per_iteration=env_steps_per_iteration(cfg, env.horizon),
+    )
     try:
-        res = train_seeds(spec.module, env, params, cfg, seeds, seed=spec.seed, chunk_size=spec.chunk_size,
-                          label=None if quiet else run.name, stream=stream, trackers=trackers,
-                          overall=None if quiet else overall.status)
+        res = train_seeds(
+            spec.module,
+            env,
+            params,
+            cfg,
+            seeds,
+            seed=spec.seed,
+            chunk_size=spec.chunk_size,
+            label=None if quiet else run.name,
+            stream=stream,
+            trackers=trackers,
+            overall=None if quiet else overall.status,
+        )
     except BaseException:
         trackers.close()
         raise
@@ -249,8 +301,15 @@ def _run_row(run, spec, env, params, thresholds, opt, stream, quiet, overall, lo
         raise DivergenceError(f"{run.name}: {res.divergence.describe()}; {divergence_hint(spec)}", res.divergence)
     wall = time.perf_counter() - t0
     nu = res.state.metrics["multipliers"][:, -1] if "multipliers" in res.state.metrics else None
-    judged = judge.judge(res.state.exact_reward[:, -1], res.state.exact_costs[:, -1], thresholds, optimum=opt,
-                         multipliers=nu, tolerance=spec.feasibility_tolerance, cost_scale=scale)
+    judged = judge.judge(
+        res.state.exact_reward[:, -1],
+        res.state.exact_costs[:, -1],
+        thresholds,
+        optimum=opt,
+        multipliers=nu,
+        tolerance=spec.feasibility_tolerance,
+        cost_scale=scale,
+    )
     row = {
         "name": run.name,
         "algo": spec.algo,
@@ -280,7 +339,10 @@ def _run_row(run, spec, env, params, thresholds, opt, stream, quiet, overall, lo
     trackers.close()
     if overall is not None:  # one plain line per completed run
         pm = row["paper_metric"]
-        overall.done(run.name, f"paper metric: reward {pm['reward']['mean']:.2f}, cost "
-                     f"{pm['costs'][0]['mean']:.2f}; exact: {statistics.format_line(row['statistics'])}; "
-                     f"{wall:.1f} s (compile {res.compile_s:.1f} s)")
+        overall.done(
+            run.name,
+            f"paper metric: reward {pm['reward']['mean']:.2f}, cost "
+            f"{pm['costs'][0]['mean']:.2f}; exact: {statistics.format_line(row['statistics'])}; "
+            f"{wall:.1f} s (compile {res.compile_s:.1f} s)",
+        )
     return row, res.policy

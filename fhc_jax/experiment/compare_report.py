@@ -8,8 +8,9 @@ comparison's JSON-ready result (:func:`fhc_jax.experiment.compare.run_comparison
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -39,9 +40,9 @@ def format_markdown(result: Mapping[str, Any]) -> str:
     r = result["seeds"]
     common = result.get("tolerance")  # None: the rows were judged with different tolerances
     lines = [
-        f"| Algorithm | Input | Iterations x K | Paper metric: reward | Paper metric: cost | "
-        f"Exact reward [min, max] | Exact cost [min, max] | Gap to J* | Violating seeds (exact) | "
-        f"Violating seeds (paper metric) | Wall s (compile s) |",
+        "| Algorithm | Input | Iterations x K | Paper metric: reward | Paper metric: cost | "
+        "Exact reward [min, max] | Exact cost [min, max] | Gap to J* | Violating seeds (exact) | "
+        "Violating seeds (paper metric) | Wall s (compile s) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["runs"]:
@@ -56,12 +57,17 @@ def format_markdown(result: Mapping[str, Any]) -> str:
             f"| {row['label']} | {row['input']} | {iters} | {_pm(pm['reward'])} | {_costs(pm['costs'], False)} | "
             f"{_pm(ex['reward'])} {_range(ex['reward'])} | {_costs(ex['costs'], True)} | {gap} | "
             f"{ex['violating_seeds']}/{r}{own} | {pm['violating_seeds']}/{r}{own} | "
-            f"{row['timing']['wall_s']:.0f} ({row['timing']['compile_s']:.0f}) |")
+            f"{row['timing']['wall_s']:.0f} ({row['timing']['compile_s']:.0f}) |"
+        )
     if opt is not None:
-        lines.append(f"| **Exact optimum** (`fhc_jax.solve`) | - | - | - | - | {opt['reward']:.2f} | "
-                     f"{'/'.join(f'{c:.2f}' for c in opt['costs'])} | 0 | - | - | {opt['solve_time_s']:.1f} |")
-    lines.append(f"| Unconstrained optimum (`fhc_jax.solve_unconstrained`) | - | - | - | - | {unc['reward']:.2f} | "
-                 f"{'/'.join(f'{c:.2f}' for c in unc['costs'])} | - | - | - | {unc['solve_time_s']:.1f} |")
+        lines.append(
+            f"| **Exact optimum** (`fhc_jax.solve`) | - | - | - | - | {opt['reward']:.2f} | "
+            f"{'/'.join(f'{c:.2f}' for c in opt['costs'])} | 0 | - | - | {opt['solve_time_s']:.1f} |"
+        )
+    lines.append(
+        f"| Unconstrained optimum (`fhc_jax.solve_unconstrained`) | - | - | - | - | {unc['reward']:.2f} | "
+        f"{'/'.join(f'{c:.2f}' for c in unc['costs'])} | - | - | - | {unc['solve_time_s']:.1f} |"
+    )
     lines += format_statistics_table(result)
     mc, tm = result["machine"], result["timing"]
     env = dict(result["env"])
@@ -74,15 +80,25 @@ def format_markdown(result: Mapping[str, Any]) -> str:
         f"(the batch means of the last ceil({result['paper_episodes']}/K) iterations), mean ± std over seeds. "
         "Exact: `fhc_jax.evaluate` of each seed's final policy, mean ± std [min, max] over seeds."
         + (f" Gap to J*: J* - J (J* = {opt['reward']:.2f})." if opt is not None else ""),
-        (f"Violating seeds: seeds whose cost exceeds alpha by more than {100 * common:g}% of |alpha| "
-         f"(the judge's feasibility rule, `run.feasibility_tolerance`)." if common is not None else
-         "Violating seeds: seeds whose cost exceeds alpha by more than the row's tolerance (in its cell) of |alpha| "
-         "(the judge's feasibility rule, `run.feasibility_tolerance`, set per row)."),
-        "Every learner uses its default (tuned) `Config`" + (
-            "; * marks runs with changed settings: " + "; ".join(
+        (
+            f"Violating seeds: seeds whose cost exceeds alpha by more than {100 * common:g}% of |alpha| "
+            f"(the judge's feasibility rule, `run.feasibility_tolerance`)."
+            if common is not None
+            else "Violating seeds: seeds whose cost exceeds alpha by more than the row's tolerance (in its cell) "
+            "of |alpha| (the judge's feasibility rule, `run.feasibility_tolerance`, set per row)."
+        ),
+        "Every learner uses its default (tuned) `Config`"
+        + (
+            "; * marks runs with changed settings: "
+            + "; ".join(
                 f"{row['name']}: " + ", ".join(f"{k} = {v}" for k, v in row["changed_settings"].items())
-                for row in result["runs"] if row["changed_settings"]) if any(
-                row["changed_settings"] for row in result["runs"]) else "") + ".",
+                for row in result["runs"]
+                if row["changed_settings"]
+            )
+            if any(row["changed_settings"] for row in result["runs"])
+            else ""
+        )
+        + ".",
         *result.get("notes", []),
         f"Hardware: {mc['cpu']['model']}, {mc['cpu']['usable_cores']} usable cores ({mc['cpu']['logical_cores']} "
         f"logical), JAX {mc['versions']['jax']} on {mc['device']['platform']} ({mc['device']['name']}). "
@@ -102,23 +118,35 @@ def format_statistics_table(result: Mapping[str, Any]) -> list[str]:
     method = rows[0]["statistics"]["intervals"]
     missing = method.get("unavailable")
     est = statistics.format_estimate
-    head = (f"Statistics over seeds ({result['seeds']} seeds per run): mean and IQM (interquartile mean) of the final "
-            "policies' exact values with " + (f"no bootstrap interval ({missing})" if missing else
-                                             f"stratified-bootstrap 95% intervals ({method['resamples']} resamples, "
-                                             f"seed {method['bootstrap_seed']}, rliable)")
-            + "; P(violation): the fraction of seeds the judge finds infeasible, Wilson 95% interval; "
-            "gap: J* - J (signed), mean over seeds.")
-    lines = ["", head, "",
-             "| Algorithm | Input | Seeds | Exact reward: mean [95% CI] | Exact reward: IQM [95% CI] | "
-             "Exact cost: mean [95% CI] | Exact cost: IQM [95% CI] | P(violation) [95% CI] | Gap to J*: mean [95% CI] |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    head = (
+        f"Statistics over seeds ({result['seeds']} seeds per run): mean and IQM (interquartile mean) of the final "
+        "policies' exact values with "
+        + (
+            f"no bootstrap interval ({missing})"
+            if missing
+            else f"stratified-bootstrap 95% intervals ({method['resamples']} resamples, "
+            f"seed {method['bootstrap_seed']}, rliable)"
+        )
+        + "; P(violation): the fraction of seeds the judge finds infeasible, Wilson 95% interval; "
+        "gap: J* - J (signed), mean over seeds."
+    )
+    lines = [
+        "",
+        head,
+        "",
+        "| Algorithm | Input | Seeds | Exact reward: mean [95% CI] | Exact reward: IQM [95% CI] | "
+        "Exact cost: mean [95% CI] | Exact cost: IQM [95% CI] | P(violation) [95% CI] | Gap to J*: mean [95% CI] |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         st = row["statistics"]
-        lines.append(f"| {row['label']} | {row['input']} | {st['n_seeds']} | {est(st['reward'], 'mean')} | "
-                     f"{est(st['reward'], 'iqm')} | {' / '.join(est(c, 'mean') for c in st['costs'])} | "
-                     f"{' / '.join(est(c, 'iqm') for c in st['costs'])} | "
-                     f"{statistics.format_violation(st['violation_probability'])} | "
-                     f"{est(st['optimality_gap'], 'mean')} |")
+        lines.append(
+            f"| {row['label']} | {row['input']} | {st['n_seeds']} | {est(st['reward'], 'mean')} | "
+            f"{est(st['reward'], 'iqm')} | {' / '.join(est(c, 'mean') for c in st['costs'])} | "
+            f"{' / '.join(est(c, 'iqm') for c in st['costs'])} | "
+            f"{statistics.format_violation(st['violation_probability'])} | "
+            f"{est(st['optimality_gap'], 'mean')} |"
+        )
     return lines
 
 
@@ -129,16 +157,27 @@ def profile_panels(result: Mapping[str, Any]) -> list[tuple[str, dict[str, np.nd
     opt = result.get("optimum")
     if opt is None or not opt["reward"] > 0:
         return None
-    optimum = Optimum(reward=opt["reward"], costs=np.asarray(opt["costs"]),
-                      multipliers=np.asarray(opt["multipliers"]), policy=None, stage_costs=None,
-                      stage_rewards=None, solve_time_s=opt["solve_time_s"])
+    optimum = Optimum(
+        reward=opt["reward"],
+        costs=np.asarray(opt["costs"]),
+        multipliers=np.asarray(opt["multipliers"]),
+        policy=None,
+        stage_costs=None,
+        stage_rewards=None,
+        solve_time_s=opt["solve_time_s"],
+    )
     every, feasible = {}, {}
     for row in result["runs"]:
         reward = row["exact"]["reward"]["per_seed"]
         costs = np.stack([np.asarray(c["per_seed"], np.float64) for c in row["exact"]["costs"]], axis=1)
-        judged = judge.judge(reward, costs, result["thresholds"], optimum=optimum,
-                             tolerance=row.get("feasibility_tolerance", result["tolerance"]),
-                             cost_scale=result.get("cost_scale"))
+        judged = judge.judge(
+            reward,
+            costs,
+            result["thresholds"],
+            optimum=optimum,
+            tolerance=row.get("feasibility_tolerance", result["tolerance"]),
+            cost_scale=result.get("cost_scale"),
+        )
         every[row["name"]] = statistics.profile_scores(judged)
         feasible[row["name"]] = statistics.profile_scores(judged, feasible_only=True)
     return [("all seeds", every), ("seeds the judge finds infeasible scored 0", feasible)]

@@ -41,18 +41,31 @@ import inspect
 import os
 import sys
 import typing
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
 from fhc_jax.algos import cpo, ecop, fh_constrained, nn_constrained, ppo_lagrangian, saute
 from fhc_jax.algos.core.paths import judged_exactly
 from fhc_jax.envs.base import Environment
-from fhc_jax.experiment.typed_settings import (ConfigError, Setting, build_learner_config, coerce, flatten,
-                                               kind_of_annotation, learner_schema, learner_settings, parse_assignment,
-                                               plain, read_toml, short_value, unknown_key)
+from fhc_jax.experiment.typed_settings import (
+    ConfigError,
+    Setting,
+    build_learner_config,
+    coerce,
+    flatten,
+    kind_of_annotation,
+    learner_schema,
+    learner_settings,
+    parse_assignment,
+    plain,
+    read_toml,
+    short_value,
+    unknown_key,
+)
 
 #: default relative feasibility tolerance of the judge: cost <= (1 + 0.02) alpha
 DEFAULT_TOLERANCE = 0.02
@@ -163,8 +176,9 @@ class EnvEntry:
         out = self.defaults
         for key, value in values.items():
             if key not in kinds:
-                raise unknown_key(f"env.{key}", [f"env.{k}" for k in kinds] + ["env.name"],
-                                  f"environment {self.name!r}")
+                raise unknown_key(
+                    f"env.{key}", [f"env.{k}" for k in kinds] + ["env.name"], f"environment {self.name!r}"
+                )
             out[key] = plain(coerce(f"env.{key}", value, kinds[key]))
         return out
 
@@ -187,12 +201,15 @@ class EnvEntry:
         except Exception as err:  # noqa: BLE001 (a user's own environment failing in its own code)
             if self.name in ENVIRONMENTS:
                 raise  # a registered environment: a bug of fhc_jax, reported as such
-            raise EnvironmentFailure(f"environment {self.name!r} raised {type(err).__name__}: {err} (in its "
-                                     "constructor or default_params; an error in that environment's code, not in "
-                                     "fhc_jax)") from err
+            raise EnvironmentFailure(
+                f"environment {self.name!r} raised {type(err).__name__}: {err} (in its "
+                "constructor or default_params; an error in that environment's code, not in "
+                "fhc_jax)"
+            ) from err
         if not isinstance(env, Environment):
-            raise ConfigError(f"env {self.name!r}: the constructor returned {type(env).__name__}, "
-                              "not an fhc_jax.envs.Environment")
+            raise ConfigError(
+                f"env {self.name!r}: the constructor returned {type(env).__name__}, not an fhc_jax.envs.Environment"
+            )
         return env, params
 
     def describe(self, values: Mapping[str, Any]) -> str:
@@ -224,9 +241,11 @@ def _import(path: str) -> Any:
             raise EnvironmentImportError(
                 f"env {path!r}: no module named {missing!r}: looked in the working directory {cwd} and on the Python "
                 f"path; run from the folder that holds {top}.py (or the {top}/ package), or add that folder to "
-                "PYTHONPATH") from None
-        raise EnvironmentImportError(f"env {path!r}: module {module_name!r} was found but importing it failed: "
-                                     f"{err}") from None
+                "PYTHONPATH"
+            ) from None
+        raise EnvironmentImportError(
+            f"env {path!r}: module {module_name!r} was found but importing it failed: {err}"
+        ) from None
     except ImportError as err:
         raise EnvironmentImportError(f"env {path!r}: cannot import module {module_name!r}: {err}") from None
     try:
@@ -251,15 +270,19 @@ def declared_settings(name: str, constructor: Callable[..., Any]) -> tuple[Setti
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         if p.default is p.empty:
-            raise ConfigError(f"env {name!r}: constructor parameter {p.name!r} has no default, so it cannot be "
-                              "set from a config file; give every parameter a default")
+            raise ConfigError(
+                f"env {name!r}: constructor parameter {p.name!r} has no default, so it cannot be "
+                "set from a config file; give every parameter a default"
+            )
         if p.name == "name":
             raise ConfigError(f"env {name!r}: a setting may not be called 'name' (env.name selects the environment)")
         kind = kind_of_annotation(hints.get(p.name, p.annotation), p.default)
         if kind is None:
-            raise ConfigError(f"env {name!r}: cannot tell the type of setting {p.name!r} (default {p.default!r}); "
-                              "annotate it as int, float, bool, str, int | None, float | None or "
-                              "float | Sequence[float]")
+            raise ConfigError(
+                f"env {name!r}: cannot tell the type of setting {p.name!r} (default {p.default!r}); "
+                "annotate it as int, float, bool, str, int | None, float | None or "
+                "float | Sequence[float]"
+            )
         out.append(Setting(p.name, kind, p.default))
     return tuple(out)
 
@@ -279,13 +302,16 @@ def load_environment(name: str) -> EnvEntry:
     if name in _ENTRIES:
         return _ENTRIES[name]
     if name not in ENVIRONMENTS and ":" not in name:
-        raise ConfigError(f"unknown environment {name!r}; registered: {', '.join(ENVIRONMENTS)} "
-                          "(or give module:ClassOrFactory of your own)")
+        raise ConfigError(
+            f"unknown environment {name!r}; registered: {', '.join(ENVIRONMENTS)} "
+            "(or give module:ClassOrFactory of your own)"
+        )
     path = ENVIRONMENTS.get(name, name)
     if name.startswith("brax:"):  # any Brax environment by name (fhc_jax.envs.brax_interop)
         from fhc_jax.envs import brax_interop
+
         try:
-            constructor = brax_interop.task_constructor(name[len("brax:"):])
+            constructor = brax_interop.task_constructor(name[len("brax:") :])
         except ImportError as err:
             raise EnvironmentImportError(f"env {name!r}: {err}") from None
         except ValueError as err:
@@ -330,8 +356,14 @@ RUN_SETTINGS: tuple[Setting, ...] = (
     Setting("seed", "int", 0, 0, MAX_SEED, "the base seed is one 32-bit word of jax.random.key, in [0, 2**32 - 1]"),
     Setting("chunk_size", "int", 0, 0),
     Setting("checkpoint_every", "int", 4, 0),
-    Setting("feasibility_tolerance", "float", DEFAULT_TOLERANCE, 0.0, MAX_TOLERANCE,
-            "the judge's relative tolerance, in [0, 1]: cost <= (1 + tolerance) alpha"),
+    Setting(
+        "feasibility_tolerance",
+        "float",
+        DEFAULT_TOLERANCE,
+        0.0,
+        MAX_TOLERANCE,
+        "the judge's relative tolerance, in [0, 1]: cost <= (1 + tolerance) alpha",
+    ),
     Setting("eval_episodes", "int", DEFAULT_EPISODES, 2, MAX_EPISODES),
 )
 RUN_DEFAULTS: dict[str, Any] = {s.name: s.default for s in RUN_SETTINGS}
@@ -431,8 +463,10 @@ def load_spec(
     schema = learner_schema(LEARNERS[name].Config())
     if observation is not None:
         if "observation" not in schema:
-            raise ConfigError(f"--obs does not apply to {name!r} (its Config has no 'observation' field); "
-                              "it selects the network input of nn-constrained, ppo-lag and cpo")
+            raise ConfigError(
+                f"--obs does not apply to {name!r} (its Config has no 'observation' field); "
+                "it selects the network input of nn-constrained, ppo-lag and cpo"
+            )
         values["observation"] = observation
     entry = load_environment(values.pop("env.name", DEFAULT_ENV))
     run_settings = {s.name: s for s in RUN_SETTINGS}
@@ -451,8 +485,12 @@ def load_spec(
         elif key in schema:
             learner[key] = coerce(key, value, schema[key])
         elif key not in lenient:
-            valid = (["algo", "env.name"] + [f"env.{s.name}" for s in entry.settings]
-                     + [f"run.{k}" for k in run_settings] + list(schema))
+            valid = (
+                ["algo", "env.name"]
+                + [f"env.{s.name}" for s in entry.settings]
+                + [f"run.{k}" for k in run_settings]
+                + list(schema)
+            )
             raise unknown_key(key, valid, f"algorithm {name!r} on environment {entry.name!r}")
     env_settings = entry.validate(env_values)
     env_obj, _ = entry.make(env_settings)  # the constructor's own range checks, before anything compiles
@@ -461,5 +499,11 @@ def load_spec(
     except TypeError as err:
         raise ConfigError(f"{name}: {err}") from None
     chunk = run.pop("chunk_size") or int(getattr(config, "eval_every", 0) or 100)
-    return ExperimentSpec(algo=name, env_name=entry.name, env=env_settings, learner=config,
-                          chunk_size=min(chunk, int(config.num_iterations)), **run)
+    return ExperimentSpec(
+        algo=name,
+        env_name=entry.name,
+        env=env_settings,
+        learner=config,
+        chunk_size=min(chunk, int(config.num_iterations)),
+        **run,
+    )

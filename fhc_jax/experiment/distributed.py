@@ -91,7 +91,7 @@ class Cluster:
     init_timeout_s: int = INIT_TIMEOUT_S
     heartbeat_timeout_s: int = HEARTBEAT_TIMEOUT_S
 
-    def check(self) -> "Cluster":
+    def check(self) -> Cluster:
         """Raises :class:`~fhc_jax.experiment.typed_settings.ConfigError` for a field out of range
         (naming the flag and the valid range); returns self."""
         from fhc_jax.experiment.typed_settings import ConfigError
@@ -99,8 +99,9 @@ class Cluster:
         if self.coordinator is not None:
             host, sep, port = self.coordinator.rpartition(":")
             if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-                raise ConfigError(f"--coordinator must be HOST:PORT with a port in [1, 65535], found "
-                                  f"{self.coordinator!r}")
+                raise ConfigError(
+                    f"--coordinator must be HOST:PORT with a port in [1, 65535], found {self.coordinator!r}"
+                )
         if self.num_processes is not None and self.num_processes < 1:
             raise ConfigError(f"--num-processes must be an integer >= 1, found {self.num_processes}")
         if self.process_id is not None:
@@ -117,8 +118,11 @@ class Cluster:
         resume command): the values given, and the timeouts where they differ from the
         defaults."""
         out: list[str] = []
-        for flag, value in (("--coordinator", self.coordinator), ("--num-processes", self.num_processes),
-                            ("--process-id", self.process_id)):
+        for flag, value in (
+            ("--coordinator", self.coordinator),
+            ("--num-processes", self.num_processes),
+            ("--process-id", self.process_id),
+        ):
             if value is not None:
                 out += [flag, str(value)]
         if self.init_timeout_s != INIT_TIMEOUT_S:
@@ -147,23 +151,31 @@ def initialize(cluster: Cluster) -> None:
     if jax.config.jax_cpu_collectives_implementation != "mpi":  # gloo, unless MPI was chosen
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:
-        jax.distributed.initialize(coordinator_address=cluster.coordinator, num_processes=cluster.num_processes,
-                                   process_id=cluster.process_id, initialization_timeout=cluster.init_timeout_s,
-                                   heartbeat_timeout_seconds=cluster.heartbeat_timeout_s,
-                                   shutdown_timeout_seconds=SHUTDOWN_TIMEOUT_S)
+        jax.distributed.initialize(
+            coordinator_address=cluster.coordinator,
+            num_processes=cluster.num_processes,
+            process_id=cluster.process_id,
+            initialization_timeout=cluster.init_timeout_s,
+            heartbeat_timeout_seconds=cluster.heartbeat_timeout_s,
+            shutdown_timeout_seconds=SHUTDOWN_TIMEOUT_S,
+        )
     except (ValueError, TypeError) as err:  # nothing given and nothing detected in the environment
-        raise ConfigError(f"cannot join a run over several processes: {str(err).strip()} Give --coordinator "
-                          "HOST:PORT, --num-processes N and --process-id I, or run under a cluster scheduler "
-                          "that sets them (e.g. SLURM's srun)") from None
+        raise ConfigError(
+            f"cannot join a run over several processes: {str(err).strip()} Give --coordinator "
+            "HOST:PORT, --num-processes N and --process-id I, or run under a cluster scheduler "
+            "that sets them (e.g. SLURM's srun)"
+        ) from None
     except Exception as err:  # noqa: BLE001 (the runtime's own errors, e.g. JaxRuntimeError)
         from fhc_jax.experiment.rundir import one_line
 
         if "Failed to start RPC server" in str(err) or "address already in use" in str(err).lower():
             where = cluster.coordinator or "the coordinator address"
-            raise ConfigError(f"--coordinator {where}: process 0 cannot serve JAX's coordination service there: the "
-                              "port is in use (by another program, or by process 0 of another run) or the address "
-                              "is not this host's, or a second process was given --process-id 0; choose a free "
-                              "port, the same in every process, and give each process its own --process-id") from None
+            raise ConfigError(
+                f"--coordinator {where}: process 0 cannot serve JAX's coordination service there: the "
+                "port is in use (by another program, or by process 0 of another run) or the address "
+                "is not this host's, or a second process was given --process-id 0; choose a free "
+                "port, the same in every process, and give each process its own --process-id"
+            ) from None
         raise DistributedError(f"cannot join the run over several processes: {one_line(err)}") from None
     _cluster.update(cluster=cluster, process_id=jax.process_index(), num_processes=jax.process_count())
     _quietly(lambda: _gather(np.zeros(1, np.int32)))  # the collectives connect (gloo prints a line on stdout)
@@ -196,10 +208,12 @@ def _check_port(cluster: Cluster) -> None:
         return
     port = int(cluster.coordinator.rpartition(":")[2])
     if _port_in_use(port):
-        raise ConfigError(f"--coordinator {cluster.coordinator}: port {port} is in use on this host (by another "
-                          "program, or by process 0 of another run, or a second process was given --process-id 0), "
-                          "so process 0 cannot serve JAX's coordination service there; choose a free port, the same "
-                          "in every process, and give each process its own --process-id")
+        raise ConfigError(
+            f"--coordinator {cluster.coordinator}: port {port} is in use on this host (by another "
+            "program, or by process 0 of another run, or a second process was given --process-id 0), "
+            "so process 0 cannot serve JAX's coordination service there; choose a free port, the same "
+            "in every process, and give each process its own --process-id"
+        )
 
 
 def _quietly(fn: Callable[[], Any]) -> Any:
@@ -249,8 +263,10 @@ def _peer_lost(err: BaseException) -> NoReturn:
         time.sleep(0.2)
     from fhc_jax.experiment.rundir import one_line
 
-    raise DistributedError(f"a collective operation among the processes failed and JAX's runtime did not say why "
-                           f"within {timeout + _VERDICT_MARGIN_S} s ({one_line(err)})") from None
+    raise DistributedError(
+        f"a collective operation among the processes failed and JAX's runtime did not say why "
+        f"within {timeout + _VERDICT_MARGIN_S} s ({one_line(err)})"
+    ) from None
 
 
 def agree(error: BaseException | None = None) -> None:
@@ -267,7 +283,7 @@ def agree(error: BaseException | None = None) -> None:
     text = b"" if error is None else one_line(error, _MESSAGE_BYTES).encode("utf-8")[:_MESSAGE_BYTES]
     message = np.zeros(_MESSAGE_BYTES + 1, np.uint8)
     message[0] = error is not None
-    message[1:1 + len(text)] = np.frombuffer(text, np.uint8)
+    message[1 : 1 + len(text)] = np.frombuffer(text, np.uint8)
     every = _gather(message)  # (N, 1 + bytes)
     if error is not None:
         raise error
@@ -309,19 +325,21 @@ def agree_configuration(configuration: Mapping[str, Any] | None, error: BaseExce
         return
     lengths = _gather(np.asarray([len(text)], np.int64))[:, 0]
     padded = np.zeros(int(lengths.max()), np.uint8)
-    padded[:len(text)] = np.frombuffer(text, np.uint8)
+    padded[: len(text)] = np.frombuffer(text, np.uint8)
     texts = _gather(padded)
     k = int(differ[0])
-    first, other = (json.loads(bytes(texts[i, :int(lengths[i])]).decode("utf-8")) for i in (0, k))
+    first, other = (json.loads(bytes(texts[i, : int(lengths[i])]).decode("utf-8")) for i in (0, k))
     raise ConfigurationMismatch(
         f"process {k} of {jax.process_count()} was started with another configuration than process 0: "
         f"{configuration_difference(first, other, k)}; start every process with the same command (only "
-        "--process-id differs)")
+        "--process-id differs)"
+    )
 
 
 def configuration_difference(first: Any, other: Any, k: int = 1) -> str:
     """The first settings in which two configurations (nested JSON data) differ, as
     ``key: A (process 0) vs B (process k)`` joined by "; " (at most 3, then "and N more")."""
+
     def flat(x: Any, prefix: str = "") -> dict[str, Any]:
         if isinstance(x, dict):
             out: dict[str, Any] = {}
@@ -332,8 +350,10 @@ def configuration_difference(first: Any, other: Any, k: int = 1) -> str:
 
     a, b = flat(first), flat(other)
     keys = [key for key in sorted(set(a) | set(b)) if a.get(key, "<absent>") != b.get(key, "<absent>")]
-    parts = [f"{key}: {a.get(key, '<absent>')!r} (process 0) vs {b.get(key, '<absent>')!r} (process {k})"
-             for key in keys[:_NAMED_DIFFERENCES]]
+    parts = [
+        f"{key}: {a.get(key, '<absent>')!r} (process 0) vs {b.get(key, '<absent>')!r} (process {k})"
+        for key in keys[:_NAMED_DIFFERENCES]
+    ]
     more = len(keys) - _NAMED_DIFFERENCES
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "") if parts else "their configurations differ"
 
@@ -351,6 +371,7 @@ def share(value: int, error: BaseException | None = None) -> int:
 def gathered(tree: Any) -> Any:
     """``tree`` with every array that spans several processes gathered onto this one (typed
     keys stay keys); arrays this process holds entirely are returned as they are."""
+
     def leaf(x):
         if not isinstance(x, jax.Array) or x.is_fully_addressable:
             return x
@@ -370,8 +391,9 @@ _INCARNATION = re.compile(r"(\d+) unexpectedly tried to connect with a different
 FATAL = "Terminating process because the JAX distributed service detected fatal errors"
 
 
-def runtime_verdict(log: str, process_id: int | None = None, num_processes: int | None = None,
-                    init_timeout_s: int | None = None) -> str | None:
+def runtime_verdict(
+    log: str, process_id: int | None = None, num_processes: int | None = None, init_timeout_s: int | None = None
+) -> str | None:
     """The process(es) that JAX's distributed runtime found missing when it ended this process,
     from the text of its log (what it wrote on stderr), as a short phrase: ``"process 1 of 2
     stopped sending heartbeats"``, ``"process 0 of 2 (the coordinator) is gone"``, ``"not every
@@ -398,8 +420,10 @@ def runtime_verdict(log: str, process_id: int | None = None, num_processes: int 
             return f"process{'es' if len(found) > 1 else ''} {who}{of} stopped sending heartbeats (died or hung)"
     m = _INCARNATION.search(log)
     if m is not None:  # a second process registered with an id already taken
-        return (f"two processes were started with --process-id {m.group(1)} (or process {m.group(1)} was started "
-                "again while the run started); give every process its own --process-id")
+        return (
+            f"two processes were started with --process-id {m.group(1)} (or process {m.group(1)} was started "
+            "again while the run started); give every process its own --process-id"
+        )
     if "RegisterTask" in log:  # the startup's registration timed out
         within = "" if init_timeout_s is None else f" within {init_timeout_s} s"
         if num_processes == 2 and process_id is not None:

@@ -33,8 +33,9 @@ import dataclasses
 import re
 import sys
 import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import jax
 import numpy as np
@@ -80,12 +81,16 @@ def final_checkpoint(files: RunFiles) -> Path:
     if s.get("complete") is False and "divergence" in s:
         raise rundir.RunDirectoryError(
             f"{head}: the run diverged at iteration {s.get('stopped_at_iteration', '?')}, so it has no final policy; "
-            f"retrain with smaller step sizes ({s.get('reason', '')})".rstrip(" ()"))
+            f"retrain with smaller step sizes ({s.get('reason', '')})".rstrip(" ()")
+        )
     latest = checkpoint.latest_iteration(final.parent)
     if latest is not None and latest < n:
-        raise rundir.RunDirectoryError(f"{head}: the run stopped at iteration {latest} of {n}; finish it with: "
-                                       f"fhc-jax train --resume --out {files.path}")
+        raise rundir.RunDirectoryError(
+            f"{head}: the run stopped at iteration {latest} of {n}; finish it with: "
+            f"fhc-jax train --resume --out {files.path}"
+        )
     raise rundir.RunDirectoryError(f"{head}; restore the run directory from a copy or retrain: {files.rerun}")
+
 
 @dataclasses.dataclass(frozen=True)
 class LoadedRun(RunFiles):
@@ -113,10 +118,15 @@ class LoadedRun(RunFiles):
         return self.spec.seeds
 
     def _seed(self, seed_index: int) -> int:
-        if isinstance(seed_index, bool) or not isinstance(seed_index, (int, np.integer)) \
-                or not 0 <= seed_index < self.num_seeds:
-            raise ValueError(f"seed_index must be an integer in [0, {self.num_seeds - 1}] ({self.num_seeds} seeds), "
-                             f"found {seed_index!r}")
+        if (
+            isinstance(seed_index, bool)
+            or not isinstance(seed_index, (int, np.integer))
+            or not 0 <= seed_index < self.num_seeds
+        ):
+            raise ValueError(
+                f"seed_index must be an integer in [0, {self.num_seeds - 1}] ({self.num_seeds} seeds), "
+                f"found {seed_index!r}"
+            )
         return int(seed_index)
 
     def train_state(self, seed_index: int) -> Any:
@@ -138,8 +148,10 @@ class LoadedRun(RunFiles):
             ValueError: the environment has no tabular exact model.
         """
         if not self.exact:
-            raise ValueError(f"policy_tables: {self.env.name} has no tabular exact model; use policy(seed_index) "
-                             "with fhc_jax.rollout_returns")
+            raise ValueError(
+                f"policy_tables: {self.env.name} has no tabular exact model; use policy(seed_index) "
+                "with fhc_jax.rollout_returns"
+            )
         return self.trainer.policy_tables(self.state)
 
 
@@ -162,22 +174,28 @@ def restore_run(files: RunFiles) -> LoadedRun:
     chunked driver started from the verified final checkpoint (nothing left to train)."""
     spec, n = files.spec, files.spec.num_iterations
     ckpt_dir = final_checkpoint(files).parent
-    trainer = ChunkedTrainer(spec.module.make_learner(files.env, files.params, spec.learner), spec.seeds,
-                             spec.chunk_size)
+    trainer = ChunkedTrainer(
+        spec.module.make_learner(files.env, files.params, spec.learner), spec.seeds, spec.chunk_size
+    )
 
     def restore(template: ChunkState) -> ChunkState:
         try:
             return checkpoint.restore(ckpt_dir, trainer, template, n, config_hash=files.config_hash, num_iterations=n)
         except checkpoint.CheckpointError as err:
             raise checkpoint.CheckpointError(
-                f"{err}; restore the run directory from a copy or retrain: {files.rerun}") from None
+                f"{err}; restore the run directory from a copy or retrain: {files.rerun}"
+            ) from None
 
     state = trainer.drive(seed_keys(spec.seed, spec.seeds), restore=restore)
     multipliers = state.metrics.get("multipliers")
-    return LoadedRun(**{f.name: getattr(files, f.name) for f in dataclasses.fields(RunFiles)},
-                     iteration=state.iteration, train_states=state.carry.selection.state,
-                     multipliers=None if multipliers is None else np.asarray(multipliers[:, -1], np.float64),
-                     trainer=trainer, state=state)
+    return LoadedRun(
+        **{f.name: getattr(files, f.name) for f in dataclasses.fields(RunFiles)},
+        iteration=state.iteration,
+        train_states=state.carry.selection.state,
+        multipliers=None if multipliers is None else np.asarray(multipliers[:, -1], np.float64),
+        trainer=trainer,
+        state=state,
+    )
 
 
 # ----------------------------------------------------------------------------- the judged environment
@@ -220,8 +238,12 @@ class Target:
         changed (settings, and the environment itself where its code or data changed)."""
         parts = [", ".join(f"{k}={short_value(v)}" for k, v in self.changes.items())] if self.changes else []
         if self.environment_change == fingerprint.NOT_RECORDED:
-            return self.title + (f" [changed: {parts[0]}]" if parts else " [settings as trained; the environment "
-                                 "was not fingerprinted when the run was trained: cannot check that it is the same]")
+            return self.title + (
+                f" [changed: {parts[0]}]"
+                if parts
+                else " [settings as trained; the environment "
+                "was not fingerprinted when the run was trained: cannot check that it is the same]"
+            )
         if self.environment_change is not None:
             parts.append(f"the environment itself differs from the trained one: {self.environment_change}")
         return self.title + (f" [changed: {'; '.join(parts)}]" if parts else " [as trained]")
@@ -238,16 +260,23 @@ def parse_env_sets(assignments: Iterable[str]) -> dict[str, Any]:
     for text in assignments:
         key, value = parse_assignment(text)
         if key == "env.name":
-            raise ConfigError("fhc-jax eval: env.name cannot change (the policies were trained on that environment); "
-                              "change its settings, e.g. --set env.slip=0.2")
+            raise ConfigError(
+                "fhc-jax eval: env.name cannot change (the policies were trained on that environment); "
+                "change its settings, e.g. --set env.slip=0.2"
+            )
         if not key.startswith("env.") or len(key) <= 4:
             raise ConfigError(f"fhc-jax eval takes only env.* settings (the environment to judge on), found {key!r}")
         out[key[4:]] = value
     return out
 
 
-def target_environment(files: RunFiles | LoadedRun, changes: Mapping[str, Any] | None = None,
-                       episodes: int | None = None, *, asked: bool | None = None) -> Target:
+def target_environment(
+    files: RunFiles | LoadedRun,
+    changes: Mapping[str, Any] | None = None,
+    episodes: int | None = None,
+    *,
+    asked: bool | None = None,
+) -> Target:
     """The environment to judge ``files``' policies on: the trained one with ``changes``
     (setting name without ``env.`` -> value), validated and checked for transfer; nothing is
     compiled. The environment the run's settings build now is compared with the fingerprint
@@ -280,13 +309,23 @@ def target_environment(files: RunFiles | LoadedRun, changes: Mapping[str, Any] |
     drift = fingerprint.environment_difference(files.config.get("environment"), files.env, files.params)
     if drift not in (None, fingerprint.NOT_RECORDED) and not (bool(changes) if asked is None else asked):
         raise rundir.RunDirectoryError(
-            f"the environment {spec.env_name!r} built from {files.path / rundir.CONFIG}'s settings differs from the one "
+            f"the environment {spec.env_name!r} built from {files.path / rundir.CONFIG}'s settings differs from the "
+            "one "
             f"the run was trained on: {drift} (its code or data changed since), so it would not be judged as trained; "
             "restore that environment, or judge the policies on this one on purpose by naming a setting with --set "
-            "env.KEY=VALUE (the record then says the environment changed)")
-    return Target(name=entry.name, settings=settings, changes=changed, env=env, params=params,
-                  title=entry.describe(settings), exact=exact, episodes=None if exact else int(episodes),
-                  environment_change=drift)
+            "env.KEY=VALUE (the record then says the environment changed)"
+        )
+    return Target(
+        name=entry.name,
+        settings=settings,
+        changes=changed,
+        env=env,
+        params=params,
+        title=entry.describe(settings),
+        exact=exact,
+        episodes=None if exact else int(episodes),
+        environment_change=drift,
+    )
 
 
 def _check_transfer(trained: Environment, env: Environment, before: dict, changed: dict, tabular: bool) -> None:
@@ -297,25 +336,34 @@ def _check_transfer(trained: Environment, env: Environment, before: dict, change
     hint = "change only settings that keep the horizon, actions and states (e.g. env.slip, env.alpha)"
     if "observation" in changed:  # the encoder: what a policy reads (a table policy reads none)
         was, now = before.get("observation"), changed["observation"]
-        raise ConfigError(f"--set env.observation: the policies were trained on {was!r} observations and cannot "
-                          f"follow a change of the observation encoder to {now!r}; judge them on {was!r}, or train "
-                          f"a run on {now!r}")
+        raise ConfigError(
+            f"--set env.observation: the policies were trained on {was!r} observations and cannot "
+            f"follow a change of the observation encoder to {now!r}; judge them on {was!r}, or train "
+            f"a run on {now!r}"
+        )
     if env.horizon != trained.horizon:
         raise ConfigError(f"{head} has horizon {env.horizon}, the policies act over {trained.horizon} stages; {hint}")
     if env.action_space != trained.action_space:
-        raise ConfigError(f"{head} takes actions {env.action_space}, the policies choose from {trained.action_space}; "
-                          f"{hint}")
+        raise ConfigError(
+            f"{head} takes actions {env.action_space}, the policies choose from {trained.action_space}; {hint}"
+        )
     if tabular:
         if not judged_exactly(env):
-            raise ConfigError(f"{head} has no tabular exact model, and the policies are tables over the trained "
-                              f"environment's states; {hint}")
+            raise ConfigError(
+                f"{head} has no tabular exact model, and the policies are tables over the trained "
+                f"environment's states; {hint}"
+            )
         if env.num_states != trained.num_states:
-            raise ConfigError(f"{head} has {env.num_states} states, the policies are tables over "
-                              f"{trained.num_states} states (a tabular policy cannot transfer to another state "
-                              f"space); {hint}")
+            raise ConfigError(
+                f"{head} has {env.num_states} states, the policies are tables over "
+                f"{trained.num_states} states (a tabular policy cannot transfer to another state "
+                f"space); {hint}"
+            )
     elif tuple(env.observation_shape) != tuple(trained.observation_shape):
-        raise ConfigError(f"{head} has observations of shape {tuple(env.observation_shape)}, the policies read "
-                          f"{tuple(trained.observation_shape)}; {hint}")
+        raise ConfigError(
+            f"{head} has observations of shape {tuple(env.observation_shape)}, the policies read "
+            f"{tuple(trained.observation_shape)}; {hint}"
+        )
 
 
 # ----------------------------------------------------------------------------- judging
@@ -336,8 +384,9 @@ class RunEvaluation:
     record: dict
 
 
-def evaluate_run(run: LoadedRun, target: Target | None = None, *,
-                 say: Callable[[str], None] | None = None) -> RunEvaluation:
+def evaluate_run(
+    run: LoadedRun, target: Target | None = None, *, say: Callable[[str], None] | None = None
+) -> RunEvaluation:
     """Judge every seed's final policy on ``target`` (default: the trained environment).
 
     Exactly (``fhc_jax.evaluate`` of the policy tables, gap to ``fhc_jax.solve``'s optimum of
@@ -396,8 +445,10 @@ def _difference(summary: dict, judged: Judgement) -> dict[str, Any] | None:
         costs = np.asarray([row["exact_costs"] for row in summary["seeds"]], np.float64)
         if reward.shape != judged.reward.shape or costs.shape != judged.costs.shape:
             return None
-        return {"reward": float(np.max(np.abs(reward - judged.reward))),
-                "costs": float(np.max(np.abs(costs - judged.costs)))}
+        return {
+            "reward": float(np.max(np.abs(reward - judged.reward))),
+            "costs": float(np.max(np.abs(costs - judged.costs))),
+        }
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -410,11 +461,17 @@ def format_evaluation(evaluation: RunEvaluation) -> str:
     diff = evaluation.record.get("summary_difference")
     if diff:
         largest = max(diff.values())
-        cause = ("another version of fhc_jax, another machine (float32 rounding), or a changed environment: this run "
-                 "was trained before environments were fingerprinted" if t.environment_change is not None else
-                 "it was written by another version of fhc_jax or on another machine: float32 rounding")
-        text += (f"\nsummary.json's values reproduced (largest difference {largest:.3g})" if largest <= SUMMARY_TOLERANCE
-                 else f"\nnote: these values differ from summary.json's by up to {largest:.3g} ({cause})")
+        cause = (
+            "another version of fhc_jax, another machine (float32 rounding), or a changed environment: this run "
+            "was trained before environments were fingerprinted"
+            if t.environment_change is not None
+            else "it was written by another version of fhc_jax or on another machine: float32 rounding"
+        )
+        text += (
+            f"\nsummary.json's values reproduced (largest difference {largest:.3g})"
+            if largest <= SUMMARY_TOLERANCE
+            else f"\nnote: these values differ from summary.json's by up to {largest:.3g} ({cause})"
+        )
     return text
 
 
@@ -452,12 +509,21 @@ def _same_evaluation(path: Path, record: Mapping[str, Any]) -> bool:
         return True  # unreadable: nothing usable is lost by rewriting it
     if not isinstance(old, dict):
         return True
-    return rundir.jsonable(old.get("env")) == rundir.jsonable(record["env"]) and old.get("episodes") == record["episodes"]
+    return (
+        rundir.jsonable(old.get("env")) == rundir.jsonable(record["env"]) and old.get("episodes") == record["episodes"]
+    )
 
 
-def eval_run(run: str | Path, env_sets: Iterable[str] = (), *, episodes: int | None = None, name: str | None = None,
-             say: Callable[[str], None] | None = None, note: Callable[[str], None] | None = None,
-             command: str = "fhc-jax eval") -> tuple[RunEvaluation, Path]:
+def eval_run(
+    run: str | Path,
+    env_sets: Iterable[str] = (),
+    *,
+    episodes: int | None = None,
+    name: str | None = None,
+    say: Callable[[str], None] | None = None,
+    note: Callable[[str], None] | None = None,
+    command: str = "fhc-jax eval",
+) -> tuple[RunEvaluation, Path]:
     """``fhc-jax eval``: check the run directory, the ``--set env.*`` changes, ``--episodes``
     and that ``RUN/eval/NAME.json`` can be written (and does not hold an evaluation under other
     settings) before compiling anything; then, under the run directory's writer lock, load the
@@ -485,21 +551,29 @@ def eval_run(run: str | Path, env_sets: Iterable[str] = (), *, episodes: int | N
     if target.environment_change == fingerprint.NOT_RECORDED:
         (note or (lambda msg: print(msg, file=sys.stderr)))(
             f"{command}: note: {files.path / rundir.CONFIG} was {fingerprint.NOT_RECORDED} that the environment is "
-            "the one the run was trained on")
+            "the one the run was trained on"
+        )
     out = files.path / EVAL_DIR / f"{output_name(target, files.spec.eval_episodes, name)}.json"
     rundir.check_writable_file(out)
-    if out.is_file() and not _same_evaluation(out, {"env": {"name": target.name, **target.settings},
-                                                    "episodes": target.episodes}):
-        raise rundir.RunDirectoryError(f"--out: {out} holds an evaluation under other settings; choose another --out "
-                                       "(or delete that file)")
+    if out.is_file() and not _same_evaluation(
+        out, {"env": {"name": target.name, **target.settings}, "episodes": target.episodes}
+    ):
+        raise rundir.RunDirectoryError(
+            f"--out: {out} holds an evaluation under other settings; choose another --out (or delete that file)"
+        )
     if target.exact and episodes is not None:
         (note or (lambda msg: print(msg, file=sys.stderr)))(
-            f"{command}: note: --episodes applies to Monte-Carlo judgements; this run is judged exactly")
+            f"{command}: note: --episodes applies to Monte-Carlo judgements; this run is judged exactly"
+        )
     with writer_lock.locked(files.path, f"{command} {files.path}", advice=IN_USE):
         files = rundir.read_run(files.path)  # again under the lock: what we load is what no one is writing
         if target_environment(files, changes, episodes, asked=bool(env_sets)).settings != target.settings:
-            raise rundir.RunDirectoryError(f"{files.path / rundir.CONFIG} changed while fhc-jax eval started; run it again")
-        say(f"loading {files.path} ({files.spec.algo}, {files.spec.seeds} seeds, iteration {files.spec.num_iterations})")
+            raise rundir.RunDirectoryError(
+                f"{files.path / rundir.CONFIG} changed while fhc-jax eval started; run it again"
+            )
+        say(
+            f"loading {files.path} ({files.spec.algo}, {files.spec.seeds} seeds, iteration {files.spec.num_iterations})"
+        )
         evaluation = evaluate_run(restore_run(files), target, say=say)
         evaluation.record["timing"]["wall_s"] = time.perf_counter() - t0
         rundir.write_json_atomic(out, evaluation.record)

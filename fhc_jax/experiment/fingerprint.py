@@ -92,8 +92,10 @@ def _named(tree: Any) -> Any:
 
 def _leaves(tree: Any) -> list[tuple[str, Any]]:
     """(path, leaf) of every leaf of ``tree`` (named tuples by field name)."""
-    return [(jax.tree_util.keystr(path, simple=True, separator=".") or "value", leaf)
-            for path, leaf in jax.tree_util.tree_flatten_with_path(_named(tree))[0]]
+    return [
+        (jax.tree_util.keystr(path, simple=True, separator=".") or "value", leaf)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(_named(tree))[0]
+    ]
 
 
 def tree_fingerprint(tree: Any) -> dict[str, Any]:
@@ -116,8 +118,14 @@ def tree_fingerprint(tree: Any) -> dict[str, Any]:
         x64 = x.astype(np.float64)
         h.update(f"{name}|{x.shape}|{x.dtype}|".encode())
         h.update(np.ascontiguousarray(x64).tobytes())
-        leaves.append({"path": name, "shape": list(x.shape), "dtype": str(x.dtype),
-                       "sketch": [float(f"{v:.12g}") for v in _block_sums(x64, True)]})
+        leaves.append(
+            {
+                "path": name,
+                "shape": list(x.shape),
+                "dtype": str(x.dtype),
+                "sketch": [float(f"{v:.12g}") for v in _block_sums(x64, True)],
+            }
+        )
     return {"sha": h.hexdigest()[:32], "leaves": leaves}
 
 
@@ -153,13 +161,17 @@ def _canonical(x: Any, ids: set[int], depth: int = 0) -> Any:
     if inspect.isclass(x) or inspect.isfunction(x) or inspect.ismethod(x) or inspect.isbuiltin(x):
         return _qualname(x)
     if dataclasses.is_dataclass(x):
-        return {"type": _qualname(type(x)), **{f.name: _canonical(getattr(x, f.name), ids, depth + 1)
-                                                for f in dataclasses.fields(x)}}
+        return {
+            "type": _qualname(type(x)),
+            **{f.name: _canonical(getattr(x, f.name), ids, depth + 1) for f in dataclasses.fields(x)},
+        }
     if type(x).__repr__ is not object.__repr__:
         return {"type": _qualname(type(x)), "repr": _ADDRESS.sub("", repr(x))}
     if hasattr(x, "__dict__"):
-        return {"type": _qualname(type(x)), **{k: _canonical(v, ids, depth + 1) for k, v in sorted(vars(x).items())
-                                                if not k.startswith("__")}}
+        return {
+            "type": _qualname(type(x)),
+            **{k: _canonical(v, ids, depth + 1) for k, v in sorted(vars(x).items()) if not k.startswith("__")},
+        }
     return {"type": _qualname(type(x))}
 
 
@@ -187,8 +199,13 @@ def _fingerprint(env: Any, params: Any) -> tuple[dict[str, Any], Any]:
     if env.has_exact_model:
         with _on_host():
             model = env.to_cmdp(params)
-    fp = {"version": VERSION, "class": _qualname(type(env)), "static": _sha(static.encode()),
-          "params": tree_fingerprint(params), "model": None if model is None else tree_fingerprint(model)}
+    fp = {
+        "version": VERSION,
+        "class": _qualname(type(env)),
+        "static": _sha(static.encode()),
+        "params": tree_fingerprint(params),
+        "model": None if model is None else tree_fingerprint(model),
+    }
     return fp, model
 
 
@@ -196,20 +213,27 @@ def _tree_difference(stored: dict | None, now: dict | None) -> str | None:
     """None when two :func:`tree_fingerprint` s agree (equal, or equal up to rounding), else
     which leaf differs."""
     if stored is None or now is None:
-        return None if stored is None and now is None else ("absent before, present now" if stored is None
-                                                           else "present before, absent now")
+        return (
+            None
+            if stored is None and now is None
+            else ("absent before, present now" if stored is None else "present before, absent now")
+        )
     if stored.get("sha") == now.get("sha"):
         return None
     old, new = stored.get("leaves", []), now.get("leaves", [])
     if [x.get("path") for x in old] != [x.get("path") for x in new]:
-        return "its leaves differ (" + ", ".join(sorted({x.get("path") for x in old} ^ {x.get("path") for x in new})
-                                                 or ["their order"]) + ")"
+        return (
+            "its leaves differ ("
+            + ", ".join(sorted({x.get("path") for x in old} ^ {x.get("path") for x in new}) or ["their order"])
+            + ")"
+        )
     changed = []
     for a, b in zip(old, new):
         if a.get("shape") != b.get("shape"):
             return f"leaf {a['path']} has shape {b.get('shape')} (was {a.get('shape')})"
-        if a.get("text") != b.get("text") or ("sketch" in a and not _sketch_close(a["sketch"], b["sketch"],
-                                                                                   b.get("_abs"))):
+        if a.get("text") != b.get("text") or (
+            "sketch" in a and not _sketch_close(a["sketch"], b["sketch"], b.get("_abs"))
+        ):
             changed.append(a["path"])
     if not changed:
         return None

@@ -85,8 +85,12 @@ def cost_limits(thresholds: Any, tolerance: float = DEFAULT_TOLERANCE, cost_scal
     Raises:
         ValueError: a negative or non-finite tolerance, or a negative or non-finite cost scale.
     """
-    if not isinstance(tolerance, (int, float, np.integer, np.floating)) or isinstance(tolerance, bool) \
-            or not np.isfinite(tolerance) or tolerance < 0:
+    if (
+        not isinstance(tolerance, (int, float, np.integer, np.floating))
+        or isinstance(tolerance, bool)
+        or not np.isfinite(tolerance)
+        or tolerance < 0
+    ):
         raise ValueError(f"feasibility tolerance must be a finite number >= 0, found {tolerance!r}")
     alpha = np.asarray(thresholds, np.float64).reshape(-1)
     scale = np.abs(alpha)
@@ -151,11 +155,15 @@ def solve_optimum(cmdp) -> tuple[Optimum | None, Any]:
     except fhc.InfeasibleConstraintError as err:
         return None, err
     ev = sol.evaluation if sol.evaluation is not None else fhc.evaluate(cmdp, sol.policy)
-    return Optimum(reward=float(sol.reward), costs=np.asarray(sol.costs, np.float64),
-                   multipliers=np.asarray(sol.multipliers, np.float64), policy=np.asarray(sol.policy),
-                   stage_costs=np.asarray(ev.stage_costs, np.float64),
-                   stage_rewards=np.asarray(ev.stage_rewards, np.float64),
-                   solve_time_s=float(sol.solve_time)), None
+    return Optimum(
+        reward=float(sol.reward),
+        costs=np.asarray(sol.costs, np.float64),
+        multipliers=np.asarray(sol.multipliers, np.float64),
+        policy=np.asarray(sol.policy),
+        stage_costs=np.asarray(ev.stage_costs, np.float64),
+        stage_rewards=np.asarray(ev.stage_rewards, np.float64),
+        solve_time_s=float(sol.solve_time),
+    ), None
 
 
 def evaluate_policies(cmdp, policies: np.ndarray) -> dict[str, np.ndarray]:
@@ -164,22 +172,38 @@ def evaluate_policies(cmdp, policies: np.ndarray) -> dict[str, np.ndarray]:
     import fhc_jax as fhc
 
     ev = jax.jit(jax.vmap(lambda p: fhc.evaluate(cmdp, p)))(jax.numpy.asarray(policies))
-    return {"reward": np.asarray(ev.reward), "costs": np.asarray(ev.costs),
-            "stage_costs": np.asarray(ev.stage_costs), "stage_rewards": np.asarray(ev.stage_rewards)}
+    return {
+        "reward": np.asarray(ev.reward),
+        "costs": np.asarray(ev.costs),
+        "stage_costs": np.asarray(ev.stage_costs),
+        "stage_rewards": np.asarray(ev.stage_rewards),
+    }
 
 
 def feasibility(infeasible: Any) -> dict[str, Any]:
     """summary.json's ``feasibility`` record of :func:`solve_optimum`'s error (None: feasible)."""
     if infeasible is None:
         return {"feasible": True}
-    return {"feasible": False, "min_costs": np.asarray(infeasible.min_costs, np.float64).tolist(),
-            "message": str(infeasible)}
+    return {
+        "feasible": False,
+        "min_costs": np.asarray(infeasible.min_costs, np.float64).tolist(),
+        "message": str(infeasible),
+    }
 
 
-def judge(reward: Any, costs: Any, thresholds: Any, *, optimum: Optimum | None = None,
-          multipliers: Any | None = None, tolerance: float = DEFAULT_TOLERANCE, episodes: int | None = None,
-          reward_half_width: Any | None = None, cost_half_width: Any | None = None,
-          cost_scale: Any | None = None) -> Judgement:
+def judge(
+    reward: Any,
+    costs: Any,
+    thresholds: Any,
+    *,
+    optimum: Optimum | None = None,
+    multipliers: Any | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    episodes: int | None = None,
+    reward_half_width: Any | None = None,
+    cost_half_width: Any | None = None,
+    cost_scale: Any | None = None,
+) -> Judgement:
     """Judge R seeds' final policies from their values (module docstring).
 
     Args:
@@ -207,18 +231,35 @@ def judge(reward: Any, costs: Any, thresholds: Any, *, optimum: Optimum | None =
     limits = cost_limits(thresholds, tolerance, cost_scale)
     nu = None if multipliers is None else np.asarray(multipliers, np.float64).reshape(reward.shape[0], -1)
     hr = np.zeros_like(reward) if reward_half_width is None else np.asarray(reward_half_width, np.float64).reshape(-1)
-    hc = np.zeros_like(costs) if cost_half_width is None else np.asarray(cost_half_width, np.float64).reshape(costs.shape)
-    scale = None if cost_scale is None else np.broadcast_to(np.asarray(cost_scale, np.float64).reshape(-1),
-                                                            thresholds.shape).copy()
-    return Judgement(reward=reward, costs=costs, thresholds=thresholds, tolerance=float(tolerance), limits=limits,
-                     feasible=np.all(costs + hc <= limits, axis=1), optimum=optimum, multipliers=nu,
-                     episodes=None if episodes is None else int(episodes),
-                     reward_half_width=None if episodes is None else hr, cost_half_width=None if episodes is None else hc,
-                     cost_scale=scale)
+    hc = (
+        np.zeros_like(costs)
+        if cost_half_width is None
+        else np.asarray(cost_half_width, np.float64).reshape(costs.shape)
+    )
+    scale = (
+        None
+        if cost_scale is None
+        else np.broadcast_to(np.asarray(cost_scale, np.float64).reshape(-1), thresholds.shape).copy()
+    )
+    return Judgement(
+        reward=reward,
+        costs=costs,
+        thresholds=thresholds,
+        tolerance=float(tolerance),
+        limits=limits,
+        feasible=np.all(costs + hc <= limits, axis=1),
+        optimum=optimum,
+        multipliers=nu,
+        episodes=None if episodes is None else int(episodes),
+        reward_half_width=None if episodes is None else hr,
+        cost_half_width=None if episodes is None else hc,
+        cost_scale=scale,
+    )
 
 
-def monte_carlo(env, params, policies: list[Any], episodes: int = DEFAULT_EPISODES, seed: int = 1,
-                cost_units: Any | None = None) -> dict[str, np.ndarray]:
+def monte_carlo(
+    env, params, policies: list[Any], episodes: int = DEFAULT_EPISODES, seed: int = 1, cost_units: Any | None = None
+) -> dict[str, np.ndarray]:
     """Monte-Carlo values of R policies ``policy(key, obs, h)`` in ``env``: ``episodes``
     episodes each of ``fhc_jax.rollout_returns`` (key ``seed``: common random numbers across
     the policies), means and how far the upper ends of their 95% intervals lie above them:
@@ -238,7 +279,9 @@ def monte_carlo(env, params, policies: list[Any], episodes: int = DEFAULT_EPISOD
     unit = step_cost_units(env, params) if cost_units is None else np.asarray(cost_units, np.float64)
     out: dict[str, list] = {"reward": [], "reward_half_width": [], "costs": [], "cost_half_width": []}
     for policy in policies:
-        ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(jax.random.key(seed), env, params, policy, episodes)
+        ret = jax.jit(fhc.rollout_returns, static_argnums=(1, 3, 4))(
+            jax.random.key(seed), env, params, policy, episodes
+        )
         r = np.asarray(ret.rewards, np.float64)
         c = np.asarray(ret.costs, np.float64).reshape(episodes, -1)
         out["reward"].append(r.mean())
@@ -248,17 +291,32 @@ def monte_carlo(env, params, policies: list[Any], episodes: int = DEFAULT_EPISOD
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-def judge_monte_carlo(env, params, policies: list[Any], episodes: int = DEFAULT_EPISODES, *,
-                      multipliers: Any | None = None, tolerance: float = DEFAULT_TOLERANCE) -> Judgement:
+def judge_monte_carlo(
+    env,
+    params,
+    policies: list[Any],
+    episodes: int = DEFAULT_EPISODES,
+    *,
+    multipliers: Any | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> Judgement:
     """:func:`judge` R policies ``policy(key, obs, h)`` by :func:`monte_carlo` in ``env``, against
     its :func:`reference_optimum` (where it has a reference), with the cost scale H u
     (:func:`step_cost_units`)."""
     unit = step_cost_units(env, params)
     mc = monte_carlo(env, params, policies, episodes, cost_units=unit)
-    return judge(mc["reward"], mc["costs"], env.thresholds(params), optimum=reference_optimum(env, params, episodes),
-                 multipliers=multipliers, tolerance=tolerance, episodes=episodes,
-                 reward_half_width=mc["reward_half_width"], cost_half_width=mc["cost_half_width"],
-                 cost_scale=env.horizon * unit)
+    return judge(
+        mc["reward"],
+        mc["costs"],
+        env.thresholds(params),
+        optimum=reference_optimum(env, params, episodes),
+        multipliers=multipliers,
+        tolerance=tolerance,
+        episodes=episodes,
+        reward_half_width=mc["reward_half_width"],
+        cost_half_width=mc["cost_half_width"],
+        cost_scale=env.horizon * unit,
+    )
 
 
 def reference_optimum(env, params, episodes: int = DEFAULT_EPISODES) -> Optimum | None:
@@ -273,12 +331,25 @@ def reference_optimum(env, params, episodes: int = DEFAULT_EPISODES) -> Optimum 
     t0 = time.perf_counter()
     policy, nu = env.reference(params)
     mc = monte_carlo(env, params, [policy], episodes)
-    return Optimum(reward=float(mc["reward"][0]), costs=mc["costs"][0], multipliers=np.asarray(nu, np.float64),
-                   policy=None, stage_costs=None, stage_rewards=None, solve_time_s=time.perf_counter() - t0)
+    return Optimum(
+        reward=float(mc["reward"][0]),
+        costs=mc["costs"][0],
+        multipliers=np.asarray(nu, np.float64),
+        policy=None,
+        stage_costs=None,
+        stage_rewards=None,
+        solve_time_s=time.perf_counter() - t0,
+    )
 
 
-def judge_policies(cmdp, policies: Any, *, optimum: Optimum | None = None, multipliers: Any | None = None,
-                   tolerance: float = DEFAULT_TOLERANCE) -> tuple[Judgement, dict[str, np.ndarray]]:
+def judge_policies(
+    cmdp,
+    policies: Any,
+    *,
+    optimum: Optimum | None = None,
+    multipliers: Any | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> tuple[Judgement, dict[str, np.ndarray]]:
     """Evaluate R policy tables (R, H, S, A) exactly on ``cmdp`` and :func:`judge` them.
 
     Returns:
@@ -286,8 +357,15 @@ def judge_policies(cmdp, policies: Any, *, optimum: Optimum | None = None, multi
         incl. stage costs).
     """
     ev = evaluate_policies(cmdp, policies)
-    return judge(ev["reward"], ev["costs"], np.asarray(cmdp.thresholds), optimum=optimum, multipliers=multipliers,
-                 tolerance=tolerance, cost_scale=cost_scale(cmdp)), ev
+    return judge(
+        ev["reward"],
+        ev["costs"],
+        np.asarray(cmdp.thresholds),
+        optimum=optimum,
+        multipliers=multipliers,
+        tolerance=tolerance,
+        cost_scale=cost_scale(cmdp),
+    ), ev
 
 
 # ----------------------------------------------------------------------------- summaries
@@ -324,8 +402,10 @@ def format_table(judged: Judgement, stats: dict[str, Any] | None = None, where: 
     opt, gap, frac = judged.optimum, judged.gap, judged.fraction_of_optimum
     mc = judged.episodes is not None
     kind, name = ("mean", "ref") if mc else ("exact", "opt")
-    lines = [f"{'seed':>4} {kind + ' reward':>18} {'gap to ' + name:>11} {'% of ' + name:>18} {kind + ' cost':>22} "
-             f"{'feasible':>9} {'nu':>14}"]
+    lines = [
+        f"{'seed':>4} {kind + ' reward':>18} {'gap to ' + name:>11} {'% of ' + name:>18} {kind + ' cost':>22} "
+        f"{'feasible':>9} {'nu':>14}"
+    ]
     for r in range(judged.num_seeds):
         reward = f"{judged.reward[r]:.4f}" + (f" ± {judged.reward_half_width[r]:.4f}" if mc else "")
         costs = _joined(judged.costs[r]) + (" ± " + _joined(judged.cost_half_width[r]) if mc else "")
@@ -333,15 +413,20 @@ def format_table(judged: Judgement, stats: dict[str, Any] | None = None, where: 
         # an infeasible seed's share of the constrained optimum is no achievement: marked as such
         pct = "-" if frac is None else f"{100 * frac[r]:.1f}%" + ("" if judged.feasible[r] else " (infeasible)")
         nu = "-" if judged.multipliers is None else _joined(judged.multipliers[r], ".3f")
-        lines.append(f"{r:>4} {reward:>18} {g:>11} {pct:>18} {costs:>22} {'yes' if judged.feasible[r] else 'NO':>9} "
-                     f"{nu:>14}")
+        lines.append(
+            f"{r:>4} {reward:>18} {g:>11} {pct:>18} {costs:>22} {'yes' if judged.feasible[r] else 'NO':>9} {nu:>14}"
+        )
     if opt is not None:
-        lines.append(f"{name:>4} {opt.reward:>18.4f} {'':>11} {'-' if frac is None else '100.0%':>18} "
-                     f"{_joined(opt.costs):>22} {'':>9} {_joined(opt.multipliers, '.3f'):>14}")
+        lines.append(
+            f"{name:>4} {opt.reward:>18.4f} {'':>11} {'-' if frac is None else '100.0%':>18} "
+            f"{_joined(opt.costs):>22} {'':>9} {_joined(opt.multipliers, '.3f'):>14}"
+        )
     rule = "upper end of the 95% interval of the cost" if mc else "cost"
-    lines.append(("" if where is None else f"{where}; ") + f"alpha = {_joined(judged.thresholds, 'g')}; feasible: "
-                 f"{rule} <= alpha + {judged.tolerance:g} |alpha| (= {_joined(judged.limits, '.6g')}) "
-                 f"({judged.feasible_seeds}/{judged.num_seeds} seeds; {judged.method})")
+    lines.append(
+        ("" if where is None else f"{where}; ") + f"alpha = {_joined(judged.thresholds, 'g')}; feasible: "
+        f"{rule} <= alpha + {judged.tolerance:g} |alpha| (= {_joined(judged.limits, '.6g')}) "
+        f"({judged.feasible_seeds}/{judged.num_seeds} seeds; {judged.method})"
+    )
     if stats is not None:
         lines.append("over seeds: " + statistics.format_line(stats, digits=3))
     return "\n".join(lines)

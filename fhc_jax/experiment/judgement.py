@@ -44,8 +44,12 @@ class Optimum:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON fields: reward, costs, multipliers, solve_time_s."""
-        return {"reward": self.reward, "costs": self.costs.tolist(), "multipliers": self.multipliers.tolist(),
-                "solve_time_s": self.solve_time_s}
+        return {
+            "reward": self.reward,
+            "costs": self.costs.tolist(),
+            "multipliers": self.multipliers.tolist(),
+            "solve_time_s": self.solve_time_s,
+        }
 
 
 def stats(x: Any, per_seed: bool = False) -> dict[str, Any]:
@@ -90,7 +94,7 @@ class Judgement:
 
     @property
     def method(self) -> str:
-        """"exact" or "monte-carlo (N episodes)"."""
+        """ "exact" or "monte-carlo (N episodes)"."""
         return "exact" if self.episodes is None else f"monte-carlo ({self.episodes} episodes)"
 
     @property
@@ -114,13 +118,18 @@ class Judgement:
             return None
         return self.reward / self.optimum.reward
 
-    def take(self, index: Any) -> "Judgement":
+    def take(self, index: Any) -> Judgement:
         """The judgement of a subset of the seeds (``index`` into the R axis)."""
         pick = lambda x: None if x is None else x[index]
-        return dataclasses.replace(self, reward=self.reward[index], costs=self.costs[index],
-                                   feasible=self.feasible[index], multipliers=pick(self.multipliers),
-                                   reward_half_width=pick(self.reward_half_width),
-                                   cost_half_width=pick(self.cost_half_width))
+        return dataclasses.replace(
+            self,
+            reward=self.reward[index],
+            costs=self.costs[index],
+            feasible=self.feasible[index],
+            multipliers=pick(self.multipliers),
+            reward_half_width=pick(self.reward_half_width),
+            cost_half_width=pick(self.cost_half_width),
+        )
 
     def rank_key(self) -> tuple[int, float]:
         """(feasible seeds, worst seed's reward): larger is better; a non-finite (diverged)
@@ -174,8 +183,11 @@ class Judgement:
             "cost_scale": None if self.cost_scale is None else self.cost_scale.tolist(),
             "exact_reward": stats(self.reward),
             "exact_costs": {k: getattr(np, k)(self.costs, 0).tolist() for k in ("mean", "std", "min", "max")},
-            "worst": {"reward": float(np.min(self.reward)), "costs": np.max(self.costs, 0).tolist(),
-                      "relative_excess": float(np.max(excess))},
+            "worst": {
+                "reward": float(np.min(self.reward)),
+                "costs": np.max(self.costs, 0).tolist(),
+                "relative_excess": float(np.max(excess)),
+            },
         }
         frac = self.fraction_of_optimum
         if frac is not None:

@@ -38,8 +38,13 @@ def metric_columns(metrics: dict[str, np.ndarray]) -> list[tuple[str, str, tuple
     return cols
 
 
-def metrics_csv(metrics: dict[str, np.ndarray], exact_iterations: np.ndarray, exact_reward: np.ndarray,
-                exact_costs: np.ndarray, num_iterations: int) -> str:
+def metrics_csv(
+    metrics: dict[str, np.ndarray],
+    exact_iterations: np.ndarray,
+    exact_reward: np.ndarray,
+    exact_costs: np.ndarray,
+    num_iterations: int,
+) -> str:
     """The text of metrics.csv: rows (seed, iteration) for iteration 0..n (row 0 holds only the
     exact evaluation of the initial policy); empty cells where nothing was measured.
 
@@ -47,7 +52,12 @@ def metrics_csv(metrics: dict[str, np.ndarray], exact_iterations: np.ndarray, ex
     """
     cols = metric_columns(metrics)
     num_runs, num_constraints = exact_costs.shape[0], exact_costs.shape[-1]
-    header = ["seed", "iteration"] + [c for c, _, _ in cols] + ["exact_reward"] + [f"exact_cost_{k}" for k in range(num_constraints)]
+    header = (
+        ["seed", "iteration"]
+        + [c for c, _, _ in cols]
+        + ["exact_reward"]
+        + [f"exact_cost_{k}" for k in range(num_constraints)]
+    )
     exact_at = {int(it): e for e, it in enumerate(exact_iterations)}
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -86,8 +96,10 @@ def read_metrics_csv(path: str | Path) -> dict[str, np.ndarray]:
         raise RunDirectoryError(f"{path} is empty")
     header, body = rows[0], rows[1:]
     if "seed" not in header or "iteration" not in header:
-        raise RunDirectoryError(f"{path}: the header has no 'seed' and 'iteration' columns; it is not a "
-                                "metrics.csv written by fhc-jax train")
+        raise RunDirectoryError(
+            f"{path}: the header has no 'seed' and 'iteration' columns; it is not a "
+            "metrics.csv written by fhc-jax train"
+        )
     out: dict[str, np.ndarray] = {}
     for j, name in enumerate(header):
         vals = [row[j] if j < len(row) else "" for row in body]
@@ -97,9 +109,11 @@ def read_metrics_csv(path: str | Path) -> dict[str, np.ndarray]:
             try:
                 parsed.append(int(v) if integer else (float(v) if v != "" else np.nan))
             except ValueError:
-                raise RunDirectoryError(f"{path}, line {i + 2}, column {name!r}: {v!r} is not "
-                                        f"{'an integer' if integer else 'a number'}; the file is damaged "
-                                        "(fhc-jax train --resume rewrites it)") from None
+                raise RunDirectoryError(
+                    f"{path}, line {i + 2}, column {name!r}: {v!r} is not "
+                    f"{'an integer' if integer else 'a number'}; the file is damaged "
+                    "(fhc-jax train --resume rewrites it)"
+                ) from None
         out[name] = np.array(parsed, dtype=np.int64 if integer else np.float64)
     return out
 

@@ -18,8 +18,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -67,8 +68,10 @@ def learning_curves(columns: dict, thresholds: np.ndarray, optimum: dict | None,
     fig, axes = plt.subplots(1, 1 + m, figsize=(5 * (1 + m), 3.6), squeeze=False)
     axes = axes[0]
     panels = [("reward", "exact_reward", "reward", None, None if optimum is None else optimum["reward"])]
-    panels += [(f"cost_{k}", f"exact_cost_{k}", f"cost {k}", thresholds[k],
-                None if optimum is None else optimum["costs"][k]) for k in range(m)]
+    panels += [
+        (f"cost_{k}", f"exact_cost_{k}", f"cost {k}", thresholds[k], None if optimum is None else optimum["costs"][k])
+        for k in range(m)
+    ]
     for ax, (col, exact_col, name, alpha, opt) in zip(axes, panels):
         if col in columns:
             its, vals = metrics_file.per_seed(columns, col)
@@ -120,8 +123,19 @@ def _arrows(ax, table_h: np.ndarray, grid_shape: tuple[int, int], moves: np.ndar
     rows, cols = np.divmod(np.arange(rows_n * cols_n), cols_n)
     d_row, d_col = moves[best, 0], moves[best, 1]
     stay = (d_row == 0) & (d_col == 0)
-    ax.quiver(cols[~stay], rows[~stay], d_col[~stay], d_row[~stay], prob[~stay], angles="xy",
-              scale_units="xy", scale=2.2, cmap="viridis", clim=(0, 1), width=0.012)
+    ax.quiver(
+        cols[~stay],
+        rows[~stay],
+        d_col[~stay],
+        d_row[~stay],
+        prob[~stay],
+        angles="xy",
+        scale_units="xy",
+        scale=2.2,
+        cmap="viridis",
+        clim=(0, 1),
+        width=0.012,
+    )
     ax.scatter(cols[stay], rows[stay], c=prob[stay], cmap="viridis", vmin=0, vmax=1, s=12)
     _frame(ax, rows_n, cols_n, title)
 
@@ -130,8 +144,13 @@ def _action_image(ax, table_h: np.ndarray, grid_shape: tuple[int, int], title: s
     """Most likely action index per cell of one stage's (S, A) policy as a rows x cols image."""
     num_actions = table_h.shape[-1]
     best = np.argmax(table_h, axis=-1).reshape(grid_shape)
-    image = ax.imshow(best, cmap="tab10" if num_actions <= 10 else "viridis", vmin=-0.5, vmax=num_actions - 0.5,
-                      interpolation="nearest")
+    image = ax.imshow(
+        best,
+        cmap="tab10" if num_actions <= 10 else "viridis",
+        vmin=-0.5,
+        vmax=num_actions - 0.5,
+        interpolation="nearest",
+    )
     _frame(ax, grid_shape[0], grid_shape[1], title)
     return image
 
@@ -218,8 +237,9 @@ def plot_run(path: str | Path, stages: Sequence[int] | None = None) -> list[Path
     return written
 
 
-def plot_comparison(result: Mapping[str, Any], path: str | Path, constraint: int = 0,
-                    colors: Mapping[str, str] | None = None) -> Path:
+def plot_comparison(
+    result: Mapping[str, Any], path: str | Path, constraint: int = 0, colors: Mapping[str, str] | None = None
+) -> Path:
     """Fig. 1-style figure: reward (left) and cost (right) per algorithm and input; bars are the
     means over seeds of the paper's metric (solid) and of the exact values of the final
     policies (hatched), dots the seeds; the optimum's reward (black dashed, the unconstrained
@@ -231,40 +251,78 @@ def plot_comparison(result: Mapping[str, Any], path: str | Path, constraint: int
     width = 0.38
     fig, axes = plt.subplots(1, 2, figsize=(max(8.0, 1.9 * len(runs) + 2), 4.2))
     colors = dict(colors or {})
-    panels = ((axes[0], "reward", lambda d: d["reward"], "episode reward"),
-              (axes[1], "cost", lambda d: d["costs"][constraint], f"episode cost (constraint {constraint})"))
+    panels = (
+        (axes[0], "reward", lambda d: d["reward"], "episode reward"),
+        (axes[1], "cost", lambda d: d["costs"][constraint], f"episode cost (constraint {constraint})"),
+    )
     rng = np.random.default_rng(0)
     for ax, _, get, ylabel in panels:
         for i, row in enumerate(runs):
             color = colors.get(row["algo"], "C7")
-            for offset, key, hatch, lab in ((-width / 2, "paper_metric", None, "last 10k episodes (paper metric)"),
-                                            (width / 2, "exact", "//", "final policy, exact")):
+            for offset, key, hatch, lab in (
+                (-width / 2, "paper_metric", None, "last 10k episodes (paper metric)"),
+                (width / 2, "exact", "//", "final policy, exact"),
+            ):
                 s = get(row[key])
-                ax.bar(x[i] + offset, s["mean"], width, color=color, alpha=0.55 if hatch else 0.85,
-                       hatch=hatch, edgecolor="black", lw=0.5, label=lab if i == 0 else None)
+                ax.bar(
+                    x[i] + offset,
+                    s["mean"],
+                    width,
+                    color=color,
+                    alpha=0.55 if hatch else 0.85,
+                    hatch=hatch,
+                    edgecolor="black",
+                    lw=0.5,
+                    label=lab if i == 0 else None,
+                )
                 pts = np.asarray(s["per_seed"])
                 jitter = rng.uniform(-width / 5, width / 5, len(pts))
-                ax.scatter(x[i] + offset + jitter, pts, s=10, color="black", zorder=3,
-                           label="seeds" if (i == 0 and hatch) else None)
+                ax.scatter(
+                    x[i] + offset + jitter,
+                    pts,
+                    s=10,
+                    color="black",
+                    zorder=3,
+                    label="seeds" if (i == 0 and hatch) else None,
+                )
         ax.set_xticks(x)
         ax.set_xticklabels([f"{row['label']}\n{row['input']}" for row in runs], fontsize=7)
         ax.set_ylabel(ylabel)
     if result["optimum"] is not None:
-        axes[0].axhline(result["optimum"]["reward"], color="black", ls="--", lw=1,
-                        label=f"constrained optimum J* = {result['optimum']['reward']:.2f}")
-    axes[0].axhline(result["unconstrained"]["reward"], color="grey", ls=":", lw=1,
-                    label=f"unconstrained optimum = {result['unconstrained']['reward']:.2f}")
+        axes[0].axhline(
+            result["optimum"]["reward"],
+            color="black",
+            ls="--",
+            lw=1,
+            label=f"constrained optimum J* = {result['optimum']['reward']:.2f}",
+        )
+    axes[0].axhline(
+        result["unconstrained"]["reward"],
+        color="grey",
+        ls=":",
+        lw=1,
+        label=f"unconstrained optimum = {result['unconstrained']['reward']:.2f}",
+    )
     alpha = result["thresholds"][constraint]
     axes[1].axhline(alpha, color="red", ls=":", lw=1.5, label=f"threshold alpha = {alpha:g}")
     if result.get("tolerance") is not None:  # None: the rows were judged with different tolerances
-        axes[1].axhspan(alpha, alpha + abs(alpha) * result["tolerance"], color="red", alpha=0.12, lw=0,
-                        label=f"alpha + {100 * result['tolerance']:g}% (violation above)")
+        axes[1].axhspan(
+            alpha,
+            alpha + abs(alpha) * result["tolerance"],
+            color="red",
+            alpha=0.12,
+            lw=0,
+            label=f"alpha + {100 * result['tolerance']:g}% (violation above)",
+        )
     axes[0].set_title("reward", fontsize=9)
     axes[1].set_title("cost", fontsize=9)
     for ax in axes:  # headroom for the legend above the bars
         low, high = ax.get_ylim()
         ax.set_ylim(min(0.0, low), high + 0.35 * (high - min(0.0, low)))
         ax.legend(fontsize=6.5, loc="upper center", ncol=2)
-    fig.suptitle(f"{result['env_title']}, {result['seeds']} seeds: "
-                 "paper metric (solid) and exact values of the final policies (hatched)", fontsize=9)
+    fig.suptitle(
+        f"{result['env_title']}, {result['seeds']} seeds: "
+        "paper metric (solid) and exact values of the final policies (hatched)",
+        fontsize=9,
+    )
     return save_figure(fig, path, dpi=120)

@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 import sys
 import time
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from typing import IO, Any
 
 import numpy as np
 
@@ -52,9 +53,19 @@ class Progress:
             (:meth:`RunsProgress.status`).
     """
 
-    def __init__(self, label: str, total: int, num_runs: int, steps_per_iteration: int | None,
-                 thresholds: np.ndarray | None, stream: IO[str] | None = None, start_iteration: int = 0,
-                 start_elapsed: float = 0.0, exact: bool = True, overall: Callable[[float], str] | None = None):
+    def __init__(
+        self,
+        label: str,
+        total: int,
+        num_runs: int,
+        steps_per_iteration: int | None,
+        thresholds: np.ndarray | None,
+        stream: IO[str] | None = None,
+        start_iteration: int = 0,
+        start_elapsed: float = 0.0,
+        exact: bool = True,
+        overall: Callable[[float], str] | None = None,
+    ):
         self.overall = overall
         self.label, self.total, self.num_runs = label, total, num_runs
         self.evaluation = "exact" if exact else "mc"  # Monte-Carlo estimates without a tabular exact model
@@ -85,8 +96,10 @@ class Progress:
             parts.append("cost " + "/".join(f"{c:.2f}" for c in cost) + alpha)
         if "multipliers" in m:
             parts.append("nu " + "/".join(f"{v:.3f}" for v in np.mean(m["multipliers"][:, -1], axis=0)))
-        parts.append(f"{self.evaluation} {np.mean(state.exact_reward[:, -1]):.3f}/"
-                     + "/".join(f"{c:.2f}" for c in np.mean(state.exact_costs[:, -1], axis=0)))
+        parts.append(
+            f"{self.evaluation} {np.mean(state.exact_reward[:, -1]):.3f}/"
+            + "/".join(f"{c:.2f}" for c in np.mean(state.exact_costs[:, -1], axis=0))
+        )
         if rate > 0 and state.iteration < self.total:
             parts.append(f"eta {(self.total - state.iteration) / rate:.0f}s")
         if self.overall is not None:
@@ -102,8 +115,10 @@ class Progress:
 
 #: one completed run's line (:meth:`RunsProgress.done`); ``unit`` is what the progress counts
 #: ("runs", or "configurations" in a sweep)
-RUN_LINE = re.compile(r"^\[(?P<done>\d+)/(?P<total>\d+) (?P<unit>[a-z]+) done\] elapsed (?P<elapsed>\d+\.\d) s "
-                      r"\| eta (?P<eta>\d+\.\d) s \| (?P<name>.+?)(?: \| (?P<detail>.*))?$")
+RUN_LINE = re.compile(
+    r"^\[(?P<done>\d+)/(?P<total>\d+) (?P<unit>[a-z]+) done\] elapsed (?P<elapsed>\d+\.\d) s "
+    r"\| eta (?P<eta>\d+\.\d) s \| (?P<name>.+?)(?: \| (?P<detail>.*))?$"
+)
 
 
 def parse_run_line(line: str) -> dict[str, Any] | None:
@@ -112,8 +127,15 @@ def parse_run_line(line: str) -> dict[str, Any] | None:
     m = RUN_LINE.match(line.rstrip("\n"))
     if m is None:
         return None
-    return {"done": int(m["done"]), "total": int(m["total"]), "unit": m["unit"], "elapsed_s": float(m["elapsed"]),
-            "eta_s": float(m["eta"]), "name": m["name"], "detail": m["detail"] or ""}
+    return {
+        "done": int(m["done"]),
+        "total": int(m["total"]),
+        "unit": m["unit"],
+        "elapsed_s": float(m["elapsed"]),
+        "eta_s": float(m["eta"]),
+        "name": m["name"],
+        "detail": m["detail"] or "",
+    }
 
 
 class RunsProgress:
@@ -129,8 +151,13 @@ class RunsProgress:
             seeds at once).
     """
 
-    def __init__(self, total: int, stream: IO[str] | None = None, clock: Callable[[], float] = time.perf_counter,
-                 unit: str = "runs"):
+    def __init__(
+        self,
+        total: int,
+        stream: IO[str] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        unit: str = "runs",
+    ):
         if total < 1:
             raise ValueError(f"RunsProgress: total must be >= 1 {unit}, found {total}")
         if not re.fullmatch(r"[a-z]+", unit):
@@ -158,8 +185,9 @@ class RunsProgress:
         """``overall 2.4/9 runs, elapsed 80 s, eta 150 s`` (the chunk line's last part)."""
         eta = self.eta(partial)
         done = self.completed + partial
-        return (f"overall {done:.1f}/{self.total} {self.unit}, elapsed {self.elapsed():.0f} s, "
-                + ("eta -" if eta is None else f"eta {eta:.0f} s"))
+        return f"overall {done:.1f}/{self.total} {self.unit}, elapsed {self.elapsed():.0f} s, " + (
+            "eta -" if eta is None else f"eta {eta:.0f} s"
+        )
 
     def done(self, name: str, detail: str = "") -> str:
         """Count one run as completed and print its line (returned): ``[k/N runs done] elapsed
@@ -168,8 +196,10 @@ class RunsProgress:
             raise ValueError(f"RunsProgress: all {self.total} {self.unit} are already done")
         self.completed += 1
         eta = self.eta() or 0.0
-        line = (f"[{self.completed}/{self.total} {self.unit} done] elapsed {self.elapsed():.1f} s | eta {eta:.1f} s "
-                f"| {name}")
+        line = (
+            f"[{self.completed}/{self.total} {self.unit} done] elapsed {self.elapsed():.1f} s | eta {eta:.1f} s "
+            f"| {name}"
+        )
         if detail:
             line += f" | {detail}"
         self.stream.write(("\r\033[K" if self.tty else "") + line + "\n")

@@ -30,9 +30,16 @@ def _joined(values: Any, fmt: str = ".4g") -> str:
     return "/".join(f"{v:{fmt}}" for v in np.asarray(values, np.float64).reshape(-1))
 
 
-def returned_policies(selected: Any, iterations: Any, rewards: Any, costs: Any, thresholds: Any, evaluated_by: str,
-                      estimate: Callable[[], dict[str, np.ndarray]] | None = None,
-                      eval_episodes: int | None = None) -> list[dict[str, Any]]:
+def returned_policies(
+    selected: Any,
+    iterations: Any,
+    rewards: Any,
+    costs: Any,
+    thresholds: Any,
+    evaluated_by: str,
+    estimate: Callable[[], dict[str, np.ndarray]] | None = None,
+    eval_episodes: int | None = None,
+) -> list[dict[str, Any]]:
     """Per seed, the returned policy's iteration and in-training values beside the last iterate's.
 
     Args:
@@ -63,9 +70,17 @@ def returned_policies(selected: Any, iterations: Any, rewards: Any, costs: Any, 
     last = int(iterations[-1])
     out, flagged = [], []
     for r, s in enumerate(selected):
-        row: dict[str, Any] = {"iteration": int(s), "last_iteration": last, "evaluated_by": evaluated_by,
-                               "reward": None, "costs": None, "last_reward": float(rewards[r, -1]),
-                               "last_costs": costs[r, -1].tolist(), "far_below": False, "message": None}
+        row: dict[str, Any] = {
+            "iteration": int(s),
+            "last_iteration": last,
+            "evaluated_by": evaluated_by,
+            "reward": None,
+            "costs": None,
+            "last_reward": float(rewards[r, -1]),
+            "last_costs": costs[r, -1].tolist(),
+            "far_below": False,
+            "message": None,
+        }
         at = np.flatnonzero(iterations == s)
         if at.size:
             e = int(at[-1])
@@ -85,24 +100,34 @@ def returned_policies(selected: Any, iterations: Any, rewards: Any, costs: Any, 
     return out
 
 
-def _message(r: int, row: dict[str, Any], alpha: np.ndarray, est: dict[str, np.ndarray] | None,
-             eval_episodes: int | None) -> str:
+def _message(
+    r: int, row: dict[str, Any], alpha: np.ndarray, est: dict[str, np.ndarray] | None, eval_episodes: int | None
+) -> str:
     """The one line of a seed whose returned policy lies far below its last iterate."""
-    share = (f"{row['reward'] / row['last_reward']:.0%} of the last iterate's reward"
-             if row["reward"] > 0 and row["last_reward"] > 0 else "less reward than the last iterate")
+    share = (
+        f"{row['reward'] / row['last_reward']:.0%} of the last iterate's reward"
+        if row["reward"] > 0 and row["last_reward"] > 0
+        else "less reward than the last iterate"
+    )
     episodes = f"{eval_episodes} episodes" if eval_episodes else "eval_episodes episodes"
     if est is None:
         why = "the learner's own estimates ranked it first"
     elif not bool(np.asarray(est["feasible"]).reshape(-1)[r]):
-        why = (f"the learner's own estimate of the last iterate ({episodes} of its rollout) put its upper 95% cost "
-               "bound above alpha")
+        why = (
+            f"the learner's own estimate of the last iterate ({episodes} of its rollout) put its upper 95% cost "
+            "bound above alpha"
+        )
     else:
-        why = (f"the learner's own estimate of the last iterate's reward ({episodes} of its rollout) was below the "
-               "returned policy's")
-    return (f"seed {r}: returned the iteration-{row['iteration']} policy ({share}: {row['reward']:.4g} vs "
-            f"{row['last_reward']:.4g} at iteration {row['last_iteration']}, whose cost {_joined(row['last_costs'])} "
-            f"is within alpha {_joined(alpha)} by the {row['evaluated_by']} evaluation) because {why}; raise "
-            "eval_episodes for tighter estimates, or train longer (num_iterations) so the last iterates settle")
+        why = (
+            f"the learner's own estimate of the last iterate's reward ({episodes} of its rollout) was below the "
+            "returned policy's"
+        )
+    return (
+        f"seed {r}: returned the iteration-{row['iteration']} policy ({share}: {row['reward']:.4g} vs "
+        f"{row['last_reward']:.4g} at iteration {row['last_iteration']}, whose cost {_joined(row['last_costs'])} "
+        f"is within alpha {_joined(alpha)} by the {row['evaluated_by']} evaluation) because {why}; raise "
+        "eval_episodes for tighter estimates, or train longer (num_iterations) so the last iterates settle"
+    )
 
 
 def returned_line(rows: list[dict[str, Any]]) -> str:
@@ -118,6 +143,8 @@ def returned_line(rows: list[dict[str, Any]]) -> str:
     parts = []
     for it in sorted(groups, reverse=True):
         seeds = groups[it]
-        what = "no candidate (the initial policy)" if it < 0 else f"iteration {it}" + (" (the last)" if it == last else "")
+        what = (
+            "no candidate (the initial policy)" if it < 0 else f"iteration {it}" + (" (the last)" if it == last else "")
+        )
         parts.append(f"{what} for seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}")
     return "returned policies (the learner's selection by its own estimates): " + "; ".join(parts)

@@ -74,6 +74,7 @@ LOCK = ".fhc-jax.lock"
 #: the run directory format this version writes and reads (config.json's ``format_version``)
 FORMAT_VERSION = 1
 
+
 class RunDirectoryError(ValueError):
     """A run directory that cannot be used as asked (exists, differs, is missing files): a
     usage error (``fhc-jax`` exit status 2)."""
@@ -96,8 +97,13 @@ def versions() -> dict[str, str]:
 
     import fhc_jax
 
-    return {"fhc_jax": fhc_jax.__version__, "jax": jax.__version__, "python": platform.python_version(),
-            "numpy": np.__version__, "jaxlib": jaxlib.__version__}
+    return {
+        "fhc_jax": fhc_jax.__version__,
+        "jax": jax.__version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "jaxlib": jaxlib.__version__,
+    }
 
 
 def cpu_model() -> str:
@@ -136,8 +142,13 @@ def machine_info() -> dict[str, Any]:
         usable = os.cpu_count()
     return {
         "versions": versions(),
-        "device": {"platform": devs[0].platform, "kind": devs[0].device_kind, "count": len(devs),
-                   "process_count": jax.process_count(), "name": str(devs[0])},
+        "device": {
+            "platform": devs[0].platform,
+            "kind": devs[0].device_kind,
+            "count": len(devs),
+            "process_count": jax.process_count(),
+            "name": str(devs[0]),
+        },
         "cpu": {"model": cpu_model(), "logical_cores": os.cpu_count(), "usable_cores": usable},
         "platform": platform.platform(),
         "load_average": load_average(),
@@ -150,10 +161,17 @@ def source_revision() -> dict[str, Any] | None:
     differ from it or are untracked; None outside a git checkout."""
     root = Path(__file__).resolve().parents[2]
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "fhc_jax"], cwd=root, capture_output=True,
-                               text=True, timeout=10, check=True).stdout
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "fhc_jax"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": commit, "modified": [line[3:] for line in dirty.splitlines() if line.strip()]}
@@ -238,7 +256,7 @@ def one_line(err: BaseException, limit: int = 300) -> str:
     """``"Type: first line of the message"`` of an exception, at most ``limit`` characters."""
     lines = [x.strip() for x in str(err).strip().splitlines() if x.strip()]
     text = f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # ----------------------------------------------------------------------------- writable files
@@ -296,11 +314,15 @@ def check(path: str | Path, *, resume: bool, overwrite: bool, can_resume: bool =
         return path
     if non_empty:
         if not is_run:
-            raise RunDirectoryError(f"--out {path} is a non-empty directory that is not a run directory; "
-                                    "choose another --out")
+            raise RunDirectoryError(
+                f"--out {path} is a non-empty directory that is not a run directory; choose another --out"
+            )
         if not overwrite:
-            hint = "pass --resume to continue it or --overwrite to replace it" if can_resume else \
-                "pass --overwrite to replace it or choose another --out"
+            hint = (
+                "pass --resume to continue it or --overwrite to replace it"
+                if can_resume
+                else "pass --overwrite to replace it or choose another --out"
+            )
             raise RunDirectoryError(f"--out {path} already holds a run; {hint}")
     return path
 
@@ -368,19 +390,25 @@ def read_config(path: str | Path) -> dict:
     if not path.is_dir():
         raise RunDirectoryError(f"{path} is not a run directory (no such directory)")
     if not config_path.is_file():
-        raise RunDirectoryError(f"{config_path} does not exist: {path} is not a run directory written by "
-                                "fhc-jax train (or its config.json was deleted: restore it from a copy)")
+        raise RunDirectoryError(
+            f"{config_path} does not exist: {path} is not a run directory written by "
+            "fhc-jax train (or its config.json was deleted: restore it from a copy)"
+        )
     config = read_json(config_path)
     if not isinstance(config, dict) or not isinstance(config.get("settings"), dict):
-        raise RunDirectoryError(f"{config_path} has no 'settings': it is damaged or not written by fhc-jax train; "
-                                "restore it from a copy or retrain")
+        raise RunDirectoryError(
+            f"{config_path} has no 'settings': it is damaged or not written by fhc-jax train; "
+            "restore it from a copy or retrain"
+        )
     if config.get("kind") == "sweep":
         raise RunDirectoryError(f"{path} is a sweep directory (fhc-jax sweep), not a run written by fhc-jax train")
     found = config.get("format_version")
     if found != FORMAT_VERSION:
         written = "an older fhc_jax (no format version)" if found is None else f"format version {found!r}"
-        raise RunDirectoryError(f"{path} was written by {written}; this fhc_jax reads format version "
-                                f"{FORMAT_VERSION} only: train it again with {rerun_command(config, path)}")
+        raise RunDirectoryError(
+            f"{path} was written by {written}; this fhc_jax reads format version "
+            f"{FORMAT_VERSION} only: train it again with {rerun_command(config, path)}"
+        )
     return config
 
 
@@ -437,15 +465,25 @@ def read_run(path: str | Path) -> RunFiles:
         spec = load_spec(settings=config["settings"])
         env, params = spec.make_env()
     except EnvironmentImportError as err:  # the run is fine; its environment's module is not on the path
-        raise RunDirectoryError(f"{path} was trained on an environment that cannot be imported here ({err}); make "
-                                "its module importable (install it, or add its folder to PYTHONPATH) and run the "
-                                "command again") from None
+        raise RunDirectoryError(
+            f"{path} was trained on an environment that cannot be imported here ({err}); make "
+            "its module importable (install it, or add its folder to PYTHONPATH) and run the "
+            "command again"
+        ) from None
     except ValueError as err:
-        raise RunDirectoryError(f"{path / CONFIG}: its settings are not valid for this version of fhc_jax "
-                                f"({err}); retrain the run with this version") from None
+        raise RunDirectoryError(
+            f"{path / CONFIG}: its settings are not valid for this version of fhc_jax "
+            f"({err}); retrain the run with this version"
+        ) from None
     try:  # only compared with, never needed: a missing or damaged summary.json does not stop a load
         summary = read_json(path / SUMMARY)
     except RunDirectoryError:
         summary = None
-    return RunFiles(path=path, config=config, spec=spec, env=env, params=params,
-                    summary=summary if isinstance(summary, dict) else None)
+    return RunFiles(
+        path=path,
+        config=config,
+        spec=spec,
+        env=env,
+        params=params,
+        summary=summary if isinstance(summary, dict) else None,
+    )

@@ -37,7 +37,8 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from typing import IO, TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -110,7 +111,7 @@ class Divergence:
         """The first iteration at which any run diverged."""
         return min(self.iterations)
 
-    def merge(self, other: "Divergence | None") -> "Divergence":
+    def merge(self, other: Divergence | None) -> Divergence:
         """This record updated with a later chunk's (first detection per run wins)."""
         if other is None:
             return self
@@ -119,9 +120,13 @@ class Divergence:
             first.setdefault(s, (i, q))
         seeds = tuple(sorted(first))
         quantities = tuple(dict.fromkeys(self.all_quantities + other.all_quantities))
-        return Divergence(seeds=seeds, iterations=tuple(first[s][0] for s in seeds),
-                          quantities=tuple(first[s][1] for s in seeds), detected_at=self.detected_at,
-                          all_quantities=quantities)
+        return Divergence(
+            seeds=seeds,
+            iterations=tuple(first[s][0] for s in seeds),
+            quantities=tuple(first[s][1] for s in seeds),
+            detected_at=self.detected_at,
+            all_quantities=quantities,
+        )
 
     def describe(self, what: str = "seed") -> str:
         """One line: which runs diverged, where first and in what."""
@@ -131,9 +136,14 @@ class Divergence:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON fields (summary.json's ``divergence``)."""
-        return {"seeds": list(self.seeds), "iterations": list(self.iterations), "quantities": list(self.quantities),
-                "first_iteration": self.iteration, "detected_at": self.detected_at,
-                "all_quantities": list(self.all_quantities)}
+        return {
+            "seeds": list(self.seeds),
+            "iterations": list(self.iterations),
+            "quantities": list(self.quantities),
+            "first_iteration": self.iteration,
+            "detected_at": self.detected_at,
+            "all_quantities": list(self.all_quantities),
+        }
 
 
 class DivergenceError(RuntimeError):
@@ -153,14 +163,18 @@ def divergence_hint(spec: ExperimentSpec) -> str:
     ones first."""
     now = spec.settings()
     base = load_spec(spec.algo, env=spec.env_name).settings()
-    keys = [k for k in now if _STEP_SIZE.search(k) and isinstance(now[k], (int, float)) and not isinstance(now[k], bool)]
+    keys = [
+        k for k in now if _STEP_SIZE.search(k) and isinstance(now[k], (int, float)) and not isinstance(now[k], bool)
+    ]
     changed = [k for k in keys if base.get(k) != now[k]]
     shown = [f"{k} = {now[k]:g} (default {base.get(k):g})" for k in changed] or [f"{k} = {now[k]:g}" for k in keys]
     if not shown:
         return "likely cause: a step size too large for this problem"
     which = "the changed step size(s)" if changed else "the step sizes"
-    return (f"likely cause: a step size too large for this problem; {which}: {', '.join(shown)}. "
-            "Start a new run with smaller step sizes")
+    return (
+        f"likely cause: a step size too large for this problem; {which}: {', '.join(shown)}. "
+        "Start a new run with smaller step sizes"
+    )
 
 
 def _float_leaves(tree: Any) -> list[tuple[str, Any]]:
@@ -231,8 +245,16 @@ class ChunkedTrainer:
         shard: split the runs axis over all devices (padding it to a multiple of their count).
     """
 
-    def __init__(self, learner: Learner, num_runs: int, chunk_size: int, *,
-                 num_iterations: int | None = None, hparams: Any | None = None, shard: bool = True):
+    def __init__(
+        self,
+        learner: Learner,
+        num_runs: int,
+        chunk_size: int,
+        *,
+        num_iterations: int | None = None,
+        hparams: Any | None = None,
+        shard: bool = True,
+    ):
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be an integer >= 1, found {chunk_size}")
         self.learner = learner
@@ -285,6 +307,7 @@ class ChunkedTrainer:
 
     def put_carry(self, carry_host: Any, template: Any) -> Any:
         """Host (numpy, key data for keys, R or padded rows) -> device carry like ``template``."""
+
         def put(x, t):
             x = self._pad(np.asarray(x))
             if is_key(t):
@@ -312,7 +335,9 @@ class ChunkedTrainer:
         prog = self._compiled("init", self._vmap(init_eval), *self._args(data))
         carry, (r, c), health = prog(*self._args(data))
         return ChunkState(
-            carry=carry, iteration=0, metrics={},
+            carry=carry,
+            iteration=0,
+            metrics={},
             exact_iterations=np.array([0]),
             exact_reward=to_host(r)[: self.num_runs, None],
             exact_costs=to_host(c)[: self.num_runs, None],
@@ -359,8 +384,13 @@ class ChunkedTrainer:
                 iterations.append(start + length)
                 quantities.append(here[0])
             every.extend(here)
-        return Divergence(seeds=tuple(seeds), iterations=tuple(iterations), quantities=tuple(quantities),
-                          detected_at=start + length, all_quantities=tuple(dict.fromkeys(every)))
+        return Divergence(
+            seeds=tuple(seeds),
+            iterations=tuple(iterations),
+            quantities=tuple(quantities),
+            detected_at=start + length,
+            all_quantities=tuple(dict.fromkeys(every)),
+        )
 
     def advance(self, state: ChunkState) -> ChunkState:
         """One chunk: min(chunk_size, N - n) updates of every run, then exact evaluation."""
@@ -368,8 +398,9 @@ class ChunkedTrainer:
         if length <= 0:
             return state
         mark = state.iteration + length in self.marks
-        prog = self._compiled(f"chunk{length}{'m' if mark else ''}", self._chunk_fn(length, mark),
-                              *self._args(state.carry))
+        prog = self._compiled(
+            f"chunk{length}{'m' if mark else ''}", self._chunk_fn(length, mark), *self._args(state.carry)
+        )
         t0 = time.perf_counter()
         carry, metrics, (r, c), health = prog(*self._args(state.carry))
         metrics = {k: to_host(v)[: self.num_runs] for k, v in metrics.items()}
@@ -378,8 +409,9 @@ class ChunkedTrainer:
         if state.divergence is not None:
             divergence = state.divergence.merge(divergence)
         elapsed = time.perf_counter() - t0
-        merged = {k: np.concatenate([state.metrics[k], v], axis=1) if k in state.metrics else v
-                  for k, v in metrics.items()}
+        merged = {
+            k: np.concatenate([state.metrics[k], v], axis=1) if k in state.metrics else v for k, v in metrics.items()
+        }
         return ChunkState(
             carry=carry,
             iteration=state.iteration + length,
@@ -391,8 +423,14 @@ class ChunkedTrainer:
             divergence=divergence,
         )
 
-    def run(self, state: ChunkState, *, on_chunk: Callable[[ChunkState], None] | None = None,
-            max_chunks: int | None = None, stop_on_divergence: bool = True) -> ChunkState:
+    def run(
+        self,
+        state: ChunkState,
+        *,
+        on_chunk: Callable[[ChunkState], None] | None = None,
+        max_chunks: int | None = None,
+        stop_on_divergence: bool = True,
+    ) -> ChunkState:
         """Advance until N updates (or ``max_chunks`` chunks), calling ``on_chunk`` after each;
         stop after the chunk in which a run diverged (``state.divergence``) unless
         ``stop_on_divergence`` is False (sweeps: diverged configurations are ranked last)."""
@@ -420,9 +458,21 @@ class ChunkedTrainer:
         prog = self._compiled("verify", jax.vmap(self.learner.verify), state.carry)
         met, costs = (to_host(x)[: self.num_runs] for x in prog(state.carry))
         m, c = state.metrics["multipliers"], state.metrics["costs"]
-        return [jax.tree.map(np.asarray, constraint_status(
-            m[r], c[r], self.learner.thresholds, self.learner.violation_units, self.learner.multiplier_units, met[r],
-            costs[r])) for r in range(self.num_runs)]
+        return [
+            jax.tree.map(
+                np.asarray,
+                constraint_status(
+                    m[r],
+                    c[r],
+                    self.learner.thresholds,
+                    self.learner.violation_units,
+                    self.learner.multiplier_units,
+                    met[r],
+                    costs[r],
+                ),
+            )
+            for r in range(self.num_runs)
+        ]
 
     def last_iterate_estimates(self, state: ChunkState) -> dict[str, np.ndarray]:
         """The learner's own estimates of each run's last iterate, made as at an evaluation mark
@@ -435,9 +485,14 @@ class ChunkedTrainer:
 
         def one(carry):
             sel = carry.selection
-            empty = sel.replace(state=carry.state, iteration=jnp.full_like(sel.iteration, -1),
-                                reward=jnp.full_like(sel.reward, -jnp.inf), costs=jnp.full_like(sel.costs, jnp.inf),
-                                upper=jnp.full_like(sel.upper, jnp.inf), feasible=jnp.zeros_like(sel.feasible))
+            empty = sel.replace(
+                state=carry.state,
+                iteration=jnp.full_like(sel.iteration, -1),
+                reward=jnp.full_like(sel.reward, -jnp.inf),
+                costs=jnp.full_like(sel.costs, jnp.inf),
+                upper=jnp.full_like(sel.upper, jnp.inf),
+                feasible=jnp.zeros_like(sel.feasible),
+            )
             est = learner.mark(carry.replace(selection=empty)).selection
             return est.feasible, est.reward, sel.reward
 
@@ -465,15 +520,31 @@ class ChunkedTrainer:
         except TypeError:
             carry = jax.jit(jax.vmap(lambda k: learner.init(k, learner.config)))(keys)
         r = int(keys.shape[0])
-        return ChunkState(carry=carry, iteration=0, metrics={}, exact_iterations=np.zeros(1, np.int64),
-                          exact_reward=np.zeros((r, 1)), exact_costs=np.zeros((r, 1, 1)))
+        return ChunkState(
+            carry=carry,
+            iteration=0,
+            metrics={},
+            exact_iterations=np.zeros(1, np.int64),
+            exact_reward=np.zeros((r, 1)),
+            exact_costs=np.zeros((r, 1, 1)),
+        )
 
-    def drive(self, keys: Array, *, env: Any = None, params: Any = None, label: str | None = None,
-              stream: IO[str] | None = None, overall: Callable[[float], str] | None = None,
-              trackers: "Trackers | None" = None, restore: Callable[[ChunkState], ChunkState | None] | None = None,
-              on_start: Callable[[ChunkState], None] | None = None,
-              on_chunk: Callable[[ChunkState], None] | None = None, max_chunks: int | None = None,
-              stop_on_divergence: bool = True) -> ChunkState:
+    def drive(
+        self,
+        keys: Array,
+        *,
+        env: Any = None,
+        params: Any = None,
+        label: str | None = None,
+        stream: IO[str] | None = None,
+        overall: Callable[[float], str] | None = None,
+        trackers: Trackers | None = None,
+        restore: Callable[[ChunkState], ChunkState | None] | None = None,
+        on_start: Callable[[ChunkState], None] | None = None,
+        on_chunk: Callable[[ChunkState], None] | None = None,
+        max_chunks: int | None = None,
+        stop_on_divergence: bool = True,
+    ) -> ChunkState:
         """Start the runs and train them in chunks: the one loop of every ``fhc-jax`` command.
 
         Args:
@@ -500,10 +571,22 @@ class ChunkedTrainer:
             trackers.begin(state.iteration, state.elapsed_s)
         if on_start is not None:
             on_start(state)
-        progress = None if label is None else Progress(
-            label, self.num_iterations, self.num_runs, env_steps_per_iteration(self.learner.config, env.horizon),
-            np.asarray(env.thresholds(params), np.float64), stream, state.iteration, state.elapsed_s,
-            exact=judged_exactly(env), overall=overall)
+        progress = (
+            None
+            if label is None
+            else Progress(
+                label,
+                self.num_iterations,
+                self.num_runs,
+                env_steps_per_iteration(self.learner.config, env.horizon),
+                np.asarray(env.thresholds(params), np.float64),
+                stream,
+                state.iteration,
+                state.elapsed_s,
+                exact=judged_exactly(env),
+                overall=overall,
+            )
+        )
         hooks = [h for h in (progress, None if trackers is None else trackers.log_chunk, on_chunk) if h is not None]
 
         def after_chunk(st: ChunkState) -> None:
@@ -512,14 +595,20 @@ class ChunkedTrainer:
 
         return self.run(state, on_chunk=after_chunk, max_chunks=max_chunks, stop_on_divergence=stop_on_divergence)
 
-    def result(self, state: ChunkState) -> "RunResult":
+    def result(self, state: ChunkState) -> RunResult:
         """The :class:`RunResult` of the runs at ``state`` (policy tables on tabular exact models)."""
         host = self.host_carry(state.carry)
-        return RunResult(state=state, final_state=host.state, returned_state=host.selection.state,
-                         status=self.status(state) if state.iteration >= self.num_iterations else None,
-                         policy=None if self.learner.policy_table is None else self.policy_tables(state),
-                         compile_s=self.compile_s, run_s=state.elapsed_s, divergence=state.divergence,
-                         num_iterations=self.num_iterations)
+        return RunResult(
+            state=state,
+            final_state=host.state,
+            returned_state=host.selection.state,
+            status=self.status(state) if state.iteration >= self.num_iterations else None,
+            policy=None if self.learner.policy_table is None else self.policy_tables(state),
+            compile_s=self.compile_s,
+            run_s=state.elapsed_s,
+            divergence=state.divergence,
+            num_iterations=self.num_iterations,
+        )
 
 
 @dataclasses.dataclass
@@ -565,8 +654,19 @@ class RunResult:
         return np.array([r for r in range(self.state.exact_reward.shape[0]) if r not in bad], dtype=np.int64)
 
 
-def train_seeds(module, env, params, config, num_seeds: int, *, seed: int = 0, chunk_size: int | None = None,
-                on_chunk: Callable[[ChunkState], None] | None = None, shard: bool = True, **drive: Any) -> RunResult:
+def train_seeds(
+    module,
+    env,
+    params,
+    config,
+    num_seeds: int,
+    *,
+    seed: int = 0,
+    chunk_size: int | None = None,
+    on_chunk: Callable[[ChunkState], None] | None = None,
+    shard: bool = True,
+    **drive: Any,
+) -> RunResult:
     """Train one learner on ``num_seeds`` seeds in chunks and return everything measured.
 
     Args:
@@ -586,9 +686,8 @@ def train_seeds(module, env, params, config, num_seeds: int, *, seed: int = 0, c
         chunk and ``RunResult.divergence`` says which seeds, where and in what.
     """
     chunk = chunk_size or int(getattr(config, "eval_every", 0) or 100)
-    trainer = ChunkedTrainer(module.make_learner(env, params, config), num_seeds, min(chunk, config.num_iterations),
-                             shard=shard)
+    trainer = ChunkedTrainer(
+        module.make_learner(env, params, config), num_seeds, min(chunk, config.num_iterations), shard=shard
+    )
     state = trainer.drive(seed_keys(seed, num_seeds), env=env, params=params, on_chunk=on_chunk, **drive)
     return trainer.result(state)
-
-

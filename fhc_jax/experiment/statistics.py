@@ -73,8 +73,10 @@ def unavailable() -> str | None:
     try:
         import rliable.library  # noqa: F401
     except Exception as err:  # noqa: BLE001 (ImportError, or a broken dependency such as arch on pandas 3)
-        return (f"rliable's bootstrap cannot be imported ({type(err).__name__}: {err}); install the stats extra: "
-                "pip install 'fhc_jax[stats]'")
+        return (
+            f"rliable's bootstrap cannot be imported ({type(err).__name__}: {err}); install the stats extra: "
+            "pip install 'fhc_jax[stats]'"
+        )
     return None
 
 
@@ -131,7 +133,7 @@ def column_iqms(scores: np.ndarray) -> np.ndarray:
     column (``scipy.stats.trim_mean(column, 0.25)``), vectorised."""
     n = scores.shape[0]
     cut = int(0.25 * n)
-    return np.mean(np.sort(scores, axis=0)[cut:n - cut], axis=0)
+    return np.mean(np.sort(scores, axis=0)[cut : n - cut], axis=0)
 
 
 def bootstrap(scores: Any, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> dict[str, np.ndarray]:
@@ -165,9 +167,12 @@ def bootstrap(scores: Any, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DE
 
     k = x.shape[1]
     with _global_numpy_seed(int(seed)):
-        _, ci = library.get_interval_estimates({"scores": x}, lambda s: np.concatenate([column_means(s),
-                                                                                        column_iqms(s)]),
-                                               reps=int(resamples), confidence_interval_size=CONFIDENCE)
+        _, ci = library.get_interval_estimates(
+            {"scores": x},
+            lambda s: np.concatenate([column_means(s), column_iqms(s)]),
+            reps=int(resamples),
+            confidence_interval_size=CONFIDENCE,
+        )
     ci = np.asarray(ci["scores"], np.float64)
     return {"mean": mean, "iqm": q, "mean_ci": ci[:, :k], "iqm_ci": ci[:, k:]}
 
@@ -216,16 +221,22 @@ def _block(values: np.ndarray, boot: dict[str, np.ndarray] | None, j: int, scale
     bad = int(np.sum(~np.isfinite(col)))
     if bad:
         return {"mean": None, "mean_ci95": None, "iqm": None, "iqm_ci95": None, "n_seeds": n, "non_finite_seeds": bad}
-    out = {"mean": float(np.mean(col)) * scale, "mean_ci95": None, "iqm": iqm(col) * scale, "iqm_ci95": None,
-           "n_seeds": n}
+    out = {
+        "mean": float(np.mean(col)) * scale,
+        "mean_ci95": None,
+        "iqm": iqm(col) * scale,
+        "iqm_ci95": None,
+        "n_seeds": n,
+    }
     if boot is not None:
         out["mean_ci95"] = _interval(boot["mean_ci"], j, scale)
         out["iqm_ci95"] = _interval(boot["iqm_ci"], j, scale)
     return out
 
 
-def seed_statistics(judged: Judgement, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
-                    ) -> dict[str, Any]:
+def seed_statistics(
+    judged: Judgement, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
+) -> dict[str, Any]:
     """The statistics over the seeds of one judgement (module docstring).
 
     Args:
@@ -254,7 +265,9 @@ def seed_statistics(judged: Judgement, *, resamples: int = DEFAULT_RESAMPLES, se
         boot = bootstrap(finite, resamples=resamples, seed=seed)
     intervals: dict[str, Any] = {
         "method": "stratified bootstrap over seeds, percentile (rliable.library.get_interval_estimates)",
-        "confidence": CONFIDENCE, "resamples": int(resamples), "bootstrap_seed": int(seed),
+        "confidence": CONFIDENCE,
+        "resamples": int(resamples),
+        "bootstrap_seed": int(seed),
         "iqm": "interquartile mean, the 25% trimmed mean (rliable.metrics.aggregate_iqm)",
         "violation": "fraction of seeds the judge finds infeasible; Wilson score interval",
         "optimality_gap": "J* - J per seed (signed), mean and IQM over seeds; relative: / |J*|",
@@ -309,10 +322,12 @@ def format_line(stats: Mapping[str, Any], digits: int = 2) -> str:
     """One line: mean and IQM reward, mean cost(s), violation probability and gap, each with its
     95% interval, and the number of seeds."""
     costs = " / ".join(format_estimate(c, "mean", digits) for c in stats["costs"])
-    parts = [f"reward mean {format_estimate(stats['reward'], 'mean', digits)}",
-             f"IQM {format_estimate(stats['reward'], 'iqm', digits)}",
-             f"cost mean {costs}",
-             f"P(violation) {format_violation(stats['violation_probability'])}"]
+    parts = [
+        f"reward mean {format_estimate(stats['reward'], 'mean', digits)}",
+        f"IQM {format_estimate(stats['reward'], 'iqm', digits)}",
+        f"cost mean {costs}",
+        f"P(violation) {format_violation(stats['violation_probability'])}",
+    ]
     if stats.get("optimality_gap") is not None:
         parts.append(f"gap to optimum {format_estimate(stats['optimality_gap'], 'mean', digits)}")
     return ", ".join(parts) + f" ({stats['n_seeds']} seeds, 95% intervals)"
@@ -344,9 +359,9 @@ def profile_taus(scores: Mapping[str, Any]) -> np.ndarray:
     return np.round(np.linspace(low, high, round((high - low) * 100) + 1), 6)
 
 
-def performance_profiles(scores: Mapping[str, Any], taus: Any = PROFILE_TAUS, *,
-                         resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
-                         ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def performance_profiles(
+    scores: Mapping[str, Any], taus: Any = PROFILE_TAUS, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Score distributions (fraction of seeds with score > tau) with stratified-bootstrap 95%
     bands (``rliable.library.create_performance_profile``).
 
@@ -376,16 +391,29 @@ def performance_profiles(scores: Mapping[str, Any], taus: Any = PROFILE_TAUS, *,
         return np.mean(s.reshape(-1)[:, None] > np.asarray(tau_list)[None, :], axis=0)
 
     with _global_numpy_seed(int(seed)):
-        profiles, bands = library.create_performance_profile(score_dict, taus, custom_profile_func=fraction_above,
-                                                             reps=int(resamples),
-                                                             confidence_interval_size=CONFIDENCE)
-    return ({k: np.asarray(v, np.float64) for k, v in profiles.items()},
-            {k: np.asarray(v, np.float64) for k, v in bands.items()})
+        profiles, bands = library.create_performance_profile(
+            score_dict,
+            taus,
+            custom_profile_func=fraction_above,
+            reps=int(resamples),
+            confidence_interval_size=CONFIDENCE,
+        )
+    return (
+        {k: np.asarray(v, np.float64) for k, v in profiles.items()},
+        {k: np.asarray(v, np.float64) for k, v in bands.items()},
+    )
 
 
-def plot_performance_profiles(panels: Sequence[tuple[str, Mapping[str, Any]]], path: str | Path, *,
-                              seeds: int, colors: Mapping[str, Any] | None = None, title: str = "",
-                              resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> Path:
+def plot_performance_profiles(
+    panels: Sequence[tuple[str, Mapping[str, Any]]],
+    path: str | Path,
+    *,
+    seeds: int,
+    colors: Mapping[str, Any] | None = None,
+    title: str = "",
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> Path:
     """A figure with one performance-profile panel per (title, name -> (R,) scores), drawn with
     ``rliable.plot_utils.plot_performance_profiles`` (95% stratified-bootstrap bands), written
     atomically as PNG to ``path``.
@@ -403,15 +431,23 @@ def plot_performance_profiles(panels: Sequence[tuple[str, Mapping[str, Any]]], p
         taus = profile_taus(scores)
         profiles, bands = performance_profiles(scores, taus, resamples=resamples, seed=seed)
         plot_utils.plot_performance_profiles(
-            profiles, taus, performance_profile_cis=bands, ax=ax,
+            profiles,
+            taus,
+            performance_profile_cis=bands,
+            ax=ax,
             colors=None if colors is None else {k: colors.get(k, "C7") for k in profiles},
-            xlabel=r"fraction of the optimum $J/J^*$ ($\tau$)", ylabel=r"fraction of seeds with $J/J^* > \tau$",
-            labelsize="medium", ticklabelsize="small")
+            xlabel=r"fraction of the optimum $J/J^*$ ($\tau$)",
+            ylabel=r"fraction of seeds with $J/J^* > \tau$",
+            labelsize="medium",
+            ticklabelsize="small",
+        )
         ax.axvline(1.0, color="black", ls="--", lw=0.8)
         ax.set_xlim(float(taus[0]), float(taus[-1]))
         ax.set_ylim(-0.02, 1.02)
         ax.set_title(panel_title, fontsize=9)
         ax.legend(fontsize=7, loc="lower left")
-    fig.suptitle((title + ": " if title else "") + f"performance profiles over {seeds} seeds "
-                 "(95% stratified-bootstrap bands)", fontsize=9)
+    fig.suptitle(
+        (title + ": " if title else "") + f"performance profiles over {seeds} seeds (95% stratified-bootstrap bands)",
+        fontsize=9,
+    )
     return save_figure(fig, path, dpi=120)

@@ -33,12 +33,19 @@ is :mod:`fhc_jax.experiment.compare`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from fhc_jax.experiment import config
-from fhc_jax.experiment.typed_settings import (ConfigError, flatten, learner_schema, parse_assignment, read_toml,
-                                               unknown_key)
+from fhc_jax.experiment.typed_settings import (
+    ConfigError,
+    flatten,
+    learner_schema,
+    parse_assignment,
+    read_toml,
+    unknown_key,
+)
 
 #: the study ``fhc-jax compare`` runs without a file: the paper's comparison
 DEFAULT_STUDY = Path(__file__).resolve().parents[2] / "benchmarks" / "paper_comparison.toml"
@@ -102,25 +109,29 @@ def load_study(path: str | Path | None = None) -> Study:
             raise unknown_key(f"run[{i}].{bad[0]}", ["label", "algo", "set"], where)
         algo = row.get("algo")
         if not isinstance(algo, str) or (algo not in config.ALGORITHMS and algo not in config.ALGORITHMS.values()):
-            raise ConfigError(f"{where}: run[{i}] needs algo = one of {', '.join(config.LEARNERS)}, found "
-                              f"{algo!r}")
+            raise ConfigError(f"{where}: run[{i}] needs algo = one of {', '.join(config.LEARNERS)}, found {algo!r}")
         algo = config.canonical_name(algo)
         settings = flatten(row.get("set", {}))
-        label = row.get("label", LABELS.get(algo, algo) + (f" ({settings['observation']})"
-                                                           if "observation" in settings else ""))
+        label = row.get(
+            "label", LABELS.get(algo, algo) + (f" ({settings['observation']})" if "observation" in settings else "")
+        )
         runs.append(RunSpec(str(label), algo, settings))
     labels = [r.name for r in runs]
     if len(set(labels)) < len(labels):
         twice = next(x for x in labels if labels.count(x) > 1)
         raise ConfigError(f"{where}: two runs are labelled {twice!r}; give each run its own label")
     notes = data.get("notes", [])
-    return Study(runs=tuple(runs), settings=flatten(data.get("set", {})),
-                 notes=tuple(notes) if isinstance(notes, list) else (str(notes),),
-                 name=str(data.get("name", path.stem)))
+    return Study(
+        runs=tuple(runs),
+        settings=flatten(data.get("set", {})),
+        notes=tuple(notes) if isinstance(notes, list) else (str(notes),),
+        name=str(data.get("name", path.stem)),
+    )
 
 
-def select_runs(algos: Iterable[str] | None = None, inputs: Iterable[str] | None = None,
-                study: Study | None = None) -> list[RunSpec]:
+def select_runs(
+    algos: Iterable[str] | None = None, inputs: Iterable[str] | None = None, study: Study | None = None
+) -> list[RunSpec]:
     """The runs of ``study`` (default: :func:`load_study` of :data:`DEFAULT_STUDY`) whose learner
     is in ``algos`` (either name form; None: all) and whose input is in ``inputs`` (runs that set
     no input are always kept).
@@ -134,8 +145,11 @@ def select_runs(algos: Iterable[str] | None = None, inputs: Iterable[str] | None
     bad = sorted((ins or set()) - {"xy", "xyt"})
     if bad:
         raise ValueError(f"unknown input {bad[0]!r}; valid: 'xy', 'xyt'")
-    runs = [r for r in study.runs if (wanted is None or r.algo in wanted)
-            and (ins is None or r.observation is None or r.observation in ins)]
+    runs = [
+        r
+        for r in study.runs
+        if (wanted is None or r.algo in wanted) and (ins is None or r.observation is None or r.observation in ins)
+    ]
     if not runs:
         raise ValueError("the selection of algorithms and inputs leaves no run")
     return runs
@@ -162,12 +176,19 @@ def split_overrides(assignments: Iterable[str]) -> tuple[list[str], dict[str, li
         if algo is None:
             common.append(text)
         else:
-            per_algo.setdefault(algo, []).append(rest + text[text.index("="):])
+            per_algo.setdefault(algo, []).append(rest + text[text.index("=") :])
     return common, per_algo
 
 
-def build_specs(runs: Sequence[RunSpec], seeds: int, overrides: Iterable[str] = (), *, seed: int = 0,
-                env: str | None = None, common: Mapping[str, Any] | None = None) -> list[config.ExperimentSpec]:
+def build_specs(
+    runs: Sequence[RunSpec],
+    seeds: int,
+    overrides: Iterable[str] = (),
+    *,
+    seed: int = 0,
+    env: str | None = None,
+    common: Mapping[str, Any] | None = None,
+) -> list[config.ExperimentSpec]:
     """One validated :class:`~fhc_jax.experiment.config.ExperimentSpec` per run (nothing
     compiled). Precedence (later wins): ``common`` (a study's common settings) < the row's
     settings < ``overrides`` (``--set`` strings, :func:`split_overrides`) < ``env`` (the
@@ -189,24 +210,37 @@ def build_specs(runs: Sequence[RunSpec], seeds: int, overrides: Iterable[str] = 
     known = set().union(*(learner_schema(config.LEARNERS[a].Config()) for a in selected))
     unknown = sorted(learner_keys - known)
     if unknown:
-        raise ConfigError(f"unknown key {unknown[0]!r}: no selected learner has it (use env.*, run.*, "
-                          "a learner's Config field, or ALGO.key for one learner)")
+        raise ConfigError(
+            f"unknown key {unknown[0]!r}: no selected learner has it (use env.*, run.*, "
+            "a learner's Config field, or ALGO.key for one learner)"
+        )
     if "observation" in learner_keys | {t.partition("=")[0].strip() for ts in per_algo.values() for t in ts}:
         raise ConfigError("observation is chosen per run; select inputs with --inputs instead")
     common = dict(common or {})
     lenient = learner_keys | {k for k in common if not k.startswith(("env.", "run."))}
-    specs = [config.load_spec(r.algo, settings={"run.seed": seed, **common, **r.settings, **values},
-                              overrides=per_algo.get(r.algo, []), lenient=lenient - set(r.settings),
-                              seeds=seeds, env=env) for r in runs]
+    specs = [
+        config.load_spec(
+            r.algo,
+            settings={"run.seed": seed, **common, **r.settings, **values},
+            overrides=per_algo.get(r.algo, []),
+            lenient=lenient - set(r.settings),
+            seeds=seeds,
+            env=env,
+        )
+        for r in runs
+    ]
     if len({(s.env_name, str(sorted(s.env.items()))) for s in specs}) != 1:
         raise ConfigError("the runs of a comparison must share one environment; set env.* for all of them")
     environment, _ = specs[0].make_env()
     if not environment.has_exact_model:
-        raise ConfigError(f"compare: environment {specs[0].env_name!r} has no exact model "
-                          "(has_exact_model is False); the comparison judges every run exactly")
+        raise ConfigError(
+            f"compare: environment {specs[0].env_name!r} has no exact model "
+            "(has_exact_model is False); the comparison judges every run exactly"
+        )
     for r in runs:
         if r.observation is not None and r.observation not in environment.supported_observations:
             raise ConfigError(
                 f"input {r.observation!r} of {r.name} is not supported by environment {specs[0].env_name!r} "
-                f"(its observations: {', '.join(environment.supported_observations)}); choose --inputs or --algos")
+                f"(its observations: {', '.join(environment.supported_observations)}); choose --inputs or --algos"
+            )
     return specs

@@ -43,8 +43,9 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import IO, Any, Protocol
 from urllib.parse import urlparse
 
 import numpy as np
@@ -91,8 +92,10 @@ def resolve_loggers(loggers: str | Iterable[str] | None) -> tuple[str, ...]:
         raise TrackingError(f"logger: 'none' cannot be combined with {', '.join(map(repr, out))}")
     for name in out:
         if importlib.util.find_spec(LOGGERS[name]) is None:
-            raise TrackingError(f"logger {name!r} needs the package {LOGGERS[name]!r}, which is not installed; "
-                                f"install the tracking extra: {INSTALL_HINT}")
+            raise TrackingError(
+                f"logger {name!r} needs the package {LOGGERS[name]!r}, which is not installed; "
+                f"install the tracking extra: {INSTALL_HINT}"
+            )
     return tuple(out)
 
 
@@ -149,9 +152,13 @@ def _summary_payload(summary: Mapping[str, Any]) -> dict[str, Any]:
 
 
 #: summary.json aggregates shown in TensorBoard's HParams dashboard next to the settings
-HPARAM_METRICS = ("summary/aggregate/feasible_seeds", "summary/aggregate/exact_reward/mean",
-                  "summary/aggregate/exact_reward/min", "summary/aggregate/worst/fraction_of_optimum",
-                  "summary/aggregate/worst/relative_excess")
+HPARAM_METRICS = (
+    "summary/aggregate/feasible_seeds",
+    "summary/aggregate/exact_reward/mean",
+    "summary/aggregate/exact_reward/min",
+    "summary/aggregate/worst/fraction_of_optimum",
+    "summary/aggregate/worst/relative_excess",
+)
 
 
 class TensorBoardTracker:
@@ -163,15 +170,26 @@ class TensorBoardTracker:
     checkpoint.
     """
 
-    def __init__(self, directory: Path, *, name: str, group: str | None = None, subdir: str | None = None,
-                 start_iteration: int = 0):
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        name: str,
+        group: str | None = None,
+        subdir: str | None = None,
+        start_iteration: int = 0,
+    ):
         from tensorboardX import SummaryWriter
         from tensorboardX.proto.summary_pb2 import Summary
 
         self._summary = Summary
         self.log_dir = Path(directory) / "tensorboard" / (subdir or "")
-        self._writer = SummaryWriter(logdir=str(self.log_dir), max_queue=1000, flush_secs=30,
-                                     purge_step=start_iteration + 1 if start_iteration > 0 else None)
+        self._writer = SummaryWriter(
+            logdir=str(self.log_dir),
+            max_queue=1000,
+            flush_secs=30,
+            purge_step=start_iteration + 1 if start_iteration > 0 else None,
+        )
         self._hparams = False
 
     def _add(self, values: Mapping[str, float], step: int | None) -> None:
@@ -239,10 +257,21 @@ def wandb_mode() -> str | None:
 #: wandb.Settings: no console capture, no system metrics or metadata, no git/code/requirements
 #: capture, no output; short timeouts (fields unknown to the installed wandb are left out)
 WANDB_SETTINGS: dict[str, Any] = {
-    "console": "off", "silent": True, "quiet": True, "show_info": False, "show_warnings": False,
-    "disable_git": True, "save_code": False, "disable_job_creation": True, "init_timeout": 20.0,
-    "x_disable_stats": True, "x_disable_meta": True, "x_disable_machine_info": True,
-    "x_save_requirements": False, "x_disable_viewer": True, "finish_timeout": 60.0,
+    "console": "off",
+    "silent": True,
+    "quiet": True,
+    "show_info": False,
+    "show_warnings": False,
+    "disable_git": True,
+    "save_code": False,
+    "disable_job_creation": True,
+    "init_timeout": 20.0,
+    "x_disable_stats": True,
+    "x_disable_meta": True,
+    "x_disable_machine_info": True,
+    "x_save_requirements": False,
+    "x_disable_viewer": True,
+    "finish_timeout": 60.0,
 }
 
 
@@ -250,8 +279,15 @@ class WandbTracker:
     """A W&B run in ``directory/wandb`` (offline unless credentials are configured:
     :func:`wandb_mode`); ``wandb.log`` per iteration with the iteration as ``step``."""
 
-    def __init__(self, directory: Path, *, name: str, group: str | None = None, subdir: str | None = None,
-                 start_iteration: int = 0):
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        name: str,
+        group: str | None = None,
+        subdir: str | None = None,
+        start_iteration: int = 0,
+    ):
         import wandb
 
         self._wandb = wandb
@@ -259,9 +295,15 @@ class WandbTracker:
         settings = {k: v for k, v in WANDB_SETTINGS.items() if fields is None or k in fields}
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(dir=str(directory), project=os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT,
-                              name=name, group=group, mode=wandb_mode(), reinit="create_new",
-                              settings=wandb.Settings(**settings))
+        self.run = wandb.init(
+            dir=str(directory),
+            project=os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT,
+            name=name,
+            group=group,
+            mode=wandb_mode(),
+            reinit="create_new",
+            settings=wandb.Settings(**settings),
+        )
         self._step: int | None = None
 
     def log_config(self, config: Mapping[str, Any], hparams: Mapping[str, Any]) -> None:
@@ -318,11 +360,24 @@ class Trackers:
             queueing): what training waits for, :meth:`close` aside.
     """
 
-    def __init__(self, loggers: Sequence[str], directory: str | Path, *, name: str, config: Mapping[str, Any],
-                 hparams: Mapping[str, Any] | None = None, run_labels: Sequence[str] = (),
-                 steps_per_iteration: int | None = None, group: str | None = None, subdir: str | None = None,
-                 start_iteration: int | None = 0, start_elapsed: float = 0.0, stream: IO[str] | None = None,
-                 background: bool = True, close_timeout: float = 60.0):
+    def __init__(
+        self,
+        loggers: Sequence[str],
+        directory: str | Path,
+        *,
+        name: str,
+        config: Mapping[str, Any],
+        hparams: Mapping[str, Any] | None = None,
+        run_labels: Sequence[str] = (),
+        steps_per_iteration: int | None = None,
+        group: str | None = None,
+        subdir: str | None = None,
+        start_iteration: int | None = 0,
+        start_elapsed: float = 0.0,
+        stream: IO[str] | None = None,
+        background: bool = True,
+        close_timeout: float = 60.0,
+    ):
         self.loggers = tuple(loggers)
         self.directory = Path(directory)
         self.run_labels = list(run_labels)
@@ -331,8 +386,11 @@ class Trackers:
         self.background = background
         self.close_timeout = close_timeout
         # flat settings as hyperparameter values: scalars kept, lists and others as text, None dropped
-        hparams = {str(k): v if isinstance(v, (bool, int, float, str)) else json.dumps(v, default=str)
-                   for k, v in (hparams or {}).items() if v is not None}
+        hparams = {
+            str(k): v if isinstance(v, (bool, int, float, str)) else json.dumps(v, default=str)
+            for k, v in (hparams or {}).items()
+            if v is not None
+        }
         self._opening = (dict(name=name, group=group, subdir=subdir), dict(config), hparams)
         self._next = 0
         self._last = (0, 0.0)
@@ -402,8 +460,12 @@ class Trackers:
     def _warn(self, name: str, err: BaseException) -> None:
         stream = self.stream if self.stream is not None else sys.stderr
         try:
-            print(f"fhc-jax: warning: {name} logging disabled after an error ({one_line(err)}); "
-                  "training and its results are unaffected", file=stream, flush=True)
+            print(
+                f"fhc-jax: warning: {name} logging disabled after an error ({one_line(err)}); "
+                "training and its results are unaffected",
+                file=stream,
+                flush=True,
+            )
         except Exception:  # noqa: BLE001 (a closed stream must not stop anything either)
             pass
 
@@ -427,8 +489,14 @@ class Trackers:
                 self._warn(name, err)
         self._each("log_config", config, hparams)
 
-    def _log_rows(self, lo: int, hi: int, cols: list[tuple[str, np.ndarray]], exact: dict[int, tuple],
-                  speed: dict[str, float] | None) -> None:
+    def _log_rows(
+        self,
+        lo: int,
+        hi: int,
+        cols: list[tuple[str, np.ndarray]],
+        exact: dict[int, tuple],
+        speed: dict[str, float] | None,
+    ) -> None:
         labels = self.run_labels
         columns = [(c, v.tolist()) for c, v in cols]  # (R, L) each, L = hi - max(lo, 1) + 1
         first = max(lo, 1)
@@ -457,11 +525,22 @@ class Trackers:
             return
         t0 = time.perf_counter()
         first = max(lo, 1)
-        cols = [(c, np.array(state.metrics[k][(slice(None), slice(first - 1, hi)) + idx], np.float64))
-                for c, k, idx in metric_columns(state.metrics)] if hi >= first else []
-        exact = {int(it): (state.exact_reward[:, e].astype(np.float64).tolist(),
-                           state.exact_costs[:, e].astype(np.float64).tolist())
-                 for e, it in enumerate(state.exact_iterations) if lo <= it <= hi}
+        cols = (
+            [
+                (c, np.array(state.metrics[k][(slice(None), slice(first - 1, hi)) + idx], np.float64))
+                for c, k, idx in metric_columns(state.metrics)
+            ]
+            if hi >= first
+            else []
+        )
+        exact = {
+            int(it): (
+                state.exact_reward[:, e].astype(np.float64).tolist(),
+                state.exact_costs[:, e].astype(np.float64).tolist(),
+            )
+            for e, it in enumerate(state.exact_iterations)
+            if lo <= it <= hi
+        }
         speed = None
         last_it, last_s = self._last
         dt = float(state.elapsed_s) - last_s
@@ -480,8 +559,12 @@ class Trackers:
     def log_summary(self, summary: Mapping[str, Any], step: int | None = None) -> None:
         """The final summary (a JSON-ready dict), at ``step`` (default: the last iteration logged)."""
         if self.enabled:
-            self._put(self._each, "log_summary", json.loads(json.dumps(summary, default=str)),
-                      self._step if step is None else step)
+            self._put(
+                self._each,
+                "log_summary",
+                json.loads(json.dumps(summary, default=str)),
+                self._step if step is None else step,
+            )
 
     def log_images(self, paths: Iterable[str | Path], step: int | None = None) -> None:
         """PNG figures (``plots/<stem>``), at ``step`` (default: the last iteration logged)."""
@@ -502,12 +585,16 @@ class Trackers:
         self._queue.put(_STOP)
         self._thread.join(self.close_timeout if timeout is None else timeout)
         if self._thread.is_alive():
-            self._warn(", ".join(self._active) or "tracking",
-                       TimeoutError(f"the tracking thread did not finish within "
-                                    f"{self.close_timeout if timeout is None else timeout:g} s; its logs may be "
-                                    "incomplete"))
+            self._warn(
+                ", ".join(self._active) or "tracking",
+                TimeoutError(
+                    f"the tracking thread did not finish within "
+                    f"{self.close_timeout if timeout is None else timeout:g} s; its logs may be "
+                    "incomplete"
+                ),
+            )
 
-    def __enter__(self) -> "Trackers":
+    def __enter__(self) -> Trackers:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -39,8 +39,10 @@ def table(curve: TradeOff, at_threshold: Solution | None) -> str:
     if at_threshold is None:
         return "\n".join(lines)
     k = curve.constraint
-    row = (f"{curve.threshold:>14.6g}{at_threshold.reward:>14.6g}{at_threshold.multipliers[k]:>16.6g}"
-           f"{curve.unconstrained_reward - at_threshold.reward:>14.6g}  {MARK}")
+    row = (
+        f"{curve.threshold:>14.6g}{at_threshold.reward:>14.6g}{at_threshold.multipliers[k]:>16.6g}"
+        f"{curve.unconstrained_reward - at_threshold.reward:>14.6g}  {MARK}"
+    )
     at = 1 + int(np.searchsorted(curve.alphas, curve.threshold, side="right"))
     return "\n".join(lines[:at] + [row] + lines[at:])
 
@@ -65,9 +67,11 @@ def report(cmdp: Any, num: int, at_threshold: Solution | None, plot_path: str | 
             print(f"trade-off curve of constraint {k}: none ({err})")
             continue
         others = "" if cmdp.num_constraints == 1 else ", the other constraints at their thresholds"
-        print(f"trade-off curve of constraint {k} ({num} thresholds from the cheapest policy's cost to the "
-              f"unconstrained optimum's{others}; {curve.oracle_calls} "
-              f"{'backward inductions' if cmdp.num_constraints == 1 else 'solves'}, {curve.solve_time:.2f} s):")
+        print(
+            f"trade-off curve of constraint {k} ({num} thresholds from the cheapest policy's cost to the "
+            f"unconstrained optimum's{others}; {curve.oracle_calls} "
+            f"{'backward inductions' if cmdp.num_constraints == 1 else 'solves'}, {curve.solve_time:.2f} s):"
+        )
         print(table(curve, at_threshold if curve.position(curve.threshold) != "infeasible" else None))
         print(curve.describe(curve.threshold))
         curves.append(curve)
@@ -98,8 +102,15 @@ def plot(curves: Sequence[TradeOff], path: str | Path, title: str, at_threshold:
         if rest.size and rest.max() > 0 and nu[0] > 10 * rest.max():
             # near the cheapest cost the curve can be almost vertical: keep the rest readable
             bottom.set_ylim(0.0, 1.3 * rest.max())
-            bottom.annotate(f"nu* = {nu[0]:.3g} at the cheapest cost (off scale)", (curve.alphas[0], 1.25 * rest.max()),
-                            xytext=(6, 0), textcoords="offset points", fontsize=7, va="top", color="C1")
+            bottom.annotate(
+                f"nu* = {nu[0]:.3g} at the cheapest cost (off scale)",
+                (curve.alphas[0], 1.25 * rest.max()),
+                xytext=(6, 0),
+                textcoords="offset points",
+                fontsize=7,
+                va="top",
+                color="C1",
+            )
         where = curve.position(curve.threshold)
         for ax in (top, bottom):
             ax.axvline(curve.threshold, color="C3", ls="--", lw=1.2)

@@ -16,8 +16,9 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any, Callable, Sequence
+from typing import IO, Any
 
 import jax
 import numpy as np
@@ -25,8 +26,18 @@ import numpy as np
 from fhc_jax.algos.core.paths import judged_exactly
 from fhc_jax.algos.core.scaffold import play_environment
 from fhc_jax.algos.core.selection import describe_status
-from fhc_jax.experiment import (checkpoint, config, distributed, fingerprint, judge, metrics_file, returned, rundir,
-                                tracking, writer_lock)
+from fhc_jax.experiment import (
+    checkpoint,
+    config,
+    distributed,
+    fingerprint,
+    judge,
+    metrics_file,
+    returned,
+    rundir,
+    tracking,
+    writer_lock,
+)
 from fhc_jax.experiment.config import ExperimentSpec, load_spec
 from fhc_jax.experiment.progress import env_steps_per_iteration
 from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, DivergenceError, divergence_hint, seed_keys
@@ -58,21 +69,31 @@ def config_payload(spec: ExperimentSpec, env: Any = None, params: Any = None) ->
     }
 
 
-def run_identity(spec: ExperimentSpec | None, out: Path, resume: bool, overwrite: bool,
-                 max_chunks: int | None) -> dict[str, Any]:
+def run_identity(
+    spec: ExperimentSpec | None, out: Path, resume: bool, overwrite: bool, max_chunks: int | None
+) -> dict[str, Any]:
     """What every process of a ``fhc-jax train`` over several processes must agree on
     (:func:`fhc_jax.experiment.distributed.agree_configuration`): every setting and the
     command's mode flags."""
-    return {"command": "fhc-jax train", "--out": str(out), "--resume": resume, "--overwrite": overwrite,
-            "--max-chunks": max_chunks, **({} if spec is None else spec.settings())}
+    return {
+        "command": "fhc-jax train",
+        "--out": str(out),
+        "--resume": resume,
+        "--overwrite": overwrite,
+        "--max-chunks": max_chunks,
+        **({} if spec is None else spec.settings()),
+    }
 
 
 def rerun_command(spec: ExperimentSpec) -> str:
     """A ``fhc-jax train`` command line that reproduces ``spec`` (``--set`` for every setting
     that differs from the defaults); ``--out`` is left to fill in."""
     base = load_spec(spec.algo, env=spec.env_name).settings()
-    sets = [f"--set {k}={_toml_value(v)}" for k, v in spec.settings().items()
-            if k not in ("algo", "env.name", "run.seeds") and base.get(k) != v and v is not None]
+    sets = [
+        f"--set {k}={_toml_value(v)}"
+        for k, v in spec.settings().items()
+        if k not in ("algo", "env.name", "run.seeds") and base.get(k) != v and v is not None
+    ]
     head = f"fhc-jax train --algo {spec.algo} --env {spec.env_name} --seeds {spec.seeds}"
     return " ".join([head] + sets + ["--out runs/NAME"])
 
@@ -98,9 +119,18 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.out, self.iteration, self.checkpoint = out, iteration, checkpoint
 
 
-def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = False, overwrite: bool = False,
-              stream: IO[str] | None = None, quiet: bool = False, max_chunks: int | None = None,
-              plots: bool = True, loggers: str | Sequence[str] | None = None) -> dict[str, Any]:
+def train_run(
+    spec: ExperimentSpec | None,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    stream: IO[str] | None = None,
+    quiet: bool = False,
+    max_chunks: int | None = None,
+    plots: bool = True,
+    loggers: str | Sequence[str] | None = None,
+) -> dict[str, Any]:
     """Train ``spec`` into the run directory ``out``.
 
     Args:
@@ -166,13 +196,21 @@ def train_run(spec: ExperimentSpec | None, out: str | Path, *, resume: bool = Fa
         except Exception as err:  # noqa: BLE001 (raised on every process by agree)
             error = err
         distributed.agree(error)  # the others start once process 0 has prepared the directory
-        trackers = tracking.Trackers(loggers, out, name=out.name, config=rundir.read_json(out / rundir.CONFIG),
-                                     hparams=spec.settings(), run_labels=tracking.seed_labels(spec.seeds),
-                                     steps_per_iteration=env_steps_per_iteration(spec.learner, env.horizon),
-                                     start_iteration=None, stream=stream)
+        trackers = tracking.Trackers(
+            loggers,
+            out,
+            name=out.name,
+            config=rundir.read_json(out / rundir.CONFIG),
+            hparams=spec.settings(),
+            run_labels=tracking.seed_labels(spec.seeds),
+            steps_per_iteration=env_steps_per_iteration(spec.learner, env.horizon),
+            start_iteration=None,
+            stream=stream,
+        )
         try:
-            result = _train(spec, out, resume, env, params, learner, stream, quiet, max_chunks, plots, t_start,
-                            trackers)
+            result = _train(
+                spec, out, resume, env, params, learner, stream, quiet, max_chunks, plots, t_start, trackers
+            )
         except DivergenceError:
             trackers.log_summary(rundir.read_json(out / rundir.SUMMARY))
             trackers.close()
@@ -206,8 +244,10 @@ def _check_playable(spec: ExperimentSpec, env, params, learner) -> None:
     except ValueError as err:
         raise ConfigError(
             f"{spec.algo} could train on {env.name} (no exact model, so judged by playing its policy) but could not "
-            f"play the trained policy there: {str(err).rstrip('.')}; declare the environment's exact model (has_exact_model, "
-            "to_cmdp) or choose another learner (--algo)") from None
+            f"play the trained policy there: {str(err).rstrip('.')}; declare the environment's exact model "
+            "(has_exact_model, "
+            "to_cmdp) or choose another learner (--algo)"
+        ) from None
 
 
 def _refuse_environment_change(stored: rundir.RunFiles, env, params, out: Path, stream: IO[str] | None) -> None:
@@ -221,13 +261,18 @@ def _refuse_environment_change(stored: rundir.RunFiles, env, params, out: Path, 
     diff = fingerprint.environment_difference(stored.config.get("environment"), env, params)
     if diff == fingerprint.NOT_RECORDED:
         if stream is not None:
-            print(f"fhc-jax train: note: {out / rundir.CONFIG} was {diff} that the environment is the one the run was "
-                  "trained on", file=stream, flush=True)
+            print(
+                f"fhc-jax train: note: {out / rundir.CONFIG} was {diff} that the environment is the one the run was "
+                "trained on",
+                file=stream,
+                flush=True,
+            )
     elif diff is not None:
         raise rundir.RunDirectoryError(
             f"--resume: the environment {stored.spec.env_name!r} built from {out / rundir.CONFIG}'s settings differs "
             f"from the one the run was trained on: {diff} (its code or data changed since); restore that "
-            f"environment to continue the run, or train a new run on this one (--overwrite, or another --out)")
+            f"environment to continue the run, or train a new run on this one (--overwrite, or another --out)"
+        )
 
 
 def _refuse_changes(stored: ExperimentSpec, spec: ExperimentSpec, out: Path) -> None:
@@ -235,11 +280,14 @@ def _refuse_changes(stored: ExperimentSpec, spec: ExperimentSpec, out: Path) -> 
     if diff:
         raise rundir.RunDirectoryError(
             f"--resume: the requested configuration differs from the one in {out / rundir.CONFIG}: "
-            + "; ".join(diff) + ". Resume without config options, or start a new run (--out)")
+            + "; ".join(diff)
+            + ". Resume without config options, or start a new run (--out)"
+        )
 
 
-def _train(spec, out, resume, env, params, learner, stream, quiet, max_chunks, plots, t_start,
-           trackers) -> dict[str, Any]:
+def _train(
+    spec, out, resume, env, params, learner, stream, quiet, max_chunks, plots, t_start, trackers
+) -> dict[str, Any]:
     say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=stream, flush=True))
     warn = lambda msg: print(f"fhc-jax train: {msg}", file=stream, flush=True)  # noqa: E731
     cmdp = env.to_cmdp(params) if judged_exactly(env) else None
@@ -256,16 +304,21 @@ def _train(spec, out, resume, env, params, learner, stream, quiet, max_chunks, p
     def write_metrics(st: ChunkState) -> None:
         if not distributed.is_writer():
             return
-        rundir.write_bytes_atomic(out / rundir.METRICS, metrics_file.metrics_csv(
-            st.metrics, st.exact_iterations, st.exact_reward, st.exact_costs, st.iteration).encode())
+        rundir.write_bytes_atomic(
+            out / rundir.METRICS,
+            metrics_file.metrics_csv(
+                st.metrics, st.exact_iterations, st.exact_reward, st.exact_costs, st.iteration
+            ).encode(),
+        )
 
     def save(st: ChunkState) -> None:
         checkpoint.save(ckpt_dir, trainer, st, config_hash=config_hash)
         saved["iteration"] = st.iteration
 
     def restore(template: ChunkState) -> ChunkState | None:
-        return checkpoint.restore_verified(ckpt_dir, trainer, template, config_hash=config_hash,
-                                           num_iterations=spec.num_iterations, say=warn)
+        return checkpoint.restore_verified(
+            ckpt_dir, trainer, template, config_hash=config_hash, num_iterations=spec.num_iterations, say=warn
+        )
 
     def on_start(st: ChunkState) -> None:
         last["state"], last["start"] = st, st.iteration
@@ -290,28 +343,43 @@ def _train(spec, out, resume, env, params, learner, stream, quiet, max_chunks, p
             save(st)
 
     try:
-        state = trainer.drive(seed_keys(spec.seed, spec.seeds), env=env, params=params, stream=stream,
-                              label=None if quiet else f"{spec.algo} on {spec.env_name}", trackers=trackers,
-                              restore=restore if resume else None, on_start=on_start, on_chunk=on_chunk,
-                              max_chunks=max_chunks)
+        state = trainer.drive(
+            seed_keys(spec.seed, spec.seeds),
+            env=env,
+            params=params,
+            stream=stream,
+            label=None if quiet else f"{spec.algo} on {spec.env_name}",
+            trackers=trackers,
+            restore=restore if resume else None,
+            on_start=on_start,
+            on_chunk=on_chunk,
+            max_chunks=max_chunks,
+        )
     except KeyboardInterrupt:
         st = last["state"]
         iteration = 0 if st is None else st.iteration
         # (several processes: no save, whose collectives the others, not interrupted, would not join)
-        if st is not None and st.divergence is None and iteration > (saved["iteration"] or 0) \
-                and jax.process_count() == 1:
+        if (
+            st is not None
+            and st.divergence is None
+            and iteration > (saved["iteration"] or 0)
+            and jax.process_count() == 1
+        ):
             try:  # keep the last finished chunk: the resume continues from here
                 save(st)
             except BaseException:  # noqa: BLE001 (a second Ctrl-C, or a failed save: the older checkpoint stays)
                 pass
         raise TrainingInterrupted(out, iteration, saved["iteration"]) from None
     if state.divergence is None and state.iteration < spec.num_iterations:
-        say(f"{out}: stopped at iteration {state.iteration} of {spec.num_iterations}; "
-            f"continue with: fhc-jax train --resume --out {out}")
+        say(
+            f"{out}: stopped at iteration {state.iteration} of {spec.num_iterations}; "
+            f"continue with: fhc-jax train --resume --out {out}"
+        )
         return {"complete": False, "iteration": state.iteration}
     try:
-        return _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, trainer, plots, t_start,
-                          last["start"], stream)
+        return _summarize(
+            spec, out, state, env, params, cmdp, opt, infeasible, say, trainer, plots, t_start, last["start"], stream
+        )
     except KeyboardInterrupt:
         raise TrainingInterrupted(out, state.iteration, saved["iteration"]) from None
 
@@ -335,8 +403,10 @@ def _written(write: Callable[[], None]) -> BaseException | None:
 def constraint_lines(statuses: list, thresholds: Any = None, multipliers: Any = None) -> list[str | None]:
     """Per seed, the learner's one line when its constraint is not yet met or its multiplier
     has not settled (:func:`fhc_jax.algos.core.selection.describe_status`), else None."""
-    return [describe_status(st, thresholds, None if multipliers is None else multipliers[r, -1], label=f"seed {r}")
-            for r, st in enumerate(statuses)]
+    return [
+        describe_status(st, thresholds, None if multipliers is None else multipliers[r, -1], label=f"seed {r}")
+        for r, st in enumerate(statuses)
+    ]
 
 
 def status_fields(statuses: list) -> list[dict[str, Any]]:
@@ -359,31 +429,60 @@ def _returned(spec, env, state, trainer, thresholds) -> list[dict[str, Any]]:
 
     how = "exact" if judged_exactly(env) else f"monte-carlo ({int(spec.learner.eval_episodes)} episodes)"
     selected = to_host(state.carry.selection.iteration)[: spec.seeds]
-    return returned.returned_policies(selected, state.exact_iterations, state.exact_reward, state.exact_costs,
-                                      thresholds, how, estimate=lambda: trainer.last_iterate_estimates(state),
-                                      eval_episodes=int(spec.learner.eval_episodes))
+    return returned.returned_policies(
+        selected,
+        state.exact_iterations,
+        state.exact_reward,
+        state.exact_costs,
+        thresholds,
+        how,
+        estimate=lambda: trainer.last_iterate_estimates(state),
+        eval_episodes=int(spec.learner.eval_episodes),
+    )
 
 
-def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, trainer, plots, t_start,
-               start_iteration, stream) -> dict[str, Any]:
+def _summarize(
+    spec, out, state, env, params, cmdp, opt, infeasible, say, trainer, plots, t_start, start_iteration, stream
+) -> dict[str, Any]:
     """Judge the final (or, after a divergence, the finite seeds') policies and write
     summary.json, policy.npz and the plots; raises :class:`DivergenceError` after a divergence."""
     div = state.divergence
     thresholds = np.asarray(env.thresholds(params), np.float64)
     seeds = [r for r in range(spec.seeds) if div is None or r not in div.seeds]
     learned_nu = state.metrics["multipliers"][seeds, -1] if "multipliers" in state.metrics else None
-    head = {"complete": div is None, "algo": spec.algo, "env": spec.env_name, "env_title": spec.env_title(),
-            "num_iterations": spec.num_iterations}
+    head = {
+        "complete": div is None,
+        "algo": spec.algo,
+        "env": spec.env_name,
+        "env_title": spec.env_title(),
+        "num_iterations": spec.num_iterations,
+    }
     feasibility = None if cmdp is None else judge.feasibility(infeasible)
     npz: dict[str, Any] = {"thresholds": thresholds}
     if div is not None:
         message = f"{div.describe()}; {divergence_hint(spec)}"
-        result = {"complete": False, "reason": message, "divergence": div.as_dict(),
-                  "stopped_at_iteration": state.iteration, **head, "finite_seeds": seeds, "feasibility": feasibility}
-        judged = None if not seeds else judge.judge(
-            state.exact_reward[seeds, -1], state.exact_costs[seeds, -1], thresholds, optimum=opt,
-            multipliers=learned_nu, tolerance=spec.feasibility_tolerance,
-            cost_scale=None if cmdp is None else judge.cost_scale(cmdp))
+        result = {
+            "complete": False,
+            "reason": message,
+            "divergence": div.as_dict(),
+            "stopped_at_iteration": state.iteration,
+            **head,
+            "finite_seeds": seeds,
+            "feasibility": feasibility,
+        }
+        judged = (
+            None
+            if not seeds
+            else judge.judge(
+                state.exact_reward[seeds, -1],
+                state.exact_costs[seeds, -1],
+                thresholds,
+                optimum=opt,
+                multipliers=learned_nu,
+                tolerance=spec.feasibility_tolerance,
+                cost_scale=None if cmdp is None else judge.cost_scale(cmdp),
+            )
+        )
     elif cmdp is None:  # no tabular exact model: Monte-Carlo judgement against the environment's reference
         result = head
         say(f"judging {spec.seeds} seeds by Monte-Carlo ({spec.eval_episodes} episodes each)")
@@ -391,8 +490,14 @@ def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, traine
         states = [jax.tree.map(lambda x, r=r: x[r], gathered) for r in range(spec.seeds)]
         play_env, play_params = play_environment(spec.module, states[0], env, params)  # the task, where it plays
         policies = [spec.module.policy(st, play_env, play_params) for st in states]
-        judged = judge.judge_monte_carlo(play_env, play_params, policies, spec.eval_episodes, multipliers=learned_nu,
-                                         tolerance=spec.feasibility_tolerance)
+        judged = judge.judge_monte_carlo(
+            play_env,
+            play_params,
+            policies,
+            spec.eval_episodes,
+            multipliers=learned_nu,
+            tolerance=spec.feasibility_tolerance,
+        )
     else:
         result = {**head, "feasibility": feasibility}
         policies = trainer.policy_tables(state)
@@ -403,13 +508,22 @@ def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, traine
             if moves is not None and moves.shape[0] == env.num_actions:
                 npz["action_moves"] = moves
         final = judge.evaluate_policies(cmdp, policies)  # the returned policies, judged exactly
-        judged = judge.judge(final["reward"], final["costs"], thresholds, optimum=opt,
-                             multipliers=learned_nu, tolerance=spec.feasibility_tolerance,
-                             cost_scale=judge.cost_scale(cmdp))
+        judged = judge.judge(
+            final["reward"],
+            final["costs"],
+            thresholds,
+            optimum=opt,
+            multipliers=learned_nu,
+            tolerance=spec.feasibility_tolerance,
+            cost_scale=judge.cost_scale(cmdp),
+        )
         npz.update(stage_costs=final["stage_costs"], stage_rewards=final["stage_rewards"], thresholds=thresholds)
         if opt is not None:
-            npz.update(optimal_policy=opt.policy.astype(np.float32), optimal_stage_costs=opt.stage_costs,
-                       optimal_stage_rewards=opt.stage_rewards)
+            npz.update(
+                optimal_policy=opt.policy.astype(np.float32),
+                optimal_stage_costs=opt.stage_costs,
+                optimal_stage_rewards=opt.stage_rewards,
+            )
     if judged is not None:
         result.update(judge.judgement_fields(judged))
     if div is None:  # the learner's own verdict: constraint met and multipliers settled (one line each)
@@ -421,8 +535,10 @@ def _summarize(spec, out, state, env, params, cmdp, opt, infeasible, say, traine
     if div is not None:
         for row, r in zip(result.get("seeds", []), seeds):
             row["seed"], row["at_iteration"] = r, state.iteration
-        result["diverged_seeds"] = [{"seed": s, "first_iteration": i, "quantity": q}
-                                    for s, i, q in zip(div.seeds, div.iterations, div.quantities)]
+        result["diverged_seeds"] = [
+            {"seed": s, "first_iteration": i, "quantity": q}
+            for s, i, q in zip(div.seeds, div.iterations, div.quantities)
+        ]
         result.update(machine=rundir.machine_info(), timing=timing)
         distributed.agree(_written(lambda: rundir.write_json_atomic(out / rundir.SUMMARY, result)))
         raise DivergenceError(message, div)

@@ -42,9 +42,10 @@ import difflib
 import sys
 import types
 import typing
+from collections.abc import Iterable, Mapping
 from collections.abc import Sequence as AbcSequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -97,8 +98,13 @@ class Setting:
 
 def kind_of_value(value: Any) -> str:
     """The kind of a default value: "bool", "int", "float", "str", "tuple" or "any"."""
-    for kind, types_ in (("bool", bool), ("int", (int, np.integer)), ("float", (float, np.floating)),
-                         ("str", str), ("tuple", tuple)):
+    for kind, types_ in (
+        ("bool", bool),
+        ("int", (int, np.integer)),
+        ("float", (float, np.floating)),
+        ("str", str),
+        ("tuple", tuple),
+    ):
         if isinstance(value, types_):
             return kind
     return "any"
@@ -133,6 +139,7 @@ def coerce(key: str, value: Any, kind: str) -> Any:
     Raises:
         ConfigError: naming ``key``, what it accepts and the value found (with its type).
     """
+
     def bad(expected: str) -> ConfigError:
         return ConfigError(f"{key} must be {expected}, found {value!r} ({type(value).__name__})")
 
@@ -196,8 +203,12 @@ def short_value(value: Any) -> str:
 # ----------------------------------------------------------------------------- the learner's keys
 
 #: feature-spec kinds settable through ``features.kind``
-FEATURE_KINDS: dict[str, type] = {"one_hot": feat.OneHot, "radial_basis": feat.RadialBasis,
-                                  "tile_coding": feat.TileCoding, "auto": feat.Auto}
+FEATURE_KINDS: dict[str, type] = {
+    "one_hot": feat.OneHot,
+    "radial_basis": feat.RadialBasis,
+    "tile_coding": feat.TileCoding,
+    "auto": feat.Auto,
+}
 
 
 def _is_schedule(value: Any) -> bool:
@@ -232,8 +243,10 @@ def learner_settings(config: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in _fields(config).items():
         if isinstance(value, EnvDefault):
-            raise ConfigError(f"{name} still holds its environment-dependent default ({value}); resolve it for "
-                              "the environment first (fhc_jax.algos.resolve_env_defaults)")
+            raise ConfigError(
+                f"{name} still holds its environment-dependent default ({value}); resolve it for "
+                "the environment first (fhc_jax.algos.resolve_env_defaults)"
+            )
         if isinstance(value, tuple(FEATURE_KINDS.values())):
             out[f"{name}.kind"] = next(k for k, cls in FEATURE_KINDS.items() if type(value) is cls)
         if _is_schedule(value) or isinstance(value, tuple(FEATURE_KINDS.values())):
@@ -271,8 +284,10 @@ def build_learner_config(module, changes: dict[str, Any], tabular: bool) -> Any:
         wrong = sorted(set(subs) - valid)
         if wrong:
             kind_name = next(k for k, c in FEATURE_KINDS.items() if c is cls)
-            raise ConfigError(f"{head}.{wrong[0]} is not an option of features.kind = {kind_name!r}; "
-                              f"its options: {', '.join(sorted(valid)) or '(none)'}")
+            raise ConfigError(
+                f"{head}.{wrong[0]} is not an option of features.kind = {kind_name!r}; "
+                f"its options: {', '.join(sorted(valid)) or '(none)'}"
+            )
         top[head] = cls(**{**base, **subs})
     return default.replace(**top) if top else default
 
@@ -310,8 +325,9 @@ def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{what} {str(path)!r} is not valid TOML: {err}") from None
     except UnicodeDecodeError as err:
-        raise ConfigError(f"{what} {str(path)!r} is not UTF-8 text (byte {err.start}); TOML files must be "
-                          "UTF-8") from None
+        raise ConfigError(
+            f"{what} {str(path)!r} is not UTF-8 text (byte {err.start}); TOML files must be UTF-8"
+        ) from None
     except OSError as err:
         raise ConfigError(f"{what} {str(path)!r} cannot be read: {err.strerror or err}") from None
 

@@ -15,8 +15,8 @@ import os
 import socket
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from fhc_jax.experiment.rundir import LOCK, RunDirectoryError
 
@@ -29,8 +29,10 @@ def _holder(fd: int) -> str:
     try:
         os.lseek(fd, 0, os.SEEK_SET)
         info = json.loads(os.read(fd, 4096).decode() or "{}")
-        return (f"process {info.get('pid', '?')} on {info.get('host', '?')} "
-                f"({info.get('command', '?')}, since {info.get('started', '?')})")
+        return (
+            f"process {info.get('pid', '?')} on {info.get('host', '?')} "
+            f"({info.get('command', '?')}, since {info.get('started', '?')})"
+        )
     except (OSError, ValueError):
         return "another process"
 
@@ -63,8 +65,14 @@ def shared_lock_file(path: str | Path, stem: str) -> Path:
 
 
 @contextlib.contextmanager
-def locked(path: str | Path, command: str, *, name: str = LOCK, lock_file: str | Path | None = None,
-           advice: str = "wait for it to finish, stop it, or choose another --out") -> Iterator[Path]:
+def locked(
+    path: str | Path,
+    command: str,
+    *,
+    name: str = LOCK,
+    lock_file: str | Path | None = None,
+    advice: str = "wait for it to finish, stop it, or choose another --out",
+) -> Iterator[Path]:
     """Hold the exclusive writer's lock of directory ``path`` (created if missing) while the
     ``with`` block runs.
 
@@ -95,8 +103,12 @@ def locked(path: str | Path, command: str, *, name: str = LOCK, lock_file: str |
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise RunInUseError(f"{path} is in use by {_holder(fd)}; {advice}") from None
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
-                "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "command": command,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, json.dumps(info).encode())

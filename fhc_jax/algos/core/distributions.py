@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -95,7 +96,7 @@ class GaussianPolicy:
     """a ~ N(mu, sigma^2) from ``out_fn(observation, h)`` (see :class:`DiagonalGaussian`);
     hashable when ``out_fn`` is. ``deterministic=True`` plays the mean."""
 
-    head: "DiagonalGaussian"
+    head: DiagonalGaussian
     out_fn: Callable[[Array, Array], Array]
     deterministic: bool = False
 

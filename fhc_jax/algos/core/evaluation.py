@@ -10,7 +10,8 @@ the evaluation marks of a run (every ``eval_every`` updates, without ``lax.cond`
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -111,8 +112,9 @@ def scan_with_evaluation(
     return carry, metrics, evaluations
 
 
-
-def observation_policy(logits_of: Callable[[Array, Array], Array], head: Any = None) -> Callable[[Array, Array, Array], Array]:
+def observation_policy(
+    logits_of: Callable[[Array, Array], Array], head: Any = None
+) -> Callable[[Array, Array, Array], Array]:
     """``act(key, observation, h)`` sampling the distribution of ``logits_of(observation, h)``:
     ``head.policy`` (``fhc_jax.algos.core.distributions``), or without a head softmax(logits) with
     one uniform per call (:func:`fhc_jax.softmax_policy`, the fast protocol of
@@ -120,16 +122,18 @@ def observation_policy(logits_of: Callable[[Array, Array], Array], head: Any = N
     return softmax_policy(logits_of) if head is None else head.policy(logits_of)
 
 
-
-def monte_carlo_evaluator(env, params, num_episodes: int, head: Any = None) -> Callable[[Callable], tuple[Array, Array]]:
+def monte_carlo_evaluator(
+    env, params, num_episodes: int, head: Any = None
+) -> Callable[[Callable], tuple[Array, Array]]:
     """``logits_of -> (mean episode reward (), mean episode costs (M,))`` over ``num_episodes``
     episodes of :func:`fhc_jax.rollout_returns` with the fixed :data:`EVALUATION_KEY`
     (traceable; the estimate of what ``fhc_jax.evaluate`` gives exactly on tabular models);
     ``head`` as in :func:`observation_policy`."""
 
     def fn(logits_of: Callable[[Array, Array], Array]) -> tuple[Array, Array]:
-        returns = rollout_returns(jax.random.key(EVALUATION_KEY), env, params, observation_policy(logits_of, head),
-                                  num_episodes)
+        returns = rollout_returns(
+            jax.random.key(EVALUATION_KEY), env, params, observation_policy(logits_of, head), num_episodes
+        )
         return jnp.mean(returns.rewards), jnp.mean(returns.costs, axis=0)
 
     return fn

@@ -44,7 +44,8 @@ default ``True`` keeps them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -90,7 +91,11 @@ class RadialBasis:
 
     def __post_init__(self):
         _check_bool("RadialBasis", "stage_inputs", self.stage_inputs)
-        if isinstance(self.num_centers, bool) or not isinstance(self.num_centers, (int, np.integer)) or self.num_centers < 1:
+        if (
+            isinstance(self.num_centers, bool)
+            or not isinstance(self.num_centers, (int, np.integer))
+            or self.num_centers < 1
+        ):
             raise ValueError(f"RadialBasis.num_centers must be an integer >= 1, found {self.num_centers!r}")
         if self.width is not None and not (np.isfinite(self.width) and self.width > 0):
             raise ValueError(f"RadialBasis.width must be a number > 0 (or None), found {self.width!r}")
@@ -149,7 +154,7 @@ class Auto:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"Auto.max_features must be an integer >= 1, found {v!r}")
 
-    def choose(self, num_components: int) -> "RadialBasis | TileCoding":
+    def choose(self, num_components: int) -> RadialBasis | TileCoding:
         """The map for ``num_components`` = D' components (its ``stage_inputs`` this one's)."""
         for spec in AUTO_LADDER:
             if _size(spec, num_components) <= self.max_features:
@@ -157,7 +162,7 @@ class Auto:
         return dataclasses.replace(spec, stage_inputs=self.stage_inputs)
 
 
-def _size(spec: "RadialBasis | TileCoding", dim: int) -> int:
+def _size(spec: RadialBasis | TileCoding, dim: int) -> int:
     """X of a coarse map over ``dim`` components."""
     if isinstance(spec, TileCoding):
         return spec.num_tilings * spec.tiles**dim
@@ -193,7 +198,7 @@ class Custom:
         return int(self.dim)
 
 
-FeatureSpec = Union[OneHot, RadialBasis, TileCoding, Custom, Auto]
+FeatureSpec = OneHot | RadialBasis | TileCoding | Custom | Auto
 
 
 @struct.dataclass
@@ -343,8 +348,9 @@ def stage_determined(observations: Any, tolerance: float = 1e-6) -> np.ndarray:
     return within <= tolerance * np.maximum(overall, 1.0)
 
 
-def observation_features(spec: FeatureSpec, low: Array, high: Array,
-                         stage_determined_components: Any = None) -> ObservationFeatures:
+def observation_features(
+    spec: FeatureSpec, low: Array, high: Array, stage_determined_components: Any = None
+) -> ObservationFeatures:
     """:class:`ObservationFeatures` of a coarse ``spec`` on the box [low, high] (D,).
 
     Args:
@@ -357,8 +363,10 @@ def observation_features(spec: FeatureSpec, low: Array, high: Array,
         ValueError: a spec that needs tabular states (``OneHot``, ``Custom``).
     """
     if not isinstance(spec, (RadialBasis, TileCoding, Auto)):
-        raise ValueError(f"features: {type(spec).__name__} needs tabular states; on observations use "
-                         "Auto(), RadialBasis(...) or TileCoding(...)")
+        raise ValueError(
+            f"features: {type(spec).__name__} needs tabular states; on observations use "
+            "Auto(), RadialBasis(...) or TileCoding(...)"
+        )
     components = None
     if not spec.stage_inputs and stage_determined_components is not None:
         keep = np.flatnonzero(~np.asarray(stage_determined_components, bool))
@@ -369,8 +377,9 @@ def observation_features(spec: FeatureSpec, low: Array, high: Array,
         spec = spec.choose(int(np.size(low)))
     low, high = jnp.asarray(low, jnp.float32), jnp.asarray(high, jnp.float32)
     high = jnp.where(high > low, high, low + 1.0)
-    return ObservationFeatures(low=low, high=high, spec=spec, num_features=_size(spec, int(low.shape[0])),
-                               components=components)
+    return ObservationFeatures(
+        low=low, high=high, spec=spec, num_features=_size(spec, int(low.shape[0])), components=components
+    )
 
 
 def build(spec: FeatureSpec, env, dtype=jnp.float32) -> FeatureTable:
@@ -389,16 +398,22 @@ def build(spec: FeatureSpec, env, dtype=jnp.float32) -> FeatureTable:
     """
     s = int(env.num_states)
     if isinstance(spec, Auto):
-        raise ValueError(f"features: Auto() chooses a map of raw observations; {env.name} has tabular states, so "
-                         "choose OneHot(), RadialBasis(...), TileCoding(...) or Custom(...)")
+        raise ValueError(
+            f"features: Auto() chooses a map of raw observations; {env.name} has tabular states, so "
+            "choose OneHot(), RadialBasis(...), TileCoding(...) or Custom(...)"
+        )
     if isinstance(spec, OneHot):
         return FeatureTable(table=None, one_hot=True, per_stage=False, num_features=s)
     if isinstance(spec, RadialBasis):
         table = _radial_basis(spec, grid_coordinates(env))
-        return FeatureTable(table=jnp.asarray(table, dtype), one_hot=False, per_stage=False, num_features=table.shape[1])
+        return FeatureTable(
+            table=jnp.asarray(table, dtype), one_hot=False, per_stage=False, num_features=table.shape[1]
+        )
     if isinstance(spec, TileCoding):
         table = _tile_coding(spec, grid_coordinates(env))
-        return FeatureTable(table=jnp.asarray(table, dtype), one_hot=False, per_stage=False, num_features=table.shape[1])
+        return FeatureTable(
+            table=jnp.asarray(table, dtype), one_hot=False, per_stage=False, num_features=table.shape[1]
+        )
     if isinstance(spec, Custom):
         stages = np.arange(env.horizon + 1) if spec.per_stage else np.zeros(1, dtype=np.int64)
         hh, ss = np.meshgrid(stages, np.arange(s), indexing="ij")
@@ -406,10 +421,7 @@ def build(spec: FeatureSpec, env, dtype=jnp.float32) -> FeatureTable:
         table = np.asarray(fn(jnp.asarray(hh, jnp.int32), jnp.asarray(ss, jnp.int32)))
         x = spec.num_features(env)
         if table.shape != (len(stages), s, x):
-            raise ValueError(
-                f"features.Custom: fn(h, s) must return shape (dim,) = ({x},), "
-                f"found {table.shape[2:]}"
-            )
+            raise ValueError(f"features.Custom: fn(h, s) must return shape (dim,) = ({x},), found {table.shape[2:]}")
         if not np.all(np.isfinite(table)):
             raise ValueError("features.Custom: fn returned non-finite values")
         table = table if spec.per_stage else table[0]

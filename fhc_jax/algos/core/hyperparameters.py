@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -51,8 +52,14 @@ class _Spec:
     description: str = ""
 
 
-def static(default: Any, *, low: int | None = None, choices: Sequence[str] | None = None,
-           types: tuple[type, ...] | None = None, description: str = "") -> Any:
+def static(
+    default: Any,
+    *,
+    low: int | None = None,
+    choices: Sequence[str] | None = None,
+    types: tuple[type, ...] | None = None,
+    description: str = "",
+) -> Any:
     """A static field: an integer >= ``low``, one of ``choices``, an instance of ``types``
     (described as ``description`` in errors), or a boolean (``default`` is a bool)."""
     if isinstance(default, bool):
@@ -66,14 +73,20 @@ def static(default: Any, *, low: int | None = None, choices: Sequence[str] | Non
     return dataclasses.field(default=default, metadata={_SPEC: spec})
 
 
-def numeric(default: float, *, low: float | None = None, high: float | str | None = None,
-            low_open: bool = False, high_open: bool = False) -> Any:
+def numeric(
+    default: float,
+    *,
+    low: float | None = None,
+    high: float | str | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> Any:
     """A numeric leaf in the interval from ``low`` to ``high`` (open ends with ``low_open`` /
     ``high_open``; ``high`` may name another numeric field of the same config)."""
     return dataclasses.field(default=default, metadata={_SPEC: _Spec(False, "real", low, high, low_open, high_open)})
 
 
-def schedule(default: "PowerSchedule") -> Any:
+def schedule(default: PowerSchedule) -> Any:
     """A :class:`PowerSchedule` leaf. A config's schedules, in declaration order, run from the
     fastest timescale to the slowest (Assumption 3 is checked in that order)."""
     return dataclasses.field(default=default, metadata={_SPEC: _Spec(False, "schedule")})
@@ -104,8 +117,9 @@ class EnvDefault:
         return self.tabular if tabular else self.non_tabular
 
 
-jax.tree_util.register_pytree_node(EnvDefault, lambda d: ((), (d.tabular, d.non_tabular)),
-                                   lambda aux, _: EnvDefault(*aux))
+jax.tree_util.register_pytree_node(
+    EnvDefault, lambda d: ((), (d.tabular, d.non_tabular)), lambda aux, _: EnvDefault(*aux)
+)
 
 
 def _with_fields(config: Any, changes: dict[str, Any]) -> Any:
@@ -126,8 +140,11 @@ def resolve_env_defaults(config: Any, tabular: bool) -> Any:
     """``config`` with every :class:`EnvDefault` field replaced by its value for an environment
     with (``tabular=True``) or without a tabular exact model (``fhc_jax.algos.core.paths.
     judged_exactly``); other fields unchanged (numeric leaves may be arrays or tracers)."""
-    changes = {f.name: v.resolve(tabular) for f in dataclasses.fields(config)
-               if isinstance(v := getattr(config, f.name), EnvDefault)}
+    changes = {
+        f.name: v.resolve(tabular)
+        for f in dataclasses.fields(config)
+        if isinstance(v := getattr(config, f.name), EnvDefault)
+    }
     return _with_fields(config, changes) if changes else config
 
 
@@ -151,8 +168,17 @@ def _fmt(arr: np.ndarray) -> str:
     return f"{float(arr):g}" if arr.ndim == 0 else str(arr.tolist())
 
 
-def check_interval(owner: str, name: str, value: Any, low: float | None = None, high: float | None = None,
-                   *, low_open: bool = False, high_open: bool = False, high_name: str | None = None) -> None:
+def check_interval(
+    owner: str,
+    name: str,
+    value: Any,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    high_name: str | None = None,
+) -> None:
     """Raise ``ValueError`` unless every element of ``value`` lies in the interval (a missing
     end is unbounded). Messages: "must be > 0", "must be >= 0", "must lie in [0, 1)", ...;
     ``high_name`` names the field the upper end comes from."""
@@ -313,8 +339,9 @@ def _validate_values(config: Any) -> None:
                 high_name, high = high, _real(own, high, getattr(config, high))
                 if high is None:
                     continue
-            check_interval(own, name, v, spec.low, high, low_open=spec.low_open, high_open=spec.high_open,
-                           high_name=high_name)
+            check_interval(
+                own, name, v, spec.low, high, low_open=spec.low_open, high_open=spec.high_open, high_name=high_name
+            )
     if schedules:
         check_schedules(own, schedules, getattr(config, "check_step_sizes", True))
 
@@ -339,7 +366,9 @@ def hyperparameters(cls: type) -> type:
     cls.__post_init__ = __post_init__
     cls.replace = replace
     cls = dataclasses.dataclass(frozen=True)(cls)
-    statics = [f.name for f in dataclasses.fields(cls) if f.metadata.get(_SPEC) is not None and f.metadata[_SPEC].static]
+    statics = [
+        f.name for f in dataclasses.fields(cls) if f.metadata.get(_SPEC) is not None and f.metadata[_SPEC].static
+    ]
     return _pytree_dataclass(cls, statics)
 
 
@@ -361,18 +390,22 @@ def stack(configs: Sequence[Any], env: Any = None) -> Any:
     if not configs:
         raise ValueError("stack: expected at least one config, found none")
     if env is not None:
-        configs = [resolve_env_defaults(c, judged_exactly(env)) if dataclasses.is_dataclass(c) else c
-                   for c in configs]
+        configs = [resolve_env_defaults(c, judged_exactly(env)) if dataclasses.is_dataclass(c) else c for c in configs]
     treedef = jax.tree.structure(configs[0])
     for i, c in enumerate(configs[1:], 1):
         if jax.tree.structure(c) != treedef:
-            mixed = [f.name for f in dataclasses.fields(c) if dataclasses.is_dataclass(configs[0])
-                     and isinstance(getattr(c, f.name), EnvDefault) != isinstance(getattr(configs[0], f.name), EnvDefault)]
+            mixed = [
+                f.name
+                for f in dataclasses.fields(c)
+                if dataclasses.is_dataclass(configs[0])
+                and isinstance(getattr(c, f.name), EnvDefault) != isinstance(getattr(configs[0], f.name), EnvDefault)
+            ]
             if mixed:
                 raise ValueError(
                     f"stack: config {i} and config 0 differ in whether {mixed[0]} is set: one keeps its "
                     "environment-dependent default (EnvDefault), the other sets a value; pass the environment, "
-                    "stack(configs, env=env), to resolve the defaults for it, or set the field in every config")
+                    "stack(configs, env=env), to resolve the defaults for it, or set the field in every config"
+                )
             raise ValueError(
                 f"stack: config {i} differs from config 0 in a static field (static fields set "
                 "shapes and cannot be vmapped); only numeric hyperparameters may differ"
@@ -397,8 +430,14 @@ def resolve_hyperparameters(config: Any, hparams: Any | None, batch_shape: tuple
         # a default left unset in hparams takes the value config has for this environment
         statics = getattr(type(config), "_static_fields", ())
         value = lambda name, v: v if not batch_shape or name in statics else np.full(batch_shape, v, np.float32)
-        hparams = _with_fields(hparams, {f.name: value(f.name, getattr(config, f.name)) for f in dataclasses.fields(hparams)
-                                         if isinstance(getattr(hparams, f.name), EnvDefault)})
+        hparams = _with_fields(
+            hparams,
+            {
+                f.name: value(f.name, getattr(config, f.name))
+                for f in dataclasses.fields(hparams)
+                if isinstance(getattr(hparams, f.name), EnvDefault)
+            },
+        )
     if jax.tree.structure(hparams) != jax.tree.structure(config):
         statics = ", ".join(type(config)._static_fields)
         raise ValueError(

@@ -40,7 +40,8 @@ has the paper's equilibria.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -150,8 +151,10 @@ def _check_init(owner: str, num_constraints: Any, initial: Any, bound: Any) -> N
     check_interval(owner, "initial", initial, 0.0)
     if not isinstance(initial, jax.core.Tracer) and not isinstance(bound, jax.core.Tracer):
         if np.any(np.asarray(initial) > np.asarray(bound)):
-            raise ValueError(f"{owner}.initial must lie in [0, bound = {np.asarray(bound).tolist()}], found "
-                             f"{np.asarray(initial).tolist()}")
+            raise ValueError(
+                f"{owner}.initial must lie in [0, bound = {np.asarray(bound).tolist()}], found "
+                f"{np.asarray(initial).tolist()}"
+            )
 
 
 def _check_update(owner: str, state: MultiplierState, violation: Any, costs: Any, needs_costs: bool) -> None:
@@ -160,11 +163,15 @@ def _check_update(owner: str, state: MultiplierState, violation: Any, costs: Any
         raise ValueError(f"{owner}.update: state must be the MultiplierState from init, found {type(state).__name__}")
     m = state.integral.shape
     if jnp.shape(violation) != m:
-        raise ValueError(f"{owner}.update: violation must have shape {m} (one entry per constraint, as init), "
-                         f"found {jnp.shape(violation)}")
+        raise ValueError(
+            f"{owner}.update: violation must have shape {m} (one entry per constraint, as init), "
+            f"found {jnp.shape(violation)}"
+        )
     if needs_costs and costs is None:
-        raise ValueError(f"{owner}.update: the derivative term (kd) needs the batch's mean episode costs: "
-                         "update(state, violation, costs)")
+        raise ValueError(
+            f"{owner}.update: the derivative term (kd) needs the batch's mean episode costs: "
+            "update(state, violation, costs)"
+        )
     if costs is not None and jnp.shape(costs) != m:
         raise ValueError(f"{owner}.update: costs must have shape {m}, found {jnp.shape(costs)}")
 
@@ -181,8 +188,16 @@ def _state(num_constraints: int, initial: Array, delay: int = 1, optimizer: Any 
     )
 
 
-def pid(bound: Array, kp: Array, ki: Array, kd: Array | None = None, *, p_ema: Array | None = None,
-        d_ema: Array = 0.0, delay: int = 1) -> MultiplierUpdate:
+def pid(
+    bound: Array,
+    kp: Array,
+    ki: Array,
+    kd: Array | None = None,
+    *,
+    p_ema: Array | None = None,
+    d_ema: Array = 0.0,
+    delay: int = 1,
+) -> MultiplierUpdate:
     """PID-Lagrangian (module docstring). ``ki`` may be a schedule value c(n) computed by the
     caller; ``kd = None`` drops the derivative term (and its state updates) and
     ``p_ema = None`` uses the raw violation as P.
@@ -216,8 +231,13 @@ def pid(bound: Array, kp: Array, ki: Array, kd: Array | None = None, *, p_ema: A
             slot = jnp.mod(state.count, history.shape[0])
             nu = nu + kd * jnp.maximum(0.0, cost_ema - history[slot])
             history = history.at[slot].set(cost_ema)
-        new = state.replace(integral=integral, error_ema=error if p_ema is not None else state.error_ema,
-                            cost_ema=cost_ema, history=history, count=state.count + 1)
+        new = state.replace(
+            integral=integral,
+            error_ema=error if p_ema is not None else state.error_ema,
+            cost_ema=cost_ema,
+            history=history,
+            count=state.count + 1,
+        )
         return project(nu, bound), new
 
     return MultiplierUpdate(init, update)
@@ -258,9 +278,18 @@ def three_timescale_law(paper: bool, step_size: Array, bound: Array, gain: Array
     return projected_gradient(step_size, bound, 0.0 if paper else gain)
 
 
-def three_timescale_step(state: MultiplierState, critic_estimate: Array, episode_costs: Array, thresholds: Array,
-                         units: Array, paper: bool, step_size: Array, bound: Array, gain: Array,
-                         estimate_episodes: int) -> tuple[Array, MultiplierState, Array]:
+def three_timescale_step(
+    state: MultiplierState,
+    critic_estimate: Array,
+    episode_costs: Array,
+    thresholds: Array,
+    units: Array,
+    paper: bool,
+    step_size: Array,
+    bound: Array,
+    gain: Array,
+    estimate_episodes: int,
+) -> tuple[Array, MultiplierState, Array]:
     """One step of FH- and NN-Constrained's multipliers (algo7), nu = -lambda in [0, bound].
 
     The paper variant moves nu_I by c(n) times the constraint critics' estimate of the cost
@@ -280,6 +309,9 @@ def three_timescale_step(state: MultiplierState, critic_estimate: Array, episode
     if paper:
         violation, critic_costs = critic_estimate / units, critic_estimate + thresholds
     else:
-        violation, critic_costs = relative_violation(episode_costs, thresholds, units, estimate_episodes), critic_estimate
+        violation, critic_costs = (
+            relative_violation(episode_costs, thresholds, units, estimate_episodes),
+            critic_estimate,
+        )
     nu, state = three_timescale_law(paper, step_size, bound, gain).update(state, violation)
     return nu, state, critic_costs

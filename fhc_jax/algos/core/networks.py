@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -93,16 +94,22 @@ class NetworkSpec:
     initial_log_std: float = math.log(0.5)
 
     @classmethod
-    def of(cls, config: Any, **changes: Any) -> "NetworkSpec":
+    def of(cls, config: Any, **changes: Any) -> NetworkSpec:
         """The spec of a neural learner's ``config`` (its ``observation``, ``width``,
         ``depth``, ``activation``, ``log_std``, ``initial_log_std`` and, where it has one,
         ``normalize_inputs``), with ``changes`` (e.g. the resolved ``observation``) applied."""
-        fields = dict(observation=config.observation, width=config.width, depth=config.depth,
-                      activation=config.activation, normalize_inputs=getattr(config, "normalize_inputs", False),
-                      log_std=config.log_std, initial_log_std=config.initial_log_std)
+        fields = dict(
+            observation=config.observation,
+            width=config.width,
+            depth=config.depth,
+            activation=config.activation,
+            normalize_inputs=getattr(config, "normalize_inputs", False),
+            log_std=config.log_std,
+            initial_log_std=config.initial_log_std,
+        )
         return cls(**{**fields, **changes})
 
-    def replace(self, **changes: Any) -> "NetworkSpec":
+    def replace(self, **changes: Any) -> NetworkSpec:
         """A copy with ``changes`` (field name -> value)."""
         return dataclasses.replace(self, **changes)
 
@@ -208,8 +215,9 @@ def mlp_columns(module: MLP, params: Any, h: Array) -> Array:
         if i < module.depth:
             h = act(h)
     if module.free_outputs:
-        h = jnp.concatenate([h, jnp.broadcast_to(p["free"][:, :, None], (h.shape[0], module.free_outputs, h.shape[2]))],
-                            axis=1)
+        h = jnp.concatenate(
+            [h, jnp.broadcast_to(p["free"][:, :, None], (h.shape[0], module.free_outputs, h.shape[2]))], axis=1
+        )
     return h
 
 

@@ -37,8 +37,10 @@ def takes_sampled_path(name: str, env, path: str) -> bool:
         ValueError: ``path="tabular"`` without a tabular exact model.
     """
     if path == "tabular" and not judged_exactly(env):
-        raise ValueError(f"{name}: Config.path = 'tabular' needs a tabular exact model, which "
-                         f"{env.name} does not declare (use path = 'auto' or 'sampled')")
+        raise ValueError(
+            f"{name}: Config.path = 'tabular' needs a tabular exact model, which "
+            f"{env.name} does not declare (use path = 'auto' or 'sampled')"
+        )
     return path == "sampled" or (path == "auto" and not judged_exactly(env))
 
 
@@ -52,10 +54,14 @@ def resolve_path(name: str, env, path: str, observation: str) -> bool:
     """
     sampled = takes_sampled_path(name, env, path)
     if sampled and observation not in ENV_OBSERVATIONS:
-        raise ValueError(f"{name}: Config.observation must be one of 'env', 'env_t' for {env.name} "
-                         f"on the sampled path, found {observation!r}")
+        raise ValueError(
+            f"{name}: Config.observation must be one of 'env', 'env_t' for {env.name} "
+            f"on the sampled path, found {observation!r}"
+        )
     if (sampled or observation in ENV_OBSERVATIONS) and len(env.observation_shape) != 1:
-        raise ValueError(f"{name}: Config.observation = {observation!r}: the networks take flat observations, but "
-                         f"{env.name}'s have shape {tuple(env.observation_shape)}; flatten them in the "
-                         "environment")
+        raise ValueError(
+            f"{name}: Config.observation = {observation!r}: the networks take flat observations, but "
+            f"{env.name}'s have shape {tuple(env.observation_shape)}; flatten them in the "
+            "environment"
+        )
     return sampled

@@ -30,7 +30,8 @@ encoder it declares but does not use, none).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -162,28 +163,37 @@ class SoftmaxPolicy:
     def _abstract_logits(self, observation: Any, h: Array) -> jax.ShapeDtypeStruct:
         abstract = jax.eval_shape(self.logits_fn, observation, h)
         if len(abstract.shape) != 1:
-            raise ValueError(f"softmax_policy: logits_fn returns logits of shape {tuple(abstract.shape)}; expected "
-                             "(A,), one logit per action (flatten them, e.g. .reshape(-1))")
+            raise ValueError(
+                f"softmax_policy: logits_fn returns logits of shape {tuple(abstract.shape)}; expected "
+                "(A,), one logit per action (flatten them, e.g. .reshape(-1))"
+            )
         return abstract
 
     def check_actions(self, env, observation: Any, h: Array) -> None:
         """Refuse, while tracing, logits whose length is not ``env``'s A (or an environment
         with box actions)."""
         if env.has_box_actions:
-            raise ValueError(f"softmax_policy draws discrete actions; {env.name} has box actions "
-                             f"{env.action_space}: use a Gaussian policy")
+            raise ValueError(
+                f"softmax_policy draws discrete actions; {env.name} has box actions "
+                f"{env.action_space}: use a Gaussian policy"
+            )
         shape = self.logits_shape(observation, h)
         if shape != (env.action_space.n,):
-            raise ValueError(f"softmax_policy: logits_fn returns logits of shape {shape}; {env.name} has "
-                             f"A = {env.action_space.n} actions: expected shape ({env.action_space.n},)")
+            raise ValueError(
+                f"softmax_policy: logits_fn returns logits of shape {shape}; {env.name} has "
+                f"A = {env.action_space.n} actions: expected shape ({env.action_space.n},)"
+            )
 
     def logits(self, observation: Any, h: Array) -> Array:
         """``logits_fn(observation, h)``, (A,), computed inside a ``lax.cond`` on ``h >= 0``
         (always true): XLA never fuses across a conditional, so the logits are computed once
         per step as their own kernels instead of being recomputed inside each consumer."""
         shape = self._abstract_logits(observation, h)
-        return jax.lax.cond(jnp.asarray(h) >= 0, lambda: jnp.asarray(self.logits_fn(observation, h)),
-                            lambda: jnp.zeros(shape.shape, shape.dtype))
+        return jax.lax.cond(
+            jnp.asarray(h) >= 0,
+            lambda: jnp.asarray(self.logits_fn(observation, h)),
+            lambda: jnp.zeros(shape.shape, shape.dtype),
+        )
 
     def action_from_uniform(self, u: Array, observation: Any, h: Array) -> Array:
         """The action for uniform ``u`` in [0, 1) (:func:`softmax_inverse_cdf`), int32; or
@@ -275,8 +285,9 @@ class StateSoftmaxTable:
         """Refuse an environment of another (H, A, S) while tracing."""
         expected = (env.horizon, env.action_space.n, env.num_states)
         if tuple(self.cumulative.shape) != expected:
-            raise ValueError(f"softmax_policy: tabulated for (H, A, S) = {tuple(self.cumulative.shape)}, "
-                             f"{env.name} has {expected}")
+            raise ValueError(
+                f"softmax_policy: tabulated for (H, A, S) = {tuple(self.cumulative.shape)}, {env.name} has {expected}"
+            )
 
     def table_check(self) -> tuple[Array, Callable[[tuple[int, ...]], str]]:
         """(status [bad, h, s] int32, describe): whether some (stage, state) row's logits
@@ -287,9 +298,14 @@ class StateSoftmaxTable:
         bad = jnp.logical_not(valid).reshape(-1)
         first = jnp.argmax(bad).astype(jnp.int32)
         status = jnp.stack([jnp.any(bad).astype(jnp.int32), first // num_states, first % num_states])
-        return status, lambda v: (f"softmax_policy has no valid action at stage {v[1]}, state {v[2]}: its logits are "
-                                  "NaN or all -inf (checked at every state: the rollout plays the policy from its "
-                                  "table over states)")
+        return (
+            status,
+            lambda v: (
+                f"softmax_policy has no valid action at stage {v[1]}, state {v[2]}: its logits are "
+                "NaN or all -inf (checked at every state: the rollout plays the policy from its "
+                "table over states)"
+            ),
+        )
 
     def action_from_state(self, u: Array, index: Array, h: Array) -> Array:
         """The action for uniform ``u`` at state index ``index`` of stage ``h``: the
@@ -326,7 +342,9 @@ def softmax_policy(logits_fn: Callable[[Array, Array], Array]) -> SoftmaxPolicy:
         traj = jax.jit(lambda k: fhc.rollout(k, env, params, policy, 4096))(key)
     """
     if not callable(logits_fn):
-        raise ValueError(f"softmax_policy: logits_fn must be a function (observation, h) -> (A,) logits, found {logits_fn!r}")
+        raise ValueError(
+            f"softmax_policy: logits_fn must be a function (observation, h) -> (A,) logits, found {logits_fn!r}"
+        )
     return SoftmaxPolicy(logits_fn)
 
 
@@ -343,8 +361,10 @@ def observation_to_index(env) -> Callable[[Array], Array]:
     """
     name = env.encoder.name
     if not env.observes_by_encoder:
-        raise ValueError(f"policy: cannot recover the state index from {env.name}'s observations: it computes its "
-                         f"own (it overrides observation()), so its encoder {name!r} does not describe them")
+        raise ValueError(
+            f"policy: cannot recover the state index from {env.name}'s observations: it computes its "
+            f"own (it overrides observation()), so its encoder {name!r} does not describe them"
+        )
     if name == "index":
         return lambda obs: jnp.asarray(obs, jnp.int32)
     if name == "one_hot":
@@ -400,8 +420,9 @@ class TablePolicy:
         expected = (env.horizon, env.num_states, env.action_space.n) if env.is_tabular else None
         if tuple(self.cdf.shape) != expected:
             have = f"(H, S, A) = {expected}" if expected else "no tabular states"
-            raise ValueError(f"table_policy: the table has shape (H, S, A) = {tuple(self.cdf.shape)}; {env.name} has "
-                             f"{have}")
+            raise ValueError(
+                f"table_policy: the table has shape (H, S, A) = {tuple(self.cdf.shape)}; {env.name} has {have}"
+            )
 
     def table_check(self) -> tuple[Array, Callable[[tuple[int, ...]], str]] | None:
         """None for a table checked at construction; else (status [bad, h, s] int32,
@@ -414,8 +435,10 @@ class TablePolicy:
         bad = (decreasing | jnp.logical_not(cdf[..., -1] > 0) | jnp.any(jnp.isnan(cdf), axis=-1)).reshape(-1)
         first = jnp.argmax(bad).astype(jnp.int32)
         status = jnp.stack([jnp.any(bad).astype(jnp.int32), first // num_states, first % num_states])
-        return status, lambda v: (f"table_policy: row table[{v[1]}, {v[2]}] has NaN or negative weights or no "
-                                  "positive weight")
+        return (
+            status,
+            lambda v: f"table_policy: row table[{v[1]}, {v[2]}] has NaN or negative weights or no positive weight",
+        )
 
     def action_from_state(self, u: Array, index: Array, h: Array) -> Array:
         """Inverse-CDF draw from row (h, ``index``) of the table for uniform ``u``, int32."""
@@ -430,9 +453,11 @@ class TablePolicy:
             ValueError: ``index`` is not an integer scalar (e.g. an observation).
         """
         if not jnp.issubdtype(jnp.result_type(index), jnp.integer) or jnp.shape(index) != ():
-            raise ValueError(f"table_policy plays from the tabular state index: call it with env.state_index(state) "
-                             f"(an integer scalar), not an observation (found {jnp.result_type(index)} of shape "
-                             f"{tuple(jnp.shape(index))}); fhc_jax.rollout passes the index itself")
+            raise ValueError(
+                f"table_policy plays from the tabular state index: call it with env.state_index(state) "
+                f"(an integer scalar), not an observation (found {jnp.result_type(index)} of shape "
+                f"{tuple(jnp.shape(index))}); fhc_jax.rollout passes the index itself"
+            )
         return self.action_from_state(jax.random.uniform(key, (), jnp.float32), index, h)
 
 
@@ -459,8 +484,10 @@ def table_policy(table: Array, env) -> TablePolicy:
             a concrete table) negative or non-finite weights or a row without positive weight.
     """
     if not env.is_tabular:
-        raise ValueError(f"table_policy: {env.name} has no tabular states (is_tabular); "
-                         "use softmax_policy with logits of the observation")
+        raise ValueError(
+            f"table_policy: {env.name} has no tabular states (is_tabular); "
+            "use softmax_policy with logits of the observation"
+        )
     expected = (env.horizon, env.num_states, env.action_space.n)
     if tuple(jnp.shape(table)) != expected:
         raise ValueError(f"table_policy: table must have shape (H, S, A) = {expected}, found {tuple(jnp.shape(table))}")

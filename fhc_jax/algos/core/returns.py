@@ -72,7 +72,7 @@ def finite_horizon_gae(rewards: Array, values: Array, gamma: Array = 1.0, lam: A
     return returns - values[:-1], returns
 
 
-def advantages_and_targets(batch: "Batch", values: Array, gamma: Array, lam: Array) -> tuple[Array, Array]:
+def advantages_and_targets(batch: Batch, values: Array, gamma: Array, lam: Array) -> tuple[Array, Array]:
     """GAE for reward and costs over the fixed horizon, the exact terminal signals as V_H:
     ``values`` (H, K, 1+M) are V at s_0..s_{H-1}, channels [V_r, V_c^(1..M)]; returns
     (advantages, critic targets R_h = A_h + V_h), both (H, K, 1+M)."""
@@ -81,8 +81,13 @@ def advantages_and_targets(batch: "Batch", values: Array, gamma: Array, lam: Arr
     return finite_horizon_gae(signals, jnp.concatenate([values, terminal[None]], axis=0), gamma, lam)
 
 
-def visit_averaged_advantages(count_sa: Array, total_sa: Array, count_s: Array | None = None,
-                              total_s: Array | None = None, baseline_samples: int = 1) -> Array:
+def visit_averaged_advantages(
+    count_sa: Array,
+    total_sa: Array,
+    count_s: Array | None = None,
+    total_s: Array | None = None,
+    baseline_samples: int = 1,
+) -> Array:
     """Per-cell advantage estimates from a batch scattered into (stage, state, action) cells:
     A_hat_h(s, a) = (mean of the samples' advantage signals that took a in s at stage h) -
     (mean over all samples in (h, s), :func:`state_baseline`); 0 for actions not taken and
@@ -112,8 +117,9 @@ def state_baseline(count_s: Array, total_s: Array, min_samples: int = 1) -> Arra
     return jnp.where(count_s >= min_samples, total_s / jnp.maximum(count_s, 1.0), 0.0)
 
 
-def lagrangian_targets(batch: "Batch", values: Array, multipliers: Array, thresholds: Array, paper: bool,
-                       trace: Array) -> Array:
+def lagrangian_targets(
+    batch: Batch, values: Array, multipliers: Array, thresholds: Array, paper: bool, trace: Array
+) -> Array:
     """Critic targets of the constrained actor-critics (FH- and NN-Constrained) in C = 1 + M
     channels: the Lagrangian channel c_h = r_h - nu . g_h, c_H = r_H - nu . g~_H, and the
     constraint channels g_h^(k), g~_H^(k), where g~_H = g_H - alpha in the paper's form (its
@@ -136,7 +142,7 @@ def lagrangian_targets(batch: "Batch", values: Array, multipliers: Array, thresh
     return jnp.concatenate([targets, terminal[None]], axis=0)
 
 
-def lagrangian_terminal(batch: "Batch", multipliers: Array, thresholds: Array, paper: bool) -> Array:
+def lagrangian_terminal(batch: Batch, multipliers: Array, thresholds: Array, paper: bool) -> Array:
     """The terminal signals of :func:`lagrangian_targets`' C = 1 + M channels, (K, C):
     r_H - nu . g~_H, then g~_H^(k) (g~_H = g_H - alpha in the paper's form, else g_H)."""
     term_cost = batch.terminal_costs - thresholds if paper else batch.terminal_costs

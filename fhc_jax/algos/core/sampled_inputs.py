@@ -21,6 +21,7 @@ from fhc_jax.rollout import random_policy, rollout
 
 Array = jax.Array
 
+
 def with_stage(x: Array, h: Array, horizon: int) -> Array:
     """Observations x (..., D) with the stage h / H appended, (..., D + 1) float32 (``h``
     broadcasts against ``x.shape[:-1]``)."""
@@ -47,7 +48,8 @@ def critic_value_scale(env, params, num_episodes: int = 64) -> np.ndarray:
     uniform policy meet (fixed key; 1 for a signal never seen nonzero), on any environment (the
     learner's own observations, never the exact model)."""
     traj = jax.jit(rollout, static_argnums=(1, 3, 4))(
-        jax.random.key(EVALUATION_KEY), env, params, random_policy(env), num_episodes)
+        jax.random.key(EVALUATION_KEY), env, params, random_policy(env), num_episodes
+    )
     stage = np.concatenate([np.asarray(traj.rewards)[..., None], np.asarray(traj.costs)], axis=-1)  # (N, H, 1+M)
     terminal = np.concatenate([np.asarray(traj.terminal_rewards)[:, None], np.asarray(traj.terminal_costs)], axis=-1)
     bound = env.horizon * np.max(np.abs(stage), axis=(0, 1)) + np.max(np.abs(terminal), axis=0)
@@ -61,7 +63,8 @@ def observation_sample_by_stage(env, params, num_episodes: int = 64) -> np.ndarr
     as ``params`` are concrete)."""
     with jax.ensure_compile_time_eval():
         traj = jax.jit(rollout, static_argnums=(1, 3, 4))(
-            jax.random.key(EVALUATION_KEY), env, params, random_policy(env), num_episodes)
+            jax.random.key(EVALUATION_KEY), env, params, random_policy(env), num_episodes
+        )
         return np.asarray(jnp.concatenate([traj.observations, traj.final_observations[:, None]], axis=1), np.float32)
 
 

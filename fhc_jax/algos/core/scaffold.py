@@ -18,8 +18,9 @@ key is split once per iteration into the next loop key, the rollout key and the 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +28,12 @@ import numpy as np
 from flax import struct
 
 from fhc_jax.algos.core import multipliers as multiplier_laws
-from fhc_jax.algos.core.evaluation import EvaluationMetrics, monte_carlo_evaluator, observation_policy, scan_with_evaluation
+from fhc_jax.algos.core.evaluation import (
+    EvaluationMetrics,
+    monte_carlo_evaluator,
+    observation_policy,
+    scan_with_evaluation,
+)
 from fhc_jax.algos.core.hyperparameters import resolve_env_defaults, resolve_hyperparameters
 from fhc_jax.algos.core.networks import NetworkSpec
 from fhc_jax.algos.core.paths import judged_exactly
@@ -70,8 +76,6 @@ class NetworkState(StampedState):
     """
 
     network: NetworkSpec = struct.field(pytree_node=False, kw_only=True)
-
-
 
 
 @struct.dataclass
@@ -152,9 +156,9 @@ def run(learner: Learner, key: Array, hparams: Any | None = None) -> tuple[Carry
     """
     cfg = learner.resolve(hparams)
     carry = learner.init(key, cfg)
-    return scan_with_evaluation(lambda c, _: learner.step(c, cfg), carry, cfg.num_iterations, cfg.eval_every,
-                                learner.evaluate, learner.mark)
-
+    return scan_with_evaluation(
+        lambda c, _: learner.step(c, cfg), carry, cfg.num_iterations, cfg.eval_every, learner.evaluate, learner.mark
+    )
 
 
 @struct.dataclass
@@ -234,9 +238,6 @@ class Algorithm:
     play_env: Callable[[Any, Any, Any], tuple[Any, Any]] | None = None
 
 
-
-
-
 def _check(algo: Algorithm, env, params: Any, config: Any) -> None:
     if not isinstance(config, algo.config_type):
         raise ValueError(f"make_train: config must be a {algo.name}.Config, found {type(config).__name__}")
@@ -248,15 +249,13 @@ def _check(algo: Algorithm, env, params: Any, config: Any) -> None:
         raise ValueError(
             f"{algo.name} takes discrete actions only (a softmax policy over a finite action set), but "
             f"{env.name} has continuous (box) actions; use a learner with Gaussian policies "
-            "(nn_constrained, ecop, ppo_lagrangian, cpo, saute) or a discrete version of the environment")
+            "(nn_constrained, ecop, ppo_lagrangian, cpo, saute) or a discrete version of the environment"
+        )
     if not judged_exactly(env) and algo.observation_outputs is None:
         raise ValueError(
             f"{algo.name}: {env.name} declares no tabular exact model (is_tabular and "
             f"has_exact_model), and {algo.name} trains only on such environments"
         )
-
-
-
 
 
 def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
@@ -287,8 +286,12 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
     signature = environment_signature(env)  # stamped on every train state (check_train_state)
     setup = algo.setup(train_env, params, config)
     scale_c = np.asarray(scale_c, np.float32)
-    unscale = {"reward": scale_r, "costs": jnp.asarray(scale_c), "critic_costs": jnp.asarray(scale_c),
-               "multipliers": jnp.asarray(scale_r / scale_c, jnp.float32)}
+    unscale = {
+        "reward": scale_r,
+        "costs": jnp.asarray(scale_c),
+        "critic_costs": jnp.asarray(scale_c),
+        "multipliers": jnp.asarray(scale_r / scale_c, jnp.float32),
+    }
     thresholds = np.asarray(env.thresholds(params), np.float32).reshape(-1)
     train_thresholds = thresholds / scale_c  # alpha in training units, (M,)
     train_units = np.asarray(multiplier_laws.violation_units(train_thresholds, env.horizon))
@@ -305,9 +308,14 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
         k_init, k_loop = jax.random.split(key)
         state = algo.init(k_init, setup, cfg).replace(trained_on=signature)
         m = thresholds.shape[0]
-        selection = Selection(state=state, iteration=jnp.asarray(-1, jnp.int32), reward=jnp.asarray(-jnp.inf),
-                              costs=jnp.full((m,), jnp.inf), upper=jnp.full((m,), jnp.inf),
-                              feasible=jnp.asarray(False))
+        selection = Selection(
+            state=state,
+            iteration=jnp.asarray(-1, jnp.int32),
+            reward=jnp.asarray(-jnp.inf),
+            costs=jnp.full((m,), jnp.inf),
+            upper=jnp.full((m,), jnp.inf),
+            feasible=jnp.asarray(False),
+        )
         return Carry(state=state, key=k_loop, selection=selection)
 
     def step_fn(carry: Carry, cfg: Any) -> tuple[Carry, dict[str, Array]]:
@@ -331,6 +339,7 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
             poison = jnp.where(jnp.all(jnp.isfinite(table)), 0.0, jnp.nan)  # a diverged table has no estimate
             return batch.episode_rewards + poison, batch.episode_costs + poison
     else:
+
         def episodes(state: Any) -> tuple[Array, Array]:
             act = observation_policy(partial(algo.observation_outputs, state, setup), head)
             returns = rollout_returns(selection_key(), train_env, params, act, config.eval_episodes)
@@ -338,8 +347,11 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
 
     def mark_fn(carry: Carry) -> Carry:
         rewards, costs = episodes(carry.state)  # training units
-        return carry.replace(selection=offer(carry.selection, carry.state, _updates_done(carry.state), rewards, costs,
-                                             train_thresholds, train_units))
+        return carry.replace(
+            selection=offer(
+                carry.selection, carry.state, _updates_done(carry.state), rewards, costs, train_thresholds, train_units
+            )
+        )
 
     if exact:
         cmdp = env.to_cmdp(params)
@@ -356,9 +368,18 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
         evaluate_fn = lambda carry: monte_carlo(partial(algo.observation_outputs, carry.state, setup))
         verify_fn = lambda carry: (carry.selection.feasible, carry.selection.upper * scale_c)
 
-    return Learner(config=config, init=init_fn, step=step_fn, mark=mark_fn, evaluate=evaluate_fn, verify=verify_fn,
-                   policy_table=table_fn if exact else None, thresholds=thresholds, violation_units=units,
-                   multiplier_units=np.asarray(scale_r / scale_c, np.float32))
+    return Learner(
+        config=config,
+        init=init_fn,
+        step=step_fn,
+        mark=mark_fn,
+        evaluate=evaluate_fn,
+        verify=verify_fn,
+        policy_table=table_fn if exact else None,
+        thresholds=thresholds,
+        violation_units=units,
+        multiplier_units=np.asarray(scale_r / scale_c, np.float32),
+    )
 
 
 def _updates_done(train_state: Any) -> Array:
@@ -369,8 +390,15 @@ def _updates_done(train_state: Any) -> Array:
 def run_status(learner: Learner, carry: Carry, metrics: dict[str, Array]) -> Status:
     """:func:`constraint_status` of a run from its final carry and per-iteration metrics."""
     met, costs = learner.verify(carry)
-    return constraint_status(metrics["multipliers"], metrics["costs"], learner.thresholds, learner.violation_units,
-                             learner.multiplier_units, met, costs)
+    return constraint_status(
+        metrics["multipliers"],
+        metrics["costs"],
+        learner.thresholds,
+        learner.violation_units,
+        learner.multiplier_units,
+        met,
+        costs,
+    )
 
 
 def make_train(algo: Algorithm, env, params, config: Any) -> Callable[..., TrainResult]:
@@ -389,9 +417,13 @@ def make_train(algo: Algorithm, env, params, config: Any) -> Callable[..., Train
 
     def train(key: Array, hparams: Any | None = None) -> TrainResult:
         carry, metrics, evaluations = run(learner, key, hparams)
-        return TrainResult(state=carry.selection.state, final_state=carry.state,
-                           metrics=algo.metrics_type(evaluation=evaluations, **metrics), selection=carry.selection,
-                           status=run_status(learner, carry, metrics))
+        return TrainResult(
+            state=carry.selection.state,
+            final_state=carry.state,
+            metrics=algo.metrics_type(evaluation=evaluations, **metrics),
+            selection=carry.selection,
+            status=run_status(learner, carry, metrics),
+        )
 
     return train
 
@@ -419,16 +451,20 @@ def check_train_state(algo: Algorithm, train_state: Any, env, where: str) -> Non
     if owner != mine:
         other = owner.rsplit(".", 1)[-1]
         hint = f"; use fhc_jax.algos.{other}.{where}" if owner.startswith("fhc_jax.algos.") else ""
-        raise ValueError(f"{algo.name}.{where}: the train state is a {owner}.{type(train_state).__name__}, "
-                         f"not a {mine}.TrainState{hint}")
+        raise ValueError(
+            f"{algo.name}.{where}: the train state is a {owner}.{type(train_state).__name__}, "
+            f"not a {mine}.TrainState{hint}"
+        )
     trained = getattr(train_state, "trained_on", None)
     if trained is None:  # a state built outside make_learner (e.g. by the learner's own init)
         return
     now = environment_signature(env)
     for name, was, is_ in zip(_SIGNATURE_NAMES, trained, now):
         if was is not None and is_ is not None and was != is_:
-            raise ValueError(f"{algo.name}.{where}: the train state was trained on an environment with {name} = "
-                             f"{was}, {env.name} has {is_}: pass the environment (and params) it was trained on")
+            raise ValueError(
+                f"{algo.name}.{where}: the train state was trained on an environment with {name} = "
+                f"{was}, {env.name} has {is_}: pass the environment (and params) it was trained on"
+            )
 
 
 def policy_table(algo: Algorithm, train_state: Any, env, params: Any = None) -> Array:
@@ -437,8 +473,10 @@ def policy_table(algo: Algorithm, train_state: Any, env, params: Any = None) -> 
     rebuild the policy is in the train state (its static fields), so no config is passed."""
     check_train_state(algo, train_state, env, "policy_table")
     if not env.is_tabular:
-        raise ValueError(f"{algo.name}.policy_table: {env.name} has no tabular states to tabulate the policy over; "
-                         f"use {algo.name}.policy(train_state, env, params) with fhc_jax.rollout_returns")
+        raise ValueError(
+            f"{algo.name}.policy_table: {env.name} has no tabular states to tabulate the policy over; "
+            f"use {algo.name}.policy(train_state, env, params) with fhc_jax.rollout_returns"
+        )
     params = env.default_params if params is None else params
     setup = algo.policy_setup(env, params, train_state)
     fn = lambda st: jax.nn.softmax(algo.table_logits(st, setup), axis=-1)

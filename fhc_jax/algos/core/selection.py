@@ -26,8 +26,17 @@ from fhc_jax.algos.core.multipliers import UPPER_BOUND_Z, upper_bound_excess
 
 Array = jax.Array
 
-__all__ = ["MIN_TREND_POINTS", "TREND_TOLERANCE", "UPPER_BOUND_Z", "Selection", "Status", "constraint_status",
-           "describe_status", "offer", "selection_key"]
+__all__ = [
+    "MIN_TREND_POINTS",
+    "TREND_TOLERANCE",
+    "UPPER_BOUND_Z",
+    "Selection",
+    "Status",
+    "constraint_status",
+    "describe_status",
+    "offer",
+    "selection_key",
+]
 
 
 def selection_key() -> Array:
@@ -66,8 +75,15 @@ class Selection:
     feasible: Array
 
 
-def offer(selection: Selection, state: Any, iteration: Array, rewards: Array, costs: Array, thresholds: Any,
-          violation_units: Any) -> Selection:
+def offer(
+    selection: Selection,
+    state: Any,
+    iteration: Array,
+    rewards: Array,
+    costs: Array,
+    thresholds: Any,
+    violation_units: Any,
+) -> Selection:
     """The :class:`Selection` after offering one candidate, ``state``, estimated from its
     episodes' totals (traceable; everything in training units).
 
@@ -88,10 +104,14 @@ def offer(selection: Selection, state: Any, iteration: Array, rewards: Array, co
     feasible = jnp.all(upper <= thresholds)
     excess = lambda u: jnp.max((u - thresholds) / violation_units)
     valid = jnp.isfinite(reward) & jnp.all(jnp.isfinite(upper))  # a diverged candidate is never taken
-    better = valid & jnp.where(feasible, ~selection.feasible | (reward > selection.reward),
-                               ~selection.feasible & (excess(upper) < excess(selection.upper)))
-    candidate = Selection(state=state, iteration=iteration, reward=reward, costs=mean_costs, upper=upper,
-                          feasible=feasible)
+    better = valid & jnp.where(
+        feasible,
+        ~selection.feasible | (reward > selection.reward),
+        ~selection.feasible & (excess(upper) < excess(selection.upper)),
+    )
+    candidate = Selection(
+        state=state, iteration=iteration, reward=reward, costs=mean_costs, upper=upper, feasible=feasible
+    )
     return jax.tree.map(lambda a, b: jnp.where(better, a, b), candidate, selection)
 
 
@@ -150,8 +170,10 @@ class Status:
         batch = np.shape(np.asarray(self.met))
         if not batch:
             return self.describe()
-        runs = [jax.tree.map(lambda x, i=i: np.asarray(x).reshape(-1, *np.shape(x)[len(batch):])[i], self)
-                for i in range(int(np.prod(batch)))]
+        runs = [
+            jax.tree.map(lambda x, i=i: np.asarray(x).reshape(-1, *np.shape(x)[len(batch) :])[i], self)
+            for i in range(int(np.prod(batch)))
+        ]
         return "\n".join(run.describe(label=f"run {i}") for i, run in enumerate(runs))
 
 
@@ -164,8 +186,15 @@ TREND_TOLERANCE = 0.1
 MIN_TREND_POINTS = 5
 
 
-def constraint_status(multipliers: Array, costs: Array, thresholds: Any, violation_units: Any,
-                      multiplier_units: Any, met: Array, returned_costs: Any = None) -> Status:
+def constraint_status(
+    multipliers: Array,
+    costs: Array,
+    thresholds: Any,
+    violation_units: Any,
+    multiplier_units: Any,
+    met: Array,
+    returned_costs: Any = None,
+) -> Status:
     """:class:`Status` from a run's per-iteration metrics (one function for ``make_train`` and
     the chunked runs of :mod:`fhc_jax.experiment`; traceable).
 
@@ -181,18 +210,26 @@ def constraint_status(multipliers: Array, costs: Array, thresholds: Any, violati
     """
     n = multipliers.shape[0]
     w = max(1, n // 10)
-    nu = jnp.asarray(multipliers[n - w:], jnp.float32)
+    nu = jnp.asarray(multipliers[n - w :], jnp.float32)
     t = jnp.arange(w, dtype=jnp.float32) - (w - 1) / 2.0
     slope = jnp.sum(t[:, None] * (nu - nu.mean(0)), axis=0) / jnp.maximum(jnp.sum(t * t), 1.0)
     change = slope * w
     level = jnp.maximum(jnp.abs(nu).mean(0), 0.1 * jnp.asarray(multiplier_units, jnp.float32))
-    window_costs = jnp.asarray(costs[n - w:], jnp.float32).mean(0)
+    window_costs = jnp.asarray(costs[n - w :], jnp.float32).mean(0)
     alpha = jnp.asarray(thresholds, jnp.float32)
     above = window_costs > alpha + jnp.asarray(violation_units, jnp.float32) / 50.0
     returned = jnp.full(alpha.shape, jnp.nan) if returned_costs is None else jnp.asarray(returned_costs, jnp.float32)
-    return Status(met=jnp.asarray(met), trending=jnp.abs(change) > TREND_TOLERANCE * level, above=above,
-                  short=jnp.asarray(w < MIN_TREND_POINTS), change=change, window_costs=window_costs,
-                  thresholds=alpha, multipliers=jnp.asarray(multipliers[n - 1], jnp.float32), costs=returned)
+    return Status(
+        met=jnp.asarray(met),
+        trending=jnp.abs(change) > TREND_TOLERANCE * level,
+        above=above,
+        short=jnp.asarray(w < MIN_TREND_POINTS),
+        change=change,
+        window_costs=window_costs,
+        thresholds=alpha,
+        multipliers=jnp.asarray(multipliers[n - 1], jnp.float32),
+        costs=returned,
+    )
 
 
 def describe_status(status: Status, thresholds: Any = None, multipliers: Any = None, label: str = "") -> str | None:
@@ -208,22 +245,31 @@ def describe_status(status: Status, thresholds: Any = None, multipliers: Any = N
     for k in range(alpha.shape[0]):
         name = "" if alpha.shape[0] == 1 else f"constraint {k}: "
         if bool(np.asarray(status.above).reshape(-1)[k]):
-            parts.append(f"{name}mean episode cost {costs[k]:.4g} > alpha {alpha[k]:.4g} over the last tenth of the run")
+            parts.append(
+                f"{name}mean episode cost {costs[k]:.4g} > alpha {alpha[k]:.4g} over the last tenth of the run"
+            )
         if bool(np.asarray(status.trending).reshape(-1)[k]):
-            parts.append(f"{name}multiplier still {'rising' if change[k] > 0 else 'falling'} "
-                         f"(by {abs(change[k]):.3g} over the last tenth; now {final[k]:.4g})")
+            parts.append(
+                f"{name}multiplier still {'rising' if change[k] > 0 else 'falling'} "
+                f"(by {abs(change[k]):.3g} over the last tenth; now {final[k]:.4g})"
+            )
     if bool(status.short):
-        parts.append(f"the run is too short to tell whether the multiplier settled (fewer than "
-                     f"{10 * MIN_TREND_POINTS} updates)")
+        parts.append(
+            f"the run is too short to tell whether the multiplier settled (fewer than {10 * MIN_TREND_POINTS} updates)"
+        )
     if not bool(status.met):
         returned = np.asarray(status.costs, np.float64).reshape(-1)
         over = ", ".join(f"{c:.4g}" for c in returned) if np.all(np.isfinite(returned)) else None
-        parts.append("the returned policy is above alpha" + (f" (cost {over} vs alpha "
-                                                              f"{', '.join(f'{a:.4g}' for a in alpha)})" if over else ""))
+        parts.append(
+            "the returned policy is above alpha"
+            + (f" (cost {over} vs alpha {', '.join(f'{a:.4g}' for a in alpha)})" if over else "")
+        )
     where = f"{label}: " if label else ""
     if bool(status.met) and not bool(np.any(np.asarray(status.above))):  # only the multiplier is in doubt
-        return (f"multiplier not yet settled: {where}{'; '.join(parts)}; the returned policy is within alpha; "
-                "train longer (num_iterations) to let it settle")
+        return (
+            f"multiplier not yet settled: {where}{'; '.join(parts)}; the returned policy is within alpha; "
+            "train longer (num_iterations) to let it settle"
+        )
     return f"constraint not yet met: {where}{'; '.join(parts)}; {_advice(status)}"
 
 
@@ -231,9 +277,13 @@ def _advice(status: Status) -> str:
     """Which setting to change for a run whose constraint is not met (one clause)."""
     rising = np.asarray(status.trending).reshape(-1) & (np.asarray(status.change).reshape(-1) > 0)
     if np.any(rising):
-        return ("the multiplier is still rising: train longer (num_iterations) or let it move faster "
-                "(the multiplier step, multiplier_lr or pid_ki)")
+        return (
+            "the multiplier is still rising: train longer (num_iterations) or let it move faster "
+            "(the multiplier step, multiplier_lr or pid_ki)"
+        )
     if np.any(np.asarray(status.above)):
-        return ("the cost settled above alpha: raise the multiplier's bound (multiplier_max) or its gain, or check "
-                "that alpha is feasible (fhc-jax solve --tradeoff shows the cheapest cost on a tabular task)")
+        return (
+            "the cost settled above alpha: raise the multiplier's bound (multiplier_max) or its gain, or check "
+            "that alpha is feasible (fhc-jax solve --tradeoff shows the cheapest cost on a tabular task)"
+        )
     return "train longer (num_iterations), or raise eval_episodes for tighter estimates of the returned policy"

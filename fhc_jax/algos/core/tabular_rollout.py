@@ -10,7 +10,8 @@ next state, with the same distribution as ``rollout`` and several times faster.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -156,8 +157,10 @@ def tabular_model(env, params, dtype=jnp.float32) -> TabularModel:
         ValueError: an environment without ``is_tabular`` and ``has_exact_model``.
     """
     if not (env.is_tabular and env.has_exact_model):
-        raise ValueError(f"{env.name} has no tabular exact model (is_tabular and has_exact_model): "
-                         "the tabular learner rollout cannot run on it")
+        raise ValueError(
+            f"{env.name} has no tabular exact model (is_tabular and has_exact_model): "
+            "the tabular learner rollout cannot run on it"
+        )
     cmdp: TabularCMDP = env.to_cmdp(params)
     nxt, prob = _successor_form(cmdp.transitions, cmdp.num_states)
     term_r, term_c, beta = cmdp.terminal_rewards, cmdp.terminal_costs, cmdp.initial_distribution
@@ -378,7 +381,8 @@ def value_scale(model: TabularModel) -> np.ndarray:
 
     def bound(stage, terminal):
         b = horizon * float(np.max(np.abs(np.asarray(stage)), initial=0.0)) + float(
-            np.max(np.abs(np.asarray(terminal)), initial=0.0))
+            np.max(np.abs(np.asarray(terminal)), initial=0.0)
+        )
         return b if b > 0 else 1.0
 
     scales = [bound(model.rewards, model.terminal_rewards)]

@@ -31,7 +31,7 @@ from timing import provenance
 
 import fhc_jax as fhc
 from fhc_jax.algos import cpo, ecop, nn_constrained, ppo_lagrangian
-from fhc_jax.envs import gymnax_interop
+from fhc_jax.envs import gymnax_tasks
 from fhc_jax.experiment import judge
 from fhc_jax.experiment.judgement import Optimum
 from fhc_jax.experiment.rundir import write_json_atomic
@@ -47,7 +47,7 @@ def make_task(name: str, alpha: float | None = None):
             else fhc.BatteryStorage(continuous_actions=True, cycle_budget=alpha)
         )
     else:
-        env = gymnax_interop.pendulum() if alpha is None else gymnax_interop.pendulum(alpha=alpha)
+        env = gymnax_tasks.pendulum() if alpha is None else gymnax_tasks.pendulum(alpha=alpha)
     return env, env.default_params
 
 

@@ -44,7 +44,7 @@ import numpy as np
 from timing import provenance
 
 import fhc_jax as fhc
-from fhc_jax.envs.gymnax_interop import cartpole
+from fhc_jax.envs.gymnax_tasks import cartpole
 from fhc_jax.experiment.rundir import machine_info
 
 

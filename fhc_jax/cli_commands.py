@@ -16,6 +16,8 @@ import contextlib
 import sys
 from pathlib import Path
 
+import numpy as np
+
 
 def _one_line(err: BaseException) -> str:
     lines = [x.strip() for x in str(err).strip().splitlines() if x.strip()]
@@ -260,3 +262,126 @@ def _writer() -> bool:
     from fhc_jax.experiment import distributed
 
     return distributed.is_writer()
+
+
+def _solution_dict(sol) -> dict:
+    return {
+        "reward": float(sol.reward),
+        "costs": [float(c) for c in sol.costs],
+        "multipliers": [float(m) for m in sol.multipliers],
+        "method": sol.method,
+        "oracle_calls": int(sol.oracle_calls),
+        "solve_time_s": float(sol.solve_time),
+    }
+
+
+#: ``fhc-jax solve`` shorthand flags -> the environment settings they set
+_SOLVE_FLAGS = {"size": "size", "horizon": "horizon", "alpha": "alpha", "layout_seed": "layout_seed", "slip": "slip"}
+
+
+def _cmd_solve(args: argparse.Namespace) -> int:
+    import fhc_jax as fhc
+    from fhc_jax.experiment import config, rundir
+
+    try:  # validation before any compilation
+        entry = config.load_environment(args.env)
+        values = dict(config.parse_assignment(t) for t in args.set or ())
+        bad = [k for k in values if not k.startswith("env.")]
+        if bad:
+            raise config.ConfigError(f"fhc-jax solve takes only env.* settings, found {bad[0]!r}")
+        values = {k[4:]: v for k, v in values.items()}
+        values.update(
+            {key: getattr(args, flag) for flag, key in _SOLVE_FLAGS.items() if getattr(args, flag) is not None}
+        )
+        settings = entry.validate(values)
+        env, params = entry.make(settings)
+        if not env.has_exact_model:
+            raise config.ConfigError(f"environment {entry.name!r} has no exact model (has_exact_model is False)")
+        if args.out:  # before solving: a file we cannot write is known now, not after the solve
+            rundir.check_writable_file(args.out)
+        plot_path = _check_tradeoff_args(args, env)
+    except ValueError as err:
+        return _error("solve", err)
+    cmdp = env.to_cmdp(params)
+    unconstrained = fhc.solve_unconstrained(cmdp)
+    title = f"{entry.describe(settings)}: {config.env_repr(env)}"
+    figure_title = f"{entry.describe(settings)}: exact trade-off"
+    try:
+        constrained = fhc.solve(cmdp, method=args.method)
+    except fhc.InfeasibleConstraintError as err:
+        print(f"fhc-jax solve: {err}", file=sys.stderr)
+        if args.tradeoff is not None:  # the curve shows where the feasible thresholds are
+            from fhc_jax.experiment import tradeoff_plot
+
+            tradeoff_plot.report(cmdp, args.tradeoff, None, plot_path, figure_title)
+        return 1
+    alpha = np.asarray(cmdp.thresholds, dtype=np.float64)
+    loss_line, loss, relative = _reward_loss(unconstrained, constrained)
+    print(f"{title}, S={cmdp.num_states}, A={cmdp.num_actions}, H={cmdp.horizon}, alpha={alpha.tolist()}")
+    print(f"{'optimum':<14}{'reward':>10}{'cost':>22}{'multiplier':>22}{'solve [s]':>11}")
+    for name, sol in (("unconstrained", unconstrained), ("constrained", constrained)):
+        print(
+            f"{name:<14}{sol.reward:>10.4f}{np.array2string(sol.costs, precision=4):>22}"
+            f"{np.array2string(sol.multipliers, precision=4):>22}{sol.solve_time:>11.3f}"
+        )
+    print(f"{loss_line} (method={constrained.method}, {constrained.oracle_calls} backward inductions)")
+    curves = []
+    if args.tradeoff is not None:
+        from fhc_jax.experiment import tradeoff_plot
+
+        curves = tradeoff_plot.report(cmdp, args.tradeoff, constrained, plot_path, figure_title)
+    if args.out:
+        rundir.write_json_atomic(
+            Path(args.out),
+            {
+                "env": {"name": entry.name, **settings},
+                "unconstrained": _solution_dict(unconstrained),
+                "constrained": _solution_dict(constrained),
+                "reward_loss": loss,
+                "relative_reward_loss": relative,
+                **({"tradeoff": [c.as_dict() for c in curves], "tradeoff_plot": str(plot_path)} if curves else {}),
+                "machine": rundir.machine_info(),
+            },
+        )
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _reward_loss(unconstrained, constrained) -> tuple[str, float, float | None]:
+    """The reward the constraints cost, J_u - J_c (>= 0 up to rounding), in words, with a
+    relative figure (J_u - J_c) / |J_u| only where it means something (J_u != 0), for rewards
+    of any sign. Returns (the summary line, J_u - J_c, the relative figure or None)."""
+    j_u, j_c = float(unconstrained.reward), float(constrained.reward)
+    loss = j_u - j_c
+    what = "the constraint" if np.size(constrained.multipliers) == 1 else "the constraints"
+    if not np.any(np.asarray(constrained.multipliers) > 0):
+        return (
+            f"{what} do{'es' * (what == 'the constraint')} not bind (multiplier 0): no reward lost",
+            loss,
+            (loss / abs(j_u) if j_u else None),
+        )
+    line = f"{what} cost{'s' * (what == 'the constraint')} {loss:.6g} reward (J_u - J_c = {j_u:.6g} - {j_c:.6g})"
+    if j_u == 0:
+        return f"{line}; no relative figure: the unconstrained reward J_u is 0", loss, None
+    return f"{line}, {loss / abs(j_u):.1%} of |J_u|, the unconstrained reward's magnitude", loss, loss / abs(j_u)
+
+
+def _check_tradeoff_args(args: argparse.Namespace, env):
+    """``--tradeoff N`` and ``--plot`` before any computation: N in [2, 10000], a model with a
+    constraint, a writable figure path (returned; None without ``--tradeoff``)."""
+    from fhc_jax.experiment import config, rundir, tradeoff_plot
+
+    if args.tradeoff is None:
+        if args.plot is not None:
+            raise config.ConfigError("--plot is the figure of --tradeoff; add --tradeoff [N] or drop --plot")
+        return None
+    if not 2 <= args.tradeoff <= 10_000:
+        raise config.ConfigError(
+            f"--tradeoff N: the number of thresholds must lie in [2, 10000], found {args.tradeoff}"
+        )
+    if env.num_constraints < 1:
+        raise config.ConfigError("--tradeoff: the environment has no constraint, so there is no trade-off curve")
+    path = Path(args.plot) if args.plot is not None else tradeoff_plot.default_plot_path(args.out)
+    if path.suffix.lower() != ".png":
+        raise config.ConfigError(f"--plot {path}: the figure is a PNG file; give a name ending in .png")
+    return rundir.check_writable_file(path, "--plot")

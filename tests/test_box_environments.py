@@ -14,7 +14,8 @@ import fhc_jax as fhc
 from fhc_jax.algos import fh_constrained
 from fhc_jax.envs.battery import BatteryStorage
 from fhc_jax.envs.battery_reference import DiscretizedPolicy, DiscretizedRatePolicy
-from fhc_jax.envs.gymnax_interop import GymnaxEnv, from_gymnax, pendulum, to_gymnax
+from fhc_jax.envs.gymnax_interop import GymnaxEnv, from_gymnax, to_gymnax
+from fhc_jax.envs.gymnax_tasks import pendulum
 from fhc_jax.envs.spaces import Box
 from fhc_jax.envs.wrappers import ScaledSignals, signal_scales
 

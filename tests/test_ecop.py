@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.algos import ecop
+from fhc_jax.algos import ecop, ecop_losses
 from fhc_jax.envs.wrappers import signal_scales
 
 
@@ -57,10 +57,10 @@ def _random_inputs(seed, h=5, k=7, m=2):
 def test_surrogates_and_loss_match_loop_reference(seed, x64):
     x = _random_inputs(seed)
     s_r, s_c, losses = _reference_losses(**x)
-    got_r, got_c = ecop.stage_surrogates(x["logp"], x["logp_old"], x["adv_r"], x["adv_c"], x["eps"])
+    got_r, got_c = ecop_losses.stage_surrogates(x["logp"], x["logp_old"], x["adv_r"], x["adv_c"], x["eps"])
     np.testing.assert_allclose(got_r, s_r, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got_c, s_c, rtol=1e-12, atol=1e-12)
-    got = ecop.stage_losses(got_r, got_c, x["excess"], x["lam"], x["beta"])
+    got = ecop_losses.stage_losses(got_r, got_c, x["excess"], x["lam"], x["beta"])
     np.testing.assert_allclose(got, losses, rtol=1e-12, atol=1e-12)
 
 
@@ -69,13 +69,13 @@ def test_damping_term_by_hand():
     # active side: Psi + lam/beta > 0 -> lam max(0, Psi) + beta/2 ((Psi + lam/beta)^2 - (lam/beta)^2)
     for psi in (0.5, -0.1):
         want = lam * max(0.0, psi) + beta / 2 * ((psi + lam / beta) ** 2 - (lam / beta) ** 2)
-        assert float(ecop.damped_penalty(psi, lam, beta)) == pytest.approx(want, rel=1e-6)
+        assert float(ecop_losses.damped_penalty(psi, lam, beta)) == pytest.approx(want, rel=1e-6)
     # inactive side: Psi <= -lam/beta -> -lam^2 / (2 beta), constant
-    assert float(ecop.damped_penalty(-1.0, lam, beta)) == pytest.approx(-(lam**2) / (2 * beta), rel=1e-6)
+    assert float(ecop_losses.damped_penalty(-1.0, lam, beta)) == pytest.approx(-(lam**2) / (2 * beta), rel=1e-6)
     # its derivative is the penalty weight lambda 1[Psi > 0] + max(0, lambda + beta Psi)
     for psi in (0.5, -0.1, -1.0):
-        grad = jax.grad(lambda p: ecop.damped_penalty(p, lam, beta))(psi)
-        assert float(grad) == pytest.approx(float(ecop.penalty_weight(psi, lam, beta)), rel=1e-6)
+        grad = jax.grad(lambda p: ecop_losses.damped_penalty(p, lam, beta))(psi)
+        assert float(grad) == pytest.approx(float(ecop_losses.penalty_weight(psi, lam, beta)), rel=1e-6)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -84,7 +84,7 @@ def test_jacobi_gradient_is_each_stages_own_loss_gradient(seed, x64):
     reference), the tail h > t entering Psi_t as a constant."""
     x = _random_inputs(seed)
     s_r, s_c, _ = _reference_losses(**x)
-    g_r, g_c = jax.grad(ecop.jacobi_objective, argnums=(0, 1))(s_r, s_c, x["excess"], x["lam"], x["beta"])
+    g_r, g_c = jax.grad(ecop_losses.jacobi_objective, argnums=(0, 1))(s_r, s_c, x["excess"], x["lam"], x["beta"])
     delta = 1e-6
 
     def loss_t(t, r, c):
@@ -113,11 +113,11 @@ def test_damping_factor_rule_by_hand():
     lam = jnp.array([[0.2], [0.5], [0.1]])  # H = 3, M = 1
     beta = 0.5
     # C = sum_t max(J - d, -lam_t / beta); c = sqrt(1) / beta * max lam = 1.0
-    violated = ecop.update_damping(beta, lam, jnp.array([0.5]), 2.0, 10.0)  # C = 1.5 >= 1.0
+    violated = ecop_losses.update_damping(beta, lam, jnp.array([0.5]), 2.0, 10.0)  # C = 1.5 >= 1.0
     assert float(violated) == pytest.approx(1.0)
-    slack = ecop.update_damping(beta, lam, jnp.array([-0.3]), 2.0, 10.0)  # C = -0.4 - 0.6 - 0.2 < 1.0
+    slack = ecop_losses.update_damping(beta, lam, jnp.array([-0.3]), 2.0, 10.0)  # C = -0.4 - 0.6 - 0.2 < 1.0
     assert float(slack) == pytest.approx(0.5)
-    capped = ecop.update_damping(beta, lam, jnp.array([0.5]), 2.0, 0.8)
+    capped = ecop_losses.update_damping(beta, lam, jnp.array([0.5]), 2.0, 0.8)
     assert float(capped) == pytest.approx(0.8)
 
 

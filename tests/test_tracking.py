@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fhc_jax.cli import main
-from fhc_jax.experiment import config, tracking, training
+from fhc_jax.experiment import config, tracking, tracking_backends, training
 from fhc_jax.experiment.runner import ChunkState
 
 pytest.importorskip("tensorboardX")
@@ -69,7 +69,7 @@ def tracked_run(tmp_path_factory):
     mp.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
     out = tmp / "run"
     try:
-        assert tracking.wandb_mode() == "offline"
+        assert tracking_backends.wandb_mode() == "offline"
         assert (
             main(
                 [
@@ -148,19 +148,19 @@ def test_unknown_logger_flag_is_refused(tmp_path, capsys):
 
 
 def test_wandb_mode_offline_without_credentials(offline_env, monkeypatch):
-    assert tracking.wandb_mode() == "offline"
+    assert tracking_backends.wandb_mode() == "offline"
     monkeypatch.setenv("WANDB_MODE", "disabled")  # explicit mode: W&B decides
-    assert tracking.wandb_mode() is None
+    assert tracking_backends.wandb_mode() is None
     monkeypatch.delenv("WANDB_MODE")
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
-    assert tracking.wandb_mode() is None
+    assert tracking_backends.wandb_mode() is None
     monkeypatch.delenv("WANDB_API_KEY")
     netrc = offline_env / ".netrc"
     netrc.write_text("machine 127.0.0.1\n  login user\n  password " + "y" * 40 + "\n")
     netrc.chmod(0o600)
-    assert tracking.wandb_mode() is None  # credentials for the configured host
+    assert tracking_backends.wandb_mode() is None  # credentials for the configured host
     monkeypatch.setenv("WANDB_BASE_URL", "https://api.wandb.ai")
-    assert tracking.wandb_mode() == "offline"  # none for api.wandb.ai
+    assert tracking_backends.wandb_mode() == "offline"  # none for api.wandb.ai
 
 
 # ----------------------------------------------------------------------------- what is written
@@ -474,8 +474,8 @@ def test_unreachable_wandb_server_only_disables_wandb(offline_env, monkeypatch, 
     """Credentials configured (so W&B goes online) but the server refuses connections: one
     warning after the short init timeout, TensorBoard logs everything, nothing raises."""
     monkeypatch.setenv("WANDB_API_KEY", "a" * 40)
-    monkeypatch.setitem(tracking.WANDB_SETTINGS, "init_timeout", 3.0)
-    assert tracking.wandb_mode() is None
+    monkeypatch.setitem(tracking_backends.WANDB_SETTINGS, "init_timeout", 3.0)
+    assert tracking_backends.wandb_mode() is None
     import wandb
 
     release, initialised, threads = threading.Event(), threading.Event(), []

@@ -234,7 +234,7 @@ def test_cli_refuses_bad_tradeoff_arguments_in_one_line(argv, message, capsys, t
 
 
 def test_solve_summary_is_right_for_negative_and_zero_rewards(capsys):
-    from fhc_jax.cli import _reward_loss
+    from fhc_jax.cli_commands import _reward_loss
 
     class Sol:
         def __init__(self, reward, nu):

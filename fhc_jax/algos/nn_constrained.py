@@ -38,7 +38,7 @@ import optax
 from flax import struct
 
 from fhc_jax.algos.core import multipliers, scaffold
-from fhc_jax.algos.core.distributions import ActionHead, Categorical, check_initial_log_std, config_head
+from fhc_jax.algos.core.distributions import ActionHead, check_initial_log_std, config_head
 from fhc_jax.algos.core.evaluation import EvaluationMetrics, observation_policy
 from fhc_jax.algos.core.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
 from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec
@@ -49,24 +49,18 @@ from fhc_jax.algos.core.tabular_rollout import (
     Batch,
     TabularModel,
     batch_from_trajectory,
-    batch_observations,
     observation_table,
     rollout_policy_table,
     tabular_model,
 )
 from fhc_jax.algos.nn_losses import (
     Networks,
-    advantage_targets,
     batch_targets,
     cell_stats,
-    gaussian_actor_loss,
-    gaussian_sample_targets,
-    improved_actor_loss,
-    sample_advantage_targets,
-    sample_cross_entropy,
+    critic_values,
+    improved_regression,
     sample_losses,
     table_losses,
-    visit_weights,
 )
 from fhc_jax.rollout import rollout as rollout_episodes
 
@@ -413,47 +407,13 @@ def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -
     return rollout_policy_table(key, setup.model, table, k)
 
 
-def _values_at(
-    nets: Networks, state: TrainState, obs_table: Array, states: Array, form: str, observations: Array | None
-):
-    """[V_h(s_h), W_h(s_h)] at the visited states, (H+1, K, 1+M)."""
-    if form == "table":
-        hh = jnp.arange(states.shape[0], dtype=jnp.int32)[:, None]
-        v = nets.critic.apply(state.critic, obs_table)
-        w = nets.cost_critic.apply(state.cost_critic, obs_table)
-        return jnp.concatenate([v, w], axis=-1)[hh, states]
-    v = nets.critic.apply(state.critic, observations)
-    w = nets.cost_critic.apply(state.cost_critic, observations)
-    return jnp.concatenate([v, w], axis=-1)
-
-
-def _values(train_state: TrainState, batch: Batch, setup: Setup) -> tuple[Array, Array | None, Any]:
-    """The critics before the update at the batch's visited states, [V_h(s_h), W_h(s_h)]
-    (H+1, K, 1+M); the networks' inputs at the samples (standardised recorded observations on
-    the sampled path, rows of the input table in the "samples" form; None in the "table"
-    form), (H+1, K, D); and on the sampled path the VJP of the critics' predictions (the
-    critic step's gradient, :func:`critic_step`), else None."""
-    nets, obs_table = setup.nets, setup.obs_table
-    if setup.sampled:  # the critics' predictions at the samples, once, with their VJP
-        observations = setup.normalize(batch.observations.astype(jnp.float32))
-        values, predictions_vjp = jax.vjp(
-            lambda c: jnp.concatenate(
-                [nets.critic.apply(c[0], observations), nets.cost_critic.apply(c[1], observations)], axis=-1
-            ),
-            (train_state.critic, train_state.cost_critic),
-        )
-        return values, observations, predictions_vjp
-    observations = None if setup.form == "table" else batch_observations(obs_table, batch.states)
-    return _values_at(nets, train_state, obs_table, batch.states, setup.form, observations), observations, None
-
-
 def critic_step(
     train_state: TrainState, losses: Any, values: Array, fixed: Any, predictions_vjp: Any, config: Config
 ) -> tuple[tuple[Any, Any], Any, Array]:
     """The critic step: one optimizer step of (V, W) at rate a(n) on CL + CCL, summed over the
     stages (``losses``: ``state -> (critic loss, actor loss)`` of the batch; on the sampled path
     the same loss, sum (targets - predictions)^2 / K, differentiated through
-    ``predictions_vjp`` of :func:`_values`).
+    ``predictions_vjp`` of :func:`~fhc_jax.algos.nn_losses.critic_values`).
 
     Returns:
         ((critic, cost_critic) params, the critics' optimizer state, the loss before the step ()).
@@ -472,37 +432,6 @@ def critic_step(
     return optax.apply_updates(crit, updates), critic_opt, critic_loss
 
 
-def _improved_regression(
-    train_state: TrainState,
-    batch: Batch,
-    setup: Setup,
-    observations: Array | None,
-    fixed: Any,
-    stats: Any,
-    config: Config,
-) -> Any:
-    """The improved actor's regression loss ``actor -> ()``: the targets of a mirror-descent
-    step of size eta in logit space (the sampled path: per sample; box actions: the Gaussian's
-    natural-gradient step) onto which the actor regresses (module docstring)."""
-    nets = setup.nets
-    if setup.sampled:  # per-sample targets; the samples as columns (Stacked.apply_columns)
-        inputs_t = jnp.swapaxes(observations[:-1], 1, 2)  # (H, D, K)
-        out = jnp.swapaxes(nets.actor.apply_columns(train_state.actor, inputs_t), 1, 2)  # (H, K, outputs)
-        if isinstance(setup.head, Categorical):  # each sample's advantage moves the logit of its action
-            onehot = jax.nn.one_hot(batch.actions, setup.num_actions, dtype=fixed.advantages.dtype)
-            q = sample_advantage_targets(out, onehot, fixed.advantages, config.logit_step)
-            loss = sample_cross_entropy
-        else:  # a natural-gradient step in the Gaussian's parameters, regressed by squared error
-            q = gaussian_sample_targets(setup.head, out, batch.actions, fixed.advantages, config.logit_step)
-            loss = gaussian_actor_loss
-        q_t = jnp.swapaxes(q, 1, 2)
-        return lambda actor: loss(nets, actor, inputs_t, q_t)
-    obs_table = setup.obs_table
-    q = advantage_targets(nets.actor.apply(train_state.actor, obs_table[:-1]), stats, config.logit_step)
-    weights = visit_weights(stats, config.visit_weight_power).astype(q.dtype)
-    return lambda actor: improved_actor_loss(nets, actor, obs_table, q, weights)
-
-
 def actor_step(
     train_state: TrainState,
     batch: Batch,
@@ -515,7 +444,7 @@ def actor_step(
 ) -> tuple[Any, Any]:
     """The actor step at rate b(n): the paper's AL by one optimizer step (``losses`` as in
     :func:`critic_step`), or the improved variant's ``actor_epochs`` optimizer steps on the
-    regression of :func:`_improved_regression`.
+    regression of :func:`~fhc_jax.algos.nn_losses.improved_regression`.
 
     Returns:
         (actor params, the actor's optimizer state).
@@ -526,7 +455,7 @@ def actor_step(
         actor_grads = jax.grad(lambda actor: losses(train_state.replace(actor=actor))[1])(train_state.actor)
         actor_updates, actor_opt = act_opt.update(actor_grads, train_state.actor_opt, train_state.actor)
         return optax.apply_updates(train_state.actor, actor_updates), actor_opt
-    regression = _improved_regression(train_state, batch, setup, observations, fixed, stats, config)
+    regression = improved_regression(train_state, batch, setup, observations, fixed, stats, config)
 
     def epoch(carry, _):
         actor, opt_state = carry
@@ -588,7 +517,7 @@ def update(
     del key
     nets, form, paper = setup.nets, setup.form, config.variant == "paper"
     k = batch.actions.shape[1]
-    values, observations, predictions_vjp = _values(train_state, batch, setup)
+    values, observations, predictions_vjp = critic_values(train_state, batch, setup)
     fixed = batch_targets(values, batch, train_state.multipliers, setup.thresholds, config.variant, config.trace)
     stats = None
     if form == "table" or not (paper or setup.sampled):

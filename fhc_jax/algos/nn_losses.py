@@ -26,7 +26,7 @@ from flax import struct
 from fhc_jax.algos.core.distributions import LOG_STD_MAX, LOG_STD_MIN, ActionHead, Categorical
 from fhc_jax.algos.core.networks import NetworkSpec, Stacked
 from fhc_jax.algos.core.returns import lagrangian_targets, visit_averaged_advantages
-from fhc_jax.algos.core.tabular_rollout import Batch
+from fhc_jax.algos.core.tabular_rollout import Batch, batch_observations
 
 Array = jax.Array
 
@@ -312,3 +312,66 @@ def gaussian_actor_loss(nets: Networks, actor: Any, inputs_t: Array, targets_t: 
     targets_t (H, 2d, K)."""
     sq = jnp.sum(jnp.square(nets.actor.apply_columns(actor, inputs_t) - targets_t), axis=1)
     return 0.5 * jnp.sum(sq) / max(sq.size, 1)
+
+
+def values_at(nets: Networks, state: Any, obs_table: Array, states: Array, form: str, observations: Array | None):
+    """[V_h(s_h), W_h(s_h)] at the visited states, (H+1, K, 1+M)."""
+    if form == "table":
+        hh = jnp.arange(states.shape[0], dtype=jnp.int32)[:, None]
+        v = nets.critic.apply(state.critic, obs_table)
+        w = nets.cost_critic.apply(state.cost_critic, obs_table)
+        return jnp.concatenate([v, w], axis=-1)[hh, states]
+    v = nets.critic.apply(state.critic, observations)
+    w = nets.cost_critic.apply(state.cost_critic, observations)
+    return jnp.concatenate([v, w], axis=-1)
+
+
+def critic_values(train_state: Any, batch: Batch, setup: Any) -> tuple[Array, Array | None, Any]:
+    """The critics before the update at the batch's visited states, [V_h(s_h), W_h(s_h)]
+    (H+1, K, 1+M); the networks' inputs at the samples (standardised recorded observations on
+    the sampled path, rows of the input table in the "samples" form; None in the "table"
+    form), (H+1, K, D); and on the sampled path the VJP of the critics' predictions (the
+    critic step's gradient, :func:`critic_step`), else None."""
+    nets, obs_table = setup.nets, setup.obs_table
+    if setup.sampled:  # the critics' predictions at the samples, once, with their VJP
+        observations = setup.normalize(batch.observations.astype(jnp.float32))
+        values, predictions_vjp = jax.vjp(
+            lambda c: jnp.concatenate(
+                [nets.critic.apply(c[0], observations), nets.cost_critic.apply(c[1], observations)], axis=-1
+            ),
+            (train_state.critic, train_state.cost_critic),
+        )
+        return values, observations, predictions_vjp
+    observations = None if setup.form == "table" else batch_observations(obs_table, batch.states)
+    return values_at(nets, train_state, obs_table, batch.states, setup.form, observations), observations, None
+
+
+def improved_regression(
+    train_state: Any,
+    batch: Batch,
+    setup: Any,
+    observations: Array | None,
+    fixed: Any,
+    stats: Any,
+    config: Any,
+) -> Any:
+    """The improved actor's regression loss ``actor -> ()``: the targets of a mirror-descent
+    step of size eta in logit space (the sampled path: per sample; box actions: the Gaussian's
+    natural-gradient step) onto which the actor regresses (module docstring)."""
+    nets = setup.nets
+    if setup.sampled:  # per-sample targets; the samples as columns (Stacked.apply_columns)
+        inputs_t = jnp.swapaxes(observations[:-1], 1, 2)  # (H, D, K)
+        out = jnp.swapaxes(nets.actor.apply_columns(train_state.actor, inputs_t), 1, 2)  # (H, K, outputs)
+        if isinstance(setup.head, Categorical):  # each sample's advantage moves the logit of its action
+            onehot = jax.nn.one_hot(batch.actions, setup.num_actions, dtype=fixed.advantages.dtype)
+            q = sample_advantage_targets(out, onehot, fixed.advantages, config.logit_step)
+            loss = sample_cross_entropy
+        else:  # a natural-gradient step in the Gaussian's parameters, regressed by squared error
+            q = gaussian_sample_targets(setup.head, out, batch.actions, fixed.advantages, config.logit_step)
+            loss = gaussian_actor_loss
+        q_t = jnp.swapaxes(q, 1, 2)
+        return lambda actor: loss(nets, actor, inputs_t, q_t)
+    obs_table = setup.obs_table
+    q = advantage_targets(nets.actor.apply(train_state.actor, obs_table[:-1]), stats, config.logit_step)
+    weights = visit_weights(stats, config.visit_weight_power).astype(q.dtype)
+    return lambda actor: improved_actor_loss(nets, actor, obs_table, q, weights)

@@ -321,7 +321,7 @@ def _battery(continuous: bool) -> tuple[Environment, Any]:
 
 
 def _pendulum() -> tuple[Environment, Any]:
-    from fhc_jax.envs.gymnax_interop import pendulum
+    from fhc_jax.envs.gymnax_tasks import pendulum
 
     return _with_params(pendulum())
 

@@ -58,19 +58,12 @@ from fhc_jax.experiment.config import (
     make_env,
 )
 from fhc_jax.experiment.distributed import Cluster, ConfigurationMismatch, DistributedError
+from fhc_jax.experiment.divergence import Divergence, DivergenceError
 from fhc_jax.experiment.evaluation import LoadedRun, evaluate_run, load_run
 from fhc_jax.experiment.judgement import Judgement
 from fhc_jax.experiment.progress import parse_run_line
 from fhc_jax.experiment.rundir import RunDirectoryError, machine_info
-from fhc_jax.experiment.runner import (
-    ChunkedTrainer,
-    ChunkState,
-    Divergence,
-    DivergenceError,
-    RunResult,
-    seed_keys,
-    train_seeds,
-)
+from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, RunResult, seed_keys, train_seeds
 from fhc_jax.experiment.training import TrainingInterrupted
 from fhc_jax.experiment.typed_settings import ConfigError
 from fhc_jax.experiment.writer_lock import RunInUseError

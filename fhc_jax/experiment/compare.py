@@ -42,10 +42,11 @@ import numpy as np
 
 from fhc_jax.algos.core.hyperparameters import resolve_env_defaults
 from fhc_jax.experiment import config, judge, statistics, tracking
+from fhc_jax.experiment.divergence import DivergenceError, divergence_hint
 from fhc_jax.experiment.judgement import Judgement, relative_excess, stats
 from fhc_jax.experiment.progress import RunsProgress, env_steps_per_iteration
 from fhc_jax.experiment.rundir import load_average, machine_info, source_revision
-from fhc_jax.experiment.runner import DivergenceError, divergence_hint, train_seeds
+from fhc_jax.experiment.runner import train_seeds
 from fhc_jax.experiment.study_file import LABELS, RunSpec, Study, build_specs, load_study
 from fhc_jax.experiment.typed_settings import ConfigError, learner_settings
 

@@ -130,10 +130,10 @@ def available_algorithms() -> list[str]:
 ENVIRONMENTS: dict[str, str] = {
     "gridworld": "fhc_jax.envs.gridworld:GridWorld",
     "battery": "fhc_jax.envs.battery:BatteryStorage",
-    "gymnax:CartPole-v1": "fhc_jax.envs.gymnax_interop:cartpole",
-    "gymnax:Acrobot-v1": "fhc_jax.envs.gymnax_interop:acrobot",
-    "gymnax:MountainCar-v0": "fhc_jax.envs.gymnax_interop:mountain_car",
-    "gymnax:Pendulum-v1": "fhc_jax.envs.gymnax_interop:pendulum",
+    "gymnax:CartPole-v1": "fhc_jax.envs.gymnax_tasks:cartpole",
+    "gymnax:Acrobot-v1": "fhc_jax.envs.gymnax_tasks:acrobot",
+    "gymnax:MountainCar-v0": "fhc_jax.envs.gymnax_tasks:mountain_car",
+    "gymnax:Pendulum-v1": "fhc_jax.envs.gymnax_tasks:pendulum",
 }
 
 #: the default environment

@@ -35,7 +35,6 @@ stayed finite keep their (finite) results.
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
@@ -48,8 +47,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from fhc_jax.algos.core.evaluation import evaluation_iterations
 from fhc_jax.algos.core.paths import judged_exactly
 from fhc_jax.algos.core.selection import Status, constraint_status
-from fhc_jax.experiment.config import MAX_SEED, ExperimentSpec, load_spec
+from fhc_jax.experiment.config import MAX_SEED
 from fhc_jax.experiment.distributed import is_key, to_host
+from fhc_jax.experiment.divergence import Divergence, chunk_health, float_leaves
 from fhc_jax.experiment.progress import Progress, env_steps_per_iteration
 
 if TYPE_CHECKING:
@@ -83,125 +83,6 @@ def _put(x: np.ndarray, sharding: NamedSharding | None) -> Array:
         return jnp.asarray(x)
     x = np.asarray(x)
     return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
-
-
-@dataclasses.dataclass(frozen=True)
-class Divergence:
-    """Runs whose metrics, parameters or exact evaluation became non-finite (NaN or inf).
-
-    Attributes (R runs):
-        seeds: indices of the diverged runs (for ``train_seeds``: the seeds), sorted.
-        iterations: per diverged run, the first iteration (updates done) at which a non-finite
-            value was seen: the iteration of the first non-finite metric, else the end of the
-            chunk in which the parameters were found non-finite.
-        quantities: per diverged run, the first quantity found non-finite (``"metric reward"``,
-            ``"parameter theta"``, ``"exact evaluation"``), in the order they were checked.
-        detected_at: the iteration (chunk end) at which the divergence was detected.
-        all_quantities: every non-finite quantity at detection, over the diverged runs.
-    """
-
-    seeds: tuple[int, ...]
-    iterations: tuple[int, ...]
-    quantities: tuple[str, ...]
-    detected_at: int
-    all_quantities: tuple[str, ...]
-
-    @property
-    def iteration(self) -> int:
-        """The first iteration at which any run diverged."""
-        return min(self.iterations)
-
-    def merge(self, other: Divergence | None) -> Divergence:
-        """This record updated with a later chunk's (first detection per run wins)."""
-        if other is None:
-            return self
-        first = {s: (i, q) for s, i, q in zip(self.seeds, self.iterations, self.quantities)}
-        for s, i, q in zip(other.seeds, other.iterations, other.quantities):
-            first.setdefault(s, (i, q))
-        seeds = tuple(sorted(first))
-        quantities = tuple(dict.fromkeys(self.all_quantities + other.all_quantities))
-        return Divergence(
-            seeds=seeds,
-            iterations=tuple(first[s][0] for s in seeds),
-            quantities=tuple(first[s][1] for s in seeds),
-            detected_at=self.detected_at,
-            all_quantities=quantities,
-        )
-
-    def describe(self, what: str = "seed") -> str:
-        """One line: which runs diverged, where first and in what."""
-        parts = [f"{what} {s} at iteration {i} ({q})" for s, i, q in zip(self.seeds, self.iterations, self.quantities)]
-        head = f"training diverged: non-finite values (NaN/inf) in {len(self.seeds)} {what}(s): " + ", ".join(parts)
-        return head + f"; non-finite at detection (iteration {self.detected_at}): " + ", ".join(self.all_quantities)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON fields (summary.json's ``divergence``)."""
-        return {
-            "seeds": list(self.seeds),
-            "iterations": list(self.iterations),
-            "quantities": list(self.quantities),
-            "first_iteration": self.iteration,
-            "detected_at": self.detected_at,
-            "all_quantities": list(self.all_quantities),
-        }
-
-
-class DivergenceError(RuntimeError):
-    """Training stopped because a seed's values became non-finite (``fhc-jax`` exit status 1);
-    ``divergence`` is the :class:`Divergence`."""
-
-    def __init__(self, message: str, divergence: Divergence):
-        super().__init__(message)
-        self.divergence = divergence
-
-
-_STEP_SIZE = re.compile(r"(_lr\.init|_lr|^logit_step)$")
-
-
-def divergence_hint(spec: ExperimentSpec) -> str:
-    """The likely cause of a divergence of the experiment ``spec``: its step sizes, changed
-    ones first."""
-    now = spec.settings()
-    base = load_spec(spec.algo, env=spec.env_name).settings()
-    keys = [
-        k for k in now if _STEP_SIZE.search(k) and isinstance(now[k], (int, float)) and not isinstance(now[k], bool)
-    ]
-    changed = [k for k in keys if base.get(k) != now[k]]
-    shown = [f"{k} = {now[k]:g} (default {base.get(k):g})" for k in changed] or [f"{k} = {now[k]:g}" for k in keys]
-    if not shown:
-        return "likely cause: a step size too large for this problem"
-    which = "the changed step size(s)" if changed else "the step sizes"
-    return (
-        f"likely cause: a step size too large for this problem; {which}: {', '.join(shown)}. "
-        "Start a new run with smaller step sizes"
-    )
-
-
-def _float_leaves(tree: Any) -> list[tuple[str, Any]]:
-    """(name, leaf) of the floating-point leaves of a train state."""
-    out = []
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.inexact):
-            out.append((jax.tree_util.keystr(path, simple=True, separator=".") if path else "state", leaf))
-    return out
-
-
-def _health(carry: Any, metrics: dict[str, Array] | None, exact: tuple[Array, Array]) -> dict[str, Any]:
-    """Per run (inside vmap): first non-finite iteration of each metric in the chunk (-1: none),
-    finiteness of each floating leaf of the train state, and of the exact evaluation."""
-    out: dict[str, Any] = {}
-    if metrics is not None:
-        first = {}
-        for k, v in metrics.items():
-            if not jnp.issubdtype(v.dtype, jnp.inexact):
-                continue
-            bad = ~jnp.all(jnp.isfinite(v.reshape(v.shape[0], -1)), axis=1)
-            first[k] = jnp.where(jnp.any(bad), jnp.argmax(bad), -1).astype(jnp.int32)
-        out["metrics"] = first
-    leaves = [leaf for _, leaf in _float_leaves(carry.state)]
-    out["state"] = jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]) if leaves else jnp.ones((0,), bool)
-    out["exact"] = jnp.all(jnp.isfinite(exact[0])) & jnp.all(jnp.isfinite(exact[1]))
-    return out
 
 
 @dataclasses.dataclass
@@ -330,7 +211,7 @@ class ChunkedTrainer:
         def init_eval(kd, cfg):
             carry = self.learner.init(jax.random.wrap_key_data(kd, impl=impl), cfg)
             ev = self.learner.evaluate(carry)
-            return carry, ev, _health(carry, None, ev)
+            return carry, ev, chunk_health(carry, None, ev)
 
         prog = self._compiled("init", self._vmap(init_eval), *self._args(data))
         carry, (r, c), health = prog(*self._args(data))
@@ -352,7 +233,7 @@ class ChunkedTrainer:
             if mark:  # an evaluation mark of make_train: the reported policy becomes a candidate
                 carry = learner.mark(carry)
             ev = learner.evaluate(carry)
-            return carry, metrics, ev, _health(carry, metrics, ev)
+            return carry, metrics, ev, chunk_health(carry, metrics, ev)
 
         return self._vmap(chunk)
 
@@ -365,7 +246,7 @@ class ChunkedTrainer:
         order += sorted(k for k in metric_first if k not in order)
         if state_ok.all() and exact_ok.all() and all((metric_first[k] < 0).all() for k in order):
             return None
-        names = [name for name, _ in _float_leaves(carry.state)]  # the leaves' paths (no indexing: multi-process)
+        names = [name for name, _ in float_leaves(carry.state)]  # the leaves' paths (no indexing: multi-process)
         seeds, iterations, quantities, every = [], [], [], []
         for r in range(self.num_runs):
             found = [(int(metric_first[k][r]), f"metric {k}") for k in order if metric_first[k][r] >= 0]

@@ -39,8 +39,9 @@ from fhc_jax.experiment import (
     writer_lock,
 )
 from fhc_jax.experiment.config import ExperimentSpec, load_spec
+from fhc_jax.experiment.divergence import DivergenceError, divergence_hint
 from fhc_jax.experiment.progress import env_steps_per_iteration
-from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, DivergenceError, divergence_hint, seed_keys
+from fhc_jax.experiment.runner import ChunkedTrainer, ChunkState, seed_keys
 from fhc_jax.experiment.typed_settings import ConfigError
 
 

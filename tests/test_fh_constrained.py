@@ -74,7 +74,7 @@ def _random_state(rng, env, x, nu):
         theta_average=theta,
         critics=jnp.asarray(rng.normal(0.0, 1.0, (h + 1, x, 1 + m)), jnp.float32),
         multipliers=jnp.asarray(nu, jnp.float32),
-        multiplier_state=multipliers.projected_gradient(0.0, 1.0).init(m, jnp.asarray(nu, jnp.float32)),
+        multiplier_state=multipliers.projected_gradient(0.0, 20.0).init(m, jnp.asarray(nu, jnp.float32)),
         step=jnp.asarray(3, jnp.int32),
     )
 

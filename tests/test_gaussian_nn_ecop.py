@@ -19,6 +19,7 @@ import fhc_jax as fhc
 from fhc_jax.algos import ecop
 from fhc_jax.algos import nn_constrained as nc
 from fhc_jax.algos.core.distributions import LOG_STD_MAX, LOG_STD_MIN, DiagonalGaussian
+from fhc_jax.algos import nn_losses
 from fhc_jax.algos.nn_losses import gaussian_sample_targets
 
 REACH = Reach()
@@ -167,7 +168,7 @@ def test_paper_actor_loss_is_the_gaussian_score_function():
     assert batch.actions.shape == (REACH.horizon, cfg.episodes_per_iteration, 1)
     assert batch.actions.dtype == jnp.float32
     observations = setup.normalize(batch.observations.astype(jnp.float32))
-    values = nc._values_at(setup.nets, state, None, None, "samples", observations)
+    values = nn_losses.values_at(setup.nets, state, None, None, "samples", observations)
     fixed = nc.batch_targets(values, batch, state.multipliers, setup.thresholds, "paper", 0.0)
     _, actor_loss = nc.sample_losses(setup.nets, state, observations, batch.actions, fixed, setup.head)
     out = np.asarray(setup.nets.actor.apply(state.actor, observations[:-1]), np.float64)  # (H, K, 2)

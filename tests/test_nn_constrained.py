@@ -171,7 +171,7 @@ def test_losses_equal_direct_reference(form):
     state, batch, nets, obs_table = _small_batch(cfg)
     thresholds = jnp.asarray([1.5, 2.0], jnp.float32)
     observations = common.batch_observations(obs_table, batch.states)
-    values = nc._values_at(nets, state, obs_table, batch.states, "samples", observations)
+    values = nl.values_at(nets, state, obs_table, batch.states, "samples", observations)
     fixed = nc.batch_targets(values, batch, state.multipliers, thresholds, "paper", 0.0)
     if form == "samples":
         crit, act = nc.sample_losses(nets, state, observations, batch.actions, fixed)
@@ -375,13 +375,13 @@ def test_improved_actor_weights_visited_cells_by_visits_to_the_power(power, monk
     cfg = nc.Config(width=6, visit_weight_power=power, update_form="table", actor_epochs=1)
     state, batch, _, _ = _small_batch(cfg, k=12)
     seen = []
-    original = nc.improved_actor_loss
+    original = nl.improved_actor_loss
 
     def recording(nets, actor, inputs, q, weights):
         jax.debug.callback(lambda w: seen.append(np.asarray(w)), weights)  # the values, under jit
         return original(nets, actor, inputs, q, weights)
 
-    monkeypatch.setattr(nc, "improved_actor_loss", recording)
+    monkeypatch.setattr(nl, "improved_actor_loss", recording)
     setup = nc.setup(SMALL, SMALL.default_params, cfg)
     jax.block_until_ready(jax.jit(lambda st, b: nc.update(st, b, None, setup, cfg))(state, batch))
     jax.effects_barrier()

@@ -360,7 +360,7 @@ def test_update_forms_agree():
         assert setup.form == setup.critic_form == form
         state = pl.init(jax.random.key(0), setup, cfg)
         batch = pl.rollout(jax.random.key(1), state, setup, cfg)
-        np.testing.assert_array_equal(np.asarray(batch.behaviour), np.asarray(pl.logits(state, setup)))
+        np.testing.assert_array_equal(np.asarray(batch.behaviour), np.asarray(pl.table_logits(state, setup)))
         outs.append(jax.jit(lambda st, b, s=setup, c=cfg: pl.update(st, b, jax.random.key(2), s, c))(state, batch))
     # without the rollout's logits table the update recomputes it: the same result
     again = jax.jit(lambda st, b, s=setup, c=cfg: pl.update(st, b, jax.random.key(2), s, c))(

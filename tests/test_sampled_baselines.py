@@ -21,19 +21,22 @@ PARAMS = DRIFT.default_params
 
 
 def _judge(module, cfg, cost_slack):
-    """Two seeds on Drift; each final policy beats the uniform policy (lower 95% bound of its
-    reward above the uniform policy's upper bound) within the movement budget (upper 95% bound
-    of its cost at most alpha (1 + cost_slack)); the in-training Monte-Carlo evaluation
-    estimates the same policy."""
+    """Two seeds on Drift; each returned policy (the run's selection among its evaluation marks,
+    what ``train`` hands a user) beats the uniform policy (lower 95% bound of its reward above
+    the uniform policy's upper bound) within the movement budget (upper 95% bound of its cost at
+    most alpha (1 + cost_slack)); the selection's own Monte-Carlo estimate is of the same policy.
+    (The last iterate of a Lagrangian run may sit on an overshoot of the multiplier's
+    oscillation: it is not what a run returns.)"""
     out = jax.jit(jax.vmap(module.make_train(DRIFT, PARAMS, cfg)))(jax.random.split(jax.random.key(0), 2))
-    assert out.metrics.evaluation.reward.shape == (2, 2)  # Monte-Carlo estimates at 0 and N
+    assert out.metrics.evaluation.reward.shape == (2, cfg.num_iterations // cfg.eval_every + 1)
     uniform = monte_carlo(DRIFT, fhc.uniform_random_policy(3))
     for seed in range(2):
-        state = jax.tree.map(lambda x: x[seed], out.final_state)
+        state = jax.tree.map(lambda x: x[seed], out.state)
         r, r_half, c, c_half = monte_carlo(DRIFT, module.policy(state, DRIFT, PARAMS))
         assert r - r_half > uniform[0] + uniform[1], (r, uniform)
         assert c + c_half <= 2.0 * (1.0 + cost_slack), (c, c_half)
-        assert abs(float(out.metrics.evaluation.reward[seed, -1]) - r) < 0.25
+        assert bool(out.status.met[seed])
+        assert abs(float(out.selection.reward[seed]) - r) < 0.25
 
 
 @pytest.mark.slow
@@ -45,7 +48,7 @@ def test_ppo_lagrangian_learns_a_continuous_task_judged_by_monte_carlo():
         pl.Config(
             num_iterations=80,
             episodes_per_iteration=64,
-            eval_every=0,
+            eval_every=10,
             eval_episodes=512,
             observation="env_t",
             multiplier_method="lagrangian",
@@ -64,7 +67,7 @@ def test_cpo_learns_a_continuous_task_judged_by_monte_carlo():
         cpo.Config(
             num_iterations=30,
             episodes_per_iteration=128,
-            eval_every=0,
+            eval_every=10,
             eval_episodes=512,
             observation="env_t",
             fisher_samples=256,

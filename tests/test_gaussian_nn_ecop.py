@@ -16,10 +16,9 @@ import pytest
 from box_task import Reach
 
 import fhc_jax as fhc
-from fhc_jax.algos import ecop
+from fhc_jax.algos import ecop, nn_losses
 from fhc_jax.algos import nn_constrained as nc
 from fhc_jax.algos.core.distributions import LOG_STD_MAX, LOG_STD_MIN, DiagonalGaussian
-from fhc_jax.algos import nn_losses
 from fhc_jax.algos.nn_losses import gaussian_sample_targets
 
 REACH = Reach()

@@ -5,6 +5,8 @@ cases D, E, F, G, N, O)."""
 
 from __future__ import annotations
 
+import importlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -170,3 +172,35 @@ def test_status_met_agrees_with_the_exact_referee_on_the_suite():
         for seed in range(3):
             if bool(out.status.met[seed]):
                 assert np.all(costs[seed] <= alpha * (1 + 1e-4) + 1e-5), (name, seed, costs[seed], alpha)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ecop", "nn_constrained"])
+def test_the_returned_policy_is_near_the_best_feasible_iterate_on_a_hospital_ward(name):
+    """N: a user's own environment whose cost is paid as it is realised (a crowded day, 0 or 1)
+    while its model holds the expectation. A learner estimating its candidates on realised costs
+    (spread 2.3 per episode) against a margin sized on its training batches' expected costs
+    (spread about 1) found no later iterate feasible and returned an early one at 60-64% of the
+    optimum; estimated on its own rollout, the returned policy is within 2 points of the best
+    feasible iterate the run evaluated, and the status says 'met' only when it is feasible."""
+    from hospital_env import HospitalWard
+
+    module = importlib.import_module(f"fhc_jax.algos.{name}")
+    env = HospitalWard()
+    params = env.default_params
+    cmdp = env.to_cmdp(params)
+    optimum = fhc.solve(cmdp).reward
+    alpha = float(np.asarray(cmdp.thresholds)[0])
+    out = jax.jit(jax.vmap(module.make_train(env, params, module.Config())))(jax.random.split(jax.random.key(5), 3))
+    tables = module.policy_table(out.state, env, params)
+    judged = jax.vmap(fhc.evaluate, in_axes=(None, 0))(cmdp, tables)
+    marks = out.metrics.evaluation
+    for seed in range(3):
+        feasible = np.asarray(marks.costs[seed, 1:, 0]) <= alpha * 1.02
+        rewards = np.asarray(marks.reward[seed, 1:])
+        assert feasible.any(), (name, seed)
+        best = rewards[feasible].max() / optimum
+        got = float(judged.reward[seed]) / optimum
+        assert got >= best - 0.02, (name, seed, got, best, int(out.selection.iteration[seed]))
+        if bool(out.status.met[seed]):
+            assert float(judged.costs[seed, 0]) <= alpha * (1 + 1e-4)

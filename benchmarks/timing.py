@@ -51,18 +51,20 @@ def source_revision(root: Path = ROOT) -> dict[str, Any]:
 
     Returns:
         ``revision`` (the full ``git rev-parse HEAD``), ``dirty`` (whether tracked files under
-        fhc_jax/ or benchmarks/, results excluded, differ from it) and ``dirty_paths``; where git
-        or the repository is unavailable, ``revision`` None and ``revision_unavailable`` (why),
-        unless the environment variable ``BENCHMARK_REVISION`` names the revision (a copy of the
-        tree without ``.git``, e.g. on a remote accelerator): then ``dirty`` is None (unknown).
+        fhc_jax/ or benchmarks/, results excluded, differ from it) and ``dirty_paths``. Where the
+        environment variable ``BENCHMARK_REVISION`` is set, it names the revision whatever git
+        says (a copy of the tree on a remote accelerator may carry no ``.git``, or a stale one
+        whose HEAD is not the copied tree's): then ``dirty`` is None (unknown). Where git or the
+        repository is unavailable and the variable is unset, ``revision`` None and
+        ``revision_unavailable`` (why).
     """
+    given = os.environ.get("BENCHMARK_REVISION", "").strip()
+    if given:
+        return {"revision": given, "dirty": None, "revision_from": "BENCHMARK_REVISION"}
     try:
         revision = _git("rev-parse", "HEAD", root=root).strip()
         status = _git("status", "--porcelain", "--untracked-files=no", "--", *MEASURED_CODE, root=root)
     except (OSError, subprocess.SubprocessError) as e:
-        given = os.environ.get("BENCHMARK_REVISION", "").strip()
-        if given:
-            return {"revision": given, "dirty": None, "revision_from": "BENCHMARK_REVISION"}
         reason = getattr(e, "stderr", None) or str(e)
         return {"revision": None, "revision_unavailable": f"git rev-parse HEAD failed: {reason.strip()[:200]}"}
     paths = [line[3:] for line in status.splitlines() if line.strip()]

@@ -276,6 +276,7 @@ def test_without_git_the_page_says_staleness_is_not_checked(tmp_path):
 
 
 def test_benchmark_scripts_record_the_revision_and_uncommitted_changes(repo, tmp_path, monkeypatch):
+    monkeypatch.delenv("BENCHMARK_REVISION", raising=False)
     record = timing.source_revision(repo)
     assert record["revision"] == _git(repo, "rev-parse", "HEAD") and record["dirty"] is False
     (repo / "benchmarks/results").mkdir(parents=True)
@@ -299,3 +300,5 @@ def test_benchmark_scripts_record_the_revision_and_uncommitted_changes(repo, tmp
     given = timing.source_revision(nowhere)
     assert given["revision"] == "b" * 40 and given["dirty"] is None
     assert revision.revision_of(given).caption() == "revision `bbbbbbb` (uncommitted changes not checked)"
+    # a copy whose .git is stale (its HEAD is not the copied tree's): the variable wins over git
+    assert timing.source_revision(repo)["revision"] == "b" * 40

@@ -5,7 +5,7 @@
 # Usage (on the GPU machine, repository root): OUT=/some/dir bash benchmarks/gpu/suite.sh
 # Results: $OUT/*.json (copy them to benchmarks/results/gpu_<device>/, then run
 # `python benchmarks/report.py`) and $OUT/log.txt. Each JSON records the git revision; in a copy
-# of the tree without .git, set BENCHMARK_REVISION to the revision the copy was made from.
+# of the tree without .git (or with a stale one), set BENCHMARK_REVISION to the revision the copy was made from.
 set -u
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY=${PY:-python3}

@@ -4,8 +4,9 @@ Each table of the generated page declares the modules whose changes can change i
 learners' own modules (``LEARNER_CODE``), the environments' modules (``ENV_CODE``) and, for the
 tables that measure something else, those modules (``MEASURES``). A table whose declared code
 changed after its revision is marked stale on the page (``reporting.revision.Git.changed``).
-The shared modules every learner builds on (the learner scaffold, multipliers, networks,
-returns) are not declared: a change there does not mark every table stale.
+The shared parts every learner builds on (``fhc_jax/algos/core/``: the scaffold, the candidates'
+selection, multipliers, networks, returns) are every learner's code too: a change there can move
+any learner's numbers (the multiplier's safety margin does), so it marks every learner's tables.
 """
 
 from __future__ import annotations
@@ -13,24 +14,28 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
-#: learner (its ``fhc_jax.algos`` module name) -> its own modules (Saute-Lagrangian is
-#: PPO-Lagrangian on an augmented state: PPO-Lagrangian's modules are its code too)
+#: the shared parts of every learner (a folder)
+CORE_CODE = "fhc_jax/algos/core/"
+
+#: learner (its ``fhc_jax.algos`` module name) -> its own modules and the shared core (Saute-Lagrangian
+#: is PPO-Lagrangian on an augmented state: PPO-Lagrangian's modules are its code too)
 LEARNER_CODE: dict[str, tuple[str, ...]] = {
     "fh_constrained": (
         "fhc_jax/algos/fh_constrained.py",
         "fhc_jax/algos/fh_kernels.py",
-        "fhc_jax/algos/core/features.py",
+        CORE_CODE,
     ),
-    "nn_constrained": ("fhc_jax/algos/nn_constrained.py", "fhc_jax/algos/nn_losses.py"),
-    "ppo_lagrangian": ("fhc_jax/algos/ppo_lagrangian.py", "fhc_jax/algos/ppo_networks.py"),
-    "cpo": ("fhc_jax/algos/cpo.py", "fhc_jax/algos/trust_region.py"),
-    "ecop": ("fhc_jax/algos/ecop.py",),
+    "nn_constrained": ("fhc_jax/algos/nn_constrained.py", "fhc_jax/algos/nn_losses.py", CORE_CODE),
+    "ppo_lagrangian": ("fhc_jax/algos/ppo_lagrangian.py", "fhc_jax/algos/ppo_networks.py", CORE_CODE),
+    "cpo": ("fhc_jax/algos/cpo.py", "fhc_jax/algos/trust_region.py", CORE_CODE),
+    "ecop": ("fhc_jax/algos/ecop.py", "fhc_jax/algos/ecop_losses.py", CORE_CODE),
     "saute": (
         "fhc_jax/algos/saute.py",
         "fhc_jax/algos/saute_setup.py",
         "fhc_jax/envs/saute.py",
         "fhc_jax/algos/ppo_lagrangian.py",
         "fhc_jax/algos/ppo_networks.py",
+        CORE_CODE,
     ),
 }
 

@@ -279,6 +279,7 @@ def test_bad_log_std_settings_are_refused_by_the_config(module, changes, match):
         module.Config(**changes)
 
 
+@pytest.mark.slow
 def test_saute_trains_a_gaussian_policy_on_box_actions():
     """Saute-Lagrangian on box actions: the continuous budget in BudgetEnv with PPO's Gaussian
     head; from the initial Gaussian (reward -10.4, cost 1.83) 60 updates reach a reward above -3

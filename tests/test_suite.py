@@ -306,3 +306,52 @@ def test_benchmark_records_a_failing_learner_and_merges_cells(tmp_path):
     assert rb.cell_text(ok) == "91% 4/5" and rb.cell_text({"num_seeds": 5, "feasible_seeds": 5}) == "5/5"
     text = rb.table(merged["results"], ["cpo", "ecop"], ["garnet_s20", "inventory"], rb.cell_text)
     assert "| garnet_s20 | 91% 4/5 | . |" in text and "| inventory | error | . |" in text
+
+
+def test_parallel_slices_merge_into_the_results_file(tmp_path):
+    """benchmarks/gpu/merge_robustness.py: each slice's cells replace the file's, each with its
+    run; cells no slice ran are kept; a file that is not a slice is one line and exit 2 before
+    anything is written."""
+    rb = _benchmark()
+    sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+    try:
+        import merge_robustness
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks" / "gpu"))
+    cell = lambda pct, run: {"num_seeds": 5, "feasible_seeds": 5, "worst_percent": pct, "run": run}
+    out = tmp_path / "robustness.json"
+    out.write_text(
+        json.dumps(
+            rb.to_json(
+                rb.merge(
+                    out,
+                    "old",
+                    {"command": "old"},
+                    {"inventory": {"x": 0}},
+                    {"cpo": {"inventory": cell(50.0, "old"), "garnet_s20": cell(60.0, "old")}},
+                )
+            )
+        )
+    )
+    parts = []
+    for name, learner, task, pct in (("A", "cpo", "inventory", 70.0), ("B", "ecop", "gridworld", 80.0)):
+        part = tmp_path / f"robustness_{name}.json"
+        part.write_text(
+            json.dumps(
+                rb.to_json(
+                    rb.merge(part, name, {"command": name}, {task: {"x": name}}, {learner: {task: cell(pct, name)}})
+                )
+            )
+        )
+        parts.append(str(part))
+    assert merge_robustness.main([*parts, "--out", str(out)]) == 0
+    merged = json.loads(out.read_text())
+    assert merged["results"]["cpo"]["inventory"]["worst_percent"] == 70.0  # replaced by slice A
+    assert merged["results"]["cpo"]["garnet_s20"]["worst_percent"] == 60.0  # no slice ran it: kept
+    assert merged["results"]["ecop"]["gridworld"]["run"] == "B"
+    assert set(merged["runs"]) == {"old", "A", "B"} and merged["tasks"]["gridworld"] == {"x": "B"}
+    before = out.read_text()
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    assert merge_robustness.main([parts[0], str(bad), "--out", str(out)]) == 2
+    assert out.read_text() == before

@@ -3,7 +3,8 @@
 # balanced by the cells' CPU wall times; each slice merges into its own $OUT/robustness_<slice>.json
 # after every cell (a slice cut by LIMIT keeps its finished cells). Merge the parts into
 # benchmarks/results/robustness.json with `python benchmarks/gpu/merge_robustness.py $OUT/robustness_*.json`.
-# Usage (repository root, GPU machine): OUT=/some/dir LIMIT=480 bash benchmarks/gpu/robustness.sh
+# Usage (repository root, GPU machine): OUT=/some/dir LIMIT=480 BENCHMARK_REVISION=<the copied revision> \
+#   bash benchmarks/gpu/robustness.sh
 set -u
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 PY=${PY:-python3}

@@ -174,3 +174,21 @@ class RareCost(Environment):
         cost = jnp.where(noise < self._p, self._size, 0.0).astype(jnp.float32)[None]
         nxt = RareState(time=state.time + 1)
         return self.observation(nxt, params), nxt, jnp.float32(1.0), cost, nxt.time == 1, {}
+
+
+#: the command line settings of a tiny gridworld run (3x3, H = 4, 20 updates of 8 episodes in
+#: chunks of 5): the CLI, tracking, evaluation, distributed and reliability tests train it
+TINY_RUN = [
+    "--set",
+    "env.size=3",
+    "--set",
+    "env.horizon=4",
+    "--set",
+    "num_iterations=20",
+    "--set",
+    "episodes_per_iteration=8",
+    "--set",
+    "run.chunk_size=5",
+    "--set",
+    "env.alpha=3.0",
+]

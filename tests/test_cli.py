@@ -12,24 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import TINY_RUN
 
 from fhc_jax.cli import main
 from fhc_jax.experiment import config, runner, sweep
 
-TINY = [
-    "--set",
-    "env.size=3",
-    "--set",
-    "env.horizon=4",
-    "--set",
-    "num_iterations=20",
-    "--set",
-    "episodes_per_iteration=8",
-    "--set",
-    "run.chunk_size=5",
-    "--set",
-    "env.alpha=3.0",
-]
+TINY = TINY_RUN
 
 
 @pytest.fixture(scope="module")

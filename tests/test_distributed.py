@@ -16,25 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import TINY_RUN
 
 from fhc_jax import cli
 from fhc_jax.experiment import distributed, rundir
 from fhc_jax.experiment.typed_settings import ConfigError
 
-TINY = [
-    "--set",
-    "env.size=3",
-    "--set",
-    "env.horizon=4",
-    "--set",
-    "num_iterations=20",
-    "--set",
-    "episodes_per_iteration=8",
-    "--set",
-    "run.chunk_size=5",
-    "--set",
-    "env.alpha=3.0",
-]
+TINY = TINY_RUN
 ROOT = Path(__file__).resolve().parents[1]
 
 # What JAX's runtime (jaxlib 0.10) wrote on stderr when it ended a process, recorded from real

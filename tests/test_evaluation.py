@@ -15,26 +15,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import struct
+from helpers import TINY_RUN
 
 import fhc_jax as fhc
 from fhc_jax.cli import main
 from fhc_jax.envs.base import Environment
 from fhc_jax.experiment import config, evaluation, judge, load_run, rundir, writer_lock
 
-TINY = [
-    "--set",
-    "env.size=3",
-    "--set",
-    "env.horizon=4",
-    "--set",
-    "num_iterations=20",
-    "--set",
-    "episodes_per_iteration=8",
-    "--set",
-    "run.chunk_size=5",
-    "--set",
-    "env.alpha=3.0",
-]
+TINY = TINY_RUN
 
 
 @pytest.fixture(scope="module")

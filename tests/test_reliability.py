@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import TINY_RUN
 
 import fhc_jax as fhc
 from fhc_jax.algos import fh_constrained as fc
@@ -24,18 +25,7 @@ from fhc_jax.cli import main
 from fhc_jax.experiment import checkpoint, config, rundir, runner, writer_lock
 
 TINY = [
-    "--set",
-    "env.size=3",
-    "--set",
-    "env.horizon=4",
-    "--set",
-    "num_iterations=20",
-    "--set",
-    "episodes_per_iteration=8",
-    "--set",
-    "run.chunk_size=5",
-    "--set",
-    "env.alpha=3.0",
+    *TINY_RUN,
     "--set",
     "run.checkpoint_every=1",
     "--seeds",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import TINY_RUN
 from toy_env import ToyEnv
 
 from fhc_jax.cli import main
@@ -18,18 +19,7 @@ from fhc_jax.experiment import config, judge, rundir, runner, writer_lock
 from fhc_jax.experiment.judgement import Optimum
 
 TINY = [
-    "--set",
-    "env.size=3",
-    "--set",
-    "env.horizon=4",
-    "--set",
-    "num_iterations=20",
-    "--set",
-    "episodes_per_iteration=8",
-    "--set",
-    "run.chunk_size=5",
-    "--set",
-    "env.alpha=3.0",
+    *TINY_RUN,
     "--set",
     "run.checkpoint_every=1",
     "--seeds",

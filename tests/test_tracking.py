@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import TINY_RUN
 
 from fhc_jax.cli import main
 from fhc_jax.experiment import config, tracking, tracking_backends, training
@@ -23,20 +24,7 @@ pytest.importorskip("wandb")
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
-TINY = [
-    "--set",
-    "env.size=3",
-    "--set",
-    "env.horizon=4",
-    "--set",
-    "num_iterations=20",
-    "--set",
-    "episodes_per_iteration=8",
-    "--set",
-    "run.chunk_size=5",
-    "--set",
-    "env.alpha=3.0",
-]
+TINY = TINY_RUN
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from helpers import TINY_RUN
 
 from fhc_jax.algos import fh_constrained as fc
 from fhc_jax.cli import main
@@ -20,21 +21,7 @@ from fhc_jax.experiment.runner import ChunkedTrainer, seed_keys
 
 pytestmark = pytest.mark.slow
 
-TINY = [
-    "--set",
-    "env.size=3",
-    "--set",
-    "env.horizon=4",
-    "--set",
-    "num_iterations=20",
-    "--set",
-    "episodes_per_iteration=8",
-    "--set",
-    "run.chunk_size=5",
-    "--set",
-    "env.alpha=3.0",
-    "--no-plots",
-]
+TINY = [*TINY_RUN, "--no-plots"]
 
 
 def test_a_quiet_run_still_says_what_is_not_what_it_seems(tmp_path, capsys):

@@ -7,7 +7,8 @@ with ``.lower().compile()``, so compile and run times are reported apart). Each 
 policy (``TrainResult.state``: the learner's selection by its own estimates) is judged:
 
 * **exact** tasks: ``fhc_jax.evaluate(cmdp, policy_table)`` (float64): reward, costs,
-  % of the optimum = 100 J / J* (J* from ``fhc_jax.solve``), feasible = every cost <= 1.02
+  % of the optimum = 100 J / J* (J* from ``fhc_jax.solve``; 100 (1 - (J* - J) / |J*|) where
+  J* < 0), feasible = every cost <= 1.02
   alpha (the judge's rule, ``fhc_jax.experiment.judge.cost_limits``, with the model's cost
   scale);
 * **reference** tasks (the battery): ``fhc_jax.rollout_returns`` of the learner's ``policy``
@@ -65,6 +66,7 @@ from fhc_jax.experiment.judge import (
     cost_scale,
     step_cost_units,
 )
+from fhc_jax.experiment.judgement import fraction_of_optimum
 from fhc_jax.experiment.rundir import (
     RunDirectoryError,
     check_writable_file,
@@ -140,6 +142,7 @@ def referee(task: suite.Task, env, params, episodes: int) -> dict[str, Any]:
             nu_star=best.multipliers.tolist(),
             cost_min=least.tolist(),
             cost_free=free.tolist(),
+            threshold_fractions=suite.threshold_fractions(cmdp).tolist(),
             sizes={"H": cmdp.horizon, "S": cmdp.num_states, "A": cmdp.num_actions, "M": cmdp.num_constraints},
         )
         info["_cmdp"] = cmdp
@@ -192,7 +195,10 @@ def judge_cell(module, task: suite.Task, env, params, ref: dict, out: Any, seeds
             "cost_upper_95": upper,
         }
     feasible = np.all(upper <= limits, axis=1)
-    percent = None if yardstick is None or yardstick <= 0 else 100.0 * reward / yardstick
+    # % of the optimum (or reference): 100 J / J* for J* > 0, 100 (1 - (J* - J) / |J*|) below
+    no_yardstick = yardstick is None or (yardstick <= 0 and not task.exact)
+    frac = None if no_yardstick else fraction_of_optimum(reward, yardstick)
+    percent = None if frac is None else 100.0 * frac
     nu = final_multipliers(out)
     status_ok = np.asarray(out.status.ok)  # the learner's own verdict (met and settled)
     selected_at = np.asarray(out.selection.iteration)

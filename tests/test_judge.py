@@ -3,6 +3,8 @@ ranking; and the machine record written into every result file."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -83,9 +85,9 @@ def test_machine_info():
     assert info["versions"]["jax"] and info["device"]["count"] >= 1 and info["cpu"]["usable_cores"] >= 1
 
 
-def test_no_fraction_of_a_non_positive_optimum():
-    """With J* <= 0 (a pendulum's returns) J / J* grows as J gets worse: the judge reports the
-    gap and no fraction."""
+def test_fraction_of_a_negative_optimum_is_one_minus_the_relative_gap():
+    """With J* < 0 (all-negative rewards) J / J* would grow as J gets worse: the fraction is
+    1 - (J* - J) / |J*| instead (J / J* for J* > 0), increasing in J; none for J* = 0."""
     opt = Optimum(
         reward=-150.0,
         costs=np.array([180.0]),
@@ -95,8 +97,11 @@ def test_no_fraction_of_a_non_positive_optimum():
         stage_rewards=None,
         solve_time_s=0.0,
     )
-    j = judge.judge([-1200.0, -300.0], [[30.0], [40.0]], [40.0], optimum=opt)
-    assert j.fraction_of_optimum is None and "fraction_of_optimum" not in j.summary()["worst"]
+    j = judge.judge([-1200.0, -300.0, -150.0], [[30.0], [40.0], [40.0]], [40.0], optimum=opt)
+    np.testing.assert_allclose(j.fraction_of_optimum, [-6.0, 0.0, 1.0])
+    assert j.summary()["worst"]["fraction_of_optimum"] == pytest.approx(-6.0)
     rows = j.rows()
-    assert rows[0]["fraction_of_optimum"] is None
+    assert rows[1]["fraction_of_optimum"] == pytest.approx(0.0)
+    zero = judge.judge([1.0], [[0.0]], [40.0], optimum=dataclasses.replace(opt, reward=0.0))
+    assert zero.fraction_of_optimum is None and zero.rows()[0]["fraction_of_optimum"] is None
     assert rows[0]["reward_gap"] == pytest.approx(1050.0) and rows[1]["relative_gap"] == pytest.approx(1.0)

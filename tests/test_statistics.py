@@ -253,7 +253,10 @@ def test_performance_profiles():
     judged = judge.judge([40.0, 45.0], [[25.0], [30.0]], [25.0], optimum=_optimum(50.0))
     np.testing.assert_allclose(statistics.profile_scores(judged), [0.8, 0.9])
     np.testing.assert_allclose(statistics.profile_scores(judged, feasible_only=True), [0.8, 0.0])
-    assert statistics.profile_scores(judge.judge([1.0], [[0.0]], [1.0], optimum=_optimum(-1.0))) is None
+    # all-negative rewards: one minus the relative gap (J* = -1: J = -1.5 scores 0.5, J = -1 scores 1)
+    negative = judge.judge([-1.5, -1.0], [[0.0], [0.0]], [1.0], optimum=_optimum(-1.0))
+    np.testing.assert_allclose(statistics.profile_scores(negative), [0.5, 1.0])
+    assert statistics.profile_scores(judge.judge([1.0], [[0.0]], [1.0], optimum=_optimum(0.0))) is None
     with pytest.raises(ValueError, match="finite"):
         statistics.performance_profiles({"a": np.array([np.nan])}, taus)
 

@@ -19,6 +19,7 @@ import pytest
 import fhc_jax as fhc
 from fhc_jax.envs import suite
 from fhc_jax.envs.inventory import InventoryEnv, unconstrained_lost_sales
+from fhc_jax.experiment import judge
 
 ROOT = Path(__file__).resolve().parents[1]
 Z = 4.0  # standard errors allowed between a Monte-Carlo mean and the exact value
@@ -69,12 +70,72 @@ def test_every_exact_threshold_binds(solved):
 def test_small_sizes_and_time_varying_garnets(solved):
     for name, (cmdp, _, _) in solved.items():
         if name != "gridworld":
-            assert 10 <= cmdp.horizon <= 30, name
+            assert 10 <= cmdp.horizon <= 40, name
     sizes = {name: solved[name][0].num_states for name in ("garnet_s20", "garnet_s50", "garnet_s100")}
     assert sizes == {"garnet_s20": 20, "garnet_s50": 50, "garnet_s100": 100}
     for name in ("garnet_s20", "garnet_s50", "garnet_s100", "garnet_m2"):
         cmdp = solved[name][0]
         assert cmdp.time_varying and 4 <= cmdp.num_actions <= 6 and 3 <= cmdp.transitions.next_states.shape[-1] <= 5
+
+
+def test_grown_tasks_sit_at_their_threshold_fractions(solved):
+    """Each ``<task>_fNN`` task's threshold lies NN% of the way from the least cost to the
+    unconstrained optimum's, the maintenance budgets at 15%, a few percent of H / 100; tighter
+    thresholds cost the optimum more reward and need a larger nu*."""
+    grown = [n for n in solved if re.search(r"_f\d\d$", n)]
+    assert len(grown) == 15
+    for name in grown:
+        cmdp = solved[name][0]
+        f = int(name[-2:]) / 100
+        np.testing.assert_allclose(suite.threshold_fractions(cmdp), f, rtol=1e-6, err_msg=name)
+    for name in ("maintenance", "maintenance_events"):
+        cmdp = solved[name][0]
+        np.testing.assert_allclose(suite.threshold_fractions(cmdp), suite.MAINTENANCE_FRACTION, rtol=1e-6)
+        assert float(cmdp.thresholds[0]) < 0.1 * cmdp.horizon / 100  # a rare-event budget
+    for base in ("gridworld5", "inventory", "garnet_s50"):
+        rewards = [solved[f"{base}_{s}"][1].reward for s in ("f15", "f50", "f85")]
+        nus = [float(solved[f"{base}_{s}"][1].multipliers[0]) for s in ("f15", "f50", "f85")]
+        assert rewards[0] < rewards[1] < rewards[2] and nus[0] > nus[1] > nus[2], (base, rewards, nus)
+    np.testing.assert_allclose(suite.threshold_fractions(solved["garnet_s20"][0]), 0.5, rtol=1e-6)
+
+
+def test_negative_garnet_is_garnet_s20_minus_one_per_stage(solved):
+    """Every reward of ``garnet_s20_negative`` is negative, its optimum is garnet_s20's minus H
+    with the same nu*, and its fraction of the optimum is 1 - (J* - J) / |J*|."""
+    cmdp, best, _ = solved["garnet_s20_negative"]
+    base, base_best, _ = solved["garnet_s20"]
+    assert float(jnp.max(cmdp.rewards)) < 0 and best.reward < 0
+    np.testing.assert_allclose(best.reward, base_best.reward - cmdp.horizon, rtol=1e-6)
+    np.testing.assert_allclose(best.multipliers, base_best.multipliers, rtol=1e-4)
+    uniform = jnp.full((cmdp.horizon, cmdp.num_states, cmdp.num_actions), 1.0 / cmdp.num_actions)
+    j = float(fhc.evaluate(cmdp, uniform).reward)
+    judged = judge.judge([j], [[0.0]], [1e9], optimum=judge.optimum(cmdp))
+    frac = float(judged.fraction_of_optimum[0])
+    assert frac == pytest.approx(1 - (best.reward - j) / abs(best.reward), rel=1e-5) and 0 < frac < 1
+
+
+def test_maintenance_pays_the_same_breakdowns_as_probabilities_and_as_events():
+    """The two maintenance models share their process and their expected breakdowns under any
+    policy; always maintaining never breaks the machine (C_min = 0); bad settings are named."""
+    from fhc_jax.envs.maintenance import maintenance
+
+    prob, events = maintenance("probability"), maintenance("events")
+    np.testing.assert_array_equal(np.asarray(prob.transitions), np.asarray(events.transitions))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        table = rng.dirichlet(np.ones(prob.num_actions), size=(prob.horizon, prob.num_states))
+        a, b = fhc.evaluate(prob, jnp.asarray(table)), fhc.evaluate(events, jnp.asarray(table))
+        np.testing.assert_allclose(a.costs, b.costs, rtol=1e-4)
+        np.testing.assert_allclose(a.reward, b.reward, rtol=1e-5)
+        assert float(a.costs[0]) > 0
+    least, free = suite.cost_range(prob)
+    assert least[0] == pytest.approx(0.0, abs=1e-9) and free[0] > 0.1
+    with pytest.raises(ValueError, match="maintenance: costs must be one of"):
+        maintenance("expected")
+    with pytest.raises(ValueError, match="maintenance: wear_loss must be a number in"):
+        maintenance(wear_loss=0.5)
+    with pytest.raises(ValueError, match="breakdown probability .* reaches .* > 1; lower base_rate"):
+        maintenance(base_rate=0.5)
 
 
 def test_rescaled_copies_keep_the_policy_and_scale_nu(solved):

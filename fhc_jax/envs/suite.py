@@ -43,6 +43,17 @@ inventory_r0.01_c100  exact      ``inventory`` with rewards x 0.01, costs and al
 battery               reference  ``BatteryStorage()``: one day of arbitrage, one cycle a day
 battery_continuous    reference  ``BatteryStorage(continuous_actions=True)``: the rate in [-1, 1]
 pendulum              budget     gymnax Pendulum-v1, H = 200, torque-energy budget alpha = 40
+maintenance           exact      machine maintenance (H = 40, 10 wear levels, 4 actions), the cost is
+                                 each stage's breakdown probability, budget 0.029 expected
+                                 breakdowns (7% of H / 100; f = 0.15, nu* about 1200)
+maintenance_events    exact      the same machine, each breakdown paid as a 0/1 event (most
+                                 episodes cost nothing): a rare-event budget
+garnet_s20_negative   exact      ``garnet_s20`` with every reward lowered by 1 (all rewards negative)
+<task>_f15, _f50,     exact      the exact tasks at other thresholds: f = 0.15, 0.5, 0.85 of the way
+_f85                             from the least cost to the unconstrained optimum's (``gridworld5``,
+                                 each Garnet and ``inventory``; tight thresholds give large nu*;
+                                 ``garnet_m2`` at 0.3 for 0.15, where its two budgets cannot
+                                 be met together)
 ====================  =========  ==========================================================
 
 **Garnet CMDPs** (:func:`garnet`; "Generic Average Reward Non-stationary Environment Test-bench",
@@ -340,6 +351,71 @@ _GARNETS = {  # name: (S, A, H, branching, seed, M, fraction)
 }
 
 
+def _garnet_model(name: str, fraction: float | None = None) -> TabularCMDP:
+    s, a, h, b, seed, m, f = _GARNETS[name]
+    return garnet(s, a, h, b, seed, num_constraints=m, fraction=f if fraction is None else fraction)
+
+
+def _negative(cmdp: TabularCMDP) -> tuple[Environment, Any]:
+    """``cmdp`` with every stage reward lowered by 1 (all negative for rewards in [0, 1))."""
+    return _tabular(cmdp.replace(rewards=cmdp.rewards - 1.0))
+
+
+def _maintenance(costs: str) -> tuple[Environment, Any]:
+    from fhc_jax.envs.maintenance import maintenance
+
+    cmdp = maintenance(costs)
+    return _tabular(cmdp.replace(thresholds=binding_thresholds(cmdp, MAINTENANCE_FRACTION)))
+
+
+def _at_fraction(base: str, fraction: float) -> tuple[Environment, Any]:
+    """The exact task ``base`` with its thresholds at ``fraction`` of the way from the least
+    cost to the unconstrained optimum's (:func:`binding_thresholds`)."""
+    if base == "gridworld5":
+        return _small_grid(fraction)
+    if base == "inventory":
+        env, params = _inventory()
+        cmdp = env.to_cmdp(params)
+        return _tabular(cmdp.replace(thresholds=binding_thresholds(cmdp, fraction)))
+    return _tabular(_garnet_model(base, fraction))
+
+
+#: the fraction f of the maintenance tasks' budget (alpha = 0.029 expected breakdowns, H = 40)
+MAINTENANCE_FRACTION = 0.15
+#: the threshold fractions of the grown suite (module docstring) and the tasks grown with them
+THRESHOLD_FRACTIONS = {"f15": 0.15, "f30": 0.3, "f50": 0.5, "f85": 0.85}
+_GROWN = {
+    "gridworld5": ("f15", "f50", "f85"),
+    "garnet_s20": ("f15", "f85"),
+    "garnet_s50": ("f15", "f50", "f85"),
+    "garnet_s100": ("f15", "f85"),
+    "garnet_m2": ("f30", "f85"),  # at f = 0.15 the two budgets cannot be met together
+    "inventory": ("f15", "f50", "f85"),
+}
+
+
+def _fraction_task(base: str, suffix: str) -> Task:
+    f = THRESHOLD_FRACTIONS[suffix]
+    return Task(
+        f"{base}_{suffix}",
+        f"{base} with alpha at f = {f} between the least and the unconstrained cost",
+        "exact",
+        lambda: _at_fraction(base, f),
+    )
+
+
+def threshold_fractions(cmdp: TabularCMDP) -> np.ndarray:
+    """Where each threshold lies between the least cost and the unconstrained optimum's cost,
+    f^(k) = (alpha^(k) - C_min^(k)) / (C_free^(k) - C_min^(k)) (:func:`cost_range`), (M,)
+    float64: in (0, 1) for a binding threshold, >= 1 for a slack one, <= 0 for an infeasible
+    one (nan where C_free = C_min)."""
+    least, free = cost_range(cmdp)
+    span = free - least
+    alpha = np.asarray(cmdp.thresholds, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(np.abs(span) > 0, (alpha - least) / span, np.nan)
+
+
 def _garnet_task(name: str) -> Task:
     s, a, h, b, seed, m, f = _GARNETS[name]
     what = "two correlated costs (M = 2), " if m == 2 else ""
@@ -348,7 +424,7 @@ def _garnet_task(name: str) -> Task:
         f"Garnet CMDP, {what}S = {s}, A = {a}, H = {h}, {b} successors, time-varying kernel, "
         f"alpha at f = {f} between the least and the unconstrained cost",
         "exact",
-        lambda: _tabular(garnet(s, a, h, b, seed, num_constraints=m, fraction=f)),
+        lambda: _tabular(_garnet_model(name)),
     )
 
 
@@ -421,6 +497,26 @@ TASKS: dict[str, Task] = {
             "budget",
             _pendulum,
         ),
+        Task(
+            "maintenance",
+            "machine maintenance (H = 40), the cost is each stage's breakdown probability, budget "
+            "0.029 expected breakdowns (f = 0.15, nu* about 1200)",
+            "exact",
+            lambda: _maintenance("probability"),
+        ),
+        Task(
+            "maintenance_events",
+            "the maintenance task with each breakdown paid as a 0/1 event: a rare-event budget",
+            "exact",
+            lambda: _maintenance("events"),
+        ),
+        Task(
+            "garnet_s20_negative",
+            "garnet_s20 with every reward lowered by 1: all rewards negative",
+            "exact",
+            lambda: _negative(_garnet_model("garnet_s20")),
+        ),
+        *[_fraction_task(base, suffix) for base, suffixes in _GROWN.items() for suffix in suffixes],
     ]
 }
 

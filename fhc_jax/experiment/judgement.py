@@ -23,6 +23,20 @@ def relative_excess(costs: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
     return np.where(alpha != 0, (c - alpha) / safe, np.where(c <= 0, 0.0, np.inf))
 
 
+def fraction_of_optimum(reward: Any, optimum: float) -> Any:
+    """The fraction of the optimum a policy of expected reward J reaches, 1 - (J* - J) / |J*|
+    (one minus the relative gap): J / J* when J* > 0, and 2 - J / J* when J* < 0 (all-negative
+    rewards: 1 at the optimum, 0 at twice its loss), increasing in J either way; None when
+    J* = 0 (no scale to measure the gap in).
+
+    Args:
+        reward: J, a number or an array (R,). optimum: J*.
+    """
+    if not np.isfinite(optimum) or optimum == 0:
+        return None
+    return 1.0 - (optimum - np.asarray(reward, np.float64)) / abs(optimum)
+
+
 @dataclasses.dataclass(frozen=True)
 class Optimum:
     """The exact constrained optimum of a CMDP (``fhc_jax.solve``), as numpy data.
@@ -112,11 +126,11 @@ class Judgement:
 
     @property
     def fraction_of_optimum(self) -> np.ndarray | None:
-        """J / J* per seed, (R,), or None without a positive optimum (with J* <= 0 the ratio
-        grows as J gets worse: a pendulum's returns are negative; read the gap instead)."""
-        if self.optimum is None or not self.optimum.reward > 0:
+        """The fraction of the optimum per seed, (R,) (:func:`fraction_of_optimum`: J / J* for
+        J* > 0, 1 - (J* - J) / |J*| for any J* != 0), or None without a nonzero optimum."""
+        if self.optimum is None:
             return None
-        return self.reward / self.optimum.reward
+        return fraction_of_optimum(self.reward, self.optimum.reward)
 
     def take(self, index: Any) -> Judgement:
         """The judgement of a subset of the seeds (``index`` into the R axis)."""
@@ -140,8 +154,8 @@ class Judgement:
     def rows(self) -> list[dict[str, Any]]:
         """One dict per seed: seed, exact_reward, exact_costs, violation = max(0, c - alpha),
         slack = alpha - c, feasible; with an optimum reward_gap = J* - J, relative_gap =
-        (J* - J) / |J*|, fraction_of_optimum = J / J* (None unless J* > 0), optimal_multipliers;
-        multipliers (learned)."""
+        (J* - J) / |J*|, fraction_of_optimum = 1 - (J* - J) / |J*| (J / J* for J* > 0; None
+        when J* = 0), optimal_multipliers; multipliers (learned)."""
         out = []
         for r in range(self.num_seeds):
             c = self.costs[r]
@@ -162,7 +176,8 @@ class Judgement:
                 j_star = self.optimum.reward
                 row["reward_gap"] = j_star - float(self.reward[r])
                 row["relative_gap"] = row["reward_gap"] / abs(j_star) if j_star else None
-                row["fraction_of_optimum"] = float(self.reward[r]) / j_star if j_star > 0 else None
+                frac = fraction_of_optimum(float(self.reward[r]), j_star)
+                row["fraction_of_optimum"] = None if frac is None else float(frac)
                 row["optimal_multipliers"] = self.optimum.multipliers.tolist()
             if self.multipliers is not None:
                 row["multipliers"] = self.multipliers[r].tolist()

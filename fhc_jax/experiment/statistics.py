@@ -337,12 +337,13 @@ def format_line(stats: Mapping[str, Any], digits: int = 2) -> str:
 
 
 def profile_scores(judged: Judgement, feasible_only: bool = False) -> np.ndarray | None:
-    """Fraction of the optimum J / J* per seed, (R,) (infeasible seeds scored 0 when
-    ``feasible_only``; non-finite seeds scored 0); None without a positive optimum (J / J* only
-    orders policies as their rewards do when J* > 0)."""
-    if judged.optimum is None or not judged.optimum.reward > 0:
+    """Fraction of the optimum per seed, (R,) (``Judgement.fraction_of_optimum``: J / J* for
+    J* > 0, 1 - (J* - J) / |J*| for negative optima; infeasible seeds scored 0 when
+    ``feasible_only``; non-finite seeds scored 0); None without a nonzero optimum."""
+    frac = judged.fraction_of_optimum
+    if frac is None:
         return None
-    frac = np.asarray(judged.reward, np.float64) / judged.optimum.reward
+    frac = np.asarray(frac, np.float64)
     frac = np.where(np.isfinite(frac), frac, 0.0)
     return np.where(judged.feasible, frac, 0.0) if feasible_only else frac
 

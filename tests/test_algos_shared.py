@@ -50,6 +50,29 @@ def test_projected_gradient_is_the_papers_step_with_a_proportional_term():
     np.testing.assert_allclose(nu, [0.25, 2.5, 5.0])
 
 
+def test_geometric_law_travels_geometrically_and_moves_in_proportion_near_its_fixed_point():
+    """I <- clip(I + c max(I, nu_0) clip(v / s, -1, 1), 0, bound), nu = clip(I + K_p v): a
+    violation of s or more grows I by the factor (1 + c) per update above nu_0, a smaller one
+    in proportion, a negative one shrinks it, and it stops at the bound."""
+    c, floor, bound, s = 0.1, 0.5, 100.0, 0.2
+    law = multipliers.geometric(c, bound, 0.0, floor, s)
+    state = law.init(3, jnp.array([0.0, 2.0, 2.0]))
+    nu, state = law.update(state, jnp.array([5.0, 5.0, 0.05]))
+    np.testing.assert_allclose(nu, [c * floor, 2.0 * (1 + c), 2.0 * (1 + c * 0.05 / s)], rtol=1e-6)
+    for _ in range(30):
+        nu, state = law.update(state, jnp.array([1.0, 1.0, -1.0]))
+    assert nu[1] == pytest.approx(2.0 * (1 + c) ** 31, rel=1e-4)  # geometric: 2.2 -> 38.4
+    assert 0.0 <= nu[2] < 2.0 * (1 - c) ** 25  # shrinks just as fast
+    for _ in range(40):
+        nu, state = law.update(state, jnp.array([1.0, 1.0, -1.0]))
+    assert nu[1] == bound  # the projection (anti-windup)
+    gain = multipliers.geometric(c, bound, 0.25, floor, s)
+    nu, _ = gain.update(gain.init(1, 1.0), jnp.array([0.1]))
+    np.testing.assert_allclose(nu, [1.0 + c * 1.0 * 0.5 + 0.25 * 0.1], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"geometric.floor must be > 0"):
+        multipliers.geometric(c, bound, 0.0, 0.0)
+
+
 def test_pid_matches_a_hand_computed_sequence_and_never_winds_up():
     """PID-Lagrangian with EMAs and a delayed derivative, against a direct loop; the integral
     stays in [0, bound] however long the violation lasts (the one anti-windup rule)."""

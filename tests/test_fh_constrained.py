@@ -437,11 +437,12 @@ def test_advantage_increment_matches_direct_loop():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_improved_multiplier_is_pi_controlled():
-    """nu = clip(nu_I + K_p u), nu_I the paper's integral step on u, the relative violation
-    (mean episode cost - alpha + margin) / d, with the margin 2 z sigma_C / sqrt(n) +
-    ln(20) max(c_max, 1) / n (n = eval_episodes) and d = max(|alpha|, H / 100)
-    (fhc_jax.algos.core.multipliers)."""
+def test_improved_multiplier_is_the_geometric_law():
+    """nu = clip(nu_I + K_p v), nu_I <- clip(nu_I + c(n) max(nu_I, nu_0) clip(v / s, -1, 1)),
+    v the violation relative to the budget b = max(|alpha|, d / 100): (mean episode cost -
+    alpha + margin) / b, with the margin 2 z sigma_C / sqrt(n) + ln(20) max(c_max, 1) / n
+    (n = eval_episodes), d = max(|alpha|, H / 100), nu_0 = 0.2 H / d and the bound
+    multiplier_max H / d (budget units; fhc_jax.algos.core.multipliers)."""
     env = SMALL
     params = env.default_params
     cfg = fc.Config(num_iterations=1, episodes_per_iteration=8, multiplier_gain=0.3)
@@ -459,10 +460,13 @@ def test_improved_multiplier_is_pi_controlled():
     alpha = np.asarray(params.thresholds, np.float64)
     n = cfg.eval_episodes  # the bound's normal term and its rule-of-three term (multipliers.upper_bound_excess)
     margin = 2 * 1.645 * costs.std(0) / np.sqrt(n) + np.log(20.0) * np.maximum(np.abs(costs).max(0), 1.0) / n
-    violation = (costs.mean(0) - alpha + margin) / np.maximum(np.abs(alpha), env.horizon / 100)
-    integral = np.clip(cfg.multiplier_lr(0) * violation, 0.0, cfg.multiplier_max)
+    d = np.maximum(np.abs(alpha), env.horizon / 100)
+    violation = (costs.mean(0) - alpha + margin) / np.maximum(np.abs(alpha), d / 100)
+    unit, bound = env.horizon / d, cfg.multiplier_max * env.horizon / d
+    integral = np.clip(cfg.multiplier_lr(0) * 0.2 * unit * np.clip(violation / 0.2, -1, 1), 0.0, bound)
+    assert np.all(integral > 0)  # the first step moves it
     np.testing.assert_allclose(new.multiplier_state.integral, integral, rtol=1e-5)
-    np.testing.assert_allclose(new.multipliers, np.clip(integral + 0.3 * violation, 0.0, cfg.multiplier_max), rtol=1e-5)
+    np.testing.assert_allclose(new.multipliers, np.clip(integral + 0.3 * violation, 0.0, bound), rtol=1e-5)
 
 
 def test_reported_policy_is_the_polyak_average():

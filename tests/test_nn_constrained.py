@@ -285,7 +285,11 @@ def test_vmap_over_seeds_equals_separate_runs_and_is_deterministic():
     single = jax.jit(train)
     for i in range(2):
         one = single(keys[i])
-        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b[i], rtol=1e-4, atol=1e-5), one, batched)
+        # atol 2e-5: seed 1's first Adam step already puts one actor bias 1.34e-5 apart (a
+        # gradient at rounding level, which Adam scales up to a step of the learning rate's size;
+        # the same before and after the geometric multiplier law), and its value then decides
+        # whether 1e-5 + 1e-4 |value| holds
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b[i], rtol=1e-4, atol=2e-5), one, batched)
     again = _tiny_train()(keys)
     jax.tree.map(np.testing.assert_array_equal, again, _tiny_result())
 

@@ -107,19 +107,23 @@ class Config(RunConfig):
     Numeric fields (pytree leaves: ``jax.vmap`` over them without recompiling):
         critic_lr: a(n), fastest schedule (critics v, w; eqs. (algo1), (algo2), (algo4), (algo5)).
         actor_lr: b(n), middle schedule (actor theta; eq. (algo3)).
-        multiplier_lr: c(n), slowest schedule (multipliers; eq. (algo7)), applied to the
-            relative violation (C - alpha) / d (:mod:`fhc_jax.algos.core.multipliers`, "Units").
+        multiplier_lr: c(n), slowest schedule (multipliers; eq. (algo7)): the paper variant's
+            step on the relative violation (C - alpha) / d, the improved variant's geometric
+            law's (:func:`fhc_jax.algos.core.multipliers.geometric`: a violation of 20% of the
+            budget or more moves nu by c(n) of its own size).
         theta_bound: Gamma projects every theta entry onto [-theta_bound, theta_bound] (> 0).
-        multiplier_max: -P, the penalties nu live in [0, multiplier_max] (> 0), in training
-            units (normalised reward per normalised cost, ``fhc_jax.algos.core.scaffold``).
-        initial_multiplier: nu at n = 0, in [0, multiplier_max], in training units.
+        multiplier_max: -P, the penalties nu live in [0, multiplier_max] (> 0): in training
+            units (normalised reward per normalised cost, ``fhc_jax.algos.core.scaffold``) in
+            the paper variant, in budget units of H / d training units in the improved one
+            (:func:`fhc_jax.algos.core.multipliers.budget_unit`).
+        initial_multiplier: nu at n = 0, in [0, multiplier_max], in the same units.
         trace: lambda-return trace of the improved variant, in [0, 1] (ignored by "paper").
             Default (``EnvDefault``): 0.5 on environments with a tabular exact model, 1.0
             (Monte-Carlo targets) on all others, where the linear critics on a coarse map of
             the observation are biased and bootstrapping passes that bias on.
         multiplier_gain: proportional gain K_p >= 0 of the improved variant's multiplier
-            (ignored by "paper"): the penalty used is nu = clip(nu_I + K_p (C_hat - alpha) / d),
-            where nu_I is the paper's integral update (algo7) on the relative violation and
+            (ignored by "paper"): the penalty used is nu = clip(nu_I + K_p (C_hat - alpha) / b),
+            where nu_I is the geometric law's integral on the violation relative to the budget b and
             C_hat the batch's mean episode cost.
         policy_averaging: beta in [0, 1): the reported policy (:func:`policy_table`, the exact
             evaluations in the metrics, :func:`policy`) is softmax of the exponential Polyak
@@ -312,15 +316,15 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
     ``key`` is unused (the initialisation is deterministic)."""
     del key
     h, a, m, x = setup.horizon, setup.num_actions, setup.num_constraints, setup.features.num_features
-    nu = jnp.broadcast_to(jnp.asarray(config.initial_multiplier, jnp.float32), (m,))
+    nu, law_state = multipliers.three_timescale_init(
+        config.variant == "paper", m, config.initial_multiplier, config.multiplier_max, setup.violation_units, h
+    )
     return TrainState(
         theta=jnp.zeros((h, x, a), jnp.float32),
         theta_average=jnp.zeros((h, x, a), jnp.float32),
         critics=jnp.zeros((h + 1, x, 1 + m), jnp.float32),
         multipliers=nu,
-        multiplier_state=multipliers.three_timescale_law(
-            config.variant == "paper", config.multiplier_lr(0), config.multiplier_max, config.multiplier_gain
-        ).init(m, nu),
+        multiplier_state=law_state,
         step=jnp.zeros((), jnp.int32),
         # the map used (Auto records the map it chose, so the state says what it trained on)
         features=getattr(setup.features, "spec", None) or config.for_environment(setup.env).features,
@@ -467,6 +471,7 @@ def multiplier_step(
         config.multiplier_max,
         config.multiplier_gain,
         config.eval_episodes,
+        setup.horizon,
     )
 
 

@@ -106,10 +106,13 @@ class Config(NetworkConfig):
     Numeric fields (pytree leaves; ``vmap`` over them without recompiling):
         critic_lr: a(n), learning rate of V and W (fastest).
         actor_lr: b(n), learning rate of the actors (middle).
-        multiplier_lr: c(n), multiplier step (slowest), on the relative violation
-            (C - alpha) / d (:mod:`fhc_jax.algos.core.multipliers`, "Units").
-        multiplier_max: -P, penalties nu in [0, multiplier_max] (> 0), in training units.
-        initial_multiplier: nu at n = 0, in training units.
+        multiplier_lr: c(n), multiplier step (slowest): the paper variant's on the relative
+            violation (C - alpha) / d, the improved variant's geometric law's
+            (:func:`fhc_jax.algos.core.multipliers.geometric`).
+        multiplier_max: -P, penalties nu in [0, multiplier_max] (> 0): training units in the
+            paper variant, budget units of H / d training units in the improved one
+            (:func:`fhc_jax.algos.core.multipliers.budget_unit`).
+        initial_multiplier: nu at n = 0, in the same units.
         trace: lambda-return trace of the improved variant, in [0, 1].
         multiplier_gain: proportional gain K_p >= 0 of the improved variant's multiplier.
         output_scale: initial scale of the actors' output layer (> 0; small = near-uniform
@@ -356,7 +359,14 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
     actor = nets.actor.init(ka, obs)
     critic = nets.critic.init(kv, obs)
     cost_critic = nets.cost_critic.init(kw, obs)
-    nu = jnp.broadcast_to(jnp.asarray(config.initial_multiplier, jnp.float32), (setup.num_constraints,))
+    nu, law_state = multipliers.three_timescale_init(
+        config.variant == "paper",
+        setup.num_constraints,
+        config.initial_multiplier,
+        config.multiplier_max,
+        setup.violation_units,
+        setup.horizon,
+    )
     return TrainState(
         actor=actor,
         actor_average=actor,
@@ -365,9 +375,7 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         actor_opt=_optimizer(config, config.actor_lr).init(actor),
         critic_opt=_optimizer(config, config.critic_lr).init((critic, cost_critic)),
         multipliers=nu,
-        multiplier_state=multipliers.three_timescale_law(
-            config.variant == "paper", config.multiplier_lr(0), config.multiplier_max, config.multiplier_gain
-        ).init(setup.num_constraints, nu),
+        multiplier_state=law_state,
         step=jnp.zeros((), jnp.int32),
         network=network,
     )
@@ -493,6 +501,7 @@ def multiplier_step(
         config.multiplier_max,
         config.multiplier_gain,
         config.eval_episodes,
+        setup.horizon,
     )
 
 

@@ -21,6 +21,10 @@ Members:
 * :func:`projected_gradient`: the paper's (algo7) with an optional proportional term.
 * :func:`optimizer_ascent`: nu <- clip(nu + optimizer_step(-violation), 0, bound) with any optax
   optimizer on the loss -nu . violation (the "learned multiplier" of PPO-Lagrangian).
+* :func:`geometric`: I <- clip(I + c(n) max(I, nu_0) clip(v / s, -1, 1), 0, bound),
+  nu = clip(I + K_p v, 0, bound): steps of c(n) of the multiplier's own size while the
+  violation exceeds s (FH- and NN-Constrained's improved variants, on the violation relative to
+  the budget, :func:`budget_scale`, with nu_0 and the bound in budget units, :func:`budget_unit`).
 
 **Units.** Every learner trains on signals in units of their typical magnitudes
 (:class:`~fhc_jax.envs.wrappers.ScaledSignals`), so the multipliers count penalties in
@@ -271,11 +275,93 @@ def optimizer_ascent(optimizer: optax.GradientTransformation, bound: Array) -> M
     return MultiplierUpdate(init, update)
 
 
-def three_timescale_law(paper: bool, step_size: Array, bound: Array, gain: Array) -> MultiplierUpdate:
+#: the geometric law's saturation s: a relative violation of s (20% of the budget) or more
+#: moves the multiplier by the full c(n) of its own size per update; a smaller one by its share
+SATURATION = 0.2
+
+#: the geometric law's floor nu_0 in budget units (:func:`budget_unit`): below it the
+#: multiplier moves by c(n) nu_0 per update at full violation, above it in proportion to itself
+GEOMETRIC_FLOOR = 0.2
+
+
+def budget_scale(thresholds: Array, units: Array) -> Array:
+    """The size of each budget the geometric law measures violations against, b = max(|alpha|,
+    d / 100), (M,) (training units): the threshold itself, also where it lies below the
+    violation unit's floor d = H / 100 (a rare-event budget of a few percent of H / 100 is
+    then violated by 10% when its cost is 10% over it, not by 1%)."""
+    return jnp.maximum(jnp.abs(jnp.asarray(thresholds, jnp.float32)), jnp.asarray(units, jnp.float32) / 100.0)
+
+
+def budget_unit(units: Array, horizon: int) -> Array:
+    """One budget unit of a multiplier in training units, H / d (M,): a penalty of 1 budget
+    unit costs a policy that spends its whole budget d (the violation unit) about one typical
+    step reward per stage. The constrained optimum's nu* in budget units is nu* alpha / (H r):
+    the trade-off's elasticity (reward given per share of the budget) times J* / (H r), with r
+    the typical step reward -- 0.04 to 3 on the binding tasks of the suite, where nu* itself
+    spans 0.5 to 300 training units."""
+    return jnp.float32(horizon) / jnp.asarray(units, jnp.float32)
+
+
+def geometric(step: Array, bound: Array, gain: Array, floor: Array, saturation: Array = SATURATION) -> MultiplierUpdate:
+    """A saturated, geometric integral law with a proportional term (the improved FH- and
+    NN-Constrained's), per constraint, on the violation v relative to the budget:
+
+        I_n  = clip(I_{n-1} + c(n) max(I_{n-1}, nu_0) clip(v_n / s, -1, 1), 0, bound)
+        nu_n = clip(I_n + K_p v_n, 0, bound)
+
+    A violation of s or more moves the multiplier by c(n) of its own size per update whatever
+    its magnitude (a steep trade-off's 10%, a rare-event budget's), so the distance is
+    geometric: N updates reach any multiplier within nu_0 exp(sum c(n)) of the start; a
+    smaller violation (near the fixed point, noise) moves it in proportion, as the paper's law
+    does. The fixed points are the paper's (v = 0, or nu = 0 with v <= 0); the step is at most
+    c(n) bound, so c(n) keeps its ordering under b(n).
+
+    Args:
+        step: c(n) >= 0. bound: nu_max > 0, (M,) or scalar. gain: K_p >= 0.
+        floor: nu_0 > 0, (M,) or scalar (same units as nu). saturation: s > 0.
+    """
+    check_interval("geometric", "bound", bound, 0.0, low_open=True)
+    check_interval("geometric", "gain", gain, 0.0)
+    check_interval("geometric", "floor", floor, 0.0, low_open=True)
+    check_interval("geometric", "saturation", saturation, 0.0, low_open=True)
+
+    def init(num_constraints: int, initial: Array = 0.0) -> MultiplierState:
+        _check_init("geometric", num_constraints, initial, bound)
+        return _state(num_constraints, initial)
+
+    def update(state: MultiplierState, violation: Array, costs: Array | None = None) -> tuple[Array, MultiplierState]:
+        _check_update("geometric", state, violation, costs, needs_costs=False)
+        del costs
+        drive = jnp.clip(violation / saturation, -1.0, 1.0)
+        integral = project(state.integral + step * jnp.maximum(state.integral, floor) * drive, bound)
+        nu = project(integral + gain * violation, bound)
+        return nu, state.replace(integral=integral, count=state.count + 1)
+
+    return MultiplierUpdate(init, update)
+
+
+def three_timescale_law(
+    paper: bool, step_size: Array, bound: Array, gain: Array, floor: Array | None = None
+) -> MultiplierUpdate:
     """FH- and NN-Constrained's multiplier law on the slow timescale c(n): the paper's projected
-    step (algo7) (``paper``), or with the improved variants' proportional term of gain K_p
-    (:func:`projected_gradient`)."""
-    return projected_gradient(step_size, bound, 0.0 if paper else gain)
+    step (algo7) (``paper``), or the improved variants' :func:`geometric` law with floor
+    ``floor`` (nu_0) and proportional gain K_p (``bound`` and ``floor`` in training units)."""
+    if paper:
+        return projected_gradient(step_size, bound)
+    return geometric(step_size, bound, gain, GEOMETRIC_FLOOR if floor is None else floor)
+
+
+def three_timescale_init(
+    paper: bool, num_constraints: int, initial: Any, bound: Any, units: Array | None, horizon: int
+) -> tuple[Array, MultiplierState]:
+    """FH- and NN-Constrained's initial multipliers and law state: nu_0 = ``initial`` in
+    [0, ``bound``], counted in training units (paper) or budget units (improved; converted to
+    training units with :func:`budget_unit`, which needs the violation units), (M,)."""
+    _check_init("three_timescale_init", num_constraints, initial, bound)
+    nu = jnp.broadcast_to(jnp.asarray(initial, jnp.float32), (num_constraints,))
+    if not paper and units is not None:
+        nu = nu * budget_unit(units, horizon)
+    return nu, _state(num_constraints, nu)
 
 
 def three_timescale_step(
@@ -289,29 +375,35 @@ def three_timescale_step(
     bound: Array,
     gain: Array,
     estimate_episodes: int,
+    horizon: int,
 ) -> tuple[Array, MultiplierState, Array]:
     """One step of FH- and NN-Constrained's multipliers (algo7), nu = -lambda in [0, bound].
 
-    The paper variant moves nu_I by c(n) times the constraint critics' estimate of the cost
-    over its threshold (their terminal value holds -alpha), (W_0 - alpha) / d; the improved one
-    by the batch's relative violation with the safety margin (:func:`relative_violation`), plus
-    the proportional term K_p of the same violation (:func:`three_timescale_law`).
+    The paper variant moves nu by c(n) times the constraint critics' estimate of the cost over
+    its threshold (their terminal value holds -alpha), (W_0 - alpha) / d, in [0, bound]
+    training units; the improved one moves it by the :func:`geometric` law on the batch's
+    relative violation with the safety margin (:func:`relative_violation`), with ``bound`` and
+    the floor nu_0 = :data:`GEOMETRIC_FLOOR` counted in budget units (:func:`budget_unit`) and
+    the violation measured against the budget itself (:func:`budget_scale`).
 
     Args:
         state: the law's state. critic_estimate: the constraint critics' mean estimate at s_0,
             (M,) (in the paper variant W_0 = expected cost - alpha). episode_costs: the batch's
             episode totals, (K, M). thresholds: alpha (M,). units: d (M,).
-        paper: the paper's law. step_size: c(n). bound: -P. gain: K_p (improved).
+        paper: the paper's law. step_size: c(n). bound: -P (training units in the paper
+            variant, budget units in the improved one). gain: K_p (improved).
         estimate_episodes: episodes of the learner's candidate estimates (``eval_episodes``).
+        horizon: H (static).
     Returns:
         (nu (M,), the law's new state, the critics' estimate of the expected total cost (M,)).
     """
     if paper:
         violation, critic_costs = critic_estimate / units, critic_estimate + thresholds
-    else:
-        violation, critic_costs = (
-            relative_violation(episode_costs, thresholds, units, estimate_episodes),
-            critic_estimate,
-        )
-    nu, state = three_timescale_law(paper, step_size, bound, gain).update(state, violation)
-    return nu, state, critic_costs
+        nu, state = three_timescale_law(True, step_size, bound, gain).update(state, violation)
+        return nu, state, critic_costs
+    scale = budget_scale(thresholds, units)
+    violation = relative_violation(episode_costs, thresholds, units, estimate_episodes) * (units / scale)
+    unit = budget_unit(units, horizon)
+    law = geometric(step_size, bound * unit, gain, GEOMETRIC_FLOOR * unit)
+    nu, state = law.update(state, violation)
+    return nu, state, critic_estimate

@@ -268,7 +268,9 @@ def describe_status(status: Status, thresholds: Any = None, multipliers: Any = N
     if bool(status.met) and not bool(np.any(np.asarray(status.above))):  # only the multiplier is in doubt
         return (
             f"multiplier not yet settled: {where}{'; '.join(parts)}; the returned policy is within alpha; "
-            "train longer (num_iterations) to let it settle"
+            "to let it settle, train longer (num_iterations) or take smaller multiplier steps late in the run "
+            "(a faster-decaying multiplier_lr), or average over more episodes per update (episodes_per_iteration: "
+            "the multiplier follows each batch's noise)"
         )
     return f"constraint not yet met: {where}{'; '.join(parts)}; {_advice(status)}"
 

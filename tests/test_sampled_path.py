@@ -286,9 +286,13 @@ def test_fh_importance_floor_in_the_sampled_actor_increment(floor):
     return of stage h."""
     fc, feat = fhc.algos.fh_constrained, fhc.algos.features
     env, params = DRIFT, DRIFT.default_params
-    cfg = fc.Config(features=feat.RadialBasis(3), importance_floor=floor, theta_bound=100.0, initial_multiplier=0.5)
+    cfg = fc.Config(features=feat.RadialBasis(3), importance_floor=floor, theta_bound=100.0)
     setup = fc.setup(env, params, cfg)
+    # nu = 0.5 training units: initial_multiplier counts budget units of H / d training units
+    unit = float(fhc.algos.core.multipliers.budget_unit(setup.violation_units, env.horizon)[0])
+    cfg = cfg.replace(initial_multiplier=0.5 / unit)
     state = fc.init(jax.random.key(0), setup, cfg)
+    np.testing.assert_allclose(state.multipliers, [0.5], rtol=1e-6)
     theta = jnp.asarray(np.random.default_rng(0).normal(0.0, 3.0, state.theta.shape), jnp.float32)
     state = state.replace(theta=theta, theta_average=theta)
     traj = fhc.rollout(jax.random.key(1), env, params, fc.policy(state, env, params), 64)

@@ -441,7 +441,7 @@ def test_improved_multiplier_is_the_geometric_law():
     """nu = clip(nu_I + K_p v), nu_I <- clip(nu_I + c(n) max(nu_I, nu_0) clip(v / s, -1, 1)),
     v the violation relative to the budget b = max(|alpha|, d / 100): (mean episode cost -
     alpha + margin) / b, with the margin 2 z sigma_C / sqrt(n) + ln(20) max(c_max, 1) / n
-    (n = eval_episodes), d = max(|alpha|, H / 100), s = 1, nu_0 = 0.2 H / d and the bound
+    (n = eval_episodes), d = max(|alpha|, H / 100), s = 0.2, nu_0 = 0.2 H / d and the bound
     multiplier_max H / d (budget units; fhc_jax.algos.core.multipliers)."""
     env = SMALL
     params = env.default_params
@@ -463,7 +463,7 @@ def test_improved_multiplier_is_the_geometric_law():
     d = np.maximum(np.abs(alpha), env.horizon / 100)
     violation = (costs.mean(0) - alpha + margin) / np.maximum(np.abs(alpha), d / 100)
     unit, bound = env.horizon / d, cfg.multiplier_max * env.horizon / d
-    integral = np.clip(cfg.multiplier_lr(0) * 0.2 * unit * np.clip(violation / 1.0, -1, 1), 0.0, bound)
+    integral = np.clip(cfg.multiplier_lr(0) * 0.2 * unit * np.clip(violation / 0.2, -1, 1), 0.0, bound)
     assert np.all(integral > 0)  # the first step moves it
     np.testing.assert_allclose(new.multiplier_state.integral, integral, rtol=1e-5)
     np.testing.assert_allclose(new.multipliers, np.clip(integral + 0.3 * violation, 0.0, bound), rtol=1e-5)

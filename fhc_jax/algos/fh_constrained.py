@@ -109,7 +109,7 @@ class Config(RunConfig):
         actor_lr: b(n), middle schedule (actor theta; eq. (algo3)).
         multiplier_lr: c(n), slowest schedule (multipliers; eq. (algo7)): the paper variant's
             step on the relative violation (C - alpha) / d, the improved variant's geometric
-            law's (:func:`fhc_jax.algos.core.multipliers.geometric`: a violation of 100% of the
+            law's (:func:`fhc_jax.algos.core.multipliers.geometric`: a violation of 20% of the
             budget or more moves nu by c(n) of its own size).
         theta_bound: Gamma projects every theta entry onto [-theta_bound, theta_bound] (> 0).
         multiplier_max: -P, the penalties nu live in [0, multiplier_max] (> 0): in training

@@ -275,9 +275,9 @@ def optimizer_ascent(optimizer: optax.GradientTransformation, bound: Array) -> M
     return MultiplierUpdate(init, update)
 
 
-#: the geometric law's saturation s: a relative violation of s (100% of the budget) or more
+#: the geometric law's saturation s: a relative violation of s (20% of the budget) or more
 #: moves the multiplier by the full c(n) of its own size per update; a smaller one by its share
-SATURATION = 1.0
+SATURATION = 0.2
 
 #: the geometric law's floor nu_0 in budget units (:func:`budget_unit`): below it the
 #: multiplier moves by c(n) nu_0 per update at full violation, above it in proportion to itself

@@ -43,6 +43,17 @@ def test_every_results_file_has_a_renderer_and_provenance():
     assert "20" + "26-" not in page  # dates stay inside the JSON
 
 
+def test_every_suite_task_declares_its_code():
+    """Each task of the robustness suite names the modules a change of which makes its cells
+    stale (reporting/code.py ENV_CODE), so the page can say which cells a commit made stale."""
+    from fhc_jax.envs import suite
+
+    for name in suite.TASKS:
+        assert code.env_code(name), name
+    with pytest.raises(KeyError, match="no module declared for environment 'nope'"):
+        code.env_code("nope")
+
+
 def _seed(percent, feasible, silent=False):
     return {"percent": percent, "reward": 1.0, "costs": [0.5], "feasible": feasible, "silent_infeasible": silent}
 

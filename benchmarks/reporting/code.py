@@ -62,6 +62,7 @@ ENV_CODE: dict[str, tuple[str, ...]] = {
     "inventory*": ("fhc_jax/envs/inventory.py",),
     "battery*": ("fhc_jax/envs/battery.py", "fhc_jax/envs/battery_reference.py"),
     "pendulum": ("fhc_jax/envs/gymnax_interop.py",),
+    "maintenance*": ("fhc_jax/envs/maintenance.py", "fhc_jax/envs/suite.py", "fhc_jax/envs/tabular.py"),
 }
 
 ALL_LEARNERS = tuple(LEARNER_CODE)

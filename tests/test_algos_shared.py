@@ -73,6 +73,20 @@ def test_geometric_law_travels_geometrically_and_moves_in_proportion_near_its_fi
         multipliers.geometric(c, bound, 0.0, 0.0)
 
 
+def test_tightened_thresholds_run_from_the_loosest_to_alpha_over_the_fraction():
+    """alpha_n = alpha + (max(L, alpha) - alpha) (1 - n / (f N))_+^2: L at n = 0, a quarter of
+    the way back at n = f N / 2, alpha from f N on, alpha itself when f = 0 or L < alpha."""
+    alpha, loosest = jnp.array([10.0, -2.0, 5.0]), jnp.array([90.0, 6.0, 1.0])
+    at = lambda n, f=0.5: np.asarray(multipliers.tightened_thresholds(alpha, loosest, n, 200, f))
+    np.testing.assert_allclose(at(0), [90.0, 6.0, 5.0])
+    np.testing.assert_allclose(at(50), [10.0 + 80.0 / 4, -2.0 + 8.0 / 4, 5.0])
+    np.testing.assert_array_equal(at(100), alpha)
+    np.testing.assert_array_equal(at(150), alpha)
+    np.testing.assert_array_equal(at(0, 0.0), alpha)  # f = 0: exactly alpha (bit-for-bit)
+    vmapped = jax.vmap(lambda f: multipliers.tightened_thresholds(alpha, loosest, 50, 200, f))(jnp.array([0.0, 0.5]))
+    np.testing.assert_allclose(vmapped, [alpha, at(50)])
+
+
 def test_pid_matches_a_hand_computed_sequence_and_never_winds_up():
     """PID-Lagrangian with EMAs and a delayed derivative, against a direct loop; the integral
     stays in [0, bound] however long the violation lasts (the one anti-windup rule)."""

@@ -122,7 +122,7 @@ def _numpy_targets(center, half, ils, out, actions, adv, eta):
     step = eta * adv[..., None]
     mu_new = mu + step * (a - mu)  # natural gradient of log N in mu: (a - mu)
     log_sigma_new = np.log(sigma) + step * (((a - mu) / sigma) ** 2 - 1.0) / 2.0  # Fisher 2
-    m_target = (mu_new - center) / half
+    m_target = np.clip((mu_new - center) / half, -1.0, 1.0)  # the mean stays in the box
     s_target = np.clip(log_sigma_new - np.log(half) - ils, low, high)
     return np.concatenate([m_target, s_target], axis=-1)
 
@@ -147,6 +147,7 @@ def test_gaussian_improved_targets_against_numpy(seed):
     assert got.shape == (h, k, 2 * d) and got.dtype == jnp.float32
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
     assert np.any(want[..., d:] == LOG_STD_MAX + 0.5) or np.any(want[..., d:] == LOG_STD_MIN + 0.5)
+    assert np.any(np.abs(want[..., :d]) == 1.0)  # some mean targets left the box and were kept in it
     # no gradient flows through the targets
     grad = jax.grad(
         lambda o: jnp.sum(

@@ -133,6 +133,54 @@ def test_sampled_path_actor_losses_equal_the_per_sample_forms():
     np.testing.assert_allclose(gaussian_actor_loss(cols, actor, obs_t, jnp.swapaxes(y, 1, 2)), expected, rtol=1e-5)
 
 
+def test_split_critics_give_the_lagrangian_critics_advantages():
+    """The sampled path's critics learn the reward and the costs apart (split=True); the
+    actor's advantage A_r - nu . A_g is then the lambda-return advantage of the Lagrangian
+    critic V_r - nu . W (the returns are linear in the signals and the values), and the
+    critics' targets do not depend on nu."""
+    rng = np.random.default_rng(0)
+    h, k, m = 6, 5, 2
+    batch = common.Batch(
+        states=None,
+        actions=jnp.zeros((h, k), jnp.int32),
+        rewards=jnp.asarray(rng.normal(size=(h, k)), jnp.float32),
+        costs=jnp.asarray(rng.uniform(size=(h, k, m)), jnp.float32),
+        terminal_rewards=jnp.asarray(rng.normal(size=(k,)), jnp.float32),
+        terminal_costs=jnp.asarray(rng.uniform(size=(k, m)), jnp.float32),
+    )
+    values = jnp.asarray(rng.normal(size=(h + 1, k, 1 + m)), jnp.float32)  # [V_r, W]
+    nu, alpha = jnp.array([0.7, 3.0]), jnp.array([1.0, 2.0])
+    split = nl.batch_targets(values, batch, nu, alpha, "improved", 0.8, split=True)
+    lagrangian_values = values.at[..., 0].set(values[..., 0] - values[..., 1:] @ nu)
+    joint = nl.batch_targets(lagrangian_values, batch, nu, alpha, "improved", 0.8)
+    np.testing.assert_allclose(split.advantages, joint.advantages, rtol=1e-5, atol=1e-5)
+    other = nl.batch_targets(values, batch, 10.0 * nu, alpha, "improved", 0.8, split=True)
+    np.testing.assert_array_equal(split.targets, other.targets)  # targets free of nu
+    assert not np.allclose(split.advantages, other.advantages)
+
+
+def test_sampled_path_scales_the_critics_and_tightens_the_budget_by_default():
+    """Without a tabular exact model NN-Constrained's critics predict values / B (B the
+    return bound of critic_value_scale) and the budget tightens from the cost bound over half
+    the run (EnvDefault); the tabular path keeps neither (its pinned numbers)."""
+    from box_task import Reach
+
+    from fhc_jax.algos.core.hyperparameters import resolve_env_defaults
+    from fhc_jax.algos.core.paths import judged_exactly
+
+    env = Reach()
+    cfg = resolve_env_defaults(nc.Config(), judged_exactly(env))
+    assert cfg.trace == 0.95 and cfg.budget_tightening == 0.5
+    setup = nc.setup(env, env.default_params, cfg)
+    assert setup.sampled and setup.value_scale.shape == (2,) and np.all(np.asarray(setup.value_scale) > 0)
+    np.testing.assert_array_equal(setup.cost_bound, setup.value_scale[1:])
+    grid = GridWorld(size=4, horizon=5)
+    tab_cfg = resolve_env_defaults(nc.Config(), judged_exactly(grid))
+    assert tab_cfg.trace == 0.6 and tab_cfg.budget_tightening == 0.0
+    tab = nc.setup(grid, grid.default_params, tab_cfg)
+    assert tab.value_scale is None and tab.cost_bound is None
+
+
 def reference_losses(nets, state, batch, obs_table, thresholds, nu):
     """CL, CCL and AL of the paper with plain loops over stages and samples (paper variant:
     TD(0) targets at the current parameters, terminal constraint signal g_H - alpha)."""
@@ -312,7 +360,7 @@ def test_tabular_env_one_hot_input_and_hyperparameter_vmap():
         num_iterations=5, episodes_per_iteration=8, observation="one_hot", eval_every=0, width=4, actor_epochs=4
     )
     train = nc.make_train(env, env.default_params, cfg)
-    sweep = stack([cfg, cfg.replace(trace=0.0, multiplier_gain=0.1)])
+    sweep = stack([cfg, cfg.replace(trace=0.0, multiplier_gain=0.1)], env=env)  # resolves the EnvDefaults
     out = jax.jit(jax.vmap(train, in_axes=(None, 0)))(jax.random.key(0), sweep)
     second = jax.jit(train)(jax.random.key(0), cfg.replace(trace=0.0, multiplier_gain=0.1))
     np.testing.assert_allclose(out.metrics.multipliers[1], second.metrics.multipliers, rtol=1e-5, atol=1e-6)

@@ -40,11 +40,19 @@ from flax import struct
 from fhc_jax.algos.core import multipliers, scaffold
 from fhc_jax.algos.core.distributions import ActionHead, check_initial_log_std, config_head
 from fhc_jax.algos.core.evaluation import EvaluationMetrics, observation_policy
-from fhc_jax.algos.core.hyperparameters import PowerSchedule, hyperparameters, numeric, schedule, static
+from fhc_jax.algos.core.hyperparameters import (
+    EnvDefault,
+    PowerSchedule,
+    hyperparameters,
+    numeric,
+    resolve_env_defaults,
+    schedule,
+    static,
+)
 from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec
 from fhc_jax.algos.core.paths import judged_exactly, takes_sampled_path
 from fhc_jax.algos.core.policies import polyak_average
-from fhc_jax.algos.core.sampled_inputs import observation_sample
+from fhc_jax.algos.core.sampled_inputs import critic_value_scale, observation_sample
 from fhc_jax.algos.core.tabular_rollout import (
     Batch,
     TabularModel,
@@ -91,6 +99,9 @@ class Config(NetworkConfig):
         update_form: "auto", "table" or "samples" (speed only, module docstring; the improved
             actor always uses the per-(h, s) table).
         actor_epochs: optimizer steps of the improved actor per update (>= 1).
+        critic_epochs: optimizer steps of the critics per update on the same targets (>= 1; on
+            the sampled path only, the tabular path takes one). Default (``EnvDefault``): 1 on
+            environments with a tabular exact model, 4 elsewhere.
         eval_every: exact evaluation every this many updates (0: initial and final only).
         eval_episodes: episodes of each Monte-Carlo evaluation on environments without a
             tabular exact model (:func:`fhc_jax.algos.core.evaluation.monte_carlo_evaluator`).
@@ -113,7 +124,15 @@ class Config(NetworkConfig):
             paper variant, budget units of H / d training units in the improved one
             (:func:`fhc_jax.algos.core.multipliers.budget_unit`).
         initial_multiplier: nu at n = 0, in the same units.
-        trace: lambda-return trace of the improved variant, in [0, 1].
+        trace: lambda-return trace of the improved variant, in [0, 1]. Default
+            (``EnvDefault``): 0.6 on environments with a tabular exact model, 0.95 elsewhere
+            (GAE's usual lambda: the critics of control tasks are too coarse early on for
+            short traces).
+        budget_tightening: f in [0, 1]: the multiplier steers to a threshold that tightens
+            from the largest episode cost the signals allow to alpha over the first f N
+            updates (:func:`fhc_jax.algos.core.multipliers.tightened_thresholds`), so a control
+            task is learned before its budget binds. Default (``EnvDefault``): 0 (alpha from
+            the start) on environments with a tabular exact model, 0.5 elsewhere.
         multiplier_gain: proportional gain K_p >= 0 of the improved variant's multiplier.
         output_scale: initial scale of the actors' output layer (> 0; small = near-uniform
             initial policy).
@@ -142,6 +161,7 @@ class Config(NetworkConfig):
     optimizer: str = static("adam", choices=OPTIMIZERS)
     update_form: str = static("auto", choices=UPDATE_FORMS)
     actor_epochs: int = static(8, low=1)
+    critic_epochs: int = static(EnvDefault(tabular=1, non_tabular=4), low=1)
     eval_every: int = static(100, low=0)
     check_step_sizes: bool = static(True)
     critic_lr: PowerSchedule = schedule(PowerSchedule(init=0.05, power=0.55, decay=500.0))
@@ -149,7 +169,8 @@ class Config(NetworkConfig):
     multiplier_lr: PowerSchedule = schedule(PowerSchedule(init=0.025, power=0.8, decay=1000.0))
     multiplier_max: float = numeric(20.0, low=0.0, low_open=True)
     initial_multiplier: float = numeric(0.0, low=0.0, high="multiplier_max")
-    trace: float = numeric(0.6, low=0.0, high=1.0)
+    trace: float = numeric(EnvDefault(tabular=0.6, non_tabular=0.95), low=0.0, high=1.0)
+    budget_tightening: float = numeric(EnvDefault(tabular=0.0, non_tabular=0.5), low=0.0, high=1.0)
     multiplier_gain: float = numeric(1.25, low=0.0)
     output_scale: float = numeric(0.1, low=0.0, low_open=True)
     logit_step: float = numeric(1.0, low=0.0, low_open=True)
@@ -228,6 +249,13 @@ class Setup:
             action spaces).
         violation_units: d^(k) of the relative violation (C - alpha) / d the multiplier moves
             with (:func:`~fhc_jax.algos.core.multipliers.violation_units`), (M,).
+        value_scale: the critics' output scale per channel [V, W^(1..M)] on the sampled path
+            (:func:`~fhc_jax.algos.core.sampled_inputs.critic_value_scale`: the networks predict
+            values / scale and the critic loss is measured in those units), (1 + M,); None on
+            the tabular path (scale 1).
+        cost_bound: the largest episode cost per constraint that the signals allow (the cost
+            channels of :func:`~fhc_jax.algos.core.sampled_inputs.critic_value_scale`), where
+            the budget tightens from (``Config.budget_tightening``), (M,); None when it is 0.
     """
 
     nets: Networks
@@ -246,6 +274,8 @@ class Setup:
     form: str
     head: ActionHead
     violation_units: Array | None = None
+    value_scale: Array | None = None
+    cost_bound: Array | None = None
 
     def normalize(self, x: Array) -> Array:
         """Standardised network input of raw observations x (..., D)."""
@@ -330,6 +360,7 @@ def setup(env, params, config: Config) -> Setup:
         ValueError: an observation the environment does not support, ``path="tabular"`` on an
             environment without a tabular exact model, or non-flat observations.
     """
+    config = resolve_env_defaults(config, judged_exactly(env))
     tabular = not takes_sampled_path("nn_constrained", env, config.path) and judged_exactly(env)
     thresholds = jnp.asarray(env.thresholds(params), jnp.float32)
     out = _setup(
@@ -341,7 +372,15 @@ def setup(env, params, config: Config) -> Setup:
         thresholds,
         resolve_update_form(config, env.num_states) if tabular else "samples",
     )
-    return dataclasses.replace(out, violation_units=multipliers.violation_units(thresholds, env.horizon))
+    fraction = config.budget_tightening
+    tightens = not isinstance(fraction, (int, float)) or fraction > 0
+    signal_bounds = jnp.asarray(critic_value_scale(env, params)) if tightens or out.sampled else None
+    return dataclasses.replace(
+        out,
+        violation_units=multipliers.violation_units(thresholds, env.horizon),
+        value_scale=signal_bounds if out.sampled and config.variant != "paper" else None,
+        cost_bound=signal_bounds[1:] if tightens else None,
+    )
 
 
 def policy_setup(env, params, train_state: TrainState) -> Setup:
@@ -352,6 +391,7 @@ def policy_setup(env, params, train_state: TrainState) -> Setup:
 
 def init(key: Array, setup: Setup, config: Config) -> TrainState:
     """Initial parameters: per-stage networks each from its own key, nu = initial_multiplier."""
+    config = resolve_env_defaults(config, judged_exactly(setup.env))
     network = NetworkSpec.of(config)
     nets = Networks.build(setup.horizon, setup.head, setup.num_constraints, network, config.output_scale)
     obs = jnp.zeros(setup.shift.shape, jnp.float32)
@@ -373,7 +413,7 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         critic=critic,
         cost_critic=cost_critic,
         actor_opt=_optimizer(config, config.actor_lr).init(actor),
-        critic_opt=_optimizer(config, config.critic_lr).init((critic, cost_critic)),
+        critic_opt=_optimizer(config, config.critic_lr, config.critic_epochs).init((critic, cost_critic)),
         multipliers=nu,
         multiplier_state=law_state,
         step=jnp.zeros((), jnp.int32),
@@ -416,28 +456,54 @@ def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -
 
 
 def critic_step(
-    train_state: TrainState, losses: Any, values: Array, fixed: Any, predictions_vjp: Any, config: Config
+    train_state: TrainState,
+    losses: Any,
+    values: Array,
+    fixed: Any,
+    predictions_vjp: Any,
+    config: Config,
+    value_scale: Array | None = None,
+    predict: Any = None,
 ) -> tuple[tuple[Any, Any], Any, Array]:
     """The critic step: one optimizer step of (V, W) at rate a(n) on CL + CCL, summed over the
     stages (``losses``: ``state -> (critic loss, actor loss)`` of the batch; on the sampled path
     the same loss, sum (targets - predictions)^2 / K, differentiated through
     ``predictions_vjp`` of :func:`~fhc_jax.algos.nn_losses.critic_values`).
 
+    On the sampled path ``critic_epochs`` > 1 takes that many steps on the same fixed targets,
+    ``predict`` the critics' predictions (H+1, K, C) as a function of their parameters.
+
     Returns:
         ((critic, cost_critic) params, the critics' optimizer state, the loss before the step ()).
     """
     crit = (train_state.critic, train_state.cost_critic)
+    optimizer = _optimizer(config, config.critic_lr, config.critic_epochs)
+    k = values.shape[1]
+    scale = 1.0 if value_scale is None else value_scale
     if predictions_vjp is not None:
-        k = values.shape[1]
-        residuals = values - fixed.targets
+        residuals = (values - fixed.targets) / scale  # in the critics' output units
         critic_loss = jnp.sum(residuals**2) / k
-        (critic_grads,) = predictions_vjp(2.0 * residuals / k)
+        (critic_grads,) = predictions_vjp(2.0 * residuals / (scale * k))
     else:
         critic_loss, critic_grads = jax.value_and_grad(
             lambda c: losses(train_state.replace(critic=c[0], cost_critic=c[1]))[0]
         )(crit)
-    updates, critic_opt = _optimizer(config, config.critic_lr).update(critic_grads, train_state.critic_opt, crit)
-    return optax.apply_updates(crit, updates), critic_opt, critic_loss
+    updates, critic_opt = optimizer.update(critic_grads, train_state.critic_opt, crit)
+    crit = optax.apply_updates(crit, updates)
+    if config.critic_epochs > 1:  # more steps on the same fixed targets (the sampled path)
+
+        def epoch(carry, _):
+            c, opt_state = carry
+            if predict is None:  # the tabular path's losses
+                grads = jax.grad(lambda c: losses(train_state.replace(critic=c[0], cost_critic=c[1]))[0])(c)
+            else:
+                preds, vjp = jax.vjp(predict, c)
+                (grads,) = vjp(2.0 * (preds - fixed.targets) / (scale * scale * k))
+            upd, opt_state = optimizer.update(grads, opt_state, c)
+            return (optax.apply_updates(c, upd), opt_state), None
+
+        (crit, critic_opt), _ = jax.lax.scan(epoch, (crit, critic_opt), None, length=config.critic_epochs - 1)
+    return crit, critic_opt, critic_loss
 
 
 def actor_step(
@@ -490,11 +556,16 @@ def multiplier_step(
         (+ alpha in the paper variant) (M,)).
     """
     critic_estimate = jnp.mean(values[0, :, 1:], axis=0)  # mean_i W_0(s_0^i), (M,)
+    thresholds = setup.thresholds
+    if setup.cost_bound is not None:  # the budget tightens from the cost bound to alpha
+        thresholds = multipliers.tightened_thresholds(
+            thresholds, setup.cost_bound, train_state.step, config.num_iterations, config.budget_tightening
+        )
     return multipliers.three_timescale_step(
         train_state.multiplier_state,
         critic_estimate,
         batch.episode_costs,
-        setup.thresholds,
+        thresholds,
         setup.violation_units,
         config.variant == "paper",
         config.multiplier_lr(train_state.step),
@@ -524,10 +595,19 @@ def update(
         critic_costs (M,), critic_loss ()).
     """
     del key
+    config = resolve_env_defaults(config, judged_exactly(setup.env))  # callers may pass a plain Config()
     nets, form, paper = setup.nets, setup.form, config.variant == "paper"
     k = batch.actions.shape[1]
     values, observations, predictions_vjp = critic_values(train_state, batch, setup)
-    fixed = batch_targets(values, batch, train_state.multipliers, setup.thresholds, config.variant, config.trace)
+    fixed = batch_targets(
+        values,
+        batch,
+        train_state.multipliers,
+        setup.thresholds,
+        config.variant,
+        config.trace,
+        split=setup.value_scale is not None,
+    )
     stats = None
     if form == "table" or not (paper or setup.sampled):
         stats = cell_stats(batch.states, batch.actions, fixed, setup.num_states, setup.num_actions, counts_sa=not paper)
@@ -537,7 +617,18 @@ def update(
         head = setup.head if setup.sampled else None  # the tabular path is discrete: softmax
         losses = lambda st: sample_losses(nets, st, observations, batch.actions, fixed, head)
 
-    crit, critic_opt, critic_loss = critic_step(train_state, losses, values, fixed, predictions_vjp, config)
+    predict = None
+    if setup.sampled:
+        scale = 1.0 if setup.value_scale is None else setup.value_scale
+        predict = lambda c: (
+            scale
+            * jnp.concatenate(
+                [nets.critic.apply(c[0], observations), nets.cost_critic.apply(c[1], observations)], axis=-1
+            )
+        )
+    crit, critic_opt, critic_loss = critic_step(
+        train_state, losses, values, fixed, predictions_vjp, config, setup.value_scale, predict
+    )
     actor, actor_opt = actor_step(train_state, batch, setup, observations, fixed, stats, losses, config)
     nu, multiplier_state, critic_costs = multiplier_step(train_state, batch, setup, values, config)
     beta = config.policy_averaging

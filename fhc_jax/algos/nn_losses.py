@@ -79,7 +79,13 @@ class Targets:
 
 
 def batch_targets(
-    values: Array, batch: Batch, multipliers: Array, thresholds: Array, variant: str, trace: Array
+    values: Array,
+    batch: Batch,
+    multipliers: Array,
+    thresholds: Array,
+    variant: str,
+    trace: Array,
+    split: bool = False,
 ) -> Targets:
     """The paper's bootstrap targets (or the improved variant's lambda-returns).
 
@@ -88,12 +94,17 @@ def batch_targets(
         batch: the trajectories (time-major :class:`Batch`).
         multipliers: nu, (M,). thresholds: alpha, (M,).
         variant: "paper" or "improved". trace: lambda-return trace (improved).
+        split: the first critic learns the reward alone (V = V_r) and the actor's Lagrangian
+            advantage is assembled as A_r - nu . A_g (the lambda-returns are linear in the
+            signals and the values, so this is the advantage of a Lagrangian critic
+            V_r - nu . W): the critics' targets then do not change scale with nu (the
+            sampled path of the improved variant).
     """
-    targets = jax.lax.stop_gradient(
-        lagrangian_targets(batch, values, multipliers, thresholds, variant == "paper", trace)
-    )
-    advantages = jax.lax.stop_gradient(targets[:-1, :, 0] - values[:-1, :, 0])
-    return Targets(targets=targets, advantages=advantages, values=values)
+    nu = jnp.zeros_like(multipliers) if split else multipliers
+    targets = jax.lax.stop_gradient(lagrangian_targets(batch, values, nu, thresholds, variant == "paper", trace))
+    residuals = targets[:-1] - values[:-1]  # (H, K, 1+M)
+    advantages = residuals[..., 0] - residuals[..., 1:] @ multipliers if split else residuals[..., 0]
+    return Targets(targets=targets, advantages=jax.lax.stop_gradient(advantages), values=values)
 
 
 def sample_losses(
@@ -261,7 +272,10 @@ def gaussian_sample_targets(head: Any, outputs: Array, actions: Array, advantage
 
     * mean: d log N / d mu = (a - mu) / sigma^2, Fisher 1 / sigma^2, so the natural gradient is
       (a - mu) and mu' = mu + eta A (a - mu); in the network's units (mu = center + half m,
-      ``fhc_jax.algos.core.distributions``) m' = m + eta A (a - mu) / half;
+      ``fhc_jax.algos.core.distributions``) m' = m + eta A (a - mu) / half, kept in the box,
+      m' in [-1, 1]: a mean beyond the bounds has every sample clipped to the same action by
+      the environment, so neither reward nor cost tells it to come back (under a binding
+      torque budget the policy would stay saturated whatever the multiplier);
     * log-std: d log N / d log sigma = z^2 - 1 (z = (a - mu) / sigma), Fisher 2, so
       log sigma' = log sigma + eta A (z^2 - 1) / 2, i.e. s' = s + eta A (z^2 - 1) / 2 with s
       the (clipped) log-std output, then clipped into the head's bounds
@@ -299,7 +313,9 @@ def gaussian_sample_targets(head: Any, outputs: Array, actions: Array, advantage
     adv = advantages - jnp.mean(advantages, axis=-1, keepdims=True)
     adv = adv / (jnp.std(advantages, axis=-1, keepdims=True) + 1e-8)
     step = logit_step * adv[..., None]
-    m_target = outputs[..., :d] + step * diff / half
+    # the mean stays in the box: beyond it every sample is clipped to the same action, whose
+    # cost and reward then carry no gradient towards a smaller action (a trap once nu binds)
+    m_target = jnp.clip(outputs[..., :d] + step * diff / half, -1.0, 1.0)
     s_now = jnp.clip(outputs[..., d:], low, high)  # the s the head uses
     s_target = jnp.clip(s_now + step * (z2 - 1.0) / 2.0, low, high)
     return jax.lax.stop_gradient(jnp.concatenate([m_target, s_target], axis=-1))
@@ -335,9 +351,13 @@ def critic_values(train_state: Any, batch: Batch, setup: Any) -> tuple[Array, Ar
     nets, obs_table = setup.nets, setup.obs_table
     if setup.sampled:  # the critics' predictions at the samples, once, with their VJP
         observations = setup.normalize(batch.observations.astype(jnp.float32))
+        scale = 1.0 if setup.value_scale is None else setup.value_scale
         values, predictions_vjp = jax.vjp(
-            lambda c: jnp.concatenate(
-                [nets.critic.apply(c[0], observations), nets.cost_critic.apply(c[1], observations)], axis=-1
+            lambda c: (
+                scale
+                * jnp.concatenate(
+                    [nets.critic.apply(c[0], observations), nets.cost_critic.apply(c[1], observations)], axis=-1
+                )
             ),
             (train_state.critic, train_state.cost_critic),
         )

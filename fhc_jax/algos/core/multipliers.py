@@ -292,6 +292,31 @@ def budget_scale(thresholds: Array, units: Array) -> Array:
     return jnp.maximum(jnp.abs(jnp.asarray(thresholds, jnp.float32)), jnp.asarray(units, jnp.float32) / 100.0)
 
 
+def tightened_thresholds(thresholds: Array, loosest: Array, step: Array, num_iterations: int, fraction: Array) -> Array:
+    """The thresholds a multiplier law steers to at update n when the budget tightens over the
+    first ``fraction`` of a run of N updates (a continuation in the budget):
+    alpha_n = alpha + (max(L, alpha) - alpha) (1 - n / (f N))_+^2, from the loosest L at
+    n = 0 to alpha from n = f N on (alpha itself when f = 0).
+
+    Why: on control tasks the policy that spends the budget well (a frugal swing-up) is
+    reached from a policy that already does the task, not from the near-uniform initial
+    policy; a multiplier that binds from the first update drives the policy into the
+    zero-action basin first, where the cost gradient keeps it. Starting loose lets the policy
+    learn the task, and the tightening then trades reward for cost continuously.
+
+    Args:
+        thresholds: alpha, (M,). loosest: L, e.g. the largest episode cost the signals allow
+            (:func:`~fhc_jax.algos.core.sampled_inputs.critic_value_scale`), (M,).
+        step: n (a traced int). num_iterations: N (static). fraction: f in [0, 1].
+    Returns:
+        alpha_n, (M,).
+    """
+    thresholds = jnp.asarray(thresholds, jnp.float32)
+    span = jnp.maximum(jnp.asarray(fraction, jnp.float32) * num_iterations, 1.0)
+    weight = jnp.where(fraction > 0, jnp.clip(1.0 - step / span, 0.0, 1.0) ** 2, 0.0)
+    return thresholds + (jnp.maximum(loosest, thresholds) - thresholds) * weight
+
+
 def budget_unit(units: Array, horizon: int) -> Array:
     """One budget unit of a multiplier in training units, H / d (M,): a penalty of 1 budget
     unit costs a policy that spends its whole budget d (the violation unit) about one typical

@@ -32,6 +32,7 @@ from timing import compile_and_time, provenance
 
 import fhc_jax as fhc
 from fhc_jax.algos import cpo, fh_constrained, nn_constrained, ppo_lagrangian
+from fhc_jax.algos.core.scaffold import play_environment
 from fhc_jax.experiment import judge
 
 LEARNERS = {"fh-constrained": fh_constrained, "nn-constrained": nn_constrained, "ppo-lag": ppo_lagrangian, "cpo": cpo}
@@ -85,7 +86,8 @@ def quality(
     )
     wall = time.perf_counter() - t0
     states = [jax.tree.map(lambda x, r=r: x[r], out.state) for r in range(seeds)]
-    mc = judge.monte_carlo(env, params, [module.policy(st, env, params) for st in states], episodes)
+    play_env, play_params = play_environment(module, states[0], env, params)  # Saute: with its budget
+    mc = judge.monte_carlo(play_env, play_params, [module.policy(st, play_env, play_params) for st in states], episodes)
     j = judge.judge(
         mc["reward"],
         mc["costs"],

@@ -99,6 +99,9 @@ class Config(NetworkConfig):
         update_form: "auto", "table" or "samples" (speed only, module docstring; the improved
             actor always uses the per-(h, s) table).
         actor_epochs: optimizer steps of the improved actor per update (>= 1).
+        shared_stages: one actor, critic and cost-critic network for all stages, on the input
+            with h / H appended (:class:`~fhc_jax.algos.core.networks.SharedAcrossStages`), in
+            place of the paper's per-stage networks: for long horizons.
         critic_epochs: optimizer steps of the critics per update on the same targets (>= 1; on
             the sampled path only, the tabular path takes one). Default (``EnvDefault``): 1 on
             environments with a tabular exact model, 4 elsewhere.
@@ -162,6 +165,7 @@ class Config(NetworkConfig):
     update_form: str = static("auto", choices=UPDATE_FORMS)
     actor_epochs: int = static(8, low=1)
     critic_epochs: int = static(EnvDefault(tabular=1, non_tabular=4), low=1)
+    shared_stages: bool = static(False)
     eval_every: int = static(100, low=0)
     check_step_sizes: bool = static(True)
     critic_lr: PowerSchedule = schedule(PowerSchedule(init=0.05, power=0.55, decay=500.0))
@@ -433,7 +437,7 @@ def table_logits(train_state: TrainState, setup: Setup) -> Array:
 def _stage_logits(nets: Networks, actor: Any, x: Array, h: Array) -> Array:
     """The stage-h actor's outputs at one standardised input x (D,): logits (A,), or a
     Gaussian head's [m, s] (2d,)."""
-    return nets.actor.module.apply(jax.tree.map(lambda p: p[h], actor), x)
+    return nets.actor.apply_stage(actor, x, h)
 
 
 def observation_outputs(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from fhc_jax.algos.core.distributions import LOG_STD_MAX, LOG_STD_MIN, ActionHead, Categorical
-from fhc_jax.algos.core.networks import NetworkSpec, Stacked
+from fhc_jax.algos.core.networks import NetworkSpec, SharedAcrossStages, Stacked
 from fhc_jax.algos.core.returns import lagrangian_targets, visit_averaged_advantages
 from fhc_jax.algos.core.tabular_rollout import Batch, batch_observations
 
@@ -56,8 +56,15 @@ class Networks:
         sampled path's per-sample batches)."""
         head = Categorical(head) if isinstance(head, int) else head
         outputs, free = head.network_outputs
+        actor = spec.mlp(outputs, free_outputs=free, output_scale=output_scale)
+        if spec.shared_stages:  # one network for every stage, on (observation, h / H)
+            return cls(
+                actor=SharedAcrossStages(actor, horizon, horizon),
+                critic=SharedAcrossStages(spec.mlp(1), horizon + 1, horizon),
+                cost_critic=SharedAcrossStages(spec.mlp(num_constraints), horizon + 1, horizon),
+            )
         return cls(
-            actor=Stacked(spec.mlp(outputs, free_outputs=free, output_scale=output_scale), horizon, feature_major),
+            actor=Stacked(actor, horizon, feature_major),
             critic=Stacked(spec.mlp(1), horizon + 1, feature_major),
             cost_critic=Stacked(spec.mlp(num_constraints), horizon + 1, feature_major),
         )
@@ -226,6 +233,15 @@ def visit_weights(stats: CellStats, power: Array) -> Array:
     return jnp.where(visits > 0, visits**power, 0.0)
 
 
+def standardized_per_stage(advantages: Array) -> Array:
+    """Advantages (H, K) centred and divided by their standard deviation over the K samples of
+    each stage: the sampled path's actor steps are then free of the advantages' scale, which the
+    multiplier and the episode length multiply (unstandardised, a task with returns of hundreds
+    moves every logit by hundreds per update and the policy turns deterministic at once)."""
+    adv = advantages - jnp.mean(advantages, axis=-1, keepdims=True)
+    return adv / (jnp.std(advantages, axis=-1, keepdims=True) + 1e-8)
+
+
 def sample_advantage_targets(logits: Array, onehot_actions: Array, advantages: Array, logit_step: Array) -> Array:
     """Target policies of the improved actor on the sampled path (no tabular states to average
     over): each sample's advantage moves the logit of the action it took,
@@ -310,9 +326,7 @@ def gaussian_sample_targets(head: Any, outputs: Array, actions: Array, advantage
     z2 = jnp.square(diff * jnp.exp(-log_std))
     # per-stage standardised advantages: the step is scale-free (the Lagrangian advantage
     # grows with the multiplier; unnormalised, eta A (a - mu) overshoots to the bounds)
-    adv = advantages - jnp.mean(advantages, axis=-1, keepdims=True)
-    adv = adv / (jnp.std(advantages, axis=-1, keepdims=True) + 1e-8)
-    step = logit_step * adv[..., None]
+    step = logit_step * standardized_per_stage(advantages)[..., None]
     # the mean stays in the box: beyond it every sample is clipped to the same action, whose
     # cost and reward then carry no gradient towards a smaller action (a trap once nu binds)
     m_target = jnp.clip(outputs[..., :d] + step * diff / half, -1.0, 1.0)
@@ -384,7 +398,8 @@ def improved_regression(
         out = jnp.swapaxes(nets.actor.apply_columns(train_state.actor, inputs_t), 1, 2)  # (H, K, outputs)
         if isinstance(setup.head, Categorical):  # each sample's advantage moves the logit of its action
             onehot = jax.nn.one_hot(batch.actions, setup.num_actions, dtype=fixed.advantages.dtype)
-            q = sample_advantage_targets(out, onehot, fixed.advantages, config.logit_step)
+            adv = standardized_per_stage(fixed.advantages)  # scale-free steps, as the Gaussian form's
+            q = sample_advantage_targets(out, onehot, adv, config.logit_step)
             loss = sample_cross_entropy
         else:  # a natural-gradient step in the Gaussian's parameters, regressed by squared error
             q = gaussian_sample_targets(setup.head, out, batch.actions, fixed.advantages, config.logit_step)

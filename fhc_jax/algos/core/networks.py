@@ -83,6 +83,9 @@ class NetworkSpec:
         log_std: box action spaces only: "state_independent" or "state_dependent", the form of
             the Gaussian head's log-std (``fhc_jax.algos.core.distributions.config_head``).
         initial_log_std: box action spaces only: log(sigma / half range) of the initial policy.
+        shared_stages: one network for all stages on the input with h / H appended
+            (:class:`SharedAcrossStages`) instead of one per stage (NN-Constrained's
+            ``shared_stages``; False for learners without the field).
     """
 
     observation: str = "env"
@@ -92,6 +95,7 @@ class NetworkSpec:
     normalize_inputs: bool = False
     log_std: str = "state_independent"
     initial_log_std: float = math.log(0.5)
+    shared_stages: bool = False
 
     @classmethod
     def of(cls, config: Any, **changes: Any) -> NetworkSpec:
@@ -104,6 +108,7 @@ class NetworkSpec:
             depth=config.depth,
             activation=config.activation,
             normalize_inputs=getattr(config, "normalize_inputs", False),
+            shared_stages=getattr(config, "shared_stages", False),
             log_std=config.log_std,
             initial_log_std=config.initial_log_std,
         )
@@ -161,6 +166,46 @@ class Stacked:
         if not self.feature_major:
             raise ValueError("Stacked.apply_columns needs feature_major=True")
         return mlp_columns(self.module, params, x_t)
+
+    def apply_stage(self, params: Any, x: Array, h: Array) -> Array:
+        """Stage h's network at one input x (D,) -> (outputs,) (h may be traced)."""
+        return self.module.apply(jax.tree.map(lambda p: p[h], params), x)
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedAcrossStages:
+    """ONE network for all L stages, whose input is the observation with the stage's position
+    h / H appended: the interface of :class:`Stacked` (``init``, ``apply`` (L, B, D) ->
+    (L, B, outputs), ``apply_columns``, ``apply_stage``), but parameters without a stage axis,
+    so every stage's samples train the same weights. For long horizons, where per-stage
+    networks each learn from the K samples of their own stage (and a stage the policy has only
+    begun to reach has learned nothing); the policy stays non-stationary through h / H.
+
+    Attributes:
+        module: the MLP (its input has D + 1 features). num_stages: L. horizon: H (the
+            stage feature is l / H).
+    """
+
+    module: nn.Module
+    num_stages: int
+    horizon: int
+
+    def _with_stage(self, x: Array, h: Array) -> Array:
+        t = jnp.broadcast_to(jnp.asarray(h, jnp.float32) / self.horizon, x.shape[:-1])
+        return jnp.concatenate([x.astype(jnp.float32), t[..., None]], axis=-1)
+
+    def init(self, key: Array, x: Array) -> Any:
+        return self.module.init(key, self._with_stage(x, 0))
+
+    def apply(self, params: Any, x: Array) -> Array:
+        stages = jnp.arange(x.shape[0]).reshape((-1,) + (1,) * (x.ndim - 2))
+        return self.module.apply(params, self._with_stage(x, stages))
+
+    def apply_columns(self, params: Any, x_t: Array) -> Array:
+        return jnp.swapaxes(self.apply(params, jnp.swapaxes(x_t, 1, 2)), 1, 2)
+
+    def apply_stage(self, params: Any, x: Array, h: Array) -> Array:
+        return self.module.apply(params, self._with_stage(x, h))
 
 
 UNROLL_MAX = 16  # contractions over at most this many features are unrolled (_contract)

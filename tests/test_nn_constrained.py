@@ -181,6 +181,42 @@ def test_sampled_path_scales_the_critics_and_tightens_the_budget_by_default():
     assert tab.value_scale is None and tab.cost_bound is None
 
 
+def test_shared_stages_is_one_network_on_the_observation_and_the_stage():
+    """shared_stages=True: parameters without a stage axis, stage h's output is the MLP at
+    (x, h / H) (apply, apply_columns and apply_stage agree), and the learner trains and plays
+    with it on the sampled path."""
+    from box_task import Reach
+
+    from fhc_jax.algos.core.networks import SharedAcrossStages
+
+    h, k, d = 5, 3, 2
+    nets = nl.Networks.build(h, 4, 1, NetworkSpec.of(nc.Config(width=6, shared_stages=True)))
+    assert isinstance(nets.actor, SharedAcrossStages)
+    params = nets.actor.init(jax.random.key(0), jnp.zeros((d,)))
+    assert params["params"]["Dense_0"]["kernel"].shape == (d + 1, 6)  # no stage axis; h / H is an input
+    x = jax.random.normal(jax.random.key(1), (h, k, d))
+    out = nets.actor.apply(params, x)
+    for stage in (0, 3):
+        direct = nets.actor.module.apply(params, jnp.concatenate([x[stage], jnp.full((k, 1), stage / h)], -1))
+        np.testing.assert_allclose(out[stage], direct, rtol=1e-6)
+        np.testing.assert_allclose(nets.actor.apply_stage(params, x[stage, 1], stage), direct[1], rtol=1e-6)
+    np.testing.assert_allclose(nets.actor.apply_columns(params, jnp.swapaxes(x, 1, 2)), jnp.swapaxes(out, 1, 2))
+    env = Reach()
+    cfg = nc.Config(shared_stages=True, num_iterations=3, episodes_per_iteration=16, eval_every=0, eval_episodes=64)
+    result = nc.make_train(env, env.default_params, cfg)(jax.random.key(0))
+    assert result.state.network.shared_stages
+    assert np.all(np.isfinite(np.asarray(result.metrics.reward)))
+    action = nc.policy(result.state, env, env.default_params)(jax.random.key(2), jnp.zeros((2,)), 1)
+    assert action.shape == (1,)
+
+
+def test_sampled_advantages_are_standardised_per_stage():
+    adv = jnp.asarray(np.random.default_rng(0).normal(5.0, 30.0, (4, 64)), jnp.float32)
+    z = nl.standardized_per_stage(adv)
+    np.testing.assert_allclose(np.mean(z, -1), 0.0, atol=1e-5)
+    np.testing.assert_allclose(np.std(z, -1), 1.0, rtol=1e-4)
+
+
 def reference_losses(nets, state, batch, obs_table, thresholds, nu):
     """CL, CCL and AL of the paper with plain loops over stages and samples (paper variant:
     TD(0) targets at the current parameters, terminal constraint signal g_H - alpha)."""

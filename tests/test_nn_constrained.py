@@ -210,11 +210,21 @@ def test_shared_stages_is_one_network_on_the_observation_and_the_stage():
     assert action.shape == (1,)
 
 
-def test_sampled_advantages_are_standardised_per_stage():
-    adv = jnp.asarray(np.random.default_rng(0).normal(5.0, 30.0, (4, 64)), jnp.float32)
+def test_sampled_advantages_are_scaled_per_stage():
+    """The Gaussian form standardises each stage's advantages; the discrete form divides them
+    by their spread only where it exceeds one training unit."""
+    rng = np.random.default_rng(0)
+    adv = jnp.asarray(np.concatenate([rng.normal(5.0, 30.0, (2, 64)), rng.normal(0.1, 0.5, (2, 64))]), jnp.float32)
     z = nl.standardized_per_stage(adv)
     np.testing.assert_allclose(np.mean(z, -1), 0.0, atol=1e-5)
     np.testing.assert_allclose(np.std(z, -1), 1.0, rtol=1e-4)
+    b = np.asarray(nl.bounded_by_spread(adv))
+    np.testing.assert_allclose(np.std(b[:2], -1), 1.0, rtol=1e-4)  # wide stages: unit spread, mean kept
+    ratio = b[:2] / np.asarray(adv[:2])
+    np.testing.assert_allclose(
+        ratio, np.broadcast_to(1 / np.std(np.asarray(adv[:2]), -1)[:, None], ratio.shape), rtol=1e-4
+    )
+    np.testing.assert_array_equal(b[2:], adv[2:])  # narrow stages unchanged
 
 
 def reference_losses(nets, state, batch, obs_table, thresholds, nu):

@@ -242,6 +242,17 @@ def standardized_per_stage(advantages: Array) -> Array:
     return adv / (jnp.std(advantages, axis=-1, keepdims=True) + 1e-8)
 
 
+def bounded_by_spread(advantages: Array) -> Array:
+    """Advantages (H, K) divided by their standard deviation over the K samples of each stage
+    where it exceeds 1 (one typical step reward in training units), unchanged elsewhere: the
+    discrete sampled path's logit step eta A then moves a logit by at most about eta per
+    standard deviation. Unbounded, a task whose returns are hundreds of training units
+    (CartPole) moves each logit by hundreds per update and the policy turns deterministic at
+    once; fully standardised (:func:`standardized_per_stage`), stages whose advantages are only
+    noise weigh as much as decisive ones (the discrete battery loses 11 points)."""
+    return advantages / jnp.maximum(jnp.std(advantages, axis=-1, keepdims=True), 1.0)
+
+
 def sample_advantage_targets(logits: Array, onehot_actions: Array, advantages: Array, logit_step: Array) -> Array:
     """Target policies of the improved actor on the sampled path (no tabular states to average
     over): each sample's advantage moves the logit of the action it took,
@@ -398,7 +409,7 @@ def improved_regression(
         out = jnp.swapaxes(nets.actor.apply_columns(train_state.actor, inputs_t), 1, 2)  # (H, K, outputs)
         if isinstance(setup.head, Categorical):  # each sample's advantage moves the logit of its action
             onehot = jax.nn.one_hot(batch.actions, setup.num_actions, dtype=fixed.advantages.dtype)
-            adv = standardized_per_stage(fixed.advantages)  # scale-free steps, as the Gaussian form's
+            adv = bounded_by_spread(fixed.advantages)  # at most about eta per standard deviation
             q = sample_advantage_targets(out, onehot, adv, config.logit_step)
             loss = sample_cross_entropy
         else:  # a natural-gradient step in the Gaussian's parameters, regressed by squared error

@@ -101,6 +101,8 @@ MEASURES: dict[str, Measures] = {
     "continuous_pendulum*.json": Measures(FROM_DATA, ("pendulum",)),
     "battery_resolution*.json": Measures((), ("battery",), ("fhc_jax/cmdp/solve.py",)),
     "gymnax_interop.json": Measures((), ("pendulum",), ("fhc_jax/rollout.py",)),
+    "deep_reference.json": Measures(("nn_constrained", "ecop", "ppo_lagrangian", "saute"), ("pendulum",)),
+    "reference/rejax_*.json": Measures((), (), ("benchmarks/reference_rejax.py",)),
     "brax_interop.json": Measures(("ppo_lagrangian",), (), ("fhc_jax/envs/brax_interop.py", "fhc_jax/rollout.py")),
     "chunked_training.json": Measures(("fh_constrained",), ("gridworld",), ("fhc_jax/experiment/training.py",)),
     "tracking_overhead.json": Measures(("fh_constrained",), ("gridworld",), ("fhc_jax/experiment/tracking.py",)),

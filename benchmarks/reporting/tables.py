@@ -445,3 +445,59 @@ def render_distributed(name: str, data: dict) -> list[str]:
 
 #: results file pattern (relative to benchmarks/results, fnmatch) -> renderer; the first match
 #: wins, and the page follows this order.
+
+
+def render_deep_reference(name: str, data: dict) -> list[str]:
+    """``benchmarks/deep_reference.py``: the neural learners with a slack budget against rejax's PPO."""
+    lines = [
+        "The unconstrained limit against rejax's PPO",
+        provenance(name, data),
+        "",
+        "Each learner's plain `Config()` with the budget slack (alpha = 1e9), 5 seeds, each final policy played "
+        "as users play it (sampled actions); score = (R - R_uniform) / (R_rejax - R_uniform) with R_rejax the "
+        "median of rejax 0.1.3's PPO seeds at its published settings (`benchmarks/results/reference/`). "
+        "Environment steps: K H N for fhc_jax's learners.",
+        "",
+    ]
+    for task, row in data["tasks"].items():
+        rejax = row["rejax"]
+        rejax_seeds = ", ".join(f"{s['mean_return']:.1f}" for s in rejax["seeds"])
+        lines += [
+            f"**{task}** ({row['env']}): uniform policy {row['uniform_return']:.1f}, rejax PPO median "
+            f"{rejax['median_return']:.1f} over seeds {rejax_seeds} "
+            f"in {rejax['env_steps']:,} env-steps ({secs(rejax['wall_s'])}).",
+            "",
+        ]
+        rows = [
+            [
+                learner,
+                ", ".join(f"{r:.1f}" for r in r_["returns"]),
+                f"{r_['worst_score']:.3f}",
+                f"{r_['env_steps']:,} ({r_['steps_vs_rejax']:.0f}x)",
+                secs(r_["wall_s"]),
+                f"`{str(r_.get('revision') or data.get('revision') or '?')[:7]}`",
+            ]
+            for learner, r_ in row["learners"].items()
+        ]
+        header = ["learner", "returns per seed", "worst score", "env-steps (vs rejax)", "train wall", "revision"]
+        lines += table(header, rows)
+        lines.append("")
+    return lines[:-1]
+
+
+def render_rejax(name: str, data: dict) -> list[str]:
+    """``benchmarks/reference_rejax.py``: rejax's PPO, the outside reference of ``deep_reference``."""
+    rows = [
+        [s["seed"], f"{s['mean_return']:.1f} ± {s['half_width']:.1f}", f"{d['mean_return']:.1f}"]
+        for s, d in zip(data["seeds"], data.get("seeds_deterministic", data["seeds"]), strict=True)
+    ]
+    return [
+        f"rejax PPO on {data['gymnax_env']}",
+        provenance(name, data),
+        "",
+        f"rejax {data['rejax_version']} (gymnax {data['versions']['gymnax']}, its own environment), settings from "
+        f"{data['config_source']}; {data['env_steps']:,} env-steps ({secs(data['wall_s'])}), "
+        f"{data['episodes']} episodes per seed; median {data['median_return']:.1f} sampled, "
+        f"{data['median_return_deterministic']:.1f} deterministic.",
+        "",
+    ] + table(["seed", "return (sampled actions, as rejax plays)", "deterministic"], rows)

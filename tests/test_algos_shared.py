@@ -315,8 +315,12 @@ def test_env_defaults_resolve_per_environment_and_explicit_values_hold():
     # stacking configs that set a field beside configs that keep its default needs the environment
     from fhc_jax.algos import nn_constrained as nc
 
+    same = [nc.Config(), nc.Config(multiplier_gain=0.1)]  # both keep NN-Constrained's EnvDefaults
+    assert stack(same).multiplier_gain.shape == (2,)
     mixed = [nc.Config(), nc.Config(trace=0.1)]
-    assert stack(mixed).trace.shape == (2,)  # (NN-Constrained has no EnvDefault: nothing to resolve)
+    with pytest.raises(ValueError, match="stack.*env=env"):
+        stack(mixed)
+    assert stack(mixed, env=grid).trace.shape == (2,)
     with pytest.raises(ValueError, match="stack.*env=env"):
         stack([cfg, cfg.replace(features=features.OneHot())])
     assert stack([cfg, cfg.replace(features=features.OneHot())], env=grid).theta_bound.shape == (2,)

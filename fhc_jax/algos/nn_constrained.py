@@ -60,6 +60,7 @@ from fhc_jax.algos.nn_losses import (
     Networks,
     batch_targets,
     cell_stats,
+    critic_predictions,
     critic_values,
     improved_regression,
     sample_losses,
@@ -469,15 +470,7 @@ def update(
         head = setup.head if setup.sampled else None  # the tabular path is discrete: softmax
         losses = lambda st: sample_losses(nets, st, observations, batch.actions, fixed, head)
 
-    predict = None
-    if setup.sampled:
-        scale = 1.0 if setup.value_scale is None else setup.value_scale
-        predict = lambda c: (
-            scale
-            * jnp.concatenate(
-                [nets.critic.apply(c[0], observations), nets.cost_critic.apply(c[1], observations)], axis=-1
-            )
-        )
+    predict = critic_predictions(nets, observations, setup.value_scale) if setup.sampled else None
     crit, critic_opt, critic_loss = critic_step(
         train_state, losses, values, fixed, predictions_vjp, config, setup.value_scale, predict
     )

@@ -367,6 +367,17 @@ def values_at(nets: Networks, state: Any, obs_table: Array, states: Array, form:
     return jnp.concatenate([v, w], axis=-1)
 
 
+def critic_predictions(nets: Networks, observations: Array, value_scale: Array | None) -> Any:
+    """The sampled path's critic predictions as a function of the critics' parameters,
+    (critic, cost_critic) -> [V_h, W_h] at ``observations`` (H+1, K, D), (H+1, K, 1+M), in
+    value units (the networks' outputs times ``value_scale``, 1 when None)."""
+    scale = 1.0 if value_scale is None else value_scale
+    return lambda c: (
+        scale
+        * jnp.concatenate([nets.critic.apply(c[0], observations), nets.cost_critic.apply(c[1], observations)], axis=-1)
+    )
+
+
 def critic_values(train_state: Any, batch: Batch, setup: Any) -> tuple[Array, Array | None, Any]:
     """The critics before the update at the batch's visited states, [V_h(s_h), W_h(s_h)]
     (H+1, K, 1+M); the networks' inputs at the samples (standardised recorded observations on
@@ -376,15 +387,8 @@ def critic_values(train_state: Any, batch: Batch, setup: Any) -> tuple[Array, Ar
     nets, obs_table = setup.nets, setup.obs_table
     if setup.sampled:  # the critics' predictions at the samples, once, with their VJP
         observations = setup.normalize(batch.observations.astype(jnp.float32))
-        scale = 1.0 if setup.value_scale is None else setup.value_scale
         values, predictions_vjp = jax.vjp(
-            lambda c: (
-                scale
-                * jnp.concatenate(
-                    [nets.critic.apply(c[0], observations), nets.cost_critic.apply(c[1], observations)], axis=-1
-                )
-            ),
-            (train_state.critic, train_state.cost_critic),
+            critic_predictions(nets, observations, setup.value_scale), (train_state.critic, train_state.cost_critic)
         )
         return values, observations, predictions_vjp
     observations = None if setup.form == "table" else batch_observations(obs_table, batch.states)

@@ -59,6 +59,14 @@ def test_gaussian_log_prob_matches_scipy_and_clips_log_std():
     np.testing.assert_allclose(head.log_prob(out, a), ref, rtol=1e-5)
 
 
+def test_gaussian_mean_excess_counts_only_the_mean_beyond_the_box():
+    """sum_d max(|m_d| - 1, 0)^2 of the mean outputs m (units of the half range), whatever the
+    log-std outputs and the box's centre."""
+    head = DiagonalGaussian(LOW, HIGH)
+    out = np.array([[0.5, -1.0, 1.0, 9.0, 9.0, 9.0], [1.5, -3.0, 0.2, -9.0, 0.0, 0.0]], np.float32)
+    np.testing.assert_allclose(head.mean_excess(out), [0.0, 0.25 + 4.0], rtol=1e-6)
+
+
 def test_categorical_matches_distrax():
     head = Categorical(5)
     logits_p, logits_q = _outputs(3, d=5)[:, :5] * 3, _outputs(4, d=5)[:, :5] * 3

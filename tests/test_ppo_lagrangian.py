@@ -90,6 +90,38 @@ def test_penalised_advantage_and_normalisation_by_hand():
     np.testing.assert_allclose(np.asarray(c), np.asarray(adv_c) - np.asarray(adv_c).mean(0), rtol=1e-6)
 
 
+def test_lagrangian_advantage_standardises_the_penalised_sum_by_hand():
+    """normalize_advantages="lagrangian": standardise A_r - nu . A_c as one signal, so nu weighs
+    advantages on the CMDP's scale: rescaling A_r and A_c together leaves it unchanged, and with
+    nu = 0 it is the "separate" form's standardised A_r."""
+    adv_r = jnp.array([1.0, -2.0, 0.5, 3.0])
+    adv_c = jnp.array([[1.0, 0.0], [2.0, -1.0], [0.0, 4.0], [-1.0, 1.0]])
+    nu = jnp.array([0.5, 2.0])
+    a = np.array([1.0 - 0.5, -2.0 - 1.0 + 2.0, 0.5 - 8.0, 3.0 + 0.5 - 2.0])
+    got = np.asarray(pl.lagrangian_advantage(adv_r, adv_c, nu))
+    np.testing.assert_allclose(got, (a - a.mean()) / (a.std() + 1e-8), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(pl.lagrangian_advantage(10.0 * adv_r, 10.0 * adv_c, nu)), got, rtol=1e-5)
+    np.testing.assert_array_equal(
+        np.asarray(pl.lagrangian_advantage(adv_r, adv_c, jnp.zeros(2))),
+        np.asarray(pl.normalise_advantages(adv_r, adv_c)[0]),
+    )
+
+
+def test_sampled_path_defaults_differ_from_the_tabular_ones():
+    """The EnvDefaults: "separate" normalisation and a constant budget where the environment has a
+    tabular exact model (the gridworld), "lagrangian" and a budget that tightens over half the run
+    elsewhere (Pendulum); the learner's resolved config says which it used."""
+    from fhc_jax.envs import gymnax_tasks
+
+    grid = GridWorld()
+    tabular = pl.make_learner(grid, grid.default_params, pl.Config()).config
+    assert (tabular.normalize_advantages, tabular.budget_tightening) == ("separate", 0.0)
+    pendulum = gymnax_tasks.pendulum()
+    sampled = pl.make_learner(pendulum, pendulum.default_params, pl.Config()).config
+    assert (sampled.normalize_advantages, sampled.budget_tightening) == ("lagrangian", 0.5)
+    assert sampled.mean_bound_coef == tabular.mean_bound_coef == 1.0
+
+
 def test_actor_gradient_matches_hand_computation():
     """The gradient of the minibatch actor loss with respect to the logits equals the
     hand-derived PPO gradient: -A rho (e_a - pi) / B where unclipped, 0 where clipped."""
@@ -253,7 +285,7 @@ BANDIT_CONFIG = pl.Config(
     num_epochs=2,
     num_minibatches=2,
     actor_lr=1e-3,
-    normalize_advantages=False,
+    normalize_advantages="none",
     eval_every=50,
 )
 # (gains on the relative violation (C - alpha) / alpha: alpha = 1.5 times those on the raw one)

@@ -33,11 +33,11 @@ import optax
 from flax import struct
 
 from fhc_jax.algos.core import multipliers, scaffold
-from fhc_jax.algos.core.distributions import check_initial_log_std, config_head
+from fhc_jax.algos.core.distributions import DiagonalGaussian, check_initial_log_std, config_head
 from fhc_jax.algos.core.evaluation import EvaluationMetrics, observation_policy
-from fhc_jax.algos.core.hyperparameters import hyperparameters, numeric, static
+from fhc_jax.algos.core.hyperparameters import EnvDefault, hyperparameters, numeric, resolve_env_defaults, static
 from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec
-from fhc_jax.algos.core.paths import resolve_observation, resolve_path
+from fhc_jax.algos.core.paths import judged_exactly, resolve_observation, resolve_path
 from fhc_jax.algos.core.returns import advantages_and_targets
 from fhc_jax.algos.core.sampled_inputs import critic_value_scale, with_stage
 from fhc_jax.algos.core.tabular_rollout import (
@@ -54,6 +54,7 @@ Array = jax.Array
 MULTIPLIER_METHODS = ("lagrangian", "pid")
 MULTIPLIER_OPTIMIZERS = ("adam", "sgd")
 UPDATE_FORMS = ("auto", "table", "samples")
+ADVANTAGE_NORMALIZATIONS = ("separate", "lagrangian", "none")
 
 
 @hyperparameters
@@ -77,7 +78,11 @@ class Config(NetworkConfig):
             epoch (at most H K).
         multiplier_method: "lagrangian" (learned multiplier) or "pid" (PID-Lagrangian);
             multiplier_optimizer: "adam" or "sgd" ("lagrangian"); pid_delay: d ("pid").
-        normalize_advantages: standardise A_r and centre A_c (OmniSafe); False uses raw GAE.
+        normalize_advantages: "separate" (OmniSafe: standardise A_r, centre A_c, then
+            penalise: :func:`penalised_advantage`), "lagrangian" (standardise the Lagrangian's
+            advantage A_r - nu . A_c: :func:`lagrangian_advantage`, so nu weighs advantages on
+            the CMDP's scale) or "none" (raw GAE, penalised). Default (``EnvDefault``):
+            "separate" on environments with a tabular exact model, "lagrangian" elsewhere.
         anneal_lr: decay the actor and critic learning rates linearly to 0 over the run.
         update_form: "auto", "table" or "samples" (speed only; module docstring).
         eval_every: exact evaluation every this many iterations (0: initial and final only).
@@ -103,6 +108,15 @@ class Config(NetworkConfig):
         pid_kp, pid_ki, pid_kd: PID gains on the relative violation (C - alpha) / d and the
             relative cost C / d (:mod:`fhc_jax.algos.core.multipliers`, "Units").
         pid_p_ema, pid_d_ema: EMA factors a_p, a_d.
+        mean_bound_coef: c_b >= 0, box action spaces only: the actor loss adds
+            c_b mean(sum_d max(|m_d| - 1, 0)^2), a penalty on the Gaussian mean beyond the box
+            (m in units of the half range, :mod:`fhc_jax.algos.core.distributions`): beyond it
+            every sample is clipped to the same action and the advantages cannot pull it back.
+        budget_tightening: f in [0, 1]: the multiplier steers to a threshold that tightens
+            from the largest episode cost the signals allow to alpha over the first f N
+            iterations (:func:`fhc_jax.algos.core.multipliers.tightened_thresholds`), so a
+            control task is learned before its budget binds. Default (``EnvDefault``): 0
+            (alpha from the start) on environments with a tabular exact model, 0.5 elsewhere.
     """
 
     num_iterations: int = static(250, low=1)
@@ -116,7 +130,9 @@ class Config(NetworkConfig):
     multiplier_method: str = static("pid", choices=MULTIPLIER_METHODS)
     multiplier_optimizer: str = static("adam", choices=MULTIPLIER_OPTIMIZERS)
     pid_delay: int = static(10, low=1)
-    normalize_advantages: bool = static(True)
+    normalize_advantages: str = static(
+        EnvDefault(tabular="separate", non_tabular="lagrangian"), choices=ADVANTAGE_NORMALIZATIONS
+    )
     anneal_lr: bool = static(True)
     update_form: str = static("auto", choices=UPDATE_FORMS)
     critic_time: bool = static(True)
@@ -136,6 +152,8 @@ class Config(NetworkConfig):
     pid_kd: float = numeric(0.0, low=0.0)
     pid_p_ema: float = numeric(0.9, low=0.0, high=1.0)
     pid_d_ema: float = numeric(0.95, low=0.0, high=1.0)
+    mean_bound_coef: float = numeric(1.0, low=0.0)
+    budget_tightening: float = numeric(EnvDefault(tabular=0.0, non_tabular=0.5), low=0.0, high=1.0)
 
     def __post_init__(self):
         check_initial_log_std(self)
@@ -201,6 +219,15 @@ def clipped_surrogate(logp: Array, logp_old: Array, advantages: Array, clip_eps:
 def penalised_advantage(adv_r: Array, adv_c: Array, nu: Array) -> Array:
     """(A_r - sum_k nu_k A_c^(k)) / (1 + sum_k nu_k): adv_r (...), adv_c (..., M), nu (M,)."""
     return (adv_r - adv_c @ nu) / (1.0 + jnp.sum(nu))
+
+
+def lagrangian_advantage(adv_r: Array, adv_c: Array, nu: Array) -> Array:
+    """The Lagrangian's advantage A_r - sum_k nu_k A_c^(k), standardised over all samples
+    (population std + 1e-8): adv_r (...), adv_c (..., M), nu (M,). The penalty weighs the
+    advantages on the CMDP's (training-unit) scale, so nu is the CMDP's multiplier whatever the
+    spread of A_r."""
+    a = adv_r - adv_c @ nu
+    return (a - jnp.mean(a)) / (jnp.std(a) + 1e-8)
 
 
 def normalise_advantages(adv_r: Array, adv_c: Array) -> tuple[Array, Array]:
@@ -418,7 +445,8 @@ def update(
     actions); the tabular path's softmax arithmetic is unchanged. Returns (state at n + 1, metrics dict:
     multipliers (M,), approx_kl (), entropy (), clip_fraction (), value_loss (),
     epochs ())."""
-    cfg, st, p, thresholds = config, train_state, train_state.params, setup.thresholds
+    cfg = resolve_env_defaults(config, not setup.sampled or judged_exactly(setup.env))
+    st, p, thresholds = train_state, train_state.params, setup.thresholds
     head = setup.action_head
     num_stages, k = batch.actions.shape[:2]
     n_samples, m = num_stages * k, thresholds.shape[0]
@@ -454,20 +482,27 @@ def update(
 
     # --- multipliers from the batch's mean episode costs (before the policy update)
     units = multipliers.violation_units(thresholds, setup.horizon)  # relative violation (multipliers, "Units")
+    thresholds = multipliers.tightened_thresholds(  # the budget tightens to alpha over f N iterations
+        thresholds, setup.value_scale[1:], st.step, cfg.num_iterations, cfg.budget_tightening
+    )
     violation = multipliers.relative_violation(batch.episode_costs, thresholds, units, cfg.eval_episodes)
     nu, multiplier_state = multiplier_update(cfg).update(
         st.multiplier_state, violation, jnp.mean(batch.episode_costs, axis=0) / units
     )
 
     adv_r, adv_c = adv[..., 0], adv[..., 1:]
-    if cfg.normalize_advantages:
-        adv_r, adv_c = normalise_advantages(adv_r, adv_c)
+    if cfg.normalize_advantages == "lagrangian":
+        adv_pi = lagrangian_advantage(adv_r, adv_c, nu)
+    else:
+        if cfg.normalize_advantages == "separate":
+            adv_r, adv_c = normalise_advantages(adv_r, adv_c)
+        adv_pi = penalised_advantage(adv_r, adv_c, nu)
     data = {
         "rows": rows.reshape((n_samples,) + rows.shape[2:]),
         "crows": crows.reshape((n_samples,) + crows.shape[2:]),
         "actions": batch.actions.reshape((n_samples,) + batch.actions.shape[2:]),
         "logp_old": logp_old.reshape(-1),
-        "adv": penalised_advantage(adv_r, adv_c, nu).reshape(-1),
+        "adv": adv_pi.reshape(-1),
         "targets": (targets / setup.value_scale).reshape(n_samples, 1 + m),
     }
 
@@ -486,6 +521,8 @@ def update(
             ent = -jnp.sum(jnp.exp(lg) * lg, axis=-1)
         surrogate = clipped_surrogate(logp, mb["logp_old"], mb["adv"], cfg.clip_eps)
         actor_loss = -jnp.mean(surrogate) - cfg.entropy_coef * jnp.mean(ent)
+        if isinstance(head, DiagonalGaussian):  # box actions: the mean stays in the box
+            actor_loss = actor_loss + cfg.mean_bound_coef * jnp.mean(head.mean_excess(out))
         v_r = setup.apply("reward_critic", net["reward_critic"], mb["crows"], critic_table)
         v_c = setup.apply("cost_critic", net["cost_critic"], mb["crows"], critic_table)
         t = mb["targets"]

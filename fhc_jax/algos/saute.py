@@ -82,7 +82,10 @@ BUDGETS = ("auto", "count", "continuous")
 class Config(ppo.Config):
     """PPO-Lagrangian's :class:`~fhc_jax.algos.ppo_lagrangian.Config` (every field, same
     meaning; ``observation`` is the input of the base state, the budget z is appended), with
-    its own defaults for K (256), N (300), ``pid_kp`` (0.25), ``pid_ki`` (0.075) and ``eval_every`` (50); the
+    its own defaults for K (256), N (300), ``pid_kp`` (0.25), ``pid_ki`` (0.075), ``eval_every`` (50),
+    and on every environment ``normalize_advantages="separate"``, ``mean_bound_coef=0`` and
+    ``budget_tightening=0`` (the budget in the state does the work PPO-Lagrangian's
+    sampled-path defaults do); the
     batch setting ``episodes_per_iteration=1024, num_epochs=8, num_minibatches=8,
     num_iterations=400`` learns more and costs about 6x more (docs/algorithms/saute.md).
     ``log_std`` and ``initial_log_std`` set the Gaussian head on box action spaces (as in
@@ -115,6 +118,9 @@ class Config(ppo.Config):
     eval_every: int = static(50, low=0)
     pid_kp: float = numeric(0.25, low=0.0)
     pid_ki: float = numeric(0.075, low=0.0)
+    normalize_advantages: str = static("separate", choices=ppo.ADVANTAGE_NORMALIZATIONS)
+    mean_bound_coef: float = numeric(0.0, low=0.0)
+    budget_tightening: float = numeric(0.0, low=0.0, high=1.0)
     unsafe_reward: float = numeric(0.0, low=0.0)
     budget: str = static("auto", choices=BUDGETS)
     cost_unit: float = static(0.0, types=(float, int), description="a number >= 0 (0: detect the unit)")

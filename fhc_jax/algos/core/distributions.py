@@ -149,6 +149,11 @@ class DiagonalGaussian:
         s = jnp.clip(out[..., d:], LOG_STD_MIN - self.initial_log_std, LOG_STD_MAX - self.initial_log_std)
         return center + half * out[..., :d], jnp.log(half) + self.initial_log_std + s
 
+    def mean_excess(self, out: Array) -> Array:
+        """sum_d max(|m_d| - 1, 0)^2, how far the mean lies beyond the box (m in units of the
+        half range), (...,): a penalty that keeps the mean where the advantages still move it."""
+        return jnp.sum(jnp.square(jnp.maximum(jnp.abs(out[..., : self.dim]) - 1.0, 0.0)), axis=-1)
+
     def log_prob(self, out: Array, action: Array) -> Array:
         """log N(action; mu, sigma^2) of the unclipped action (..., d), summed over d, (...,)."""
         mean, log_std = self.mean_log_std(out)

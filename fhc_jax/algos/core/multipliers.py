@@ -307,11 +307,14 @@ def tightened_thresholds(thresholds: Array, loosest: Array, step: Array, num_ite
     Args:
         thresholds: alpha, (M,). loosest: L, e.g. the largest episode cost the signals allow
             (:func:`~fhc_jax.algos.core.sampled_inputs.critic_value_scale`), (M,).
-        step: n (a traced int). num_iterations: N (static). fraction: f in [0, 1].
+        step: n (a traced int). num_iterations: N (static). fraction: f in [0, 1] (a Python 0
+            returns ``thresholds`` untouched, without tracing the schedule).
     Returns:
         alpha_n, (M,).
     """
     thresholds = jnp.asarray(thresholds, jnp.float32)
+    if isinstance(fraction, (int, float)) and fraction == 0:  # a constant budget: alpha itself
+        return thresholds
     span = jnp.maximum(jnp.asarray(fraction, jnp.float32) * num_iterations, 1.0)
     weight = jnp.where(fraction > 0, jnp.clip(1.0 - step / span, 0.0, 1.0) ** 2, 0.0)
     return thresholds + (jnp.maximum(loosest, thresholds) - thresholds) * weight

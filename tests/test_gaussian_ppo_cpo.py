@@ -27,7 +27,9 @@ PARAMS = ENV.default_params
 INITIAL_REWARD = -10.4  # the initial Gaussian policy (mean 0, sigma 0.5), tests/box_task.py
 
 # PPO: the learned multiplier (Adam) with a step size that reaches the binding multiplier in tens
-# of iterations (the PID defaults are tuned for hundreds of gridworld updates)
+# of iterations (the PID defaults are tuned for hundreds of gridworld updates); the step size is
+# for OmniSafe's advantage form and a budget that binds from the start (the sampled path's
+# defaults, "lagrangian" and a tightening budget, are the plain-Config test's below)
 PPO = pl.Config(
     num_iterations=40,
     episodes_per_iteration=256,
@@ -36,6 +38,8 @@ PPO = pl.Config(
     observation="env",
     multiplier_method="lagrangian",
     multiplier_lr=0.5,
+    normalize_advantages="separate",
+    budget_tightening=0.0,
 )
 CPO = cpo.Config(num_iterations=30, episodes_per_iteration=256, eval_every=0, eval_episodes=4096, observation="env")
 SMALL = {
@@ -80,6 +84,20 @@ def test_learns_reach_within_the_budget(name):
     # exploration shrank from the initial sigma = 0.5 (differential entropy log 0.5 + 1.42 = 0.73)
     assert float(out.metrics.entropy[0]) == pytest.approx(math.log(0.5) + 0.5 * (1 + math.log(2 * math.pi)), abs=1e-5)
     assert float(out.metrics.entropy[-1]) < 0.0
+
+
+@pytest.mark.slow
+def test_ppo_plain_config_spends_the_reach_budget():
+    """PPO-Lagrangian's plain Config() on Reach, a box task without a tabular model (so the
+    sampled path's defaults: the Lagrangian advantage standardised as one signal, the budget
+    tightening over half the run, the mean kept in the box): a policy that spends the budget
+    alpha = 1 well (about -0.65 at cost 0.98) rather than the cheap one (-10.4 at cost 1.8 is
+    the initial Gaussian; reaching the target at all costs 2)."""
+    out = jax.jit(pl.make_train(ENV, PARAMS, pl.Config()))(jax.random.key(0))
+    assert out.final_state.network.observation == "env"
+    r, r_half, c, c_half = _monte_carlo(pl.policy(out.final_state, ENV, PARAMS))
+    assert r - r_half > -0.8, (r, r_half)
+    assert c + c_half < 1.02 and c > 0.9, (c, c_half)
 
 
 @pytest.mark.slow  # end-to-end training: the slow tier (CI runs both tiers)

@@ -71,6 +71,42 @@ def test_geometric_law_travels_geometrically_and_moves_in_proportion_near_its_fi
     np.testing.assert_allclose(nu, [1.0 + c * 1.0 * 0.5 + 0.25 * 0.1], rtol=1e-6)
     with pytest.raises(ValueError, match=r"geometric.floor must be > 0"):
         multipliers.geometric(c, bound, 0.0, 0.0)
+    with pytest.raises(ValueError, match=r"geometric.relative_gain must lie in \[0, 1\], found 1.5"):
+        multipliers.geometric(c, bound, 0.0, floor, relative_gain=1.5)
+
+
+def test_geometric_law_relative_term_scales_with_the_multiplier_and_ignores_batch_noise():
+    """nu = I (1 + K_r clip(v / max(s, 3 sigma), -1, 1)): the same violation raises a
+    multiplier 100x larger 100x as much; a violation within 3 standard errors of the batch's
+    noise counts only in proportion to that noise."""
+    c, floor, bound, s, kr = 0.1, 0.5, 1e6, 0.2, 0.5
+    law = multipliers.geometric(c, bound, 0.0, floor, s, relative_gain=kr)
+    state = law.init(2, jnp.array([2.0, 200.0]))
+    nu, state = law.update(state, jnp.array([0.1, 0.1]))
+    integral = np.array([2.0, 200.0]) * (1 + c * 0.1 / s)
+    np.testing.assert_allclose(state.integral, integral, rtol=1e-6)
+    np.testing.assert_allclose(nu, integral * (1 + kr * 0.1 / s), rtol=1e-6)
+    noisy = multipliers.geometric(c, bound, 0.0, floor, s, relative_gain=kr, noise=jnp.array([0.0, 0.5]))
+    nu, _ = noisy.update(noisy.init(2, jnp.array([2.0, 2.0])), jnp.array([0.3, 0.3]))
+    grown = 2.0 * (1 + c)  # v / s = 1.5 saturates the integral's drive
+    np.testing.assert_allclose(nu, [grown * (1 + kr), grown * (1 + kr * 0.3 / 1.5)], rtol=1e-6)
+
+
+def test_geometric_law_floor_is_capped_by_the_level_that_first_met_the_budget():
+    """Below the floor nu_0 the integral moves by c nu_0 per update until the violation first
+    turns non-positive; from then on the floor is at most twice the integral it had then."""
+    c, floor, bound, s = 0.1, 10.0, 1e3, 0.2
+    law = multipliers.geometric(c, bound, 0.0, floor, s)
+    state = law.init(1, jnp.array([0.0]))
+    nu, state = law.update(state, jnp.array([1.0]))  # from 0: the floor's step
+    np.testing.assert_allclose(nu, [c * floor], rtol=1e-6)
+    assert float(state.anchor[0]) == 0.0
+    nu, state = law.update(state, jnp.array([-1.0]))  # the budget is met at I = 1: the anchor
+    np.testing.assert_allclose(state.anchor, [1.0], rtol=1e-6)
+    np.testing.assert_allclose(nu, [0.0], atol=1e-6)  # 1 - c max(1, 10) = 0
+    nu, state = law.update(state, jnp.array([1.0]))  # now the floor is 2 x 1, not 10
+    np.testing.assert_allclose(nu, [c * 2.0], rtol=1e-6)
+    np.testing.assert_allclose(state.anchor, [1.0], rtol=1e-6)  # set once
 
 
 def test_tightened_thresholds_run_from_the_loosest_to_alpha_over_the_fraction():

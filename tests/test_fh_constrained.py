@@ -438,11 +438,12 @@ def test_advantage_increment_matches_direct_loop():
 
 
 def test_improved_multiplier_is_the_geometric_law():
-    """nu = clip(nu_I + K_p v), nu_I <- clip(nu_I + c(n) max(nu_I, nu_0) clip(v / s, -1, 1)),
-    v the violation relative to the budget b = max(|alpha|, d / 100): (mean episode cost -
-    alpha + margin) / b, with the margin 2 z sigma_C / sqrt(n) + ln(20) max(c_max, 1) / n
-    (n = eval_episodes), d = max(|alpha|, H / 100), s = 0.2, nu_0 = 0.2 H / d and the bound
-    multiplier_max H / d (budget units; fhc_jax.algos.core.multipliers)."""
+    """nu = clip(nu_I (1 + K_r clip(v / max(s, 3 se), -1, 1)) + K_p v),
+    nu_I <- clip(nu_I + c(n) max(nu_I, nu_0) clip(v / s, -1, 1)), v the violation relative to
+    the budget b = max(|alpha|, d / 100): (mean episode cost - alpha + margin) / b, with the
+    margin 2 z sigma_C / sqrt(n) + ln(20) max(c_max, 1) / n (n = eval_episodes), se the batch
+    mean's standard error / b, d = max(|alpha|, H / 100), s = 0.2, nu_0 = 0.2 H / d and the
+    bound multiplier_max H / d (budget units; fhc_jax.algos.core.multipliers)."""
     env = SMALL
     params = env.default_params
     cfg = fc.Config(num_iterations=1, episodes_per_iteration=8, multiplier_gain=0.3)
@@ -466,7 +467,11 @@ def test_improved_multiplier_is_the_geometric_law():
     integral = np.clip(cfg.multiplier_lr(0) * 0.2 * unit * np.clip(violation / 0.2, -1, 1), 0.0, bound)
     assert np.all(integral > 0)  # the first step moves it
     np.testing.assert_allclose(new.multiplier_state.integral, integral, rtol=1e-5)
-    np.testing.assert_allclose(new.multipliers, np.clip(integral + 0.3 * violation, 0.0, bound), rtol=1e-5)
+    b = np.maximum(np.abs(alpha), d / 100)
+    se = costs.std(0) / np.sqrt(costs.shape[0]) / b
+    relative = 1 + cfg.multiplier_relative_gain * np.clip(violation / np.maximum(0.2, 3 * se), -1, 1)
+    assert cfg.multiplier_relative_gain == 0.5
+    np.testing.assert_allclose(new.multipliers, np.clip(integral * relative + 0.3 * violation, 0.0, bound), rtol=1e-5)
 
 
 def test_reported_policy_is_the_polyak_average():

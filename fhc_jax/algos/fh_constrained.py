@@ -125,6 +125,12 @@ class Config(RunConfig):
             (ignored by "paper"): the penalty used is nu = clip(nu_I + K_p (C_hat - alpha) / b),
             where nu_I is the geometric law's integral on the violation relative to the budget b and
             C_hat the batch's mean episode cost.
+        multiplier_relative_gain: K_r in [0, 1] of the improved variant's multiplier (ignored
+            by "paper"): the penalty the actor sees rises by the factor 1 + K_r clip(v / max(s,
+            z sigma), -1, 1) with the batch's relative violation v
+            (:func:`fhc_jax.algos.core.multipliers.geometric`). It damps the slow oscillation of
+            the integral alone, whose multiplier trails a policy that keeps learning; 0 gives
+            the integral and K_p only.
         policy_averaging: beta in [0, 1): the reported policy (:func:`policy_table`, the exact
             evaluations in the metrics, :func:`policy`) is softmax of the exponential Polyak
             average theta_bar <- beta theta_bar + (1 - beta) theta(n+1) (Polyak & Juditsky 1992);
@@ -155,6 +161,7 @@ class Config(RunConfig):
     initial_multiplier: float = numeric(0.0, low=0.0, high="multiplier_max")
     trace: float = numeric(EnvDefault(tabular=0.5, non_tabular=1.0), low=0.0, high=1.0)
     multiplier_gain: float = numeric(0.25, low=0.0)
+    multiplier_relative_gain: float = numeric(0.5, low=0.0, high=1.0)
     policy_averaging: float = numeric(0.99, low=0.0, high=1.0, high_open=True)
     importance_floor: float = numeric(0.05, low=0.0, high=1.0, low_open=True)
 
@@ -472,6 +479,7 @@ def multiplier_step(
         config.multiplier_gain,
         config.eval_episodes,
         setup.horizon,
+        config.multiplier_relative_gain,
     )
 
 

@@ -135,6 +135,9 @@ class Config(NetworkConfig):
             task is learned before its budget binds. Default (``EnvDefault``): 0 (alpha from
             the start) on environments with a tabular exact model, 0.5 elsewhere.
         multiplier_gain: proportional gain K_p >= 0 of the improved variant's multiplier.
+        multiplier_relative_gain: K_r in [0, 1], the improved variant's proportional term
+            relative to the multiplier's size (:func:`fhc_jax.algos.core.multipliers.geometric`;
+            FH-Constrained's ``Config`` says why).
         output_scale: initial scale of the actors' output layer (> 0; small = near-uniform
             initial policy).
         logit_step: eta > 0, the improved actor's step in logit space (module docstring); for
@@ -174,6 +177,7 @@ class Config(NetworkConfig):
     trace: float = numeric(EnvDefault(tabular=0.6, non_tabular=0.95), low=0.0, high=1.0)
     budget_tightening: float = numeric(EnvDefault(tabular=0.0, non_tabular=0.5), low=0.0, high=1.0)
     multiplier_gain: float = numeric(1.25, low=0.0)
+    multiplier_relative_gain: float = numeric(0.5, low=0.0, high=1.0)
     output_scale: float = numeric(0.1, low=0.0, low_open=True)
     logit_step: float = numeric(1.0, low=0.0, low_open=True)
     policy_averaging: float = numeric(0.99, low=0.0, high=1.0, high_open=True)
@@ -426,6 +430,7 @@ def multiplier_step(
         config.multiplier_gain,
         config.eval_episodes,
         setup.horizon,
+        config.multiplier_relative_gain,
     )
 
 

@@ -21,10 +21,12 @@ Members:
 * :func:`projected_gradient`: the paper's (algo7) with an optional proportional term.
 * :func:`optimizer_ascent`: nu <- clip(nu + optimizer_step(-violation), 0, bound) with any optax
   optimizer on the loss -nu . violation (the "learned multiplier" of PPO-Lagrangian).
-* :func:`geometric`: I <- clip(I + c(n) max(I, nu_0) clip(v / s, -1, 1), 0, bound),
-  nu = clip(I + K_p v, 0, bound): steps of c(n) of the multiplier's own size while the
-  violation exceeds s (FH- and NN-Constrained's improved variants, on the violation relative to
-  the budget, :func:`budget_scale`, with nu_0 and the bound in budget units, :func:`budget_unit`).
+* :func:`geometric`: I <- clip(I + c(n) max(I, f) clip(v / s, -1, 1), 0, bound),
+  nu = clip(I (1 + K_r clip(v / max(s, z sigma), -1, 1)) + K_p v, 0, bound): steps of c(n) of
+  the multiplier's own size while the violation exceeds s, a floor f = nu_0 capped by the level
+  that first met the budget, and a proportional term relative to the multiplier's size (FH- and
+  NN-Constrained's improved variants, on the violation relative to the budget,
+  :func:`budget_scale`, with nu_0 and the bound in budget units, :func:`budget_unit`).
 
 **Units.** Every learner trains on signals in units of their typical magnitudes
 (:class:`~fhc_jax.envs.wrappers.ScaledSignals`), so the multipliers count penalties in
@@ -131,6 +133,8 @@ class MultiplierState:
         history: ring buffer of the last d values of D, (d, M) (slot n mod d holds D_{n-d}).
         optimizer: optax state (:func:`optimizer_ascent`; else None).
         count: updates done, int32 ().
+        anchor: the integral when the violation first turned non-positive (0 until then), (M,)
+            (:func:`geometric`: it caps the floor; else unused).
     """
 
     integral: Array
@@ -139,6 +143,7 @@ class MultiplierState:
     history: Array
     optimizer: Any
     count: Array
+    anchor: Array
 
 
 class MultiplierUpdate(NamedTuple):
@@ -189,6 +194,7 @@ def _state(num_constraints: int, initial: Array, delay: int = 1, optimizer: Any 
         history=jnp.zeros((delay, num_constraints), jnp.float32),
         optimizer=optimizer,
         count=jnp.zeros((), jnp.int32),
+        anchor=zeros,
     )
 
 
@@ -283,6 +289,16 @@ SATURATION = 0.2
 #: multiplier moves by c(n) nu_0 per update at full violation, above it in proportion to itself
 GEOMETRIC_FLOOR = 0.2
 
+#: once the violation has turned non-positive, the geometric law's floor is at most this many
+#: times the integral it had then (its anchor): the level that first met the budget sizes the
+#: multiplier better than the budget-unit guess nu_0, which can lie far above nu*
+ANCHOR_RATIO = 2.0
+
+#: the geometric law's relative proportional term reacts to violations of s or of this many
+#: standard errors of the batch's mean cost, whichever is larger: a rare-event cost's batch
+#: noise alone then does not swing the multiplier
+PROPORTIONAL_NOISE_Z = 3.0
+
 
 def budget_scale(thresholds: Array, units: Array) -> Array:
     """The size of each budget the geometric law measures violations against, b = max(|alpha|,
@@ -330,28 +346,53 @@ def budget_unit(units: Array, horizon: int) -> Array:
     return jnp.float32(horizon) / jnp.asarray(units, jnp.float32)
 
 
-def geometric(step: Array, bound: Array, gain: Array, floor: Array, saturation: Array = SATURATION) -> MultiplierUpdate:
-    """A saturated, geometric integral law with a proportional term (the improved FH- and
+def geometric(
+    step: Array,
+    bound: Array,
+    gain: Array,
+    floor: Array,
+    saturation: Array = SATURATION,
+    relative_gain: Array = 0.0,
+    noise: Array = 0.0,
+) -> MultiplierUpdate:
+    """A saturated, geometric integral law with proportional terms (the improved FH- and
     NN-Constrained's), per constraint, on the violation v relative to the budget:
 
-        I_n  = clip(I_{n-1} + c(n) max(I_{n-1}, nu_0) clip(v_n / s, -1, 1), 0, bound)
-        nu_n = clip(I_n + K_p v_n, 0, bound)
+        I_n  = clip(I_{n-1} + c(n) max(I_{n-1}, f_n) clip(v_n / s, -1, 1), 0, bound)
+        nu_n = clip(I_n (1 + K_r clip(v_n / max(s, z sigma_n), -1, 1)) + K_p v_n, 0, bound)
 
-    A violation of s or more moves the multiplier by c(n) of its own size per update whatever
-    its magnitude (a steep trade-off's 10%, a rare-event budget's), so the distance is
-    geometric: N updates reach any multiplier within nu_0 exp(sum c(n)) of the start; a
-    smaller violation (near the fixed point, noise) moves it in proportion, as the paper's law
-    does. The fixed points are the paper's (v = 0, or nu = 0 with v <= 0); the step is at most
-    c(n) bound, so c(n) keeps its ordering under b(n).
+    with the floor f_n = nu_0 until the violation first turns non-positive and
+    min(nu_0, :data:`ANCHOR_RATIO` A) from then on, A the integral at that moment (the
+    anchor), and sigma_n the standard error of v_n from the batch's spread, z =
+    :data:`PROPORTIONAL_NOISE_Z`.
+
+    * The integral: a violation of s or more moves it by c(n) of its own size per update
+      whatever its magnitude (a steep trade-off's 10%, a rare-event budget's), so the distance
+      is geometric: N updates reach any multiplier within nu_0 exp(sum c(n)) of the start; a
+      smaller violation (near the fixed point, noise) moves it in proportion, as the paper's
+      law does. The floor lets it leave 0; the anchor keeps a floor far above nu* (a guess in
+      budget units) from turning the integral into a fast linear law that batch noise swings.
+    * The relative proportional term K_r: the penalty the actor sees this update rises with the
+      batch's own violation in proportion to the multiplier's size (a PI law in log space). It
+      damps the slow oscillation an integral alone produces when the policy follows the
+      multiplier with a lag of many updates; violations within z standard errors of the batch's
+      noise count in proportion to that noise, so a rare-event cost does not swing it.
+    * K_p adds the violation itself (in training units), which moves nu off 0 at once.
+
+    The fixed points are the paper's (v = 0, or nu = 0 with v <= 0); the integral's step is at
+    most c(n) bound, so c(n) keeps its ordering under b(n).
 
     Args:
         step: c(n) >= 0. bound: nu_max > 0, (M,) or scalar. gain: K_p >= 0.
         floor: nu_0 > 0, (M,) or scalar (same units as nu). saturation: s > 0.
+        relative_gain: K_r in [0, 1] (0: the integral and K_p only).
+        noise: sigma_n >= 0 of this update's violation, (M,) or scalar (0: s alone).
     """
     check_interval("geometric", "bound", bound, 0.0, low_open=True)
     check_interval("geometric", "gain", gain, 0.0)
     check_interval("geometric", "floor", floor, 0.0, low_open=True)
     check_interval("geometric", "saturation", saturation, 0.0, low_open=True)
+    check_interval("geometric", "relative_gain", relative_gain, 0.0, 1.0)
 
     def init(num_constraints: int, initial: Array = 0.0) -> MultiplierState:
         _check_init("geometric", num_constraints, initial, bound)
@@ -361,22 +402,35 @@ def geometric(step: Array, bound: Array, gain: Array, floor: Array, saturation: 
         _check_update("geometric", state, violation, costs, needs_costs=False)
         del costs
         drive = jnp.clip(violation / saturation, -1.0, 1.0)
-        integral = project(state.integral + step * jnp.maximum(state.integral, floor) * drive, bound)
-        nu = project(integral + gain * violation, bound)
-        return nu, state.replace(integral=integral, count=state.count + 1)
+        anchored = state.anchor > 0
+        floor_n = jnp.where(anchored, jnp.minimum(floor, ANCHOR_RATIO * state.anchor), floor)
+        integral = project(state.integral + step * jnp.maximum(state.integral, floor_n) * drive, bound)
+        anchor = jnp.where(~anchored & (violation <= 0) & (state.integral > 0), state.integral, state.anchor)
+        reach = jnp.maximum(saturation, PROPORTIONAL_NOISE_Z * noise)
+        relative = relative_gain * jnp.clip(violation / reach, -1.0, 1.0)
+        nu = project(integral * (1.0 + relative) + gain * violation, bound)
+        return nu, state.replace(integral=integral, anchor=anchor, count=state.count + 1)
 
     return MultiplierUpdate(init, update)
 
 
 def three_timescale_law(
-    paper: bool, step_size: Array, bound: Array, gain: Array, floor: Array | None = None
+    paper: bool,
+    step_size: Array,
+    bound: Array,
+    gain: Array,
+    floor: Array | None = None,
+    relative_gain: Array = 0.0,
+    noise: Array = 0.0,
 ) -> MultiplierUpdate:
     """FH- and NN-Constrained's multiplier law on the slow timescale c(n): the paper's projected
     step (algo7) (``paper``), or the improved variants' :func:`geometric` law with floor
-    ``floor`` (nu_0) and proportional gain K_p (``bound`` and ``floor`` in training units)."""
+    ``floor`` (nu_0), proportional gains K_p and K_r and the batch noise sigma (``bound`` and
+    ``floor`` in training units)."""
     if paper:
         return projected_gradient(step_size, bound)
-    return geometric(step_size, bound, gain, GEOMETRIC_FLOOR if floor is None else floor)
+    floor = GEOMETRIC_FLOOR if floor is None else floor
+    return geometric(step_size, bound, gain, floor, relative_gain=relative_gain, noise=noise)
 
 
 def three_timescale_init(
@@ -404,6 +458,7 @@ def three_timescale_step(
     gain: Array,
     estimate_episodes: int,
     horizon: int,
+    relative_gain: Array = 0.0,
 ) -> tuple[Array, MultiplierState, Array]:
     """One step of FH- and NN-Constrained's multipliers (algo7), nu = -lambda in [0, bound].
 
@@ -411,8 +466,9 @@ def three_timescale_step(
     its threshold (their terminal value holds -alpha), (W_0 - alpha) / d, in [0, bound]
     training units; the improved one moves it by the :func:`geometric` law on the batch's
     relative violation with the safety margin (:func:`relative_violation`), with ``bound`` and
-    the floor nu_0 = :data:`GEOMETRIC_FLOOR` counted in budget units (:func:`budget_unit`) and
-    the violation measured against the budget itself (:func:`budget_scale`).
+    the floor nu_0 = :data:`GEOMETRIC_FLOOR` counted in budget units (:func:`budget_unit`), the
+    violation measured against the budget itself (:func:`budget_scale`) and its noise taken
+    as the standard error of the batch's mean episode cost on the same scale.
 
     Args:
         state: the law's state. critic_estimate: the constraint critics' mean estimate at s_0,
@@ -421,7 +477,7 @@ def three_timescale_step(
         paper: the paper's law. step_size: c(n). bound: -P (training units in the paper
             variant, budget units in the improved one). gain: K_p (improved).
         estimate_episodes: episodes of the learner's candidate estimates (``eval_episodes``).
-        horizon: H (static).
+        horizon: H (static). relative_gain: K_r of :func:`geometric` (improved).
     Returns:
         (nu (M,), the law's new state, the critics' estimate of the expected total cost (M,)).
     """
@@ -432,6 +488,7 @@ def three_timescale_step(
     scale = budget_scale(thresholds, units)
     violation = relative_violation(episode_costs, thresholds, units, estimate_episodes) * (units / scale)
     unit = budget_unit(units, horizon)
-    law = geometric(step_size, bound * unit, gain, GEOMETRIC_FLOOR * unit)
+    noise = jnp.std(episode_costs, axis=0) / jnp.sqrt(jnp.float32(episode_costs.shape[0])) / scale
+    law = geometric(step_size, bound * unit, gain, GEOMETRIC_FLOOR * unit, relative_gain=relative_gain, noise=noise)
     nu, state = law.update(state, violation)
     return nu, state, critic_estimate

@@ -18,6 +18,7 @@ import pytest
 
 import fhc_jax as fhc
 from fhc_jax.envs import suite
+from fhc_jax.envs.admission import WardAdmission
 from fhc_jax.envs.inventory import InventoryEnv, unconstrained_lost_sales
 from fhc_jax.experiment import judge
 
@@ -259,6 +260,61 @@ def test_inventory_observation_terminal_reward_and_checks():
         InventoryEnv(seasonal_amplitude=5.0)
     with pytest.raises(ValueError, match=r"InventoryEnv: initial_stock must be an integer in \[0, 20\], found 21"):
         InventoryEnv(initial_stock=21)
+
+
+def test_admission_task_is_the_model_of_the_own_environment_and_its_threshold_binds():
+    """``admission`` is WardAdmission's exact model as a TabularEnv; the budget of 4 crowded days
+    lies 28% of the way from the least crowding (none) to the unconstrained optimum's (about
+    14), so nu* > 0 (the numbers WardAdmission's docstring quotes)."""
+    own, own_params = suite.task("admission_own").make()
+    tab, tab_params = suite.task("admission").make()
+    assert isinstance(own, WardAdmission) and isinstance(tab, fhc.TabularEnv)
+    mine = own.to_cmdp(own_params)
+    for field in fhc.TabularCMDP._fields:
+        np.testing.assert_array_equal(np.asarray(getattr(mine, field)), np.asarray(getattr(tab_params, field)), field)
+    assert (mine.horizon, mine.num_states, mine.num_actions) == (28, 15, 5)
+    np.testing.assert_allclose(np.asarray(mine.transitions).sum(-1), 1.0, atol=1e-6)
+    best, free = fhc.solve(mine), fhc.solve_unconstrained(mine)
+    assert float(free.reward) == pytest.approx(76.3, abs=0.05) and float(free.costs[0]) == pytest.approx(14.2, abs=0.05)
+    assert float(best.reward) == pytest.approx(63.9, abs=0.05) and float(best.multipliers[0]) == pytest.approx(
+        1.47, abs=0.01
+    )
+    assert suite.threshold_fractions(mine)[0] == pytest.approx(0.28, abs=0.005)
+
+
+def test_admission_steps_match_the_exact_model():
+    """Monte-Carlo days from every (occupancy, quota): the successor frequencies, the mean
+    admissions and the share of crowded days agree with the model within Z standard errors."""
+    env = WardAdmission()
+    params = env.default_params
+    cmdp = env.to_cmdp(params)
+    n = 4000
+    keys = jax.random.split(jax.random.key(2), n)
+    for b in (0, 7, 12, 14):
+        for a in (0, 2, 4):
+            state = env.state_at(b, 3)
+            step = jax.vmap(lambda k: env.transition(env.noise(k, params), state, a, params))
+            _, nxt, reward, cost, done, _ = step(keys)
+            p = np.asarray(cmdp.transitions[3, b, a])
+            freq = np.bincount(np.asarray(nxt.index), minlength=env.num_states) / n
+            assert np.all(np.abs(freq - p) <= Z * np.sqrt(p * (1 - p) / n) + 1e-9), (b, a)
+            r = np.asarray(reward, np.float64)
+            assert abs(r.mean() - float(cmdp.rewards[3, b, a])) <= Z * max(r.std(), 1e-3) / np.sqrt(n), (b, a)
+            c = np.asarray(cost, np.float64)[:, 0]
+            assert abs(c.mean() - float(cmdp.costs[0, 3, b, a])) <= Z * max(c.std(), 1e-3) / np.sqrt(n), (b, a)
+            assert not bool(np.any(done))
+    obs, first = env.reset(jax.random.key(0), params)
+    np.testing.assert_allclose(obs, [0.5, 0.0])
+    assert int(first.index) == 7 and env == WardAdmission() and env != WardAdmission(crowded=9)
+
+
+def test_admission_rejects_bad_settings_naming_the_field():
+    with pytest.raises(ValueError, match=r"WardAdmission: crowded must be an integer in \[1, 13\], found 14"):
+        WardAdmission(crowded=14)
+    with pytest.raises(ValueError, match=r"WardAdmission: discharge must be a probability in \[0, 1\], found 1.5"):
+        WardAdmission(discharge=1.5)
+    with pytest.raises(ValueError, match=r"WardAdmission: alpha must be a finite number >= 0, found -1.0"):
+        WardAdmission(alpha=-1.0)
 
 
 def _play_table(table: np.ndarray, max_stock: int):

@@ -63,6 +63,7 @@ ENV_CODE: dict[str, tuple[str, ...]] = {
     "battery*": ("fhc_jax/envs/battery.py", "fhc_jax/envs/battery_reference.py"),
     "pendulum": ("fhc_jax/envs/gymnax_interop.py",),
     "maintenance*": ("fhc_jax/envs/maintenance.py", "fhc_jax/envs/suite.py", "fhc_jax/envs/tabular.py"),
+    "admission*": ("fhc_jax/envs/admission.py", "fhc_jax/envs/suite.py", "fhc_jax/envs/tabular.py"),
 }
 
 ALL_LEARNERS = tuple(LEARNER_CODE)

@@ -40,6 +40,11 @@ inventory_own         exact      the same problem as its own environment ``Inven
                                  (observation (stock / 20, h / H))
 inventory_r100_c0.01  exact      ``inventory`` with rewards x 100, costs and alpha x 0.01 (nu* x 10^4)
 inventory_r0.01_c100  exact      ``inventory`` with rewards x 0.01, costs and alpha x 100 (nu* x 10^-4)
+admission             exact      hospital-ward admission control with a crowding budget (H = 28,
+                                 S = 15, A = 5, alpha = 4 crowded days, f = 0.28) as a
+                                 ``TabularEnv`` of its model (one-hot observation)
+admission_own         exact      the same ward as its own environment ``WardAdmission``
+                                 (observation (occupied / B, h / H); a crowded day costs 0 or 1)
 battery               reference  ``BatteryStorage()``: one day of arbitrage, one cycle a day
 battery_continuous    reference  ``BatteryStorage(continuous_actions=True)``: the rate in [-1, 1]
 pendulum              budget     gymnax Pendulum-v1, H = 200, torque-energy budget alpha = 40
@@ -325,6 +330,18 @@ def _inventory_model(reward_scale: float = 1.0, cost_scale: float = 1.0) -> tupl
     return _tabular(cmdp if (reward_scale, cost_scale) == (1.0, 1.0) else rescale(cmdp, reward_scale, cost_scale))
 
 
+@functools.cache
+def _ward() -> tuple[Environment, Any]:
+    from fhc_jax.envs.admission import WardAdmission
+
+    return _with_params(WardAdmission())
+
+
+def _ward_model() -> tuple[Environment, Any]:
+    env, params = _ward()
+    return _tabular(env.to_cmdp(params))
+
+
 def _battery(continuous: bool) -> tuple[Environment, Any]:
     from fhc_jax.envs.battery import BatteryStorage
 
@@ -475,6 +492,19 @@ TASKS: dict[str, Task] = {
             "inventory in other units: rewards x 0.01, costs and alpha x 100",
             "exact",
             lambda: _inventory_model(0.01, 100.0),
+        ),
+        Task(
+            "admission",
+            "hospital-ward admission control (H = 28, 14 beds, quotas 0..4), a budget of 4 crowded "
+            "days, as a TabularEnv of its model",
+            "exact",
+            _ward_model,
+        ),
+        Task(
+            "admission_own",
+            "the ward as its own environment WardAdmission (observation (occupied/B, h/H); a crowded day costs 0 or 1)",
+            "exact",
+            _ward,
         ),
         Task(
             "battery",

@@ -40,12 +40,14 @@ def _cases():
         "fh_rbf_mean": (fc, fc.Config(**small, features=features.RadialBasis(3), combine="mean")),
         "nn_improved": (nc, nc.Config(**small)),
         "nn_paper_samples": (nc, nc.Config(**small, variant="paper", update_form="samples")),
-        "ppo_pid_xy": (pl, pl.Config(**small)),
+        "ppo_pid_xy": (pl, pl.Config(**small, multiplier_method="pid")),
+        "ppo_geometric_xy": (pl, pl.Config(**small)),
         "ppo_lagrangian_xyt": (pl, pl.Config(**small, observation="xyt", multiplier_method="lagrangian")),
         "cpo_xy": (cpo, cpo.Config(**small)),
         "cpo_xyt": (cpo, cpo.Config(**small, observation="xyt")),
         "ecop": (ecop, ecop.Config(**small)),
-        "saute": (saute, saute.Config(**small)),
+        "saute": (saute, saute.Config(**small, multiplier_method="pid")),
+        "saute_geometric": (saute, saute.Config(**small)),
     }
 
 

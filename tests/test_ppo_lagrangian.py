@@ -531,3 +531,23 @@ def test_make_train_validates_against_the_environment():
     train = pl.make_train(TINY_GRID, TINY_GRID.default_params, GRID_CONFIG)
     with pytest.raises(ValueError, match="same static fields"):
         train(jax.random.key(0), GRID_CONFIG.replace(num_epochs=3))
+
+
+def test_geometric_multiplier_step_by_hand():
+    """The tabular default law (multiplier_method="geometric"): from nu = 0 a violation of 50% of
+    the budget moves the integral by c times the floor nu_0 = 0.2 budget units (H / d each), and
+    the penalty adds K_r of the integral and K_p times the violation."""
+    cfg = pl.Config(multiplier_method="geometric")
+    state = pl.multiplier_update(cfg).init(1, 0.0)
+    costs = jnp.asarray([[2.9], [3.1]] * 50)  # mean 3, standard error 0.01 of the budget 2
+    alpha, d, horizon = jnp.asarray([2.0]), jnp.asarray([2.0]), 10
+    violation = (jnp.mean(costs, axis=0) - alpha) / d  # 0.5 (the safety margin left out here)
+    nu, state = pl.multiplier_step(cfg, state, violation, costs, alpha, d, horizon)
+    floor = 0.2 * horizon / 2.0  # 0.2 budget units of H / d = 5 training units each
+    integral = cfg.multiplier_step * floor * 1.0  # a violation above s = 0.2 drives by the full step
+    expected = integral * (1.0 + cfg.multiplier_relative_gain * 1.0) + cfg.pid_kp * 0.5
+    np.testing.assert_allclose(np.asarray(state.integral), [integral], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(nu), [expected], rtol=1e-6)
+    # a second violation: below the floor the integral moves by c nu_0 again (above it, by c of itself)
+    nu2, state2 = pl.multiplier_step(cfg, state, violation, costs, alpha, d, horizon)
+    np.testing.assert_allclose(np.asarray(state2.integral), [integral + cfg.multiplier_step * floor], rtol=1e-6)

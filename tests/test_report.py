@@ -200,6 +200,7 @@ def repo(tmp_path: Path) -> Path:
         ("fhc_jax/algos/fh_kernels.py", "K = 1\n"),
         ("fhc_jax/algos/core/features.py", "F = 1\n"),
         ("fhc_jax/envs/gridworld.py", "SIZE = 10\n"),
+        ("fhc_jax/envs/wrappers.py", "W = 1\n"),
         ("fhc_jax/algos/old_name.py", "X = 1\n"),
     ):
         (root / path).parent.mkdir(parents=True, exist_ok=True)

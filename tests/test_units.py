@@ -66,3 +66,42 @@ def test_fh_constrained_is_invariant_to_units():
 )
 def test_every_learner_is_invariant_to_units(module):
     _check(module, [(4.0, 0.25), (100.0, 0.01), (0.01, 100.0)])
+
+
+def _with_thresholds(cmdp, thresholds):
+    return fhc.TabularCMDP(
+        cmdp.transitions,
+        cmdp.rewards,
+        cmdp.costs,
+        cmdp.terminal_rewards,
+        cmdp.terminal_costs,
+        np.asarray(thresholds, np.float32),
+        cmdp.initial_distribution,
+    )
+
+
+def test_training_units_shrink_a_small_budget_only():
+    """A rare-event budget (alpha below H / 100 step magnitudes) is H / 100 training units for
+    the learners that ask for it; every other budget keeps the signals' magnitudes, bit for bit."""
+    from fhc_jax.envs.wrappers import MAX_BUDGET_SHRINK, signal_scales, training_scales
+
+    events = suite.task("maintenance_events").cmdp()
+    env = fhc.TabularEnv(events)
+    _, u = signal_scales(env, events)
+    _, small = training_scales(env, events)
+    alpha = float(np.asarray(events.thresholds)[0])
+    assert alpha / u[0] < env.horizon / 100  # the task is a small budget in step magnitudes
+    np.testing.assert_allclose(alpha / small[0], env.horizon / 100, rtol=1e-6)
+    np.testing.assert_array_equal(training_scales(env, events, small_budgets=False)[1], u)
+    # the same costs and threshold x 0.25: the same training units, so the same training
+    quarter = suite.rescale(events, 1.0, 0.25)
+    np.testing.assert_array_equal(training_scales(fhc.TabularEnv(quarter), quarter)[1], small * 0.25)
+    # a budget of many step magnitudes, and a threshold of 0: the signals' magnitudes
+    for cmdp in (BASE, _with_thresholds(BASE, [0.0])):
+        np.testing.assert_array_equal(
+            training_scales(fhc.TabularEnv(cmdp), cmdp)[1], signal_scales(fhc.TabularEnv(cmdp), cmdp)[1]
+        )
+    # a budget of almost nothing: the unit shrinks by at most MAX_BUDGET_SHRINK
+    tiny = _with_thresholds(BASE, [1e-9])
+    _, u_tiny = signal_scales(fhc.TabularEnv(tiny), tiny)
+    np.testing.assert_allclose(training_scales(fhc.TabularEnv(tiny), tiny)[1], u_tiny / MAX_BUDGET_SHRINK)

@@ -14,8 +14,11 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
-#: the shared parts of every learner (a folder)
+#: the shared parts of every learner (a folder; the training units' wrapper is in ``LEARNER_CODE``)
 CORE_CODE = "fhc_jax/algos/core/"
+
+#: the wrapper every learner trains in (the training units, ``fhc_jax.envs.wrappers.training_scales``)
+UNITS_CODE = "fhc_jax/envs/wrappers.py"
 
 #: learner (its ``fhc_jax.algos`` module name) -> its own modules and the shared core (Saute-Lagrangian
 #: is PPO-Lagrangian on an augmented state: PPO-Lagrangian's modules are its code too)
@@ -24,18 +27,27 @@ LEARNER_CODE: dict[str, tuple[str, ...]] = {
         "fhc_jax/algos/fh_constrained.py",
         "fhc_jax/algos/fh_kernels.py",
         CORE_CODE,
+        UNITS_CODE,
     ),
-    "nn_constrained": ("fhc_jax/algos/nn_constrained.py", "fhc_jax/algos/nn_losses.py", CORE_CODE),
-    "ppo_lagrangian": ("fhc_jax/algos/ppo_lagrangian.py", "fhc_jax/algos/ppo_networks.py", CORE_CODE),
-    "cpo": ("fhc_jax/algos/cpo.py", "fhc_jax/algos/trust_region.py", CORE_CODE),
-    "ecop": ("fhc_jax/algos/ecop.py", "fhc_jax/algos/ecop_losses.py", CORE_CODE),
+    "nn_constrained": ("fhc_jax/algos/nn_constrained.py", "fhc_jax/algos/nn_losses.py", CORE_CODE, UNITS_CODE),
+    "ppo_lagrangian": (
+        "fhc_jax/algos/ppo_lagrangian.py",
+        "fhc_jax/algos/ppo_losses.py",
+        "fhc_jax/algos/ppo_networks.py",
+        CORE_CODE,
+        UNITS_CODE,
+    ),
+    "cpo": ("fhc_jax/algos/cpo.py", "fhc_jax/algos/trust_region.py", CORE_CODE, UNITS_CODE),
+    "ecop": ("fhc_jax/algos/ecop.py", "fhc_jax/algos/ecop_losses.py", CORE_CODE, UNITS_CODE),
     "saute": (
         "fhc_jax/algos/saute.py",
         "fhc_jax/algos/saute_setup.py",
         "fhc_jax/envs/saute.py",
         "fhc_jax/algos/ppo_lagrangian.py",
+        "fhc_jax/algos/ppo_losses.py",
         "fhc_jax/algos/ppo_networks.py",
         CORE_CODE,
+        UNITS_CODE,
     ),
 }
 

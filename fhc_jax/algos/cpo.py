@@ -523,5 +523,6 @@ ALGORITHM = scaffold.Algorithm(
     observation_outputs=observation_outputs,
     update_keys=2,
     action_head=lambda setup: setup.head,
+    small_budget_units=True,
 )
 make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

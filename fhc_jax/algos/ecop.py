@@ -551,5 +551,6 @@ ALGORITHM = scaffold.Algorithm(
     policy_setup=policy_setup,
     observation_outputs=observation_outputs,
     action_head=lambda setup: setup.head,
+    small_budget_units=True,
 )
 make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

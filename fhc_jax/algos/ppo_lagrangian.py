@@ -46,12 +46,19 @@ from fhc_jax.algos.core.tabular_rollout import (
     rollout_policy_table,
     tabular_model,
 )
+from fhc_jax.algos.ppo_losses import (  # noqa: F401 (public here)
+    clipped_surrogate,
+    lagrangian_advantage,
+    normalise_advantages,
+    penalised_advantage,
+)
 from fhc_jax.algos.ppo_networks import OBSERVATIONS, Setup, _actor_rows, _modules, _optimizer  # noqa: F401 (public here)
+from fhc_jax.algos.ppo_networks import sampled_setup as _sampled_setup
 from fhc_jax.rollout import rollout as rollout_episodes
 
 Array = jax.Array
 
-MULTIPLIER_METHODS = ("lagrangian", "pid")
+MULTIPLIER_METHODS = ("lagrangian", "pid", "geometric")
 MULTIPLIER_OPTIMIZERS = ("adam", "sgd")
 UPDATE_FORMS = ("auto", "table", "samples")
 ADVANTAGE_NORMALIZATIONS = ("separate", "lagrangian", "none")
@@ -62,9 +69,11 @@ class Config(NetworkConfig):
     """Hyperparameters of PPO-Lagrangian, for a short run: 32 x 32 tanh MLPs (actor and each
     critic), 4 epochs x 4 minibatches at actor lr 1e-2, a critic that sees the stage
     (``critic_time``: bootstrapping is then unbiased in the stage, so ``gae_lambda = 0.95``
-    works) and a PID-Lagrangian multiplier whose gains act on the relative violation in
-    training units (``fhc_jax.algos.core.multipliers.relative_violation``), so they serve any
-    units. docs/algorithms/ppo_lagrangian.md says what each default is for.
+    works) and a multiplier law on the relative violation
+    (``fhc_jax.algos.core.multipliers.relative_violation``), so it serves any units: the
+    geometric law on tabular tasks (steps of its own size: it reaches a steep trade-off's
+    penalty within the run) and PID-Lagrangian on the sampled path. docs/algorithms/
+    ppo_lagrangian.md says what each default is for.
 
     Static fields (set shapes or code paths; part of the compilation cache key):
         num_iterations: N iterations (rollout + update). episodes_per_iteration: K.
@@ -76,8 +85,10 @@ class Config(NetworkConfig):
         width, depth, activation: the MLPs (actor, reward critic, cost critic).
         num_epochs, num_minibatches: passes over the batch per iteration, minibatches per
             epoch (at most H K).
-        multiplier_method: "lagrangian" (learned multiplier) or "pid" (PID-Lagrangian);
-            multiplier_optimizer: "adam" or "sgd" ("lagrangian"); pid_delay: d ("pid").
+        multiplier_method: "lagrangian" (learned multiplier), "pid" (PID-Lagrangian) or
+            "geometric" (:func:`multiplier_step`); multiplier_optimizer: "adam" or "sgd"
+            ("lagrangian"); pid_delay: d ("pid"). Default (``EnvDefault``): "geometric" on
+            environments with a tabular exact model, "pid" elsewhere.
         normalize_advantages: "separate" (OmniSafe: standardise A_r, centre A_c, then
             penalise: :func:`penalised_advantage`), "lagrangian" (standardise the Lagrangian's
             advantage A_r - nu . A_c: :func:`lagrangian_advantage`, so nu weighs advantages on
@@ -108,6 +119,8 @@ class Config(NetworkConfig):
         pid_kp, pid_ki, pid_kd: PID gains on the relative violation (C - alpha) / d and the
             relative cost C / d (:mod:`fhc_jax.algos.core.multipliers`, "Units").
         pid_p_ema, pid_d_ema: EMA factors a_p, a_d.
+        multiplier_step, multiplier_relative_gain: c and K_r of the "geometric" law
+            (:func:`fhc_jax.algos.core.multipliers.budget_geometric_step`, with K_p = pid_kp).
         mean_bound_coef: c_b >= 0, box action spaces only: the actor loss adds
             c_b mean(sum_d max(|m_d| - 1, 0)^2), a penalty on the Gaussian mean beyond the box
             (m in units of the half range, :mod:`fhc_jax.algos.core.distributions`): beyond it
@@ -127,7 +140,7 @@ class Config(NetworkConfig):
     activation: str = static("tanh", choices=ACTIVATIONS)
     num_epochs: int = static(4, low=1)
     num_minibatches: int = static(4, low=1)
-    multiplier_method: str = static("pid", choices=MULTIPLIER_METHODS)
+    multiplier_method: str = static(EnvDefault(tabular="geometric", non_tabular="pid"), choices=MULTIPLIER_METHODS)
     multiplier_optimizer: str = static("adam", choices=MULTIPLIER_OPTIMIZERS)
     pid_delay: int = static(10, low=1)
     normalize_advantages: str = static(
@@ -152,6 +165,8 @@ class Config(NetworkConfig):
     pid_kd: float = numeric(0.0, low=0.0)
     pid_p_ema: float = numeric(0.9, low=0.0, high=1.0)
     pid_d_ema: float = numeric(0.95, low=0.0, high=1.0)
+    multiplier_step: float = numeric(0.04, low=0.0, high=1.0)
+    multiplier_relative_gain: float = numeric(0.5, low=0.0, high=1.0)
     mean_bound_coef: float = numeric(1.0, low=0.0)
     budget_tightening: float = numeric(EnvDefault(tabular=0.0, non_tabular=0.5), low=0.0, high=1.0)
 
@@ -206,41 +221,16 @@ class Metrics:
     evaluation: EvaluationMetrics
 
 
-# ----------------------------------------------------------------------------- pieces (tested by hand)
-
-
-def clipped_surrogate(logp: Array, logp_old: Array, advantages: Array, clip_eps: Array) -> Array:
-    """PPO's per-sample clipped objective (to maximise), (B,):
-    min(rho A, clip(rho, 1 - eps, 1 + eps) A) with rho = exp(logp - logp_old)."""
-    ratio = jnp.exp(logp - logp_old)
-    return jnp.minimum(ratio * advantages, jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages)
-
-
-def penalised_advantage(adv_r: Array, adv_c: Array, nu: Array) -> Array:
-    """(A_r - sum_k nu_k A_c^(k)) / (1 + sum_k nu_k): adv_r (...), adv_c (..., M), nu (M,)."""
-    return (adv_r - adv_c @ nu) / (1.0 + jnp.sum(nu))
-
-
-def lagrangian_advantage(adv_r: Array, adv_c: Array, nu: Array) -> Array:
-    """The Lagrangian's advantage A_r - sum_k nu_k A_c^(k), standardised over all samples
-    (population std + 1e-8): adv_r (...), adv_c (..., M), nu (M,). The penalty weighs the
-    advantages on the CMDP's (training-unit) scale, so nu is the CMDP's multiplier whatever the
-    spread of A_r."""
-    a = adv_r - adv_c @ nu
-    return (a - jnp.mean(a)) / (jnp.std(a) + 1e-8)
-
-
-def normalise_advantages(adv_r: Array, adv_c: Array) -> tuple[Array, Array]:
-    """OmniSafe's normalisation over all samples: standardise A_r (population std + 1e-8),
-    centre each A_c^(k). adv_r (...), adv_c (..., M)."""
-    r = (adv_r - jnp.mean(adv_r)) / (jnp.std(adv_r) + 1e-8)
-    c = adv_c - jnp.mean(adv_c.reshape(-1, adv_c.shape[-1]), axis=0)
-    return r, c
+# ----------------------------------------------------------------------------- the multiplier law
 
 
 def multiplier_update(config: Config) -> multipliers.MultiplierUpdate:
     """The config's multiplier update (module docstring): ``optimizer_ascent`` with Adam or
-    SGD ("lagrangian"), or ``pid`` with the config's gains, EMAs and delay ("pid")."""
+    SGD ("lagrangian"), ``pid`` with the config's gains, EMAs and delay ("pid"), or the
+    ``geometric`` law ("geometric"; its floor and noise come with each batch:
+    :func:`multiplier_step`, so this instance serves ``init`` only)."""
+    if config.multiplier_method == "geometric":
+        return multipliers.geometric(config.multiplier_step, config.multiplier_max, config.pid_kp, 1.0)
     if config.multiplier_method == "lagrangian":
         optimizer = optax.adam if config.multiplier_optimizer == "adam" else optax.sgd
         return multipliers.optimizer_ascent(optimizer(config.multiplier_lr), config.multiplier_max)
@@ -255,48 +245,34 @@ def multiplier_update(config: Config) -> multipliers.MultiplierUpdate:
     )
 
 
-# ----------------------------------------------------------------------------- networks and setup
-
-
-def _sampled_setup(env, params, spec: NetworkSpec, config: Config | None) -> Setup:
-    """The sampled path's setup of the networks ``spec`` (``config`` None: only what
-    :func:`observation_outputs` and :func:`table_logits` need); input rows only where there are
-    tabular states (for :func:`table_logits`)."""
-    rows = per_stage = None
-    if env.is_tabular:
-        _, rows, per_stage = _actor_rows(env, params, spec.observation)
-        rows = jnp.asarray(rows, jnp.float32)
-    d = env.observation_shape[0] + (spec.observation == "env_t")
-    critic_stage = config is not None and config.critic_time and spec.observation == "env"
-    kw = (
-        {}
-        if config is None
-        else dict(
-            thresholds=jnp.asarray(env.thresholds(params), jnp.float32),
-            value_scale=jnp.asarray(critic_value_scale(env, params)),
+def multiplier_step(
+    config: Config,
+    state: multipliers.MultiplierState,
+    violation: Array,
+    episode_costs: Array,
+    thresholds: Array,
+    units: Array,
+    horizon: int,
+) -> tuple[Array, multipliers.MultiplierState]:
+    """One multiplier update from a batch: violation (M,) relative to d (units, (M,)), the
+    batch's episode costs (K, M), the thresholds it steers to (M,); (nu (M,), new state)."""
+    if config.multiplier_method == "geometric":
+        return multipliers.budget_geometric_step(
+            state,
+            violation,
+            episode_costs,
+            thresholds,
+            units,
+            horizon,
+            config.multiplier_step,
+            config.multiplier_max,
+            config.pid_kp,
+            config.multiplier_relative_gain,
         )
-    )
-    head = config_head(env, spec)
-    return Setup(
-        _modules(head, env.num_constraints, spec),
-        rows,
-        per_stage,
-        rows,
-        per_stage,
-        env.horizon,
-        env.num_states if env.is_tabular else 0,
-        head.num_outputs,
-        form="samples",
-        critic_form="samples",
-        sampled=True,
-        env=env,
-        params=params,
-        observation=spec.observation,
-        critic_stage=critic_stage,
-        dims=(d, d + critic_stage),
-        head=head,
-        **kw,
-    )
+    return multiplier_update(config).update(state, violation, jnp.mean(episode_costs, axis=0) / units)
+
+
+# ----------------------------------------------------------------------------- networks and setup
 
 
 def setup(env, params, config: Config) -> Setup:
@@ -486,8 +462,8 @@ def update(
         thresholds, setup.value_scale[1:], st.step, cfg.num_iterations, cfg.budget_tightening
     )
     violation = multipliers.relative_violation(batch.episode_costs, thresholds, units, cfg.eval_episodes)
-    nu, multiplier_state = multiplier_update(cfg).update(
-        st.multiplier_state, violation, jnp.mean(batch.episode_costs, axis=0) / units
+    nu, multiplier_state = multiplier_step(
+        cfg, st.multiplier_state, violation, batch.episode_costs, thresholds, units, setup.horizon
     )
 
     adv_r, adv_c = adv[..., 0], adv[..., 1:]
@@ -590,5 +566,6 @@ ALGORITHM = scaffold.Algorithm(
     observation_outputs=observation_outputs,
     update_keys=1,
     action_head=lambda setup: setup.action_head,
+    small_budget_units=True,
 )
 make_learner, make_train, policy_table, policy = scaffold.interface(ALGORITHM)

@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fhc_jax.algos.core.distributions import ActionHead, Categorical
+from fhc_jax.algos.core.distributions import ActionHead, Categorical, config_head
 from fhc_jax.algos.core.networks import MLP, NetworkSpec
 from fhc_jax.algos.core.paths import ENV_OBSERVATIONS
-from fhc_jax.algos.core.sampled_inputs import input_table, stage_inputs
+from fhc_jax.algos.core.sampled_inputs import critic_value_scale, input_table, stage_inputs
 from fhc_jax.algos.core.tabular_rollout import TabularModel
 
 Array = jax.Array
@@ -137,3 +137,44 @@ def _actor_rows(env, params, observation: str) -> tuple[np.ndarray, np.ndarray, 
     table = np.asarray(input_table(env, params, observation))[:h]  # (H, S, D)
     per_stage = not np.array_equal(table, np.broadcast_to(table[:1], table.shape))
     return table, table.reshape(h * s, -1) if per_stage else table[0].reshape(s, -1), per_stage
+
+
+def sampled_setup(env, params, spec: NetworkSpec, config: Any | None) -> Setup:
+    """PPO-Lagrangian's sampled-path setup of the networks ``spec`` (``config``, its Config;
+    None: only what its ``observation_outputs`` and ``table_logits`` need); input rows only where there are
+    tabular states (for :func:`table_logits`)."""
+    rows = per_stage = None
+    if env.is_tabular:
+        _, rows, per_stage = _actor_rows(env, params, spec.observation)
+        rows = jnp.asarray(rows, jnp.float32)
+    d = env.observation_shape[0] + (spec.observation == "env_t")
+    critic_stage = config is not None and config.critic_time and spec.observation == "env"
+    kw = (
+        {}
+        if config is None
+        else dict(
+            thresholds=jnp.asarray(env.thresholds(params), jnp.float32),
+            value_scale=jnp.asarray(critic_value_scale(env, params)),
+        )
+    )
+    head = config_head(env, spec)
+    return Setup(
+        _modules(head, env.num_constraints, spec),
+        rows,
+        per_stage,
+        rows,
+        per_stage,
+        env.horizon,
+        env.num_states if env.is_tabular else 0,
+        head.num_outputs,
+        form="samples",
+        critic_form="samples",
+        sampled=True,
+        env=env,
+        params=params,
+        observation=spec.observation,
+        critic_stage=critic_stage,
+        dims=(d, d + critic_stage),
+        head=head,
+        **kw,
+    )

@@ -330,6 +330,7 @@ ALGORITHM = scaffold.Algorithm(
     update_keys=1,
     action_head=lambda setup: setup.ppo.action_head,
     play_env=play_env,
+    small_budget_units=True,
 )
 
 

@@ -176,3 +176,37 @@ def signal_scales(
         return q if q > 0 and np.isfinite(q) else 1.0
 
     return scale(rewards), np.asarray([scale(costs[:, k]) for k in range(env.num_constraints)])
+
+
+#: a budget of fewer than H times this many training units counts as small: the cost unit then
+#: shrinks until the budget is H / 100 units (:func:`training_scales`)
+SMALL_BUDGET_PER_STAGE = 0.01
+
+#: the cost unit shrinks by at most this factor (a budget of H / 10^4 step magnitudes or less)
+MAX_BUDGET_SHRINK = 100.0
+
+
+def training_scales(
+    env: Environment, params: Any, small_budgets: bool = True, num_episodes: int = 64, seed: int = 20_240_601
+) -> tuple[float, np.ndarray]:
+    """The units a learner trains in: :func:`signal_scales`, with each cost's unit shrunk where
+    its budget is small against the step magnitude (``small_budgets``; :func:`signal_scales`
+    itself otherwise), (reward scale, cost scales (M,)).
+
+    A budget alpha^(k) > 0 of fewer than H / 100 step magnitudes u^(k) (a rare-event budget: a
+    breakdown costs 1 and a few percent of H / 100 of them are allowed) is counted in units of
+    alpha^(k) / (H / 100) instead of u^(k), by at most :data:`MAX_BUDGET_SHRINK`, so that it is
+    H / 100 training units: a multiplier law then moves as far per relative violation, and
+    reaches the same penalty per budget, as on a task whose budget is many step magnitudes.
+    Every other scale is :func:`signal_scales`' unchanged (a threshold of 0 keeps u^(k)). The
+    units are invariant to rescaling the costs together with their thresholds. Host-side.
+    """
+    scale_r, scale_c = signal_scales(env, params, num_episodes, seed)
+    if not small_budgets:
+        return scale_r, scale_c
+    scale_c = np.asarray(scale_c, np.float64)
+    thresholds = np.abs(np.asarray(env.thresholds(params), np.float64).reshape(-1))
+    floor = SMALL_BUDGET_PER_STAGE * env.horizon  # H / 100 training units
+    budget = thresholds / scale_c  # alpha in units of the step magnitude
+    shrink = np.where((budget > 0) & (budget < floor), np.maximum(budget / floor, 1.0 / MAX_BUDGET_SHRINK), 1.0)
+    return scale_r, scale_c * shrink

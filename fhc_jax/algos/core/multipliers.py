@@ -485,10 +485,43 @@ def three_timescale_step(
         violation, critic_costs = critic_estimate / units, critic_estimate + thresholds
         nu, state = three_timescale_law(True, step_size, bound, gain).update(state, violation)
         return nu, state, critic_costs
+    violation = relative_violation(episode_costs, thresholds, units, estimate_episodes)
+    bound = bound * budget_unit(units, horizon)
+    nu, state = budget_geometric_step(
+        state, violation, episode_costs, thresholds, units, horizon, step_size, bound, gain, relative_gain
+    )
+    return nu, state, critic_estimate
+
+
+def budget_geometric_step(
+    state: MultiplierState,
+    violation: Array,
+    episode_costs: Array,
+    thresholds: Array,
+    units: Array,
+    horizon: int,
+    step: Array,
+    bound: Array,
+    gain: Array,
+    relative_gain: Array,
+) -> tuple[Array, MultiplierState]:
+    """One step of the :func:`geometric` law as every learner that uses it runs it: on the
+    violation relative to the budget itself (:func:`budget_scale`), from the floor nu_0 =
+    :data:`GEOMETRIC_FLOOR` budget units (:func:`budget_unit`), with the batch's noise sigma the
+    standard error of its mean episode cost on the same scale.
+
+    Args:
+        state: the law's state. violation: the relative violation (C - alpha + m) / d of
+            :func:`relative_violation`, (M,). episode_costs: the batch's episode totals, (K, M).
+        thresholds: alpha (M,). units: d (M,). horizon: H (static).
+        step: c (a schedule value or a constant). bound: nu_max in training units.
+        gain: K_p. relative_gain: K_r.
+    Returns:
+        (nu (M,), the law's new state), in training units.
+    """
     scale = budget_scale(thresholds, units)
-    violation = relative_violation(episode_costs, thresholds, units, estimate_episodes) * (units / scale)
+    violation = violation * (units / scale)
     unit = budget_unit(units, horizon)
     noise = jnp.std(episode_costs, axis=0) / jnp.sqrt(jnp.float32(episode_costs.shape[0])) / scale
-    law = geometric(step_size, bound * unit, gain, GEOMETRIC_FLOOR * unit, relative_gain=relative_gain, noise=noise)
-    nu, state = law.update(state, violation)
-    return nu, state, critic_estimate
+    law = geometric(step, bound, gain, GEOMETRIC_FLOOR * unit, relative_gain=relative_gain, noise=noise)
+    return law.update(state, violation)

@@ -42,7 +42,7 @@ from fhc_jax.algos.core.selection import Selection, Status, constraint_status, o
 from fhc_jax.algos.core.tabular_rollout import Batch, rollout_policy_table, tabular_model
 from fhc_jax.cmdp.evaluate import evaluate
 from fhc_jax.envs.spaces import Box
-from fhc_jax.envs.wrappers import ScaledSignals, signal_scales
+from fhc_jax.envs.wrappers import ScaledSignals, training_scales
 from fhc_jax.rollout import rollout_returns
 
 Array = jax.Array
@@ -221,6 +221,13 @@ class Algorithm:
         play_env: ``(train_state, env, params) -> (env', params')``: the environment in which
             ``policy`` plays the learner's policy, with ``env``'s rewards, costs and dynamics
             (:func:`play_environment`); None: ``env`` itself.
+        small_budget_units: train with a small budget's cost unit shrunk until the budget is
+            H / 100 training units (:func:`~fhc_jax.envs.wrappers.training_scales`): for the
+            learners whose multiplier laws count penalties and steps in training units, whose
+            bounds and steps then reach the penalty a rare-event budget needs. FH- and
+            NN-Constrained's improved law counts in budget units against the budget itself
+            (:func:`~fhc_jax.algos.core.multipliers.budget_scale`) and trains in the signals'
+            magnitudes (False).
     """
 
     name: str
@@ -236,6 +243,7 @@ class Algorithm:
     update_keys: int = 0
     action_head: Callable[[Any], Any] | None = None
     play_env: Callable[[Any, Any, Any], tuple[Any, Any]] | None = None
+    small_budget_units: bool = False
 
 
 def _check(algo: Algorithm, env, params: Any, config: Any) -> None:
@@ -263,8 +271,10 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
 
     The learner trains on :class:`~fhc_jax.envs.wrappers.ScaledSignals` of ``env``: rewards
     and costs divided by their typical magnitudes in episodes of the uniform policy
-    (:func:`~fhc_jax.envs.wrappers.signal_scales`, statistics the learner observes itself,
-    never the exact model), so that one set of defaults serves environments in any units and
+    (:func:`~fhc_jax.envs.wrappers.training_scales`, statistics the learner observes itself,
+    never the exact model; for the learners that ask, ``Algorithm.small_budget_units``, a
+    rare-event budget's cost unit shrunk so that the budget is H / 100 training units), so
+    that one set of defaults serves environments in any units and
     rescaling the rewards, or the costs with their thresholds, leaves training unchanged up to
     rounding. The multipliers in the train state count penalties in these training units; the
     metrics (reward, costs, multipliers, critic costs) and evaluations are reported in the
@@ -281,7 +291,7 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
     if isinstance(config, algo.config_type):
         config = resolve_env_defaults(config, judged_exactly(env))
     _check(algo, env, params, config)
-    scale_r, scale_c = signal_scales(env, params)  # train in units of the signals' magnitudes
+    scale_r, scale_c = training_scales(env, params, small_budgets=algo.small_budget_units)  # training units
     train_env = ScaledSignals(env, scale_r, scale_c)
     signature = environment_signature(env)  # stamped on every train state (check_train_state)
     setup = algo.setup(train_env, params, config)

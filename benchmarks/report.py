@@ -61,6 +61,7 @@ from reporting.tables import (
     render_scaling,
     render_solver,
     render_speed,
+    render_stationary_margin,
     render_tracking,
     render_validation_overhead,
 )
@@ -77,6 +78,7 @@ Renderer = Callable[[str, dict], list[str]]
 RENDERERS: dict[str, Renderer] = {
     "reproduce_paper.json": render_comparison,
     "robustness.json": render_robustness,
+    "stationary_margin.json": render_stationary_margin,
     "fh_constrained.json": render_learner,
     "nn_constrained.json": render_learner,
     "ppo_lagrangian.json": render_learner,

@@ -12,11 +12,13 @@ from fhc_jax.cmdp import (
     InfeasibleConstraintError,
     Solution,
     SparseTransitions,
+    StationaryFloor,
     TabularCMDP,
     TradeOff,
     evaluate,
     solve,
     solve_unconstrained,
+    stationary_cost_floor,
     tradeoff,
 )
 from fhc_jax.envs import BatteryStorage, Environment, GridWorld, TabularEnv
@@ -53,4 +55,6 @@ __all__ = [
     "solve_unconstrained",
     "TradeOff",
     "tradeoff",
+    "StationaryFloor",
+    "stationary_cost_floor",
 ]

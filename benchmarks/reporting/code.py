@@ -97,6 +97,11 @@ class Measures:
 MEASURES: dict[str, Measures] = {
     "reproduce_paper.json": Measures(ALL_LEARNERS, ("gridworld",)),
     "robustness.json": Measures(ALL_LEARNERS, ("gridworld", "garnet", "inventory", "battery", "pendulum")),
+    "stationary_margin.json": Measures(
+        (),
+        ("gridworld", "garnet", "inventory", "maintenance", "admission"),
+        ("fhc_jax/cmdp/stationary.py", "fhc_jax/cmdp/evaluate.py"),
+    ),
     "fh_constrained.json": Measures(("fh_constrained",), ("gridworld",)),
     "nn_constrained.json": Measures(("nn_constrained",), ("gridworld",)),
     "ppo_lagrangian.json": Measures(("ppo_lagrangian",), ("gridworld",)),

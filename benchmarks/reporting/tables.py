@@ -9,6 +9,36 @@ from reporting.fmt import num, pct, secs, si, span, table
 from reporting.provenance import on, provenance
 
 
+def render_stationary_margin(name: str, data: dict) -> list[str]:
+    """``benchmarks/stationary_margin.py``: the room each exact task leaves a stationary policy."""
+    margin = data.get("margin", 0.05)
+    rows = [
+        [
+            r["task"],
+            num(r["stationary_ratio"], 3),
+            num(r["least_ratio"], 3),
+            pct(r["room"]) if r["room"] > 0 else "none",
+            "yes" if r["has_margin"] else "**no**",
+        ]
+        for r in data["rows"]
+    ]
+    none = [r["task"] for r in data["rows"] if not r["has_margin"]]
+    return (
+        ["Room for a stationary policy", provenance(name, data), ""]
+        + [
+            "The cheapest stationary policy pi(a | s) that a search on the exact costs finds "
+            f"(`fhc_jax.stationary_cost_floor`: Adam from {data.get('starts')} starts, {data.get('steps')} steps "
+            "each), as max_k S^(k) / alpha^(k), next to the cheapest policy of all (non-stationary). "
+            "PPO-Lagrangian and CPO on a stage-free observation can only meet what a stationary policy meets: "
+            f"the robustness suite expects them within budget where one has at least {margin:.0%} of room. "
+            f"Tasks without it: {', '.join(f'`{t}`' for t in none) or 'none'} (a ratio above 1: no stationary "
+            "policy found within the thresholds at all).",
+            "",
+        ]
+        + table(["task", "stationary", "any policy", "room", f">= {margin:.0%} room"], rows)
+    )
+
+
 def render_solver(name: str, data: dict) -> list[str]:
     """``benchmarks/solver.py``: the exact solvers."""
     rows = [

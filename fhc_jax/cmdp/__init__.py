@@ -3,6 +3,7 @@
 from fhc_jax.cmdp.evaluate import Evaluation, evaluate
 from fhc_jax.cmdp.model import CMDPTypeError, TabularCMDP
 from fhc_jax.cmdp.solve import InfeasibleConstraintError, Solution, solve, solve_unconstrained
+from fhc_jax.cmdp.stationary import StationaryFloor, stationary_cost_floor
 from fhc_jax.cmdp.tradeoff import TradeOff, tradeoff
 from fhc_jax.cmdp.transitions import SparseTransitions
 
@@ -18,4 +19,6 @@ __all__ = [
     "solve_unconstrained",
     "TradeOff",
     "tradeoff",
+    "StationaryFloor",
+    "stationary_cost_floor",
 ]

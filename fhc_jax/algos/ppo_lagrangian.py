@@ -165,7 +165,7 @@ class Config(NetworkConfig):
     pid_kd: float = numeric(0.0, low=0.0)
     pid_p_ema: float = numeric(0.9, low=0.0, high=1.0)
     pid_d_ema: float = numeric(0.95, low=0.0, high=1.0)
-    multiplier_step: float = numeric(0.04, low=0.0, high=1.0)
+    multiplier_step: float = numeric(0.1, low=0.0, high=1.0)
     multiplier_relative_gain: float = numeric(0.5, low=0.0, high=1.0)
     mean_bound_coef: float = numeric(1.0, low=0.0)
     budget_tightening: float = numeric(EnvDefault(tabular=0.0, non_tabular=0.5), low=0.0, high=1.0)

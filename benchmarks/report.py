@@ -196,7 +196,7 @@ LEARNERS: dict[str, tuple[str, str, str]] = {
     "ppo_lagrangian": (
         "PPO-Lagrangian",
         "docs/algorithms/ppo_lagrangian.md",
-        "baseline: one stationary network, PID-Lagrangian multiplier",
+        "baseline: one stationary network, Lagrange multiplier (geometric law on tabular tasks, PID elsewhere)",
     ),
     "cpo": (
         "CPO",

@@ -35,7 +35,7 @@ def render_stationary_margin(name: str, data: dict) -> list[str]:
             "policy found within the thresholds at all).",
             "",
         ]
-        + table(["task", "stationary", "any policy", "room", f">= {margin:.0%} room"], rows)
+        + table(["task", "stationary", "any policy", "room (%)", f">= {margin:.0%} room"], rows)
     )
 
 

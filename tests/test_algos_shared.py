@@ -414,15 +414,16 @@ def test_the_returned_policy_is_the_best_candidate_by_the_learners_own_estimates
 
 
 def test_status_flags_a_trending_multiplier_and_a_cost_above_alpha():
-    """:func:`~fhc_jax.algos.core.selection.constraint_status` on hand-made traces: a multiplier rising
-    by 20% over the last tenth is trending, a flat one is not; a cost above alpha + d/50 over the
+    """:func:`~fhc_jax.algos.core.selection.constraint_status` on hand-made traces: a multiplier that
+    doubles over the last tenth is trending (fitted over the last three tenths), a flat one and one
+    rising 5% per tenth are not; a cost above alpha + d/50 over the
     last tenth is flagged; :func:`describe_status` words each case in one line."""
     from fhc_jax.algos.core.selection import constraint_status, describe_status
 
     n = 100
     flat = np.full((n, 1), 2.0)
     rising = np.linspace(1.0, 2.0, n)[:, None]  # +0.1 over the last tenth, level ~1.95: 5%
-    steep = np.concatenate([np.ones(90), np.linspace(1.0, 1.3, 10)])[:, None]
+    steep = np.concatenate([np.ones(90), np.linspace(1.0, 2.0, 10)])[:, None]
     costs_ok = np.full((n, 1), 24.0)
     costs_high = np.full((n, 1), 26.0)
     alpha, units, nu_unit = np.array([25.0]), np.array([25.0]), np.array([1.0])
@@ -431,7 +432,7 @@ def test_status_flags_a_trending_multiplier_and_a_cost_above_alpha():
     assert not bool(constraint_status(rising, costs_ok, alpha, units, nu_unit, True).trending[0])
     st = constraint_status(steep, costs_ok, alpha, units, nu_unit, True)
     assert bool(st.trending[0]) and not bool(st.settled)
-    line = describe_status(st, alpha, [1.3], label="seed 0")
+    line = describe_status(st, alpha, [2.0], label="seed 0")
     assert line.startswith("multiplier not yet settled: seed 0: multiplier still rising") and "\n" not in line
     high = constraint_status(flat, costs_high, alpha, units, nu_unit, False)
     assert bool(high.above[0]) and not bool(high.ok)

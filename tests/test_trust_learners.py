@@ -117,6 +117,34 @@ def test_short_runs_are_never_called_settled_and_status_prints_one_line_per_run(
     assert long.describe() == "constraint met; multiplier settled" and str(long) == long.describe()
 
 
+def _status_of(nu):
+    n = nu.shape[0]
+    return selection.constraint_status(
+        nu[:, None], np.full((n, 1), 1.0), np.array([2.0]), np.array([2.0]), np.array([1.0]), True, np.array([1.5])
+    )
+
+
+def test_trend_is_fitted_over_the_last_three_tenths():
+    """A multiplier swinging about a fixed level (an excursion that fills the last tenth, as a
+    noisy law's proportional terms produce) is settled; one still travelling, steadily or only
+    over the last tenth, is trending, with its change per tenth of the run."""
+    n, w = 300, 30
+    h = np.arange(n, dtype=np.float64)
+    swing = 2.0 + 0.6 * np.sin(2 * np.pi * (h / (2 * w) + 0.25))  # trough to crest over the last tenth
+    assert selection.TREND_TENTHS == 3
+    last = swing[-w:] - swing[-w:].mean()  # a fit on the last tenth alone: +0.74 of the level
+    t = np.arange(w) - (w - 1) / 2
+    assert np.sum(t * last) / np.sum(t * t) * w > 0.7 * np.abs(swing[-w:]).mean()
+    assert not bool(_status_of(swing).trending[0])
+    assert bool(_status_of(swing).settled)
+    ramp = 0.02 * h - 2.0  # +0.6 per tenth on a level of about 3.1
+    st = _status_of(ramp)
+    assert bool(st.trending[0]) and abs(float(st.change[0]) - 0.6) < 1e-3
+    assert "rising (by 0.6 per tenth of the run over the last 3 tenths" in st.describe()
+    late = np.where(h < n - w, 2.0, 2.0 + (h - (n - w)) / w)  # doubles within the last tenth
+    assert bool(_status_of(late).trending[0])
+
+
 def test_multiplier_laws_refuse_bad_inputs_in_one_line():
     """F: bounds, gains, EMA factors and shapes are checked when the law is built or called."""
     cases = [

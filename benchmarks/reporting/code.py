@@ -38,7 +38,13 @@ LEARNER_CODE: dict[str, tuple[str, ...]] = {
         UNITS_CODE,
     ),
     "cpo": ("fhc_jax/algos/cpo.py", "fhc_jax/algos/trust_region.py", CORE_CODE, UNITS_CODE),
-    "ecop": ("fhc_jax/algos/ecop.py", "fhc_jax/algos/ecop_losses.py", CORE_CODE, UNITS_CODE),
+    "ecop": (  # ppo_lagrangian.py: its Metrics are e-COP's base class
+        "fhc_jax/algos/ecop.py",
+        "fhc_jax/algos/ecop_losses.py",
+        "fhc_jax/algos/ppo_lagrangian.py",
+        CORE_CODE,
+        UNITS_CODE,
+    ),
     "saute": (
         "fhc_jax/algos/saute.py",
         "fhc_jax/algos/saute_setup.py",

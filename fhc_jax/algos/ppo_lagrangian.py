@@ -15,9 +15,11 @@ rolls out through ``fhc_jax.rollout`` and applies the networks to the recorded o
 (:mod:`fhc_jax.algos.core.sampled_inputs`), O(H K) per update either way. Per iteration: roll out K
 episodes, finite-horizon GAE per signal with the exact terminal values as V_H (no
 bootstrapping past H), the multipliers from the batch's mean episode cost
-(:mod:`fhc_jax.algos.core.multipliers`: ``optimizer_ascent`` or ``pid``, whose integral is clipped
-to [0, multiplier_max], the anti-windup rule of every fhc_jax learner; OmniSafe clips it only at
-0, and the two agree while the integral stays below the bound), then ``num_epochs`` x
+(:mod:`fhc_jax.algos.core.multipliers`: ``optimizer_ascent``, ``pid`` or, the default with a
+tabular model, ``geometric`` on the violation relative to the budget, whose integral moves by a
+fraction of its own size; each integral is clipped to [0, multiplier_max], the anti-windup rule
+of every fhc_jax learner; OmniSafe clips it only at 0, and the two agree while the integral
+stays below the bound), then ``num_epochs`` x
 ``num_minibatches`` clipped-surrogate steps with KL early stopping. The per-iteration
 equations, the multiplier laws and the tuning notes are in docs/algorithms/ppo_lagrangian.md.
 """

@@ -414,25 +414,6 @@ def geometric(
     return MultiplierUpdate(init, update)
 
 
-def three_timescale_law(
-    paper: bool,
-    step_size: Array,
-    bound: Array,
-    gain: Array,
-    floor: Array | None = None,
-    relative_gain: Array = 0.0,
-    noise: Array = 0.0,
-) -> MultiplierUpdate:
-    """FH- and NN-Constrained's multiplier law on the slow timescale c(n): the paper's projected
-    step (algo7) (``paper``), or the improved variants' :func:`geometric` law with floor
-    ``floor`` (nu_0), proportional gains K_p and K_r and the batch noise sigma (``bound`` and
-    ``floor`` in training units)."""
-    if paper:
-        return projected_gradient(step_size, bound)
-    floor = GEOMETRIC_FLOOR if floor is None else floor
-    return geometric(step_size, bound, gain, floor, relative_gain=relative_gain, noise=noise)
-
-
 def three_timescale_init(
     paper: bool, num_constraints: int, initial: Any, bound: Any, units: Array | None, horizon: int
 ) -> tuple[Array, MultiplierState]:
@@ -483,7 +464,7 @@ def three_timescale_step(
     """
     if paper:
         violation, critic_costs = critic_estimate / units, critic_estimate + thresholds
-        nu, state = three_timescale_law(True, step_size, bound, gain).update(state, violation)
+        nu, state = projected_gradient(step_size, bound).update(state, violation)  # the paper's (algo7)
         return nu, state, critic_costs
     violation = relative_violation(episode_costs, thresholds, units, estimate_episodes)
     bound = bound * budget_unit(units, horizon)

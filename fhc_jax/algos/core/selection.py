@@ -28,6 +28,7 @@ Array = jax.Array
 
 __all__ = [
     "MIN_TREND_POINTS",
+    "TREND_TENTHS",
     "TREND_TOLERANCE",
     "UPPER_BOUND_Z",
     "Selection",
@@ -125,14 +126,17 @@ class Status:
             the environment has a tabular exact model (the status checks itself against the
             referee there), else the upper 95% bounds of the learner's estimates
             (:attr:`Selection.feasible`), bool ().
-        trending: over the last tenth of the run, the multiplier still moved by more than
-            :data:`TREND_TOLERANCE` of its level (least-squares change over the window),
-            bool (M,).
+        trending: the multiplier still moves by more than :data:`TREND_TOLERANCE` of its
+            level per tenth of the run: the least-squares trend over the last
+            :data:`TREND_TENTHS` tenths (long enough that the batch-to-batch swings of a law's
+            proportional terms and the wander of a noisy integral average out; a multiplier still
+            travelling shows over all of them), bool (M,).
         above: over the last tenth of the run, the batch's mean episode cost still exceeded
             alpha + d / 50 (d the violation unit), bool (M,).
         short: the run has fewer than :data:`MIN_TREND_POINTS` updates in its last tenth, too
             few to tell whether a multiplier settled, bool ().
-        change: the fitted change of each multiplier over the last tenth, (M,).
+        change: the fitted change of each multiplier per tenth of the run (the trend over the
+            last :data:`TREND_TENTHS` tenths), (M,).
         window_costs: the mean episode cost over the last tenth, (M,).
         thresholds: alpha, (M,) (environment's units).
         multipliers: the final multipliers nu, (M,) (environment's units).
@@ -177,9 +181,13 @@ class Status:
         return "\n".join(run.describe(label=f"run {i}") for i, run in enumerate(runs))
 
 
-#: a multiplier counts as trending when its fitted change over the last tenth of a run exceeds
-#: this fraction of its level (a level below a tenth of a training unit counts as that tenth)
+#: a multiplier counts as trending when its fitted change per tenth of a run exceeds this
+#: fraction of its level (a level below a tenth of a training unit counts as that tenth)
 TREND_TOLERANCE = 0.1
+
+#: the multiplier's trend is fitted over this many tenths at the end of a run (the cost's level
+#: is judged over the last tenth alone)
+TREND_TENTHS = 3
 
 #: the fewest updates the last tenth of a run needs for a trend to be fitted (runs of fewer than
 #: 10 x this many updates cannot be called settled)
@@ -209,11 +217,12 @@ def constraint_status(
         returned_costs: the costs ``met`` was judged on, (M,) (environment's units), or None.
     """
     n = multipliers.shape[0]
-    w = max(1, n // 10)
-    nu = jnp.asarray(multipliers[n - w :], jnp.float32)
-    t = jnp.arange(w, dtype=jnp.float32) - (w - 1) / 2.0
+    w = max(1, n // 10)  # a tenth of the run
+    span = min(n, TREND_TENTHS * w)
+    nu = jnp.asarray(multipliers[n - span :], jnp.float32)
+    t = jnp.arange(span, dtype=jnp.float32) - (span - 1) / 2.0
     slope = jnp.sum(t[:, None] * (nu - nu.mean(0)), axis=0) / jnp.maximum(jnp.sum(t * t), 1.0)
-    change = slope * w
+    change = slope * w  # per tenth of the run
     level = jnp.maximum(jnp.abs(nu).mean(0), 0.1 * jnp.asarray(multiplier_units, jnp.float32))
     window_costs = jnp.asarray(costs[n - w :], jnp.float32).mean(0)
     alpha = jnp.asarray(thresholds, jnp.float32)
@@ -251,7 +260,8 @@ def describe_status(status: Status, thresholds: Any = None, multipliers: Any = N
         if bool(np.asarray(status.trending).reshape(-1)[k]):
             parts.append(
                 f"{name}multiplier still {'rising' if change[k] > 0 else 'falling'} "
-                f"(by {abs(change[k]):.3g} over the last tenth; now {final[k]:.4g})"
+                f"(by {abs(change[k]):.3g} per tenth of the run over the last {TREND_TENTHS} tenths; "
+                f"now {final[k]:.4g})"
             )
     if bool(status.short):
         parts.append(

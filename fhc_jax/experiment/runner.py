@@ -333,9 +333,10 @@ class ChunkedTrainer:
 
     def status(self, state: ChunkState) -> list[Status]:
         """Each run's :class:`~fhc_jax.algos.core.selection.Status` (host-side, from the metrics of a
-        complete run: the multiplier's trend and the cost over the last tenth, and whether the
-        returned policy meets the constraints, :attr:`~fhc_jax.algos.core.scaffold.Learner.verify`:
-        its exact costs where there is a tabular exact model, else its upper cost bounds)."""
+        complete run: the multiplier's trend over the last three tenths, the cost over the last
+        tenth, and whether the returned policy meets the constraints,
+        :attr:`~fhc_jax.algos.core.scaffold.Learner.verify`: its exact costs where there is a
+        tabular exact model, else its upper cost bounds)."""
         prog = self._compiled("verify", jax.vmap(self.learner.verify), state.carry)
         met, costs = (to_host(x)[: self.num_runs] for x in prog(state.carry))
         m, c = state.metrics["multipliers"], state.metrics["costs"]

@@ -3,8 +3,10 @@ key, compared with values recorded before the learners shared one scaffold.
 
 The recorded arrays live in ``tests/data/pinned_learners.npz`` (written by running this file
 as a script: ``python tests/test_pinned_learners.py --record``; only do that for a deliberate,
-documented change of behaviour). On the jax version that recorded them the comparison is
-bit-for-bit; on another version float rounding may differ, so it is to 1e-4.
+documented change of behaviour). On the jax version and the CPU vector extensions that
+recorded them (:func:`cpu_isa`: XLA compiles for the host's extensions, and AVX2 and AVX-512
+round the last bits of a reduction differently) the comparison is bit-for-bit; elsewhere float
+rounding may differ, so it is to 1e-4.
 
 Re-record only for a deliberate change of behaviour, in a commit that says which arrays moved
 and why (the history of the recordings is in git).
@@ -13,6 +15,7 @@ and why (the history of the recordings is in git).
 from __future__ import annotations
 
 import pathlib
+import platform
 import sys
 
 import jax
@@ -29,6 +32,19 @@ from fhc_jax.algos.core import features
 DATA = pathlib.Path(__file__).parent / "data" / "pinned_learners.npz"
 
 ENV = fhc.GridWorld(size=5, horizon=12)
+
+
+def cpu_isa() -> str:
+    """The machine and the CPU's vector extensions XLA compiles for, e.g. ``"x86_64 avx avx2
+    fma"`` (from ``/proc/cpuinfo``; the machine alone where it cannot be read)."""
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        pass
+    vector = sorted(x for x in flags if x.startswith(("avx", "amx")) or x in ("fma", "f16c"))
+    return " ".join([platform.machine(), *vector])
 
 
 def _cases():
@@ -73,8 +89,9 @@ def record() -> None:
         for k, v in _run(module, config).items():
             arrays[f"{name}/{k}"] = v
     arrays["__jax_version__"] = np.array(jax.__version__)
+    arrays["__cpu_isa__"] = np.array(cpu_isa())
     np.savez(DATA, **arrays)
-    print(f"recorded {len(arrays) - 1} arrays with jax {jax.__version__} to {DATA}")
+    print(f"recorded {len(arrays) - 2} arrays with jax {jax.__version__} on {cpu_isa()} to {DATA}")
 
 
 @pytest.mark.slow
@@ -84,7 +101,8 @@ def test_learner_numbers_pinned(name):
     pinned = np.load(DATA)
     module, config = _cases()[name]
     got = _run(module, config)
-    exact = str(pinned["__jax_version__"]) == jax.__version__
+    same_isa = "__cpu_isa__" in pinned and str(pinned["__cpu_isa__"]) == cpu_isa()
+    exact = str(pinned["__jax_version__"]) == jax.__version__ and same_isa
     for key, value in got.items():
         want = pinned[f"{name}/{key}"]
         assert value.shape == want.shape, (name, key)

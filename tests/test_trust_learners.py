@@ -42,6 +42,7 @@ def test_a_zero_threshold_is_never_certified_by_sampling():
         costs=jnp.full((1,), jnp.inf),
         upper=jnp.full((1,), jnp.inf),
         feasible=jnp.asarray(False),
+        episodes=jnp.zeros(()),
     )
     out = selection.offer(sel, state, jnp.asarray(5), jnp.ones(100), jnp.zeros((100, 1)), jnp.zeros(1), jnp.ones(1))
     assert not bool(out.feasible) and int(out.iteration) == 5 and float(out.upper[0]) > 0.0
@@ -76,13 +77,63 @@ def test_selection_in_training_units_survives_huge_costs(cost_scale):
     assert bool(out.status.met) == bool(ref.status.met)
 
 
+def test_estimate_chunks_is_the_fewest_whose_margin_is_within_five_percent_of_alpha():
+    """N, E: the chunk count solves Z sd / sqrt(n) + ln(20) max(c_max, 1) / n <= 5% alpha at its
+    least multiple of eval_episodes (and not one chunk fewer), capped; a zero threshold (which
+    sampling cannot certify) and a non-finite spread take one chunk."""
+    e, tol = 4096, multipliers.ESTIMATE_TOLERANCE
+    margin = lambda sd, big, n: float(multipliers.spread_excess(jnp.asarray([sd]), jnp.asarray([big]), n, 3.29)[0])
+    for sd, big, alpha in [(0.18, 3.0, 0.032), (1.0, 4.0, 2.0), (0.5, 1.0, 0.4), (5.0, 30.0, 25.0)]:
+        c = int(multipliers.estimate_chunks(jnp.asarray([sd]), jnp.asarray([big]), jnp.asarray([alpha]), 10**6, e))
+        assert margin(sd, big, c * e) <= tol * alpha * (1 + 1e-5)
+        assert c == 1 or margin(sd, big, (c - 1) * e) > tol * alpha
+    rare = multipliers.estimate_chunks(jnp.asarray([0.18]), jnp.asarray([3.0]), jnp.asarray([0.032]), 32, e)
+    assert int(rare) == 32  # (3.29 * 0.18 / 0.0016)^2 = 137k episodes > 32 chunks: capped
+    zero = multipliers.estimate_chunks(jnp.asarray([0.5]), jnp.asarray([3.0]), jnp.asarray([0.0]), 32, e)
+    nan = multipliers.estimate_chunks(jnp.asarray([jnp.nan]), jnp.asarray([3.0]), jnp.asarray([1.0]), 32, e)
+    assert int(zero) == 1 and int(nan) == 1
+    spreads, big = jnp.asarray([0.1, 0.18]), jnp.asarray([1.0, 3.0])
+    two = multipliers.estimate_chunks(spreads, big, jnp.asarray([1.0, 0.032]), 8, e)
+    assert int(two) == 8  # the constraint that needs most decides
+
+
+def test_an_estimate_grows_only_where_its_margin_needs_it():
+    """N, E: a candidate with ordinary cost spread is estimated from one chunk exactly as
+    before (bit for bit); one with a rare-event cost grows in chunks of fresh keys, and its
+    pooled mean, spread and largest equal those of all its episodes together."""
+    e = 1024
+
+    def episodes(p):
+        def totals(key):
+            k1, k2 = jax.random.split(key)
+            costs = jax.random.bernoulli(k1, p, (e, 1)).astype(jnp.float32)
+            return jax.random.normal(k2, (e,)), costs
+
+        return totals
+
+    ordinary = selection.estimate(episodes(0.5), jnp.asarray([2.0]), e, 32)  # margin 0.054 < 5% of 2
+    one = selection.Estimate.of(*episodes(0.5)(selection.selection_key()))
+    assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.all(a == b)), ordinary, one))
+    rare = selection.estimate(episodes(0.01), jnp.asarray([0.02]), e, 16)
+    n = int(rare.episodes) // e
+    assert 1 < n <= 16 and int(rare.episodes) == n * e
+    keys = [selection.selection_key()] + [jax.random.fold_in(selection.selection_key(), i) for i in range(1, n)]
+    parts = [episodes(0.01)(k) for k in keys]
+    rewards, costs = jnp.concatenate([p[0] for p in parts]), jnp.concatenate([p[1] for p in parts])
+    whole = selection.Estimate.of(rewards, costs)
+    for field in ("reward", "costs", "spread", "largest", "episodes"):
+        np.testing.assert_allclose(getattr(rare, field), getattr(whole, field), rtol=2e-5, atol=1e-7)
+    assert float(rare.upper()[0] - rare.costs[0]) < float(one.upper()[0] - one.costs[0])
+
+
 def test_candidates_are_estimated_on_the_learners_own_rollout():
     """N: on the tabular path a candidate's estimate comes from the rollout the learner trains
     on (the exact model's signals, in training units), not from the environment's realised
-    costs, so the bound the multiplier aims below is the bound the selection checks."""
+    costs, so the bound the multiplier aims below is the bound the selection checks (one chunk:
+    the growth of estimates is tested in test_an_estimate_grows_only_where_its_margin_needs_it)."""
     env = fhc.GridWorld(size=3, horizon=5, alpha=1.0)
     params = env.default_params
-    cfg = fc.Config(num_iterations=20, episodes_per_iteration=16, eval_every=10, eval_episodes=256)
+    cfg = fc.Config(num_iterations=20, episodes_per_iteration=16, eval_every=10, eval_episodes=256, eval_chunks_max=1)
     lrn = fc.make_learner(env, params, cfg)
     carry = lrn.init(jax.random.key(1), None)
     marked = lrn.mark(carry)

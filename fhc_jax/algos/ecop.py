@@ -472,7 +472,9 @@ def update(
     # J_C with the safety margin; the step beta counts relative violations (multipliers, "Units"):
     # lambda <- lambda + beta Psi / u with u the violation unit, i.e. beta / u in the loss (8)
     units = multipliers.violation_units(setup.thresholds, num_stages)  # (M,)
-    excess = units * multipliers.relative_violation(batch.episode_costs, setup.thresholds, units, cfg.eval_episodes)
+    excess = units * multipliers.relative_violation(
+        batch.episode_costs, setup.thresholds, units, cfg.eval_episodes, cfg.eval_episodes * cfg.eval_chunks_max
+    )
     psi_old = tail_sums(jnp.mean(adv_c, axis=1)) + excess
     m = excess.shape[0]
     nu, mult_state = _multiplier_update(cfg, st.damping).update(st.multiplier_state, (psi_old / units).reshape(-1))

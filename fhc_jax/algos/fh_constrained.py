@@ -480,6 +480,7 @@ def multiplier_step(
         config.eval_episodes,
         setup.horizon,
         config.multiplier_relative_gain,
+        config.eval_episodes * config.eval_chunks_max,
     )
 
 

@@ -463,7 +463,9 @@ def update(
     thresholds = multipliers.tightened_thresholds(  # the budget tightens to alpha over f N iterations
         thresholds, setup.value_scale[1:], st.step, cfg.num_iterations, cfg.budget_tightening
     )
-    violation = multipliers.relative_violation(batch.episode_costs, thresholds, units, cfg.eval_episodes)
+    violation = multipliers.relative_violation(
+        batch.episode_costs, thresholds, units, cfg.eval_episodes, cfg.eval_episodes * cfg.eval_chunks_max
+    )
     nu, multiplier_state = multiplier_step(
         cfg, st.multiplier_state, violation, batch.episode_costs, thresholds, units, setup.horizon
     )

@@ -52,9 +52,9 @@ def returned_policies(
         evaluated_by: how the in-training evaluations were made ("exact", "monte-carlo (N
             episodes)").
         estimate: called at most once, when some seed is reported: the learner's own estimates
-            of each seed's last iterate, ``{"feasible": (R,) bool, "reward": (R,)}``, and of its
-            returned policy, ``"returned_reward": (R,)`` (training units: compared only with
-            each other).
+            of each seed's last iterate, ``{"feasible": (R,) bool, "reward": (R,)}`` (optionally
+            ``"episodes": (R,)``, those of the estimate), and of its returned policy,
+            ``"returned_reward": (R,)`` (training units: compared only with each other).
         eval_episodes: the learner's ``eval_episodes`` (named in the advice).
     Returns:
         one dict per seed: ``iteration`` (returned), ``last_iteration``, ``evaluated_by``,
@@ -110,6 +110,8 @@ def _message(
         else "less reward than the last iterate"
     )
     episodes = f"{eval_episodes} episodes" if eval_episodes else "eval_episodes episodes"
+    if est is not None and "episodes" in est:
+        episodes = f"{int(np.asarray(est['episodes']).reshape(-1)[r])} episodes"
     if est is None:
         why = "the learner's own estimates ranked it first"
     elif not bool(np.asarray(est["feasible"]).reshape(-1)[r]):
@@ -126,7 +128,8 @@ def _message(
         f"seed {r}: returned the iteration-{row['iteration']} policy ({share}: {row['reward']:.4g} vs "
         f"{row['last_reward']:.4g} at iteration {row['last_iteration']}, whose cost {_joined(row['last_costs'])} "
         f"is within alpha {_joined(alpha)} by the {row['evaluated_by']} evaluation) because {why}; raise "
-        "eval_episodes for tighter estimates, or train longer (num_iterations) so the last iterates settle"
+        "eval_episodes (or eval_chunks_max) for tighter estimates, or train longer (num_iterations) so the last "
+        "iterates settle"
     )
 
 

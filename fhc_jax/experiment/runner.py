@@ -360,8 +360,9 @@ class ChunkedTrainer:
         """The learner's own estimates of each run's last iterate, made as at an evaluation mark
         (``learner.mark`` offering the iterate to an empty selection: the same episodes and
         bound as the selection used), beside the returned policy's: ``feasible`` (R,) bool (its
-        upper 95% cost bounds within alpha), ``reward`` (R,) and ``returned_reward`` (R,)
-        (training units: compare them only with each other). One compiled program, the cost of
+        upper 95% cost bounds within alpha), ``reward`` (R,), ``episodes`` (R,) (those of the
+        estimate) and ``returned_reward`` (R,) (training units: compare them only with each
+        other). One compiled program, the cost of
         one evaluation mark; the training state is not changed."""
         learner = self.learner
 
@@ -376,11 +377,11 @@ class ChunkedTrainer:
                 feasible=jnp.zeros_like(sel.feasible),
             )
             est = learner.mark(carry.replace(selection=empty)).selection
-            return est.feasible, est.reward, sel.reward
+            return est.feasible, est.reward, sel.reward, est.episodes
 
         prog = self._compiled("estimate_last", jax.vmap(one), state.carry)
-        feasible, reward, returned = (to_host(x)[: self.num_runs] for x in prog(state.carry))
-        return {"feasible": feasible, "reward": reward, "returned_reward": returned}
+        feasible, reward, returned, episodes = (to_host(x)[: self.num_runs] for x in prog(state.carry))
+        return {"feasible": feasible, "reward": reward, "returned_reward": returned, "episodes": episodes}
 
     def template(self, keys: Array) -> ChunkState:
         """A :class:`ChunkState` whose carry has the structure, shapes and dtypes of the runs'

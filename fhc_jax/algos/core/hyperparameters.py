@@ -462,11 +462,17 @@ class RunConfig:
             many updates (0: initial and final only).
         eval_episodes: episodes of each Monte-Carlo estimate (the returned policy's
             selection; the evaluation on environments without a tabular exact model).
+        eval_chunks_max: the most chunks of ``eval_episodes`` episodes a candidate's estimate
+            for the selection takes: it grows until the safety margin of its cost is within 5%
+            of alpha (a rare-event budget; ``fhc_jax.algos.core.multipliers.estimate_chunks``),
+            and the multiplier aims below alpha by the margin of that many episodes (1: never
+            grows).
         path: "tabular", "sampled" or "auto" (:data:`PATHS`).
     """
 
     eval_every: int = static(25, low=0)
     eval_episodes: int = static(4096, low=1)
+    eval_chunks_max: int = static(32, low=1)
     path: str = static("auto", choices=PATHS)
 
     def for_environment(self, env: Any) -> Any:

@@ -91,25 +91,77 @@ def upper_bound_excess(episode_costs: Array, num_episodes: Any, z: Any = UPPER_B
     the mean when no cost event (or no spread) was seen: with no event in n episodes an event's
     probability per episode is below ln(20) / n at 95% (the rule of three), and an event costs at
     most the largest episode cost seen, c_max, or one typical step magnitude (1 training unit)."""
+    return spread_excess(jnp.std(episode_costs, axis=0), jnp.max(jnp.abs(episode_costs), axis=0), num_episodes, z)
+
+
+def spread_excess(spread: Array, largest: Array, num_episodes: Any, z: Any = UPPER_BOUND_Z) -> Array:
+    """:func:`upper_bound_excess` from the episode costs' standard deviation ``spread`` (M,) and
+    largest magnitude ``largest`` (M,): z sd / sqrt(n) + ln(20) max(c_max, 1) / n, (M,)."""
     n = jnp.asarray(num_episodes, jnp.float32)
-    largest = jnp.maximum(jnp.max(jnp.abs(episode_costs), axis=0), 1.0)
-    return z * jnp.std(episode_costs, axis=0) / jnp.sqrt(n) + RULE_OF_THREE * largest / n
+    return z * spread / jnp.sqrt(n) + RULE_OF_THREE * jnp.maximum(largest, 1.0) / n
 
 
-def relative_violation(episode_costs: Array, thresholds: Array, units: Array, estimate_episodes: int) -> Array:
+#: a candidate's estimate grows until the multiplier's safety margin (:func:`relative_violation`,
+#: z = :data:`SAFETY_MARGIN`) is within this fraction of |alpha| (:func:`estimate_chunks`)
+ESTIMATE_TOLERANCE = 0.05
+
+
+def estimate_chunks(spread: Array, largest: Array, thresholds: Array, max_chunks: int, eval_episodes: int) -> Array:
+    """How many chunks of ``eval_episodes`` episodes a candidate's estimate takes, int32 (): the
+    fewest, up to ``max_chunks``, whose safety margin :func:`spread_excess` at z =
+    :data:`SAFETY_MARGIN` is within :data:`ESTIMATE_TOLERANCE` |alpha| for every constraint.
+
+    With x = 1 / sqrt(n), the margin Z sd x + R L x^2 (L = max(c_max, 1), R = ln 20) is within
+    t = tol |alpha| for x <= 2 t / (Z sd + sqrt(Z^2 sd^2 + 4 R L t)). Costs of ordinary spread
+    need one chunk; a rare-event budget (a per-episode cost that is mostly 0, with alpha a
+    small expected count) needs up to (Z sd / t)^2 episodes, so its margin, and the distance
+    the learner keeps below alpha, shrinks as 1 / sqrt(n). A zero threshold (which sampling can
+    never certify, :class:`~fhc_jax.algos.core.selection.Selection`) and a non-finite spread
+    take one chunk.
+
+    Args:
+        spread: standard deviations of the episode costs, (M,) (training units).
+        largest: largest episode-cost magnitudes seen, (M,). thresholds: alpha, (M,).
+        max_chunks: the most chunks (``eval_chunks_max``, static).
+        eval_episodes: episodes per chunk (static).
+    """
+    tol = ESTIMATE_TOLERANCE * jnp.abs(jnp.asarray(thresholds, jnp.float32))
+    zs, rl = SAFETY_MARGIN * spread, RULE_OF_THREE * jnp.maximum(largest, 1.0)
+    x = 2.0 * tol / (zs + jnp.sqrt(zs * zs + 4.0 * rl * tol))
+    needed = jnp.ceil(1.0 / (x * x) / eval_episodes)
+    usable = (tol > 0) & jnp.isfinite(needed)
+    chunks = jnp.where(usable, jnp.clip(needed, 1.0, max_chunks), 1.0)
+    return jnp.max(chunks).astype(jnp.int32)
+
+
+def relative_violation(
+    episode_costs: Array,
+    thresholds: Array,
+    units: Array,
+    estimate_episodes: int,
+    estimate_episodes_max: int | None = None,
+) -> Array:
     """The relative violation every learner's multiplier moves with (module docstring, "Units"),
     (M,): (C_hat - alpha + m) / d, with C_hat the batch's mean episode cost and the safety
     margin m = :func:`upper_bound_excess` of the batch's episode costs at z =
-    :data:`SAFETY_MARGIN` over ``estimate_episodes`` episodes (the learner's estimate of each
-    candidate): the multiplier settles where the cost sits that margin below alpha, so that the
-    returned policy's upper 95% cost bound is within alpha.
+    :data:`SAFETY_MARGIN` over the episodes of the learner's estimate of each candidate: the
+    multiplier settles where the cost sits that margin below alpha, so that the returned
+    policy's upper 95% cost bound is within alpha.
 
     Args:
         episode_costs: (K, M) episode totals of the batch (training units).
         thresholds: alpha (M,). units: d (M,) (:func:`violation_units`).
         estimate_episodes: episodes of the learner's candidate estimates (``eval_episodes``).
+        estimate_episodes_max: the most they grow to (``eval_episodes * eval_chunks_max``): the margin is then
+            the one over the episodes :func:`estimate_chunks` gives for the batch's spread, as the
+            selection sizes its estimates (None: ``estimate_episodes``).
     """
-    margin = upper_bound_excess(episode_costs, estimate_episodes, SAFETY_MARGIN)
+    spread, largest = jnp.std(episode_costs, axis=0), jnp.max(jnp.abs(episode_costs), axis=0)
+    n = estimate_episodes
+    if estimate_episodes_max is not None and estimate_episodes_max > estimate_episodes:
+        most = estimate_episodes_max // estimate_episodes
+        n = estimate_chunks(spread, largest, thresholds, most, estimate_episodes) * estimate_episodes
+    margin = spread_excess(spread, largest, n, SAFETY_MARGIN)
     return (jnp.mean(episode_costs, axis=0) - thresholds + margin) / units
 
 
@@ -440,6 +492,7 @@ def three_timescale_step(
     estimate_episodes: int,
     horizon: int,
     relative_gain: Array = 0.0,
+    estimate_episodes_max: int | None = None,
 ) -> tuple[Array, MultiplierState, Array]:
     """One step of FH- and NN-Constrained's multipliers (algo7), nu = -lambda in [0, bound].
 
@@ -459,6 +512,8 @@ def three_timescale_step(
             variant, budget units in the improved one). gain: K_p (improved).
         estimate_episodes: episodes of the learner's candidate estimates (``eval_episodes``).
         horizon: H (static). relative_gain: K_r of :func:`geometric` (improved).
+        estimate_episodes_max: the most episodes the estimates grow to (``eval_episodes * eval_chunks_max``,
+            :func:`relative_violation`).
     Returns:
         (nu (M,), the law's new state, the critics' estimate of the expected total cost (M,)).
     """
@@ -466,7 +521,7 @@ def three_timescale_step(
         violation, critic_costs = critic_estimate / units, critic_estimate + thresholds
         nu, state = projected_gradient(step_size, bound).update(state, violation)  # the paper's (algo7)
         return nu, state, critic_costs
-    violation = relative_violation(episode_costs, thresholds, units, estimate_episodes)
+    violation = relative_violation(episode_costs, thresholds, units, estimate_episodes, estimate_episodes_max)
     bound = bound * budget_unit(units, horizon)
     nu, state = budget_geometric_step(
         state, violation, episode_costs, thresholds, units, horizon, step_size, bound, gain, relative_gain

@@ -38,7 +38,7 @@ from fhc_jax.algos.core.hyperparameters import resolve_env_defaults, resolve_hyp
 from fhc_jax.algos.core.networks import NetworkSpec
 from fhc_jax.algos.core.paths import judged_exactly
 from fhc_jax.algos.core.policies import table_policy
-from fhc_jax.algos.core.selection import Selection, Status, constraint_status, offer, selection_key
+from fhc_jax.algos.core.selection import Selection, Status, constraint_status, estimate, offer_estimate
 from fhc_jax.algos.core.tabular_rollout import Batch, rollout_policy_table, tabular_model
 from fhc_jax.cmdp.evaluate import evaluate
 from fhc_jax.envs.spaces import Box
@@ -325,6 +325,7 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
             costs=jnp.full((m,), jnp.inf),
             upper=jnp.full((m,), jnp.inf),
             feasible=jnp.asarray(False),
+            episodes=jnp.zeros((), jnp.float32),
         )
         return Carry(state=state, key=k_loop, selection=selection)
 
@@ -343,23 +344,31 @@ def make_learner(algo: Algorithm, env, params, config: Any) -> Learner:
     if exact:  # the candidates' episodes on the footing the learner trains on: its own rollout of the model
         model = tabular_model(train_env, params)
 
-        def episodes(state: Any) -> tuple[Array, Array]:
+        def episodes(state: Any) -> Callable[[Array], tuple[Array, Array]]:
             table = table_fn(state)
-            batch = rollout_policy_table(selection_key(), model, table, config.eval_episodes)
             poison = jnp.where(jnp.all(jnp.isfinite(table)), 0.0, jnp.nan)  # a diverged table has no estimate
-            return batch.episode_rewards + poison, batch.episode_costs + poison
+
+            def totals(key: Array) -> tuple[Array, Array]:
+                batch = rollout_policy_table(key, model, table, config.eval_episodes)
+                return batch.episode_rewards + poison, batch.episode_costs + poison
+
+            return totals
     else:
 
-        def episodes(state: Any) -> tuple[Array, Array]:
+        def episodes(state: Any) -> Callable[[Array], tuple[Array, Array]]:
             act = observation_policy(partial(algo.observation_outputs, state, setup), head)
-            returns = rollout_returns(selection_key(), train_env, params, act, config.eval_episodes)
-            return returns.rewards, returns.costs
+
+            def totals(key: Array) -> tuple[Array, Array]:
+                returns = rollout_returns(key, train_env, params, act, config.eval_episodes)
+                return returns.rewards, returns.costs
+
+            return totals
 
     def mark_fn(carry: Carry) -> Carry:
-        rewards, costs = episodes(carry.state)  # training units
+        est = estimate(episodes(carry.state), train_thresholds, config.eval_episodes, config.eval_chunks_max)
         return carry.replace(
-            selection=offer(
-                carry.selection, carry.state, _updates_done(carry.state), rewards, costs, train_thresholds, train_units
+            selection=offer_estimate(
+                carry.selection, carry.state, _updates_done(carry.state), est, train_thresholds, train_units
             )
         )
 

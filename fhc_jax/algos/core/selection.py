@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -22,7 +23,7 @@ import numpy as np
 from flax import struct
 
 from fhc_jax.algos.core.evaluation import EVALUATION_KEY
-from fhc_jax.algos.core.multipliers import UPPER_BOUND_Z, upper_bound_excess
+from fhc_jax.algos.core.multipliers import UPPER_BOUND_Z, estimate_chunks, spread_excess
 
 Array = jax.Array
 
@@ -31,11 +32,14 @@ __all__ = [
     "TREND_TENTHS",
     "TREND_TOLERANCE",
     "UPPER_BOUND_Z",
+    "Estimate",
     "Selection",
     "Status",
     "constraint_status",
     "describe_status",
+    "estimate",
     "offer",
+    "offer_estimate",
     "selection_key",
 ]
 
@@ -54,9 +58,11 @@ class Selection:
     the one with the highest estimated reward among those whose estimated costs have an upper
     95% confidence bound within every threshold; while none has, the one whose bound exceeds its
     threshold least (relative to the violation unit). Estimates are the learner's own
-    Monte-Carlo means over ``eval_episodes`` episodes of its own rollout, with a fixed key of
-    their own (:func:`selection_key`: common random numbers across candidates, independent of
-    training and of every judgement), never the exact model. Training units; M constraints.
+    Monte-Carlo means over ``eval_episodes`` episodes of its own rollout (more, in chunks of
+    ``eval_episodes``, up to ``eval_chunks_max`` chunks, where a rare-event budget needs them:
+    :func:`estimate`), with fixed keys of their own (:func:`selection_key`: common random
+    numbers across candidates, independent of training and of every judgement), never the exact
+    model. Training units; M constraints.
 
     Attributes:
         state: the selected candidate's train state.
@@ -66,6 +72,7 @@ class Selection:
         upper: upper 95% confidence bounds of ``costs``, (M,) (training units;
             :func:`~fhc_jax.algos.core.multipliers.upper_bound_excess`).
         feasible: every ``upper`` within its threshold, bool ().
+        episodes: the episodes of its estimate, float32 () (0 before the first mark).
     """
 
     state: Any
@@ -74,6 +81,82 @@ class Selection:
     costs: Array
     upper: Array
     feasible: Array
+    episodes: Array
+
+
+@struct.dataclass
+class Estimate:
+    """A candidate's Monte-Carlo estimate from the totals of n episodes (training units).
+
+    Attributes:
+        episodes: n, float32 (). reward: mean total reward, (). costs: mean total costs, (M,).
+        spread: standard deviations of the total costs, (M,). largest: the largest total-cost
+            magnitudes seen, (M,) (the rule-of-three term of the bound).
+    """
+
+    episodes: Array
+    reward: Array
+    costs: Array
+    spread: Array
+    largest: Array
+
+    @classmethod
+    def of(cls, rewards: Array, costs: Array) -> Estimate:
+        """The estimate from episode totals: ``rewards`` (N,), ``costs`` (N, M)."""
+        return cls(
+            episodes=jnp.asarray(rewards.shape[0], jnp.float32),
+            reward=jnp.mean(rewards),
+            costs=jnp.mean(costs, axis=0),
+            spread=jnp.std(costs, axis=0),
+            largest=jnp.max(jnp.abs(costs), axis=0),
+        )
+
+    def pooled(self, other: Estimate) -> Estimate:
+        """The estimate from both estimates' episodes together (means and spreads pooled)."""
+        n = self.episodes + other.episodes
+        w, v = self.episodes / n, other.episodes / n
+        costs = w * self.costs + v * other.costs
+        variance = w * (self.spread**2 + (self.costs - costs) ** 2) + v * (other.spread**2 + (other.costs - costs) ** 2)
+        return Estimate(
+            episodes=n,
+            reward=w * self.reward + v * other.reward,
+            costs=costs,
+            spread=jnp.sqrt(variance),
+            largest=jnp.maximum(self.largest, other.largest),
+        )
+
+    def upper(self) -> Array:
+        """Upper 95% confidence bounds of the expected costs, (M,)
+        (:func:`~fhc_jax.algos.core.multipliers.upper_bound_excess`)."""
+        return self.costs + spread_excess(self.spread, self.largest, self.episodes)
+
+
+def estimate(
+    episodes: Callable[[Array], tuple[Array, Array]], thresholds: Any, eval_episodes: int, max_chunks: int
+) -> Estimate:
+    """A candidate's :class:`Estimate`, grown in chunks of ``eval_episodes`` episodes until its
+    safety margin is within 5% of alpha (:func:`~fhc_jax.algos.core.multipliers.estimate_chunks`,
+    at most ``max_chunks``): a rare-event budget gets the episodes its bound needs, other costs
+    one chunk (traceable; a ``lax.while_loop`` over chunks, each of its own key).
+
+    Args:
+        episodes: ``key -> (rewards (N,), costs (N, M))``, the candidate's episode totals from
+            ``key`` (N = ``eval_episodes``). thresholds: alpha, (M,) (training units).
+        eval_episodes: episodes per chunk (static). max_chunks: the most chunks (static).
+    """
+    first = Estimate.of(*episodes(selection_key()))
+    if max_chunks <= 1:
+        return first
+
+    def more(carry: tuple[Array, Estimate]) -> Array:
+        chunk, est = carry
+        return chunk < estimate_chunks(est.spread, est.largest, thresholds, max_chunks, eval_episodes)
+
+    def grow(carry: tuple[Array, Estimate]) -> tuple[Array, Estimate]:
+        chunk, est = carry
+        return chunk + 1, est.pooled(Estimate.of(*episodes(jax.random.fold_in(selection_key(), chunk))))
+
+    return jax.lax.while_loop(more, grow, (jnp.asarray(1, jnp.int32), first))[1]
 
 
 def offer(
@@ -85,8 +168,21 @@ def offer(
     thresholds: Any,
     violation_units: Any,
 ) -> Selection:
-    """The :class:`Selection` after offering one candidate, ``state``, estimated from its
-    episodes' totals (traceable; everything in training units).
+    """:func:`offer_estimate` of the :class:`Estimate` from a candidate's episode totals,
+    ``rewards`` (N,) and ``costs`` (N, M)."""
+    return offer_estimate(selection, state, iteration, Estimate.of(rewards, costs), thresholds, violation_units)
+
+
+def offer_estimate(
+    selection: Selection,
+    state: Any,
+    iteration: Array,
+    est: Estimate,
+    thresholds: Any,
+    violation_units: Any,
+) -> Selection:
+    """The :class:`Selection` after offering one candidate, ``state``, with its :class:`Estimate`
+    (traceable; everything in training units).
 
     The candidate replaces the current selection when its upper 95% bounds meet every threshold
     and it is better estimated (or the current one does not meet them), or when neither meets
@@ -96,12 +192,10 @@ def offer(
     Args:
         selection: the current selection.
         state: the candidate's train state. iteration: its updates done, int32 ().
-        rewards: its episodes' total rewards, (N,). costs: their total costs, (N, M).
+        est: its estimate (:func:`estimate`).
         thresholds: alpha, (M,). violation_units: d of the relative violation, (M,).
     """
-    n = rewards.shape[0]
-    reward, mean_costs = jnp.mean(rewards), jnp.mean(costs, axis=0)
-    upper = mean_costs + upper_bound_excess(costs, n)
+    reward, mean_costs, upper = est.reward, est.costs, est.upper()
     feasible = jnp.all(upper <= thresholds)
     excess = lambda u: jnp.max((u - thresholds) / violation_units)
     valid = jnp.isfinite(reward) & jnp.all(jnp.isfinite(upper))  # a diverged candidate is never taken
@@ -111,7 +205,13 @@ def offer(
         ~selection.feasible & (excess(upper) < excess(selection.upper)),
     )
     candidate = Selection(
-        state=state, iteration=iteration, reward=reward, costs=mean_costs, upper=upper, feasible=feasible
+        state=state,
+        iteration=iteration,
+        reward=reward,
+        costs=mean_costs,
+        upper=upper,
+        feasible=feasible,
+        episodes=est.episodes,
     )
     return jax.tree.map(lambda a, b: jnp.where(better, a, b), candidate, selection)
 
@@ -298,4 +398,7 @@ def _advice(status: Status) -> str:
             "the cost settled above alpha: raise the multiplier's bound (multiplier_max) or its gain, or check "
             "that alpha is feasible (fhc-jax solve --tradeoff shows the cheapest cost on a tabular task)"
         )
-    return "train longer (num_iterations), or raise eval_episodes for tighter estimates of the returned policy"
+    return (
+        "train longer (num_iterations), or raise eval_episodes (or eval_chunks_max) for tighter estimates of the "
+        "returned policy"
+    )

@@ -421,6 +421,7 @@ def test_distinct_inputs():
         ({"observation": "index"}, r"Config.observation must be one of 'xy', 'xyt', 'one_hot', 'env', 'env_t'"),
         ({"path": "exact"}, r"Config.path must be one of 'auto', 'tabular', 'sampled'"),
         ({"eval_episodes": 0}, r"Config.eval_episodes must be an integer >= 1"),
+        ({"eval_chunks_max": 0}, r"Config.eval_chunks_max must be an integer >= 1"),
         ({"width": 0}, r"Config.width must be an integer >= 1"),
         ({"activation": "sigmoid"}, r"Config.activation must be one of"),
         ({"max_kl": 0.0}, r"Config.max_kl must be > 0"),

@@ -441,7 +441,8 @@ def test_improved_multiplier_is_the_geometric_law():
     """nu = clip(nu_I (1 + K_r clip(v / max(s, 3 se), -1, 1)) + K_p v),
     nu_I <- clip(nu_I + c(n) max(nu_I, nu_0) clip(v / s, -1, 1)), v the violation relative to
     the budget b = max(|alpha|, d / 100): (mean episode cost - alpha + margin) / b, with the
-    margin 2 z sigma_C / sqrt(n) + ln(20) max(c_max, 1) / n (n = eval_episodes), se the batch
+    margin 2 z sigma_C / sqrt(n) + ln(20) max(c_max, 1) / n (n the fewest multiples of
+    eval_episodes, up to eval_chunks_max, that bring it within 5% of |alpha|), se the batch
     mean's standard error / b, d = max(|alpha|, H / 100), s = 0.2, nu_0 = 0.2 H / d and the
     bound multiplier_max H / d (budget units; fhc_jax.algos.core.multipliers)."""
     env = SMALL
@@ -459,8 +460,10 @@ def test_improved_multiplier_is_the_geometric_law():
     new, metrics = fc.update(state, batch, None, fc.setup(env, params, cfg), cfg)
     costs = np.asarray(batch.episode_costs, np.float64)
     alpha = np.asarray(params.thresholds, np.float64)
-    n = cfg.eval_episodes  # the bound's normal term and its rule-of-three term (multipliers.upper_bound_excess)
-    margin = 2 * 1.645 * costs.std(0) / np.sqrt(n) + np.log(20.0) * np.maximum(np.abs(costs).max(0), 1.0) / n
+    zs, rl, t = 2 * 1.645 * costs.std(0), np.log(20.0) * np.maximum(np.abs(costs).max(0), 1.0), 0.05 * np.abs(alpha)
+    x = 2 * t / (zs + np.sqrt(zs**2 + 4 * rl * t))  # margin zs x + rl x^2 = t at x = 1 / sqrt(n)
+    n = cfg.eval_episodes * np.clip(np.ceil(1 / x**2 / cfg.eval_episodes), 1, cfg.eval_chunks_max).max()
+    margin = zs / np.sqrt(n) + rl / n  # the bound's normal and rule-of-three terms (multipliers.upper_bound_excess)
     d = np.maximum(np.abs(alpha), env.horizon / 100)
     violation = (costs.mean(0) - alpha + margin) / np.maximum(np.abs(alpha), d / 100)
     unit, bound = env.horizon / d, cfg.multiplier_max * env.horizon / d

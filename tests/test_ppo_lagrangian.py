@@ -491,6 +491,7 @@ def test_policy_for_rollout_matches_table():
         ),
         ({"path": "exact"}, r"Config.path must be one of 'auto', 'tabular', 'sampled'"),
         ({"eval_episodes": 0}, r"Config.eval_episodes must be an integer >= 1"),
+        ({"eval_chunks_max": 0}, r"Config.eval_chunks_max must be an integer >= 1"),
         ({"multiplier_method": "dual"}, r"Config.multiplier_method must be one of 'lagrangian', 'pid'"),
         ({"multiplier_optimizer": "rmsprop"}, r"Config.multiplier_optimizer must be one of"),
         ({"width": 0}, r"Config.width must be an integer >= 1"),

@@ -92,12 +92,17 @@ def test_ppo_plain_config_spends_the_reach_budget():
     sampled path's defaults: the Lagrangian advantage standardised as one signal, the budget
     tightening over half the run, the mean kept in the box): a policy that spends the budget
     alpha = 1 well (about -0.65 at cost 0.98) rather than the cheap one (-10.4 at cost 1.8 is
-    the initial Gaussian; reaching the target at all costs 2)."""
+    the initial Gaussian; reaching the target at all costs 2). Judged on the returned policy
+    (``out.state``, as users take it), not the last iterate: the last iterate is one sample of a
+    multiplier's oscillation about alpha, and which side of 1.02 it lands on moves with float
+    rounding (it was 1.018 +- 0.004 on one CPU and below 1.0 on another)."""
     out = jax.jit(pl.make_train(ENV, PARAMS, pl.Config()))(jax.random.key(0))
-    assert out.final_state.network.observation == "env"
-    r, r_half, c, c_half = _monte_carlo(pl.policy(out.final_state, ENV, PARAMS))
+    assert out.state.network.observation == "env"
+    r, r_half, c, c_half = _monte_carlo(pl.policy(out.state, ENV, PARAMS))
     assert r - r_half > -0.8, (r, r_half)
     assert c + c_half < 1.02 and c > 0.9, (c, c_half)
+    # the learner certified what it returned, on episodes of its own
+    assert bool(out.selection.feasible) and bool(out.status.ok), out.status
 
 
 @pytest.mark.slow  # end-to-end training: the slow tier (CI runs both tiers)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import fhc_jax as fhc
-from fhc_jax.algos import ecop, ecop_losses
+from fhc_jax.algos import ecop, ecop_losses, resolve_env_defaults
+from fhc_jax.algos.core import multipliers
 from fhc_jax.envs.wrappers import signal_scales
 
 
@@ -167,3 +168,73 @@ def test_config_validation_and_unsupported_observation():
     )
     with pytest.raises(ValueError, match="observation"):
         ecop.make_train(fhc.TabularEnv(cmdp), cmdp, ecop.Config(observation="xy"))
+
+
+def test_shared_stages_is_one_actor_and_one_critic_on_the_observation_and_the_stage():
+    """shared_stages=True: the actor's and critic's parameters have no stage axis (h / H is an
+    input), the sampled path trains and plays with them, and the policy played at stage h is the
+    one the tabular path tabulates at h (the same network either way)."""
+    from box_task import Reach
+
+    env = Reach()
+    cfg = resolve_env_defaults(ecop.Config(shared_stages=True, episodes_per_iteration=16, num_epochs=2), False)
+    setup = ecop.setup(env, env.default_params, cfg)
+    state = ecop.init(jax.random.key(0), setup, cfg)
+    assert state.network.shared_stages
+    d = env.observation_shape[0]
+    assert state.actor["params"]["Dense_0"]["kernel"].shape == (d + 1, cfg.width)
+    assert state.critic["params"]["Dense_0"]["kernel"].shape == (d + 1, cfg.width)
+
+    @jax.jit
+    def one_update(key, state):  # the sampled path's rollout and update (the scaffold's loop body)
+        return ecop.update(state, ecop.rollout(key, state, setup, cfg), None, setup, cfg)
+
+    new, metrics = one_update(jax.random.key(1), state)
+    assert np.isfinite(float(metrics["value_loss"])) and float(metrics["approx_kl"]) > 0.0  # it moved
+    action = ecop.policy(new, env, env.default_params)(jax.random.key(2), jnp.zeros((d,)), 1)
+    assert action.shape == (1,)
+
+    grid = fhc.GridWorld(size=3, horizon=4, alpha=2.0)
+    grid_cfg = cfg.replace(observation="xy")
+    state = ecop.init(jax.random.key(1), ecop.setup(grid, grid.default_params, grid_cfg), grid_cfg)
+    table = np.asarray(ecop.policy_table(state, grid, grid.default_params))  # (H, S, A)
+    setup = ecop.policy_setup(grid, grid.default_params, state)
+    for h in (0, 3):
+        logits = setup.actor.apply_stage(state.actor_average, setup.obs_table[h], h)  # (S, A)
+        np.testing.assert_allclose(table[h], np.asarray(jax.nn.softmax(logits, -1)), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(table[0], table[3])  # the stage is an input
+
+
+def test_multiplier_law_by_path_and_the_geometric_law_is_the_shared_one():
+    """Plain Config() takes eq. (7) on a tabular exact model and the geometric law elsewhere;
+    the geometric update is one multiplier per constraint, broadcast to every stage, equal to
+    ``multipliers.budget_geometric_step`` on the batch's relative violation (no K_p)."""
+    from box_task import Reach
+
+    grid = fhc.GridWorld(size=3, horizon=4, alpha=2.0)
+    assert ecop.make_learner(grid, grid.default_params, ecop.Config()).config.multiplier_method == "paper"
+    env = Reach()
+    assert ecop.make_learner(env, env.default_params, ecop.Config()).config.multiplier_method == "geometric"
+    assert (
+        ecop.make_learner(env, env.default_params, ecop.Config(multiplier_method="paper")).config.multiplier_method
+        == "paper"
+    )
+
+    cfg = resolve_env_defaults(ecop.Config(episodes_per_iteration=32, num_epochs=1, multiplier_step=0.3), False)
+    setup = ecop.setup(env, env.default_params, cfg)
+    state = ecop.init(jax.random.key(0), setup, cfg)
+    assert state.multiplier_state.integral.shape == (1,)  # M, not H x M
+    batch = ecop.rollout(jax.random.key(1), state, setup, cfg)
+    new, _ = jax.jit(lambda st, b: ecop.update(st, b, None, setup, cfg))(state, batch)
+    units = multipliers.violation_units(setup.thresholds, env.horizon)
+    violation = multipliers.relative_violation(
+        batch.episode_costs, setup.thresholds, units, cfg.eval_episodes, cfg.eval_episodes * cfg.eval_chunks_max
+    )
+    nu, _ = multipliers.budget_geometric_step(
+        state.multiplier_state, violation, batch.episode_costs, setup.thresholds, units, env.horizon,
+        cfg.multiplier_step, cfg.multiplier_max, 0.0, cfg.multiplier_relative_gain,
+    )  # fmt: skip
+    assert float(nu[0]) > 0.0  # the initial Gaussian is over budget (cost 1.8 > alpha = 1): the law moved
+    np.testing.assert_allclose(
+        np.asarray(new.multipliers), np.broadcast_to(np.asarray(nu), (env.horizon, 1)), rtol=1e-5
+    )

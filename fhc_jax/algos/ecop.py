@@ -46,8 +46,8 @@ from fhc_jax.algos import ppo_lagrangian
 from fhc_jax.algos.core import multipliers, scaffold
 from fhc_jax.algos.core.distributions import ActionHead, Categorical, check_initial_log_std, config_head
 from fhc_jax.algos.core.evaluation import observation_policy
-from fhc_jax.algos.core.hyperparameters import hyperparameters, numeric, static
-from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec, Stacked
+from fhc_jax.algos.core.hyperparameters import EnvDefault, hyperparameters, numeric, static
+from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec, SharedAcrossStages, Stacked
 from fhc_jax.algos.core.paths import judged_exactly, resolve_observation, takes_sampled_path
 from fhc_jax.algos.core.returns import advantages_and_targets
 from fhc_jax.algos.core.sampled_inputs import critic_value_scale, observation_sample
@@ -65,6 +65,7 @@ from fhc_jax.rollout import rollout as rollout_episodes
 Array = jax.Array
 
 OBSERVATIONS = ("xy", "xyt", "one_hot", "env")
+MULTIPLIER_METHODS = ("paper", "geometric")
 
 
 @hyperparameters
@@ -79,6 +80,10 @@ class Config(NetworkConfig):
             environment that supports it, else "env";
             :func:`~fhc_jax.algos.core.paths.resolve_observation`).
         width, depth, activation: the per-stage MLPs (actor and critic).
+        shared_stages: one actor and one critic network for all stages, on the input with
+            h / H appended (:class:`~fhc_jax.algos.core.networks.SharedAcrossStages`), in place of
+            per-stage networks: every stage's samples train the same weights (stage t's surrogate
+            still takes the gradient of L~_t).
         normalize_inputs: standardise the inputs over all (stage, state) (on environments
             without tabular states: over the observations of 64 episodes of the uniform policy).
         num_epochs: full-batch optimizer steps per update (fewer after KL early stopping).
@@ -91,6 +96,13 @@ class Config(NetworkConfig):
         log_std, initial_log_std: box action spaces only: the form of the Gaussian head's
             log-std and log(sigma / half range) of the initial policy
             (:class:`~fhc_jax.algos.core.networks.NetworkSpec`).
+        multiplier_method: the multiplier law: "paper" (eq. (7), per-stage lambda_t with the
+            step beta) or "geometric" (one lambda per constraint for every stage, the geometric
+            law FH-Constrained and PPO-Lagrangian share:
+            :func:`~fhc_jax.algos.core.multipliers.budget_geometric_step`, no proportional term
+            on the violation itself: the damped penalty of eq. (8) is one). Default
+            (``EnvDefault``): "paper" on environments with a tabular exact model, "geometric"
+            elsewhere.
 
     Numeric fields (pytree leaves; ``vmap`` over them without recompiling):
         actor_lr, critic_lr: Adam step sizes. max_grad_norm: gradient clipping per family.
@@ -103,6 +115,7 @@ class Config(NetworkConfig):
             <- min(beta_max, p beta) when
             C(pi_k) >= c_k. damping_max: beta_max.
         initial_multiplier: lambda_t at n = 0. multiplier_max: lambda_t in [0, multiplier_max].
+        multiplier_step, multiplier_relative_gain: c and K_r of the "geometric" law.
         output_scale: initial scale of the actors' output layer (small: near-uniform policy).
         policy_averaging: reported policy = actor with the Polyak average of its parameters
             (weight beta_avg; 0 reports the last iterate). Rollouts use the current actor.
@@ -114,6 +127,7 @@ class Config(NetworkConfig):
     width: int = static(16, low=1)
     depth: int = static(2, low=0)
     activation: str = static("tanh", choices=tuple(ACTIVATIONS))
+    shared_stages: bool = static(False)
     normalize_inputs: bool = static(True)
     num_epochs: int = static(16, low=1)
     actor_lr: float = numeric(1e-2, low=0.0, low_open=True)
@@ -128,6 +142,9 @@ class Config(NetworkConfig):
     damping_max: float = numeric(0.25, low=0.0, low_open=True)
     initial_multiplier: float = numeric(0.0, low=0.0, high="multiplier_max")
     multiplier_max: float = numeric(20.0, low=0.0, low_open=True)
+    multiplier_method: str = static(EnvDefault(tabular="paper", non_tabular="geometric"), choices=MULTIPLIER_METHODS)
+    multiplier_step: float = numeric(0.1, low=0.0, high=1.0)
+    multiplier_relative_gain: float = numeric(0.5, low=0.0, high=1.0)
     output_scale: float = numeric(0.1, low=0.0, low_open=True)
     policy_averaging: float = numeric(0.0, low=0.0, high=1.0, high_open=True)
 
@@ -174,9 +191,6 @@ class Metrics(ppo_lagrangian.Metrics):
     damping: Array
 
 
-# ----------------------------------------------------------------------------- the loss (tested by hand)
-
-
 # ----------------------------------------------------------------------------- networks and setup
 
 
@@ -198,8 +212,8 @@ class Setup:
         observation: the resolved ``Config.observation`` (the train state records it).
     """
 
-    actor: Stacked
-    critic: Stacked
+    actor: Stacked | SharedAcrossStages
+    critic: Stacked | SharedAcrossStages
     obs_table: Array | None
     horizon: int
     num_states: int
@@ -233,6 +247,11 @@ def _networks(
     per-sample batches (:class:`~fhc_jax.algos.core.networks.Stacked`)."""
     head = Categorical(head) if isinstance(head, int) else head
     outputs, free = head.network_outputs
+    if spec.shared_stages:  # one network for every stage, on (observation, h / H)
+        return (
+            SharedAcrossStages(spec.mlp(outputs, free_outputs=free, output_scale=output_scale), horizon, horizon),
+            SharedAcrossStages(spec.mlp(1 + num_constraints), horizon, horizon),
+        )
     return (
         Stacked(spec.mlp(outputs, free_outputs=free, output_scale=output_scale), horizon, feature_major),
         Stacked(spec.mlp(1 + num_constraints), horizon, feature_major),
@@ -365,7 +384,11 @@ def _optimizer(cfg: Config) -> optax.GradientTransformation:
 
 def _multiplier_update(cfg: Config, beta: Array) -> multipliers.MultiplierUpdate:
     """Eq. (7), lambda_t <- max(0, lambda_t + beta Psi_t(pi_old, pi_old)), clipped at
-    multiplier_max (the family's anti-windup rule); the H x M multipliers as one vector."""
+    multiplier_max (the family's anti-windup rule); the H x M multipliers as one vector
+    ("paper"); or the geometric law's M multipliers, one per constraint for every stage
+    ("geometric": its floor and noise come with each batch, so this instance serves ``init``)."""
+    if cfg.multiplier_method == "geometric":
+        return multipliers.geometric(cfg.multiplier_step, cfg.multiplier_max, 0.0, 1.0)
     return multipliers.projected_gradient(beta, cfg.multiplier_max)
 
 
@@ -386,7 +409,9 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
         opt_state=_optimizer(config).init({"actor": actor, "critic": critic}),
         actor_average=actor,
         multipliers=lam,
-        multiplier_state=_multiplier_update(config, config.damping).init(h * m, config.initial_multiplier),
+        multiplier_state=_multiplier_update(config, config.damping).init(
+            m if config.multiplier_method == "geometric" else h * m, config.initial_multiplier
+        ),
         damping=jnp.asarray(config.damping, jnp.float32),
         step=jnp.zeros((), jnp.int32),
         network=network,
@@ -401,8 +426,7 @@ def table_logits(train_state: TrainState, setup: Setup) -> Array:
 def observation_outputs(train_state: TrainState, setup: Setup, observation: Array, h: Array) -> Array:
     """The reported policy's outputs at one raw observation of stage h (sampled path):
     logits (A,), or a Gaussian head's [m, s] (2d,)."""
-    stage = jax.tree.map(lambda p: p[h], train_state.actor_average)
-    return setup.actor.module.apply(stage, setup.normalize(observation))
+    return setup.actor.apply_stage(train_state.actor_average, setup.normalize(observation), h)
 
 
 def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -> Batch:
@@ -412,7 +436,7 @@ def rollout(key: Array, train_state: TrainState, setup: Setup, config: Config) -
     if setup.sampled:
 
         def out_fn(obs, h):
-            return setup.actor.module.apply(jax.tree.map(lambda p: p[h], train_state.actor), setup.normalize(obs))
+            return setup.actor.apply_stage(train_state.actor, setup.normalize(obs), h)
 
         act = observation_policy(out_fn, setup.head)
         return batch_from_trajectory(rollout_episodes(key, setup.env, setup.params, act, config.episodes_per_iteration))
@@ -472,12 +496,28 @@ def update(
     # J_C with the safety margin; the step beta counts relative violations (multipliers, "Units"):
     # lambda <- lambda + beta Psi / u with u the violation unit, i.e. beta / u in the loss (8)
     units = multipliers.violation_units(setup.thresholds, num_stages)  # (M,)
-    excess = units * multipliers.relative_violation(
+    violation = multipliers.relative_violation(
         batch.episode_costs, setup.thresholds, units, cfg.eval_episodes, cfg.eval_episodes * cfg.eval_chunks_max
     )
+    excess = units * violation
     psi_old = tail_sums(jnp.mean(adv_c, axis=1)) + excess
     m = excess.shape[0]
-    nu, mult_state = _multiplier_update(cfg, st.damping).update(st.multiplier_state, (psi_old / units).reshape(-1))
+    if cfg.multiplier_method == "geometric":  # one multiplier per constraint, every stage's
+        nu, mult_state = multipliers.budget_geometric_step(
+            st.multiplier_state,
+            violation,
+            batch.episode_costs,
+            setup.thresholds,
+            units,
+            num_stages,
+            cfg.multiplier_step,
+            cfg.multiplier_max,
+            0.0,
+            cfg.multiplier_relative_gain,
+        )
+        nu = jnp.broadcast_to(nu, (num_stages, m))
+    else:
+        nu, mult_state = _multiplier_update(cfg, st.damping).update(st.multiplier_state, (psi_old / units).reshape(-1))
     lam, beta = nu.reshape(num_stages, m), st.damping / units
 
     def loss_fn(net):

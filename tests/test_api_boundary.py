@@ -67,6 +67,7 @@ def test_action_errors_under_vmap_name_one_offender_and_valid_actions_pass():
     )
 
 
+@pytest.mark.slow
 def test_float_actions_are_refused_while_tracing():
     """Issue 33 item 2: a float 2.7 from a discrete policy was truncated to 2."""
     with pytest.raises(

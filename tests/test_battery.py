@@ -28,6 +28,7 @@ def _mixed_rule(env, params, resolution):
     return 0.6 * np.eye(env.num_actions)[rule] + 0.4 / env.num_actions
 
 
+@pytest.mark.slow
 def test_fine_model_matches_monte_carlo_of_the_continuous_env():
     env = BatteryStorage(num_constraints=2)
     params, resolution = env.default_params, (41, 41)
@@ -45,6 +46,7 @@ def test_fine_model_matches_monte_carlo_of_the_continuous_env():
     assert abs(float(coarse.costs[0]) - cycles.mean()) > 10 * cycles.std() / np.sqrt(cycles.size)
 
 
+@pytest.mark.slow
 def test_throughput_budget_binds_and_reference_policy_meets_it():
     env = BatteryStorage()
     params, resolution = env.default_params, (21, 9)

@@ -60,6 +60,7 @@ def test_quick_run_writes_curves_analysis_and_figure(tmp_path):
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_a_run_that_measures_nothing_exits_1_beside_the_results(tmp_path):
     out = tmp_path / "scaling.json"
     out.write_text("previous results")

@@ -87,6 +87,7 @@ def test_train_writes_complete_run_directory(full_run):
     assert (full_run / "checkpoints" / "20").is_dir()
 
 
+@pytest.mark.slow
 def test_plot_redraws_from_files(full_run, tmp_path, capsys):
     copy = tmp_path / "copy"
     shutil.copytree(full_run, copy, ignore=shutil.ignore_patterns("plots", "checkpoints"))
@@ -114,6 +115,7 @@ def test_resume_is_bit_identical(full_run, tmp_path, capsys):
     assert a == b
 
 
+@pytest.mark.slow
 def test_refusals_leave_existing_run_untouched(full_run, capsys):
     before = (full_run / "metrics.csv").read_bytes()
     assert main(["train", *TINY, "--out", str(full_run)]) == 2

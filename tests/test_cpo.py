@@ -137,6 +137,7 @@ def test_cpo_dual_edge_cases():
     assert all(np.isfinite(float(v)) for v in out) and int(out[2]) == 1
 
 
+@pytest.mark.slow
 def test_fisher_vector_product_is_the_hessian_of_the_mean_kl():
     """Gauss-Newton product via linearize/vjp == forward-over-reverse Hessian-vector product of
     KLbar(theta') = sum_u w_u KL(pi_theta(.|u) || pi_theta'(.|u)) at theta' = theta."""

@@ -144,6 +144,7 @@ def test_agree_and_share_in_one_process():
         distributed.share(3, OSError("disk full"))
 
 
+@pytest.mark.slow
 def test_bad_cluster_option_is_a_usage_error(tmp_path, capfd):
     """The option is checked in the worker before JAX's runtime starts: exit 2, one line."""
     out = tmp_path / "never"

@@ -74,6 +74,7 @@ def test_a_duplicate_process_id_is_named():
     )
 
 
+@pytest.mark.slow
 def test_a_coordinator_port_in_use_is_a_usage_error(tmp_path, capfd):
     """Was a raw JaxRuntimeError (or a crash of the runtime): one line before the runtime starts."""
     out = tmp_path / "never"

@@ -170,6 +170,7 @@ def test_config_validation_and_unsupported_observation():
         ecop.make_train(fhc.TabularEnv(cmdp), cmdp, ecop.Config(observation="xy"))
 
 
+@pytest.mark.slow
 def test_shared_stages_is_one_actor_and_one_critic_on_the_observation_and_the_stage():
     """shared_stages=True: the actor's and critic's parameters have no stage axis (h / H is an
     input), the sampled path trains and plays with them, and the policy played at stage h is the
@@ -205,6 +206,7 @@ def test_shared_stages_is_one_actor_and_one_critic_on_the_observation_and_the_st
     assert not np.allclose(table[0], table[3])  # the stage is an input
 
 
+@pytest.mark.slow
 def test_multiplier_law_by_path_and_the_geometric_law_is_the_shared_one():
     """Plain Config() takes eq. (7) on a tabular exact model and the geometric law elsewhere;
     the geometric update is one multiplier per constraint, broadcast to every stage, equal to

@@ -232,6 +232,7 @@ def test_missing_or_damaged_files_are_refused_naming_the_file(trained, tmp_path,
     refused(run, 1, "written under another configuration")
 
 
+@pytest.mark.slow
 def test_an_incomplete_run_is_refused_with_how_to_finish_it(tmp_path, capsys):
     out = tmp_path / "partial"
     assert (
@@ -258,6 +259,7 @@ def test_an_incomplete_run_is_refused_with_how_to_finish_it(tmp_path, capsys):
     assert "stopped at iteration 10 of 20" in err and f"fhc-jax train --resume --out {out}" in err
 
 
+@pytest.mark.slow
 def test_run_directories_of_another_format_are_refused_with_the_command_to_rerun(trained, tmp_path, capsys):
     """Nothing is upgraded: a run directory written before run directories carried a format
     version, or with another version, is refused by eval, plot and train --resume in one line

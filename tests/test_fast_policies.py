@@ -260,6 +260,7 @@ def test_table_policy_validation():
         )
 
 
+@pytest.mark.slow
 def test_learner_policies_use_the_fast_helpers():
     """Every learner's ``policy(...)`` is a table_policy on tabular exact models and a
     softmax_policy elsewhere (both take the rollout's fast path)."""

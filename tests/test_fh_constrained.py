@@ -437,6 +437,7 @@ def test_advantage_increment_matches_direct_loop():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_improved_multiplier_is_the_geometric_law():
     """nu = clip(nu_I (1 + K_r clip(v / max(s, 3 se), -1, 1)) + K_p v),
     nu_I <- clip(nu_I + c(n) max(nu_I, nu_0) clip(v / s, -1, 1)), v the violation relative to
@@ -477,6 +478,7 @@ def test_improved_multiplier_is_the_geometric_law():
     np.testing.assert_allclose(new.multipliers, np.clip(integral * relative + 0.3 * violation, 0.0, bound), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_reported_policy_is_the_polyak_average():
     """theta_bar(n+1) = beta theta_bar(n) + (1 - beta) theta(n+1), theta_bar(0) = theta(0) = 0;
     policy_table reports softmax of theta_bar (of theta itself when beta = 0)."""
@@ -520,6 +522,7 @@ def test_advantage_weights_match_the_pairwise_form(seed):
     np.testing.assert_allclose(w, (mean_sa - mean_s) * n_s / n_sa, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_one_episode_per_update_learns():
     """K = 1 (the paper's setting): with one episode every visited (stage, state) has one
     sampled action, so a visit-averaged advantage that subtracts the state's own mean would be

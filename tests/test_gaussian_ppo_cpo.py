@@ -130,6 +130,7 @@ def test_vmap_over_seeds(name):
 # ----------------------------------------------------------------------------- the head on the train state
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ppo", "cpo"])
 def test_policy_acts_with_float32_box_actions_and_the_recorded_head(name):
     """``policy(...)`` returns float32 (1,) actions (jitted or not); the train state records
@@ -243,6 +244,7 @@ def test_gaussian_fisher_vector_product_is_the_closed_form_fisher():
     np.testing.assert_allclose(damped(v), closed @ np.asarray(v) + 0.3 * np.asarray(v), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_gaussian_fisher_vector_product_through_a_network_is_the_hessian_of_the_mean_kl():
     """Through an actor MLP (mean from the input, free log-std): J^T M J v == forward-over-reverse
     Hessian-vector product of KLbar(theta') = sum_u w_u KL(N_theta(u) || N_theta'(u))."""

@@ -125,6 +125,7 @@ def test_to_cmdp_structure(env):
     np.testing.assert_array_equal(cmdp.thresholds, [25.0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fast", [False, True])
 def test_evaluate_matches_monte_carlo(x64, fast):
     """Monte-Carlo returns of a state- and stage-dependent policy match exact evaluation, through

@@ -110,6 +110,7 @@ def test_feature_major_stacked_computes_the_same_function_and_gradients(module, 
         rows.apply_columns(params, x_t)
 
 
+@pytest.mark.slow
 def test_sampled_path_actor_losses_equal_the_per_sample_forms():
     """The sampled path's regressions in the column layout (nn_losses.sample_cross_entropy,
     gaussian_actor_loss) equal improved_actor_loss with every sample weighted 1 and the mean
@@ -159,6 +160,7 @@ def test_split_critics_give_the_lagrangian_critics_advantages():
     assert not np.allclose(split.advantages, other.advantages)
 
 
+@pytest.mark.slow
 def test_sampled_path_scales_the_critics_and_tightens_the_budget_by_default():
     """Without a tabular exact model NN-Constrained's critics predict values / B (B the
     return bound of critic_value_scale) and the budget tightens from the cost bound over half
@@ -181,6 +183,7 @@ def test_sampled_path_scales_the_critics_and_tightens_the_budget_by_default():
     assert tab.value_scale is None and tab.cost_bound is None
 
 
+@pytest.mark.slow
 def test_shared_stages_is_one_network_on_the_observation_and_the_stage():
     """shared_stages=True: parameters without a stage axis, stage h's output is the MLP at
     (x, h / H) (apply, apply_columns and apply_stage agree), and the learner trains and plays

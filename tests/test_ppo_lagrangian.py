@@ -107,6 +107,7 @@ def test_lagrangian_advantage_standardises_the_penalised_sum_by_hand():
     )
 
 
+@pytest.mark.slow
 def test_sampled_path_defaults_differ_from_the_tabular_ones():
     """The EnvDefaults: "separate" normalisation and a constant budget where the environment has a
     tabular exact model (the gridworld), "lagrangian" and a budget that tightens over half the run
@@ -406,6 +407,7 @@ def test_update_forms_agree():
     )
 
 
+@pytest.mark.slow
 def test_critic_time_inputs():
     """critic_time: the critics see (x, y, h / H) when the actor sees "xy" (one row per
     (h, s)), the actor keeps its S rows; no change for "xyt" or with critic_time=False; the

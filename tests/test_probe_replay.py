@@ -233,6 +233,7 @@ def case_o():
 CASES = {name[-1].upper(): fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_probe_case(case, capsys):
     assert CASES[case].__doc__.startswith(f"{case}: ")

@@ -95,6 +95,7 @@ def test_dual_equals_lp_and_infeasibility_is_exact(shape, m, seed, fractions):
         assert abs(float(ev.reward) - dual.reward) <= 1e-9 * scale
 
 
+@pytest.mark.slow
 @settings(SETTINGS, max_examples=8)
 @given(dims, st.integers(1, 2), st.integers(0, 2**31 - 1))
 def test_evaluate_equals_monte_carlo(shape, m, seed):

@@ -47,6 +47,7 @@ def test_the_version_lives_in_one_place():
     assert f"## {fhc_jax.__version__} " in (ROOT / "CHANGELOG.md").read_text()
 
 
+@pytest.mark.slow
 def test_an_own_environment_imports_from_the_working_directory(tmp_path):
     """``fhc-jax solve --env hospital:ToyEnv`` run from the folder holding hospital.py, as
     ``python -m`` would find it; from elsewhere the error says where it looked."""
@@ -62,6 +63,7 @@ def test_an_own_environment_imports_from_the_working_directory(tmp_path):
     assert "hospital.py" in out.stderr and "PYTHONPATH" in out.stderr
 
 
+@pytest.mark.slow
 def test_a_module_that_fails_to_import_is_told_apart_from_a_missing_one(tmp_path):
     (tmp_path / "broken.py").write_text("import a_package_nobody_has\n")
     out = _fhc_jax(["solve", "--env", "broken:Env"], tmp_path)

@@ -123,6 +123,7 @@ def test_eval_of_a_run_another_process_writes_advises_waiting(trained, tmp_path,
     assert f"finish it with: fhc-jax train --resume --out {run}" in one_line(capsys)
 
 
+@pytest.mark.slow
 def test_a_tabular_environment_without_an_exact_model_is_refused_before_training(tmp_path, monkeypatch, capsys):
     """FH-Constrained trained and checkpointed such a run, then exited 2 at judging time over
     "coarse coordinate features" nobody asked for."""

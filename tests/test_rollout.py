@@ -121,6 +121,7 @@ def test_shapes_and_dtypes(env, params):
     np.testing.assert_allclose(traj.episode_costs, traj.costs.sum(1) + traj.terminal_costs, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_matches_step_by_step_reference(env, params):
     """Key path (a policy without ``action_from_uniform``): bulk noise, unrolled threefry and
     the conditional around the policy give exactly what env.step with the same keys gives."""
@@ -228,6 +229,7 @@ def test_uniform_random_policy_is_uniform_and_hashable():
     assert counts.shape == (9,) and np.all(np.abs(counts - 1000) < 4 * np.sqrt(1000 * 8 / 9))
 
 
+@pytest.mark.slow
 def test_unrolled_threefry_is_bit_identical(x64):
     for seed in (0, 123):
         std, fast = jax.random.key(seed), jax.random.key(seed, impl=UNROLLED_THREEFRY)

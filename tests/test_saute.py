@@ -203,6 +203,7 @@ def test_budget_representation_and_default_observation():
         saute.setup(grid, grid.default_params, saute.Config(cost_unit=0.3))
 
 
+@pytest.mark.slow
 def test_augmented_model_matches_monte_carlo_and_markov_equivalent():
     """A random budget-dependent policy on a 4x4 gridworld (0/1 costs on arrival): its exact
     evaluation on the augmented model equals (a) the Monte-Carlo mean of SauteEnv rollouts

@@ -27,6 +27,7 @@ def _reference(name: str, method: str):
     return cmdp, fhc.solve(cmdp, method=method)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, method", list(itertools.product(TASKS, ("dual", "lp"))))
 def test_solve_and_evaluate_are_unit_invariant(name, method):
     base, ref = _reference(name, method)
@@ -62,6 +63,7 @@ def test_solve_and_evaluate_are_unit_invariant(name, method):
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TASKS)
 def test_infeasibility_is_found_at_every_scale(name):
     base = suite.task(name).cmdp()

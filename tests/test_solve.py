@@ -122,6 +122,7 @@ def test_infeasible_thresholds_raise_with_minimum_costs(x64, m):
         assert f"{mins[0]:.6g}" in str(err.value)
 
 
+@pytest.mark.slow
 def test_sparse_and_time_invariant_models(x64):
     base = random_cmdp(9, time_varying=False, num_constraints=2)
     p = np.asarray(base.transitions)

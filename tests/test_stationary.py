@@ -25,6 +25,7 @@ def _two_stage(costs_by_stage, alpha=0.5) -> fhc.TabularCMDP:
     )
 
 
+@pytest.mark.slow
 def test_a_stage_swap_costs_every_stationary_policy_one():
     """Action 0 is free at stage 0 and costs 1 at stage 1, action 1 the reverse: the
     non-stationary policy (0 then 1) costs 0, every stationary one p + (1 - p) = 1."""
@@ -44,6 +45,7 @@ def test_stage_invariant_costs_reach_the_least_cost():
     np.testing.assert_allclose(np.asarray(found.policy)[0, 0], 1.0, atol=5e-3)
 
 
+@pytest.mark.slow
 def test_between_the_cheapest_policy_and_the_uniform_one():
     cmdp = suite.garnet(8, 3, 6, 2, seed=5, fraction=0.3)
     found = stationary_cost_floor(cmdp, starts=4, steps=200)

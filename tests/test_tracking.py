@@ -428,6 +428,7 @@ def test_sweep_logs_every_configuration_and_seed(tmp_path):
     assert ea.Scalars("summary/rows/1/rank")[-1].value == summary["rows"][1]["rank"]
 
 
+@pytest.mark.slow
 def test_compare_logs_one_tensorboard_run_per_learner(tmp_path):
     out = tmp_path / "cmp"
     assert (

@@ -248,6 +248,7 @@ def test_solve_summary_is_right_for_negative_and_zero_rewards(capsys):
     assert "does not bind" in line and loss == 0.0
 
 
+@pytest.mark.slow
 def test_column_generation_does_not_cycle():
     """garnet_m2 at alpha = (7.46, 6.15): with the master LP's default tolerances (1e-7) its
     duals were inexact enough for Kelley's method to return the same column 200 times."""

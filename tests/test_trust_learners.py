@@ -61,6 +61,7 @@ def _task_in_units(reward_scale: float, cost_scale: float) -> fhc.TabularEnv:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cost_scale", [1.0, 1e30])
 def test_selection_in_training_units_survives_huge_costs(cost_scale):
     """D: costs of order 1e30 (alpha 1.2e30) overflowed the float32 spread of the candidates'
@@ -126,6 +127,7 @@ def test_an_estimate_grows_only_where_its_margin_needs_it():
     assert float(rare.upper()[0] - rare.costs[0]) < float(one.upper()[0] - one.costs[0])
 
 
+@pytest.mark.slow
 def test_candidates_are_estimated_on_the_learners_own_rollout():
     """N: on the tabular path a candidate's estimate comes from the rollout the learner trains
     on (the exact model's signals, in training units), not from the environment's realised
@@ -145,6 +147,7 @@ def test_candidates_are_estimated_on_the_learners_own_rollout():
     np.testing.assert_allclose(marked.selection.costs, np.mean(np.asarray(batch.episode_costs), axis=0), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_short_runs_are_never_called_settled_and_status_prints_one_line_per_run():
     """G, O: a run with fewer than 50 updates cannot show a settled multiplier; ``str(status)``
     is one line per run, and a single run's ``describe()`` says 'constraint met' when it is."""

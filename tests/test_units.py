@@ -80,6 +80,7 @@ def _with_thresholds(cmdp, thresholds):
     )
 
 
+@pytest.mark.slow
 def test_training_units_shrink_a_small_budget_only():
     """A rare-event budget (alpha below H / 100 step magnitudes) is H / 100 training units for
     the learners that ask for it; every other budget keeps the signals' magnitudes, bit for bit."""

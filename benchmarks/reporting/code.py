@@ -29,7 +29,13 @@ LEARNER_CODE: dict[str, tuple[str, ...]] = {
         CORE_CODE,
         UNITS_CODE,
     ),
-    "nn_constrained": ("fhc_jax/algos/nn_constrained.py", "fhc_jax/algos/nn_losses.py", CORE_CODE, UNITS_CODE),
+    "nn_constrained": (
+        "fhc_jax/algos/nn_constrained.py",
+        "fhc_jax/algos/nn_losses.py",
+        "fhc_jax/algos/nn_setup.py",
+        CORE_CODE,
+        UNITS_CODE,
+    ),
     "ppo_lagrangian": (
         "fhc_jax/algos/ppo_lagrangian.py",
         "fhc_jax/algos/ppo_losses.py",

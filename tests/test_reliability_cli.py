@@ -83,6 +83,7 @@ def test_eval_refuses_a_changed_observation_encoder(trained, tmp_path, monkeypat
     assert not (run / "eval").exists()
 
 
+@pytest.mark.slow
 def test_episodes_beyond_the_maximum_are_one_line_errors(trained, tmp_path, monkeypatch, capsys):
     """--episodes 10**12 (and run.eval_episodes) raised NotImplementedError deep in jax.random."""
     run = _copy(trained, tmp_path, "episodes")
@@ -95,6 +96,7 @@ def test_episodes_beyond_the_maximum_are_one_line_errors(trained, tmp_path, monk
     assert not (tmp_path / "t").exists() and not (run / "eval").exists()
 
 
+@pytest.mark.slow
 def test_a_missing_environment_module_is_named(trained, tmp_path, capsys):
     """A run of an environment whose module is not importable here was called "not valid for
     this version ... retrain": the run is fine, its environment's module is missing."""
@@ -108,6 +110,7 @@ def test_a_missing_environment_module_is_named(trained, tmp_path, capsys):
     assert "not valid for this version" not in line and "retrain" not in line
 
 
+@pytest.mark.slow
 def test_eval_of_a_run_another_process_writes_advises_waiting(trained, tmp_path, capsys):
     """A run still being trained has no final checkpoint: eval advised `--resume`, which the
     training process's lock then refused. It names the writer and says to wait."""

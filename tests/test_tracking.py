@@ -154,6 +154,7 @@ def test_wandb_mode_offline_without_credentials(offline_env, monkeypatch):
 # ----------------------------------------------------------------------------- what is written
 
 
+@pytest.mark.slow
 def test_tensorboard_scalars_equal_metrics_csv(tracked_run):
     rows = _csv_rows(tracked_run / "metrics.csv")
     ea = _events(tracked_run / "tensorboard")
@@ -173,6 +174,7 @@ def test_tensorboard_scalars_equal_metrics_csv(tracked_run):
     assert [e.step for e in speed] == [5, 10, 15, 20] and all(e.value > 0 for e in speed)
 
 
+@pytest.mark.slow
 def test_tensorboard_config_summary_and_plots(tracked_run):
     ea = _events(tracked_run / "tensorboard")
     summary = json.loads((tracked_run / "summary.json").read_text())
@@ -194,6 +196,7 @@ def test_tensorboard_config_summary_and_plots(tracked_run):
     assert ea.Images("plots/learning_curves")[0].width > 100
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_written_without_network(tracked_run):
     runs = list((tracked_run / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
@@ -212,6 +215,7 @@ def test_wandb_offline_run_written_without_network(tracked_run):
     assert list((runs[0] / "files" / "media" / "images").glob("plots/learning_curves*.png"))
 
 
+@pytest.mark.slow
 def test_results_do_not_depend_on_logging(tracked_run, tmp_path):
     out = tmp_path / "plain"
     assert main(["train", "--seeds", "2", *TINY, "--out", str(out), "--quiet", "--no-plots", "--logger", "none"]) == 0
@@ -250,6 +254,7 @@ class _Raising:
         type(self).closed += 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["init", "log_metrics"])
 def test_failing_tracker_does_not_fail_training(tracked_run, monkeypatch, tmp_path, capsys, where):
     monkeypatch.setattr(_Raising, "where", where)

@@ -47,6 +47,7 @@ LEARNER_CODE: dict[str, tuple[str, ...]] = {
     "ecop": (  # ppo_lagrangian.py: its Metrics are e-COP's base class
         "fhc_jax/algos/ecop.py",
         "fhc_jax/algos/ecop_losses.py",
+        "fhc_jax/algos/ecop_setup.py",
         "fhc_jax/algos/ppo_lagrangian.py",
         CORE_CODE,
         UNITS_CODE,

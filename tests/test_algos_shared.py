@@ -441,6 +441,56 @@ def test_status_flags_a_trending_multiplier_and_a_cost_above_alpha():
     assert "the returned policy is above alpha" in line and "multiplier_max" in line
 
 
+def test_status_advice_names_only_the_settings_the_learner_has():
+    """The advice of a run that will not settle names the fields of the learner's own Config
+    (:func:`~fhc_jax.algos.core.selection.multiplier_settings`): e-COP's step is its damping
+    factor under eq. (7) and ``multiplier_step`` under the geometric law, FH-Constrained's its
+    ``multiplier_lr``, PPO-Lagrangian's ``pid_ki`` under the PID law; CPO keeps no multiplier,
+    so none is named; every name the advice gives is a field of that Config."""
+    import dataclasses
+    import re
+
+    from fhc_jax.algos import cpo, ecop, fh_constrained, ppo_lagrangian
+    from fhc_jax.algos.core.selection import constraint_status, describe_status, multiplier_settings
+
+    n = 100
+    steep = np.concatenate([np.ones(90), np.linspace(1.0, 2.0, 10)])[:, None]
+    costs_high = np.full((n, 1), 26.0)
+    alpha, units, nu_unit = np.array([25.0]), np.array([25.0]), np.array([1.0])
+    known = (
+        "multiplier_lr",
+        "multiplier_step",
+        "pid_ki",
+        "pid_kp",
+        "damping",
+        "multiplier_max",
+        "multiplier_gain",
+        "multiplier_relative_gain",
+    )
+    cases = {
+        "ecop paper": (ecop.Config(multiplier_method="paper"), {"damping"}),
+        "ecop geometric": (ecop.Config(multiplier_method="geometric"), {"multiplier_step"}),
+        "fh": (fh_constrained.Config(), {"multiplier_lr"}),
+        "ppo pid": (ppo_lagrangian.Config(multiplier_method="pid"), {"pid_ki"}),
+        "cpo": (cpo.Config(), set()),
+    }
+    for what, (cfg, steps) in cases.items():
+        settings = multiplier_settings(cfg)
+        assert set(dict(settings)["step"]) == steps, what
+        fields = {f.name for f in dataclasses.fields(cfg)}
+        for trace, costs, met in ((steep, costs_high, False), (steep, np.full((n, 1), 24.0), True)):
+            line = describe_status(constraint_status(trace, costs, alpha, units, nu_unit, met, None, settings))
+            named = set(re.findall(r"[a-z_]+", line)) & set(known)
+            assert named <= fields, (what, named - fields, line)
+            assert steps <= named or not met, (what, line)
+    cpo_line = describe_status(
+        constraint_status(
+            np.ones((n, 1)), costs_high, alpha, units, nu_unit, False, None, multiplier_settings(cpo.Config())
+        )
+    )
+    assert "settled above alpha" in cpo_line and "multiplier_max" not in cpo_line
+
+
 @pytest.mark.slow
 def test_train_states_are_checked_against_the_learner_and_the_environment():
     """Issue 33 item 5: ``policy`` and ``policy_table`` refuse a train state of another learner,

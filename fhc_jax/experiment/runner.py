@@ -46,7 +46,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from fhc_jax.algos.core.evaluation import evaluation_iterations
 from fhc_jax.algos.core.paths import judged_exactly
-from fhc_jax.algos.core.selection import Status, constraint_status
+from fhc_jax.algos.core.selection import Status, constraint_status, multiplier_settings
 from fhc_jax.experiment.config import MAX_SEED
 from fhc_jax.experiment.distributed import is_key, to_host
 from fhc_jax.experiment.divergence import Divergence, chunk_health, float_leaves
@@ -351,6 +351,7 @@ class ChunkedTrainer:
                     self.learner.multiplier_units,
                     met[r],
                     costs[r],
+                    multiplier_settings(self.learner.config),
                 ),
             )
             for r in range(self.num_runs)

@@ -38,7 +38,14 @@ from fhc_jax.algos.core.hyperparameters import resolve_env_defaults, resolve_hyp
 from fhc_jax.algos.core.networks import NetworkSpec
 from fhc_jax.algos.core.paths import judged_exactly
 from fhc_jax.algos.core.policies import table_policy
-from fhc_jax.algos.core.selection import Selection, Status, constraint_status, estimate, offer_estimate
+from fhc_jax.algos.core.selection import (
+    Selection,
+    Status,
+    constraint_status,
+    estimate,
+    multiplier_settings,
+    offer_estimate,
+)
 from fhc_jax.algos.core.tabular_rollout import Batch, rollout_policy_table, tabular_model
 from fhc_jax.cmdp.evaluate import evaluate
 from fhc_jax.envs.spaces import Box
@@ -417,6 +424,7 @@ def run_status(learner: Learner, carry: Carry, metrics: dict[str, Array]) -> Sta
         learner.multiplier_units,
         met,
         costs,
+        multiplier_settings(learner.config),
     )
 
 

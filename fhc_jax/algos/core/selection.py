@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +39,7 @@ __all__ = [
     "constraint_status",
     "describe_status",
     "estimate",
+    "multiplier_settings",
     "offer",
     "offer_estimate",
     "selection_key",
@@ -242,6 +244,9 @@ class Status:
         multipliers: the final multipliers nu, (M,) (environment's units).
         costs: the returned policy's costs as ``met`` judged them (exact, or the upper bounds),
             (M,) (environment's units).
+        settings: the learner's settings that move its multiplier, by role ("step", "gain",
+            "bound"; :func:`multiplier_settings`), so the advice names settings the learner has;
+            static (empty: the advice names them generically).
     """
 
     met: Array
@@ -253,6 +258,7 @@ class Status:
     thresholds: Array
     multipliers: Array
     costs: Array
+    settings: tuple[tuple[str, tuple[str, ...]], ...] = struct.field(pytree_node=False, default=())
 
     @property
     def settled(self) -> Array:
@@ -302,6 +308,7 @@ def constraint_status(
     multiplier_units: Any,
     met: Array,
     returned_costs: Any = None,
+    settings: tuple[tuple[str, tuple[str, ...]], ...] = (),
 ) -> Status:
     """:class:`Status` from a run's per-iteration metrics (one function for ``make_train`` and
     the chunked runs of :mod:`fhc_jax.experiment`; traceable).
@@ -315,6 +322,7 @@ def constraint_status(
         met: whether the returned policy meets the constraints, bool ()
             (:meth:`~fhc_jax.algos.core.scaffold.Learner.verify`).
         returned_costs: the costs ``met`` was judged on, (M,) (environment's units), or None.
+        settings: :func:`multiplier_settings` of the learner's config (the advice's names).
     """
     n = multipliers.shape[0]
     w = max(1, n // 10)  # a tenth of the run
@@ -338,7 +346,41 @@ def constraint_status(
         thresholds=alpha,
         multipliers=jnp.asarray(multipliers[n - 1], jnp.float32),
         costs=returned,
+        settings=tuple(settings),
     )
+
+
+#: the setting that sets the multiplier's step under each multiplier law a learner can name in
+#: ``Config.multiplier_method`` (e-COP's "paper" law steps by its damping factor beta, eq. (7))
+STEP_SETTING = {"paper": "damping", "geometric": "multiplier_step", "pid": "pid_ki", "lagrangian": "multiplier_lr"}
+
+
+def multiplier_settings(config: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The fields of a learner's ``config`` that move its multiplier, by role: "step" (how far
+    one update moves it: the law's step, ``STEP_SETTING`` of ``config.multiplier_method`` where
+    the learner names its law, else whichever of ``multiplier_lr``, ``multiplier_step``, ``pid_ki``
+    it has), "gain" (its proportional terms) and "bound" (``multiplier_max``); a role the config
+    has no field for is empty (CPO keeps no multiplier: every role is)."""
+    if not dataclasses.is_dataclass(config):
+        return ()
+    names = {f.name for f in dataclasses.fields(config)}
+    method = getattr(config, "multiplier_method", None)
+    if isinstance(method, str) and STEP_SETTING.get(method) in names:
+        step: tuple[str, ...] = (STEP_SETTING[method],)
+    else:
+        step = tuple(n for n in ("multiplier_lr", "multiplier_step", "pid_ki") if n in names)
+    gain = tuple(n for n in ("multiplier_gain", "multiplier_relative_gain", "pid_kp") if n in names)
+    bound = tuple(n for n in ("multiplier_max",) if n in names)
+    return (("step", step), ("gain", gain), ("bound", bound))
+
+
+def _named(status: Status, role: str, generic: str) -> str | None:
+    """The settings of ``role`` the learner has ("a or b"), ``generic`` when the status does not
+    say (no settings recorded), None when the learner has none."""
+    if not status.settings:
+        return generic
+    names = dict(status.settings).get(role, ())
+    return " or ".join(names) if names else None
 
 
 def describe_status(status: Status, thresholds: Any = None, multipliers: Any = None, label: str = "") -> str | None:
@@ -376,11 +418,12 @@ def describe_status(status: Status, thresholds: Any = None, multipliers: Any = N
         )
     where = f"{label}: " if label else ""
     if bool(status.met) and not bool(np.any(np.asarray(status.above))):  # only the multiplier is in doubt
+        step = _named(status, "step", "a faster-decaying multiplier_lr")
+        smaller = f" or take smaller multiplier steps ({step})" if step else ""
         return (
             f"multiplier not yet settled: {where}{'; '.join(parts)}; the returned policy is within alpha; "
-            "to let it settle, train longer (num_iterations) or take smaller multiplier steps late in the run "
-            "(a faster-decaying multiplier_lr), or average over more episodes per update (episodes_per_iteration: "
-            "the multiplier follows each batch's noise)"
+            f"to let it settle, train longer (num_iterations){smaller}, or average over more episodes per update "
+            "(episodes_per_iteration: the multiplier follows each batch's noise)"
         )
     return f"constraint not yet met: {where}{'; '.join(parts)}; {_advice(status)}"
 
@@ -389,14 +432,15 @@ def _advice(status: Status) -> str:
     """Which setting to change for a run whose constraint is not met (one clause)."""
     rising = np.asarray(status.trending).reshape(-1) & (np.asarray(status.change).reshape(-1) > 0)
     if np.any(rising):
-        return (
-            "the multiplier is still rising: train longer (num_iterations) or let it move faster "
-            "(the multiplier step, multiplier_lr or pid_ki)"
-        )
+        step = _named(status, "step", "the multiplier step, multiplier_lr or pid_ki")
+        faster = f" or let it move faster (a larger {step})" if step else ""
+        return f"the multiplier is still rising: train longer (num_iterations){faster}"
     if np.any(np.asarray(status.above)):
+        bound, gain = _named(status, "bound", "multiplier_max"), _named(status, "gain", "its gain")
+        raise_ = [f"raise {x}" for x in (bound, gain) if x]
         return (
-            "the cost settled above alpha: raise the multiplier's bound (multiplier_max) or its gain, or check "
-            "that alpha is feasible (fhc-jax solve --tradeoff shows the cheapest cost on a tabular task)"
+            f"the cost settled above alpha: {' or '.join(raise_) + ', or ' if raise_ else ''}check that alpha is "
+            "feasible (fhc-jax solve --tradeoff shows the cheapest cost on a tabular task)"
         )
     return (
         "train longer (num_iterations), or raise eval_episodes (or eval_chunks_max) for tighter estimates of the "

@@ -125,14 +125,20 @@ def test_damping_factor_rule_by_hand():
 @pytest.mark.slow
 def test_learning_regression_small_grid_judged_exactly():
     """Two seeds on a 5x5 grid (H = 12, alpha = 4, binding: the unconstrained optimum costs
-    11.2), judged exactly: far better than the uniform policy, cost near alpha; the first
-    multiplier update is eq. (7) on the relative violation, lambda = clip(lambda_0 + beta (J_C - d
+    11.2), judged exactly, with the paper's law (``multiplier_method="paper"``): far better than
+    the uniform policy, cost near alpha; the first multiplier update is eq. (7) on the relative violation, lambda = clip(lambda_0 + beta (J_C - d
     + m) / u) in training units (u = d = 4 the violation unit, m the safety margin)."""
     env = fhc.GridWorld(size=5, horizon=12, alpha=4.0)
     params = env.default_params
     cmdp = env.to_cmdp(params)
     cfg = ecop.Config(
-        num_iterations=120, episodes_per_iteration=64, num_epochs=8, eval_every=60, damping=0.2, damping_max=0.2
+        num_iterations=120,
+        episodes_per_iteration=64,
+        num_epochs=8,
+        eval_every=60,
+        damping=0.2,
+        damping_max=0.2,
+        multiplier_method="paper",
     )
     out = jax.jit(jax.vmap(ecop.make_train(env, params, cfg)))(jax.random.split(jax.random.key(3), 2))
     tables = ecop.policy_table(out.final_state, env, params)
@@ -207,20 +213,19 @@ def test_shared_stages_is_one_actor_and_one_critic_on_the_observation_and_the_st
 
 
 @pytest.mark.slow
-def test_multiplier_law_by_path_and_the_geometric_law_is_the_shared_one():
-    """Plain Config() takes eq. (7) on a tabular exact model and the geometric law elsewhere;
-    the geometric update is one multiplier per constraint, broadcast to every stage, equal to
+def test_multiplier_law_and_the_geometric_law_is_the_shared_one():
+    """Plain Config() takes the geometric law on either path (eq. (7) when asked for); the
+    geometric update is one multiplier per constraint, broadcast to every stage, equal to
     ``multipliers.budget_geometric_step`` on the batch's relative violation (no K_p)."""
     from box_task import Reach
 
     grid = fhc.GridWorld(size=3, horizon=4, alpha=2.0)
-    assert ecop.make_learner(grid, grid.default_params, ecop.Config()).config.multiplier_method == "paper"
+    assert ecop.make_learner(grid, grid.default_params, ecop.Config()).config.multiplier_method == "geometric"
     env = Reach()
     assert ecop.make_learner(env, env.default_params, ecop.Config()).config.multiplier_method == "geometric"
-    assert (
-        ecop.make_learner(env, env.default_params, ecop.Config(multiplier_method="paper")).config.multiplier_method
-        == "paper"
-    )
+    for where in (grid, env):
+        chosen = ecop.make_learner(where, where.default_params, ecop.Config(multiplier_method="paper")).config
+        assert chosen.multiplier_method == "paper"
 
     cfg = resolve_env_defaults(ecop.Config(episodes_per_iteration=32, num_epochs=1, multiplier_step=0.3), False)
     setup = ecop.setup(env, env.default_params, cfg)

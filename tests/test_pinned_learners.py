@@ -61,7 +61,7 @@ def _cases():
         "ppo_lagrangian_xyt": (pl, pl.Config(**small, observation="xyt", multiplier_method="lagrangian")),
         "cpo_xy": (cpo, cpo.Config(**small)),
         "cpo_xyt": (cpo, cpo.Config(**small, observation="xyt")),
-        "ecop": (ecop, ecop.Config(**small)),
+        "ecop": (ecop, ecop.Config(**small, multiplier_method="paper", multiplier_max=20.0)),
         "saute": (saute, saute.Config(**small, multiplier_method="pid")),
         "saute_geometric": (saute, saute.Config(**small)),
     }

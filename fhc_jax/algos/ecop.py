@@ -47,7 +47,7 @@ from fhc_jax.algos import ppo_lagrangian
 from fhc_jax.algos.core import multipliers, scaffold
 from fhc_jax.algos.core.distributions import check_initial_log_std
 from fhc_jax.algos.core.evaluation import observation_policy
-from fhc_jax.algos.core.hyperparameters import EnvDefault, hyperparameters, numeric, static
+from fhc_jax.algos.core.hyperparameters import hyperparameters, numeric, static
 from fhc_jax.algos.core.networks import ACTIVATIONS, NetworkConfig, NetworkSpec
 from fhc_jax.algos.core.returns import advantages_and_targets
 from fhc_jax.algos.core.tabular_rollout import Batch, batch_from_trajectory, rollout_policy_table
@@ -93,8 +93,7 @@ class Config(NetworkConfig):
             law FH-Constrained and PPO-Lagrangian share:
             :func:`~fhc_jax.algos.core.multipliers.budget_geometric_step`, no proportional term
             on the violation itself: the damped penalty of eq. (8) is one). Default
-            (``EnvDefault``): "paper" on environments with a tabular exact model, "geometric"
-            elsewhere.
+            "geometric" on every path (docs/algorithms/ecop.md, Departures 11).
 
     Numeric fields (pytree leaves; ``vmap`` over them without recompiling):
         actor_lr, critic_lr: Adam step sizes. max_grad_norm: gradient clipping per family.
@@ -133,8 +132,8 @@ class Config(NetworkConfig):
     damping_growth: float = numeric(1.0, low=1.0)
     damping_max: float = numeric(0.25, low=0.0, low_open=True)
     initial_multiplier: float = numeric(0.0, low=0.0, high="multiplier_max")
-    multiplier_max: float = numeric(20.0, low=0.0, low_open=True)
-    multiplier_method: str = static(EnvDefault(tabular="paper", non_tabular="geometric"), choices=MULTIPLIER_METHODS)
+    multiplier_max: float = numeric(100.0, low=0.0, low_open=True)
+    multiplier_method: str = static("geometric", choices=MULTIPLIER_METHODS)
     multiplier_step: float = numeric(0.1, low=0.0, high=1.0)
     multiplier_relative_gain: float = numeric(0.5, low=0.0, high=1.0)
     output_scale: float = numeric(0.1, low=0.0, low_open=True)

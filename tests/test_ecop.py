@@ -126,8 +126,9 @@ def test_damping_factor_rule_by_hand():
 def test_learning_regression_small_grid_judged_exactly():
     """Two seeds on a 5x5 grid (H = 12, alpha = 4, binding: the unconstrained optimum costs
     11.2), judged exactly, with the paper's law (``multiplier_method="paper"``): far better than
-    the uniform policy, cost near alpha; the first multiplier update is eq. (7) on the relative violation, lambda = clip(lambda_0 + beta (J_C - d
-    + m) / u) in training units (u = d = 4 the violation unit, m the safety margin)."""
+    the uniform policy, cost near alpha; the first multiplier update is eq. (7) on the relative
+    violation, lambda = clip(lambda_0 + beta (J_C - d + m) / u) in training units (u = d = 4 the
+    violation unit, m the safety margin)."""
     env = fhc.GridWorld(size=5, horizon=12, alpha=4.0)
     params = env.default_params
     cmdp = env.to_cmdp(params)

@@ -16,7 +16,7 @@ from scipy.optimize import minimize
 
 import fhc_jax as fhc
 from fhc_jax.algos import cpo, trust_region
-from fhc_jax.algos.core import returns, tabular_rollout
+from fhc_jax.algos.core import multipliers, returns, tabular_rollout
 from fhc_jax.algos.core.networks import MLP
 from fhc_jax.envs.gridworld import GridWorld
 from fhc_jax.envs.tabular import TabularEnv
@@ -168,9 +168,12 @@ def _per_sample_objectives(setup, state, batch, config):
     actor parameters, computed per sample (H K network inputs) from the batch, independently
     of the update's per-(input, action) statistics; and c = Shat - alpha."""
     horizon, k = batch.actions.shape
-    x = setup.inputs[setup.cell[jnp.arange(horizon)[:, None], batch.states[:-1]]]  # (H, K, D)
+    hs = jnp.arange(horizon)[:, None]
+    x = setup.inputs[setup.cell[hs, batch.states[:-1]]]  # (H, K, D)
+    critic_inputs, critic_cell = setup.critic_points
+    xc = critic_inputs[critic_cell[hs, batch.states[:-1]]]  # (H, K, Dc)
     channels = setup.value_scale.shape[0]
-    values = setup.critic.apply(state.critics, jnp.broadcast_to(x, (channels,) + x.shape))[..., 0]
+    values = setup.critic.apply(state.critics, jnp.broadcast_to(xc, (channels,) + xc.shape))[..., 0]
     values = jnp.moveaxis(values, 0, -1) * setup.value_scale  # (H, K, C)
     signals = jnp.concatenate([batch.rewards[..., None], batch.costs], -1)
     terminal = jnp.concatenate([batch.terminal_rewards[:, None], batch.terminal_costs], -1)
@@ -189,7 +192,18 @@ def _per_sample_objectives(setup, state, batch, config):
     def mean_kl(th):
         return jnp.mean(jnp.sum(jnp.exp(logp0) * (logp0 - logp_all(th)), -1))
 
-    c = jnp.mean(batch.episode_costs[:, 0]) - setup.threshold
+    # c = Shat - alpha + m, the safety margin of the learner's candidate estimates
+    n = config.eval_episodes * multipliers.estimate_chunks(
+        jnp.std(batch.episode_costs, 0),
+        jnp.max(jnp.abs(batch.episode_costs), 0),
+        setup.threshold[None],
+        config.eval_chunks_max,
+        config.eval_episodes,
+    )
+    margin = multipliers.spread_excess(
+        jnp.std(batch.episode_costs[:, 0]), jnp.max(jnp.abs(batch.episode_costs[:, 0])), n, multipliers.SAFETY_MARGIN
+    )
+    c = jnp.mean(batch.episode_costs[:, 0]) - setup.threshold + margin
     return theta0, unravel, surrogates, mean_kl, c
 
 
@@ -229,7 +243,7 @@ def test_update_matches_a_per_sample_computation(seed):
     frac = float(metrics["step_fraction"])
     assert frac > 0 and int(new.step) == int(state.step) + 1
     # the batched statistics give the same surrogates as the per-sample estimator
-    stats = cpo.cell_statistics(batch, state.critics, setup, config)
+    stats, _ = cpo.cell_statistics(batch, state.critics, setup, config)
     logp_u = jax.nn.log_softmax(setup.actor.apply(new.actor, setup.inputs), -1)
     logp_u0 = batch.behaviour
     ratio_u = jnp.exp(jnp.where(stats.seen, logp_u - logp_u0, 0.0))
@@ -405,6 +419,26 @@ def test_distinct_inputs():
     assert inputs_t.shape == (36, 3) and len(np.unique(cell_t)) == 36
     table = np.asarray(tabular_rollout.observation_table(env, params, "xyt"))[:4]
     np.testing.assert_array_equal(inputs_t[cell_t], table)
+    # the critics' inputs under critic_time: the coordinates with h / H appended
+    inputs_c, cell_c = cpo.distinct_inputs(env, params, "xy", stage=True)
+    assert inputs_c.shape == (36, 3) and len(np.unique(cell_c)) == 36
+    np.testing.assert_array_equal(inputs_c[cell_c][..., :2], inputs[cell])
+    np.testing.assert_array_equal(inputs_c[cell_c][..., 2], np.broadcast_to(np.arange(4)[:, None] / 4, (4, 9)))
+
+
+@pytest.mark.parametrize("critic_time", [True, False])
+def test_critics_see_the_stage_under_a_stage_free_actor(critic_time):
+    """``critic_time``: with a stage-free actor input the critics get h / H appended (their
+    distinct inputs are the H S (stage, state) pairs); the actor's input is unchanged; an input
+    that already holds the stage ("xyt") is left as it is."""
+    env = GridWorld(size=3, horizon=4)
+    params = env.default_params
+    setup = cpo.setup(env, params, cpo.Config(observation="xy", critic_time=critic_time))
+    assert setup.critic_stage is critic_time and setup.inputs.shape == (9, 2)
+    critic_inputs, critic_cell = setup.critic_points
+    assert critic_inputs.shape == ((36, 3) if critic_time else (9, 2)) and critic_cell.shape == (4, 9)
+    setup_t = cpo.setup(env, params, cpo.Config(observation="xyt", critic_time=critic_time))
+    assert not setup_t.critic_stage and setup_t.critic_points[0].shape == (36, 3)
 
 
 # ----------------------------------------------------------------------------- validation

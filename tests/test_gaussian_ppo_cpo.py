@@ -276,7 +276,7 @@ def test_cpo_update_keeps_the_gaussian_kl_in_the_trust_region():
         state, batch, jax.random.split(jax.random.key(2))
     )
     assert float(metrics["step_fraction"]) > 0
-    x = setup.sample_inputs(batch)
+    x, _ = setup.sample_inputs(batch)
     kl = jnp.mean(setup.head.kl(setup.actor.apply(state.actor, x), setup.actor.apply(new.actor, x)))
     np.testing.assert_allclose(float(metrics["kl"]), float(kl), rtol=1e-4)
     assert 0 < float(kl) <= cfg.max_kl * (1 + 1e-5)

@@ -7,7 +7,8 @@ with h / H appended), with reward and cost critics of the same shape; a single c
 subproblem has one linearised constraint;
 :func:`setup` refuses M > 1). Per iteration: roll out K episodes, finite-horizon GAE with the
 exact terminal values as V_H, surrogates summed over stages (the finite-horizon
-performance-difference lemma, so L_C is in the units of c = S_hat - alpha), conjugate gradient
+performance-difference lemma, so L_C is in the units of c = S_hat - alpha + m, m the safety
+margin of the learner's own estimates), conjugate gradient
 on autodiff Fisher products, the closed-form dual of the trust-region subproblem with
 infeasible recovery (:mod:`fhc_jax.algos.trust_region`), a backtracking line search, then
 critic regression. Per-sample sums are regrouped exactly into per-(distinct observation,
@@ -34,7 +35,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from fhc_jax.algos.core import scaffold
+from fhc_jax.algos.core import multipliers, scaffold
 from fhc_jax.algos.core.distributions import ActionHead, check_initial_log_std, config_head
 from fhc_jax.algos.core.evaluation import EvaluationMetrics, observation_policy
 from fhc_jax.algos.core.hyperparameters import hyperparameters, numeric, static
@@ -94,6 +95,10 @@ class Config(NetworkConfig):
         log_std, initial_log_std: box action spaces only: the form of the Gaussian head's
             log-std and log(sigma / half range) of the initial policy
             (:class:`~fhc_jax.algos.core.networks.NetworkSpec`).
+        critic_time: the critics also receive h / H when the actor's input does not depend on
+            the stage (the finite-horizon value depends on the stage even under a stationary
+            policy, so a stage-blind baseline leaves a stage term in every advantage); the
+            actor still sees ``observation``.
 
     Numeric fields (pytree leaves: ``jax.vmap`` over them without recompiling):
         max_kl: trust-region radius delta on the mean KL. damping: F + damping I.
@@ -112,6 +117,7 @@ class Config(NetworkConfig):
     critic_epochs: int = static(4, low=0)
     critic_minibatches: int = static(2, low=1)
     fisher_samples: int = static(1024, low=0)
+    critic_time: bool = static(True)
     max_kl: float = numeric(0.05, low=0.0, low_open=True)
     damping: float = numeric(0.1, low=0.0)
     backtrack_ratio: float = numeric(0.8, low=0.0, high=1.0, low_open=True, high_open=True)
@@ -181,14 +187,19 @@ def _modules(spec: NetworkSpec, head: ActionHead, num_channels: int) -> tuple[ML
     return actor, critic
 
 
-def distinct_inputs(env, params, observation: str) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct network inputs among the encoded (h, s), h < H (host-side).
+def distinct_inputs(env, params, observation: str, stage: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct network inputs among the encoded (h, s), h < H (host-side); ``stage``:
+    with h / H appended (the critics' inputs under ``Config.critic_time``).
 
     Returns:
         (inputs (U, D) float32, cell (H, S) int32) with ``inputs[cell[h, s]]`` the observation of
-        state s at stage h. U = S for "xy" and "one_hot" (stage-free), H S for "xyt".
+        state s at stage h. U = S for "xy" and "one_hot" (stage-free), H S for "xyt" or ``stage``.
     """
     table = np.asarray(input_table(env, params, observation))[: env.horizon]
+    if stage:
+        t = np.arange(env.horizon, dtype=np.float32) / env.horizon
+        t = np.broadcast_to(t[:, None, None], table.shape[:2] + (1,))
+        table = np.concatenate([table.astype(np.float32), t], axis=-1)
     flat = table.reshape(-1, table.shape[-1])
     inputs, inverse = np.unique(flat, axis=0, return_inverse=True)
     return inputs.astype(np.float32), np.asarray(inverse, np.int32).reshape(env.horizon, env.num_states)
@@ -201,11 +212,13 @@ class Setup:
     Attributes:
         actor, critic: the policy MLP and the stacked reward / cost critics.
         inputs: the U distinct observations, (U, D); cell: their index per (h, s), (H, S).
+        critic_inputs, critic_cell: the same for the critics (with h / H appended where
+            ``critic_stage``); None: ``inputs`` and ``cell``.
         model: the rollout model. threshold: alpha, (). value_scale: the critics' output
             scale per channel (reward, cost), (1 + M,).
         sampled: the sampled path (inputs and cell only for :func:`table_logits`, None without
             tabular states); env, params: what it rolls out; observation: "env" or "env_t";
-            horizon: H.
+            horizon: H. critic_stage: the critics' inputs have h / H appended (``critic_time``).
         head: the action distribution of the actor's outputs (``fhc_jax.algos.core.distributions``:
             ``Categorical(A)``, or a ``DiagonalGaussian`` on box action spaces).
     """
@@ -223,6 +236,16 @@ class Setup:
     observation: str = "env"
     horizon: int = 0
     head: ActionHead | None = None
+    critic_inputs: Array | None = None
+    critic_cell: Array | None = None
+    critic_stage: bool = False
+
+    @property
+    def critic_points(self) -> tuple[Array, Array]:
+        """The critics' distinct inputs and their index per (h, s): (critic_inputs, critic_cell)."""
+        if self.critic_inputs is None:
+            return self.inputs, self.cell
+        return self.critic_inputs, self.critic_cell
 
     def actor_input(self, observation: Array, h: Array) -> Array:
         """The actor's input at one raw observation (D,) of stage h (sampled path)."""
@@ -230,11 +253,13 @@ class Setup:
             with_stage(observation, h, self.horizon) if self.observation == "env_t" else observation.astype(jnp.float32)
         )
 
-    def sample_inputs(self, batch: Batch) -> Array:
-        """The networks' inputs at the batch's recorded observations of stages 0..H-1, (H K, D)."""
+    def sample_inputs(self, batch: Batch) -> tuple[Array, Array]:
+        """The (actor, critic) inputs at the batch's recorded observations of stages 0..H-1,
+        ((H K, D), (H K, D or D + 1))."""
         x = batch.observations[:-1].astype(jnp.float32)
-        x = stage_inputs(x, self.horizon) if self.observation == "env_t" else x
-        return x.reshape(-1, x.shape[-1])
+        xt = stage_inputs(x, self.horizon) if self.observation == "env_t" or self.critic_stage else x
+        x = xt if self.observation == "env_t" else x
+        return x.reshape(-1, x.shape[-1]), xt.reshape(-1, xt.shape[-1])
 
 
 def _sampled_setup(env, params, spec: NetworkSpec, config: Config | None) -> Setup:
@@ -251,6 +276,7 @@ def _sampled_setup(env, params, spec: NetworkSpec, config: Config | None) -> Set
         else dict(
             threshold=jnp.asarray(env.thresholds(params), jnp.float32)[0],
             value_scale=jnp.asarray(critic_value_scale(env, params)),
+            critic_stage=config.critic_time and spec.observation == "env",
         )
     )
     return Setup(
@@ -307,6 +333,10 @@ def setup(env, params, config: Config) -> Setup:
     spec = NetworkSpec.of(config)
     head = config_head(env, spec)  # Categorical(A): box environments have no tabular path
     actor, critic = _modules(spec, head, 1 + m)
+    critic_stage = config.critic_time and bool(np.all(cell == cell[:1]))  # the actor's input is stage-free
+    critic_inputs = critic_cell = None
+    if critic_stage:
+        critic_inputs, critic_cell = distinct_inputs(env, params, config.observation, stage=True)
     return Setup(
         actor=actor,
         critic=critic,
@@ -316,6 +346,9 @@ def setup(env, params, config: Config) -> Setup:
         threshold=jnp.asarray(env.thresholds(params), jnp.float32)[0],
         value_scale=jnp.asarray(critic_value_scale(env, params)),
         head=head,
+        critic_inputs=None if critic_inputs is None else jnp.asarray(critic_inputs),
+        critic_cell=None if critic_cell is None else jnp.asarray(critic_cell),
+        critic_stage=critic_stage,
     )
 
 
@@ -341,9 +374,12 @@ def init(key: Array, setup: Setup, config: Config) -> TrainState:
     k_actor, k_critic = jax.random.split(key)
     if setup.sampled:
         sample = jnp.zeros((setup.env.observation_shape[0] + (setup.observation == "env_t"),), jnp.float32)
+        stage = setup.critic_stage and setup.observation != "env_t"
+        critic_sample = jnp.zeros((sample.shape[0] + stage,), jnp.float32)
     else:
         sample = jnp.zeros(setup.inputs.shape[1:], jnp.float32)
-    critics = setup.critic.init(k_critic, sample)
+        critic_sample = jnp.zeros(setup.critic_points[0].shape[1:], jnp.float32)
+    critics = setup.critic.init(k_critic, critic_sample)
     return TrainState(
         actor=setup.actor.init(k_actor, sample),
         critics=critics,
@@ -384,64 +420,84 @@ def _critic_values(setup: Setup, critic_params: Any, x: Array) -> Array:
     return out[..., 0].T * setup.value_scale
 
 
-def cell_statistics(batch: Batch, critics: Any, setup: Setup, config: Config) -> CellStatistics:
+def cell_statistics(batch: Batch, critics: Any, setup: Setup, config: Config) -> tuple[CellStatistics, CriticTargets]:
     """GAE advantages and lambda-returns of the batch (critics at the visited inputs, the exact
-    terminal signals as V_H), scattered once into per-(distinct input, action) sums."""
+    terminal signals as V_H), scattered once into per-(distinct input, action) sums for the
+    actor's step and per-distinct-critic-input mean returns for the critics' fit."""
     horizon, k = batch.actions.shape
     num_inputs, num_actions = setup.inputs.shape[0], setup.actor.outputs
     channels = setup.value_scale.shape[0]
-    cells = setup.cell[jnp.arange(horizon, dtype=jnp.int32)[:, None], batch.states[:-1]]  # (H, K)
-    values = _critic_values(setup, critics, setup.inputs)  # (U, C)
-    adv, ret = advantages_and_targets(batch, values[cells], config.gamma, config.gae_lambda)
-    # per-(input, action) statistics: [count, advantages (C), returns (C)]
+    hs = jnp.arange(horizon, dtype=jnp.int32)[:, None]
+    cells = setup.cell[hs, batch.states[:-1]]  # (H, K)
+    critic_inputs, critic_cell = setup.critic_points
+    critic_cells = critic_cell[hs, batch.states[:-1]]  # (H, K)
+    values = _critic_values(setup, critics, critic_inputs)  # (Uc, C)
+    adv, ret = advantages_and_targets(batch, values[critic_cells], config.gamma, config.gae_lambda)
+    # per-(input, action) statistics: [count, advantages (C)]
     flat_idx = cells * num_actions + batch.actions
-    vals = jnp.concatenate([jnp.ones_like(adv[..., :1]), adv, ret], axis=-1)
-    stats = jnp.zeros((num_inputs * num_actions, 1 + 2 * channels), adv.dtype).at[flat_idx].add(vals)
-    stats = stats.reshape(num_inputs, num_actions, 1 + 2 * channels)
+    vals = jnp.concatenate([jnp.ones_like(adv[..., :1]), adv], axis=-1)
+    stats = jnp.zeros((num_inputs * num_actions, 1 + channels), adv.dtype).at[flat_idx].add(vals)
+    stats = stats.reshape(num_inputs, num_actions, 1 + channels)
     sa_counts = stats[..., 0]  # (U, A)
     counts = jnp.sum(sa_counts, axis=-1)  # (U,)
-    return CellStatistics(
+    # per-critic-input statistics: [count, returns (C)]
+    cvals = jnp.concatenate([jnp.ones_like(ret[..., :1]), ret], axis=-1)
+    cstats = jnp.zeros((critic_inputs.shape[0], 1 + channels), ret.dtype).at[critic_cells].add(cvals)
+    actor_stats = CellStatistics(
         cells=cells,
-        adv_sums=stats[..., 1 : 1 + channels] / k,
+        adv_sums=stats[..., 1:] / k,
         seen=sa_counts > 0,
         counts=counts,
         weights=counts / (horizon * k),  # visit frequencies of the distinct inputs
-        ret_sums=jnp.sum(stats[..., 1 + channels :], axis=1),
     )
+    return actor_stats, CriticTargets(inputs=critic_inputs, ret_sums=cstats[:, 1:], counts=cstats[:, 0])
 
 
-def sample_statistics(batch: Batch, critics: Any, inputs: Array, setup: Setup, config: Config) -> SampleStatistics:
+def sample_statistics(
+    batch: Batch, critics: Any, critic_inputs: Array, setup: Setup, config: Config
+) -> tuple[SampleStatistics, CriticTargets]:
     """The sampled path's statistics (:class:`~fhc_jax.algos.trust_region.SampleStatistics`):
-    every sample is its own point (``inputs`` (H K, D), :meth:`Setup.sample_inputs`), with its
-    action, advantages / K and lambda-returns; counts are 1 (O(H K) time and memory, any
-    action space)."""
+    every sample is its own point (the critics' inputs ``critic_inputs`` (H K, Dc),
+    :meth:`Setup.sample_inputs`), with its action, advantages / K and lambda-returns; counts
+    are 1 (O(H K) time and memory, any action space)."""
     horizon, k = batch.actions.shape[:2]
-    values = _critic_values(setup, critics, inputs).reshape(horizon, k, -1)
+    values = _critic_values(setup, critics, critic_inputs).reshape(horizon, k, -1)
     adv, ret = advantages_and_targets(batch, values, config.gamma, config.gae_lambda)
     n = horizon * k
-    return SampleStatistics(
+    counts = jnp.ones((n,), adv.dtype)
+    stats = SampleStatistics(
         cells=jnp.arange(n, dtype=jnp.int32).reshape(horizon, k),
         actions=batch.actions.reshape((n,) + batch.actions.shape[2:]),
         adv_sums=adv.reshape(n, -1) / k,
-        counts=jnp.ones((n,), adv.dtype),
+        counts=counts,
         weights=jnp.full((n,), 1.0 / n, adv.dtype),
-        ret_sums=ret.reshape(n, -1),
     )
+    return stats, CriticTargets(inputs=critic_inputs, ret_sums=ret.reshape(n, -1), counts=counts)
+
+
+@struct.dataclass
+class CriticTargets:
+    """What the critics regress on: their U' distinct inputs (every sample on the sampled
+    path) ``inputs`` (U', Dc), the sums of the lambda-returns there ``ret_sums`` (U', C) and
+    the visit counts ``counts`` (U',)."""
+
+    inputs: Array
+    ret_sums: Array
+    counts: Array
 
 
 def fit_critics(
     critics: Any,
     critic_opt: Any,
-    stats: CellStatistics | SampleStatistics,
+    stats: CriticTargets,
     key: Array,
     setup: Setup,
     config: Config,
-    inputs: Array | None = None,
 ) -> tuple[Any, Any]:
     """Step 7: ``critic_epochs`` epochs of ``critic_minibatches`` Adam steps on the
     visit-weighted squared error (in value-scale units) to the mean lambda-return of each
-    distinct input (of each sample on the sampled path: ``inputs``, the points of ``stats``)."""
-    inputs = setup.inputs if inputs is None else inputs
+    distinct critic input (of each sample on the sampled path)."""
+    inputs = stats.inputs
     num_inputs = inputs.shape[0]
     minibatch = num_inputs // config.critic_minibatches
     targets = stats.ret_sums / jnp.maximum(stats.counts, 1.0)[:, None]  # (U, C)
@@ -479,11 +535,20 @@ def update(
     step_fraction (), optimisation_case (), entropy ())."""
     k_critic, k_fisher = key
     st = train_state
-    c = jnp.mean(batch.episode_costs[:, 0]) - setup.threshold
+    # c = J_C_hat - alpha + m: the step asks the linearised cost for the safety margin m below
+    # alpha that every learner's multiplier aims at (multipliers.relative_violation), so the
+    # returned policy's upper cost bound, not only its mean, comes within alpha
+    c = multipliers.relative_violation(
+        batch.episode_costs[:, :1],
+        setup.threshold[None],
+        jnp.ones((1,), jnp.float32),
+        config.eval_episodes,
+        config.eval_episodes * config.eval_chunks_max,
+    )[0]
     if setup.sampled:  # per-sample statistics and the action head's log-probabilities and KL
-        inputs = setup.sample_inputs(batch)  # (H K, D): the points of stats
+        inputs, critic_inputs = setup.sample_inputs(batch)  # (H K, D), (H K, Dc): the points of stats
         out_old = setup.actor.apply(st.actor, inputs)  # (H K, O)
-        stats = sample_statistics(batch, st.critics, inputs, setup, config)
+        stats, critic_targets = sample_statistics(batch, st.critics, critic_inputs, setup, config)
         actor, info = sampled_trust_region_step(
             st.actor, out_old, stats, c, k_fisher, setup, config, inputs, setup.head
         )
@@ -494,10 +559,10 @@ def update(
             logp_old = batch.behaviour
         else:
             logp_old = jax.nn.log_softmax(setup.actor.apply(st.actor, inputs), axis=-1)
-        stats = cell_statistics(batch, st.critics, setup, config)
+        stats, critic_targets = cell_statistics(batch, st.critics, setup, config)
         actor, info = trust_region_step(st.actor, logp_old, stats, c, k_fisher, setup, config, inputs)
         entropy = -jnp.sum(stats.weights * jnp.sum(jnp.exp(logp_old) * logp_old, axis=-1))
-    critics, critic_opt = fit_critics(st.critics, st.critic_opt, stats, k_critic, setup, config, inputs)
+    critics, critic_opt = fit_critics(st.critics, st.critic_opt, critic_targets, k_critic, setup, config)
     nu = jnp.broadcast_to(info["multiplier"], st.multipliers.shape).astype(jnp.float32)
     new_state = st.replace(actor=actor, critics=critics, critic_opt=critic_opt, multipliers=nu, step=st.step + 1)
     metrics = {

@@ -205,7 +205,6 @@ class CellStatistics(NamedTuple):
             the surrogates' weights.
         seen: (u, a) has at least one sample, (U, A).
         counts: samples per distinct input, (U,). weights: counts / (H K), (U,).
-        ret_sums: sum of the lambda-returns per distinct input, (U, C).
     """
 
     cells: Array
@@ -213,7 +212,6 @@ class CellStatistics(NamedTuple):
     seen: Array
     counts: Array
     weights: Array
-    ret_sums: Array
 
 
 class SampleStatistics(NamedTuple):
@@ -226,7 +224,6 @@ class SampleStatistics(NamedTuple):
             box actions (N, d)).
         adv_sums: each sample's advantages divided by K, (N, C): the surrogates' weights.
         counts: ones, (N,). weights: 1 / N, (N,).
-        ret_sums: each sample's lambda-returns, (N, C).
     """
 
     cells: Array
@@ -234,7 +231,6 @@ class SampleStatistics(NamedTuple):
     adv_sums: Array
     counts: Array
     weights: Array
-    ret_sums: Array
 
 
 def trust_region_step(

@@ -246,3 +246,70 @@ def test_multiplier_law_and_the_geometric_law_is_the_shared_one():
     np.testing.assert_allclose(
         np.asarray(new.multipliers), np.broadcast_to(np.asarray(nu), (env.horizon, 1)), rtol=1e-5
     )
+
+
+def test_kl_early_stopping_stops_the_actor_and_not_the_critics():
+    """``target_kl``: the epochs after the one whose KL passed the target leave the actor (and
+    its optimizer state) as they are, while the critics take every epoch: with a target no
+    step stays under, the actor is that of two epochs (the KL is 0 before the first), the
+    critics those of all ``num_epochs`` (the advantages come from the critics before the
+    update, so the two families do not interact within it)."""
+    grid = fhc.GridWorld(size=3, horizon=4, alpha=2.0)
+    base = dict(episodes_per_iteration=32, num_iterations=2)
+    cfgs = {
+        "stopped": ecop.Config(**base, num_epochs=8, target_kl=1e-9),
+        "two": ecop.Config(**base, num_epochs=2),
+        "all": ecop.Config(**base, num_epochs=8),
+    }
+    new = {}
+    for name, cfg in cfgs.items():
+        cfg = resolve_env_defaults(cfg, True)
+        setup = ecop.setup(grid, grid.default_params, cfg)
+        state = ecop.init(jax.random.key(0), setup, cfg)
+        batch = ecop.rollout(jax.random.key(1), state, setup, cfg)
+        new[name], metrics = jax.jit(lambda st, b, s=setup, c=cfg: ecop.update(st, b, None, s, c))(state, batch)
+        if name == "stopped":
+            assert int(metrics["epochs"]) == 2
+    same = lambda a, b: jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
+    same(new["stopped"].actor, new["two"].actor)
+    same(new["stopped"].critic, new["all"].critic)
+    moved = jax.tree.leaves(
+        jax.tree.map(lambda x, y: float(jnp.max(jnp.abs(x - y))), new["two"].critic, new["all"].critic)
+    )
+    assert max(moved) > 0.0  # the critics of eight epochs are not those of two
+
+
+@pytest.mark.slow
+def test_mean_bound_and_budget_tightening_on_box_actions():
+    """``mean_bound_coef`` pulls Gaussian means that lie beyond the action box back towards it
+    (every sample of such a mean is clipped to the same action, so the surrogates cannot);
+    ``budget_tightening`` steers the multiplier to a threshold that starts at the largest
+    episode cost: the over-budget initial policy moves it only without the tightening."""
+    from box_task import Reach
+
+    env = Reach()
+    params = env.default_params
+
+    def one_update(shift: float, **changes):
+        cfg = resolve_env_defaults(ecop.Config(episodes_per_iteration=64, num_epochs=4, **changes), False)
+        setup = ecop.setup(env, params, cfg)
+        state = ecop.init(jax.random.key(0), setup, cfg)
+        if shift:  # every stage's Gaussian mean m moved beyond the box (m = 1 is its edge)
+            last = max((k for k in state.actor["params"] if k.startswith("Dense_")), key=lambda k: int(k[6:]))
+            bias = state.actor["params"][last]["bias"]
+            d = env.action_space.shape[0]
+            moved = bias.at[..., :d].add(shift)
+            actor = {"params": {**state.actor["params"], last: {**state.actor["params"][last], "bias": moved}}}
+            state = state.replace(actor=actor, actor_average=actor)
+        batch = ecop.rollout(jax.random.key(1), state, setup, cfg)
+        new, _ = jax.jit(lambda st, b: ecop.update(st, b, None, setup, cfg))(state, batch)
+        obs = setup.normalize(batch.observations[:-1])
+        excess = lambda st: float(jnp.mean(setup.head.mean_excess(setup.actor.apply(st.actor, obs))))
+        return excess(state), excess(new), float(jnp.max(new.multipliers))
+
+    before, free, _ = one_update(3.0)
+    _, bounded, _ = one_update(3.0, mean_bound_coef=1.0)
+    assert before > 1.0 and bounded < free - 0.05, (before, free, bounded)
+    *_, nu_tight = one_update(0.0, budget_tightening=1.0)
+    *_, nu_plain = one_update(0.0)
+    assert nu_tight == 0.0 and nu_plain > 0.0, (nu_tight, nu_plain)

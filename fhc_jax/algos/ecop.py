@@ -107,6 +107,15 @@ class Config(NetworkConfig):
             C(pi_k) >= c_k. damping_max: beta_max.
         initial_multiplier: lambda_t at n = 0. multiplier_max: lambda_t in [0, multiplier_max].
         multiplier_step, multiplier_relative_gain: c and K_r of the "geometric" law.
+        mean_bound_coef: c_b >= 0, box action spaces only: the actor loss adds
+            c_b sum_h mean_k sum_d max(|m_d| - 1, 0)^2, a penalty on the Gaussian means beyond the
+            box (m in units of the half range, :mod:`fhc_jax.algos.core.distributions`), per stage
+            as the stage's surrogates: beyond it every sample is clipped to the same action and
+            the advantages cannot pull it back.
+        budget_tightening: f in [0, 1]: the multiplier steers to a threshold that tightens
+            from the largest episode cost the signals allow to alpha over the first f N
+            updates (:func:`fhc_jax.algos.core.multipliers.tightened_thresholds`), so a control
+            task is learned before its budget binds.
         output_scale: initial scale of the actors' output layer (small: near-uniform policy).
         policy_averaging: reported policy = actor with the Polyak average of its parameters
             (weight beta_avg; 0 reports the last iterate). Rollouts use the current actor.
@@ -136,6 +145,8 @@ class Config(NetworkConfig):
     multiplier_method: str = static("geometric", choices=MULTIPLIER_METHODS)
     multiplier_step: float = numeric(0.1, low=0.0, high=1.0)
     multiplier_relative_gain: float = numeric(0.5, low=0.0, high=1.0)
+    budget_tightening: float = numeric(0.0, low=0.0, high=1.0)
+    mean_bound_coef: float = numeric(0.0, low=0.0)
     output_scale: float = numeric(0.1, low=0.0, low_open=True)
     policy_averaging: float = numeric(0.0, low=0.0, high=1.0, high_open=True)
 
@@ -272,7 +283,9 @@ def update(
 
         def policy_terms(actor):
             out = setup.actor.apply(actor, obs)
-            return head.log_prob(out, batch.actions), head.entropy(out)
+            # per stage, as the stage's surrogates: sum_h mean_k of the excess
+            bound = jnp.sum(jnp.mean(head.mean_excess(out), axis=1)) if hasattr(head, "mean_excess") else 0.0
+            return head.log_prob(out, batch.actions), head.entropy(out), bound
 
         def new_kl(actor):
             return jnp.mean(head.kl(out_old, setup.actor.apply(actor, obs)))
@@ -289,7 +302,7 @@ def update(
         def policy_terms(actor):
             lp_rows = jax.nn.log_softmax(setup.actor.apply(actor, obs), axis=-1)[hs, s_h]
             logp = jnp.take_along_axis(lp_rows, batch.actions[..., None], axis=-1)[..., 0]
-            return logp, -jnp.sum(jnp.exp(lp_rows) * lp_rows, axis=-1)
+            return logp, -jnp.sum(jnp.exp(lp_rows) * lp_rows, axis=-1), 0.0
 
         def new_kl(actor):
             new_logp = jax.nn.log_softmax(setup.actor.apply(actor, obs), axis=-1)[hs, s_h]
@@ -305,8 +318,11 @@ def update(
     # J_C with the safety margin; the step beta counts relative violations (multipliers, "Units"):
     # lambda <- lambda + beta Psi / u with u the violation unit, i.e. beta / u in the loss (8)
     units = multipliers.violation_units(setup.thresholds, num_stages)  # (M,)
+    thresholds = multipliers.tightened_thresholds(  # the budget tightens to alpha over f N updates
+        setup.thresholds, setup.value_scale[1:], st.step, cfg.num_iterations, cfg.budget_tightening
+    )
     violation = multipliers.relative_violation(
-        batch.episode_costs, setup.thresholds, units, cfg.eval_episodes, cfg.eval_episodes * cfg.eval_chunks_max
+        batch.episode_costs, thresholds, units, cfg.eval_episodes, cfg.eval_episodes * cfg.eval_chunks_max
     )
     excess = units * violation
     psi_old = tail_sums(jnp.mean(adv_c, axis=1)) + excess
@@ -316,7 +332,7 @@ def update(
             st.multiplier_state,
             violation,
             batch.episode_costs,
-            setup.thresholds,
+            thresholds,
             units,
             num_stages,
             cfg.multiplier_step,
@@ -330,9 +346,10 @@ def update(
     lam, beta = nu.reshape(num_stages, m), st.damping / units
 
     def loss_fn(net):
-        logp, ent = policy_terms(net["actor"])  # (H, K) each
+        logp, ent, beyond = policy_terms(net["actor"])  # (H, K) each; the Gaussian means beyond the box
         s_r, s_c = stage_surrogates(logp, logp_old, adv_r, adv_c, cfg.clip_eps)
         actor_loss = jacobi_objective(s_r, s_c, excess, lam, beta) - cfg.entropy_coef * jnp.sum(jnp.mean(ent, 1))
+        actor_loss = actor_loss + cfg.mean_bound_coef * beyond
         v = at_samples(setup.critic.apply(net["critic"], obs))
         value_loss = jnp.mean(jnp.sum((v - targets) ** 2, axis=-1))
         log_ratio = logp - logp_old
@@ -354,7 +371,12 @@ def update(
         new_net = optax.apply_updates(net, updates)
         keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(active, a, b), new, old)
         stop = (cfg.target_kl > 0) & (aux["kl"] > cfg.target_kl)
-        return (keep(new_net, net), keep(new_opt, opt), active & ~stop), {**aux, "done": active.astype(jnp.float32)}
+        # KL early stopping stops the actor; the critics take every epoch
+        new_net = {"actor": keep(new_net["actor"], net["actor"]), "critic": new_net["critic"]}
+        inner = dict(new_opt.inner_states)
+        inner["actor"] = keep(new_opt.inner_states["actor"], opt.inner_states["actor"])
+        new_opt = new_opt._replace(inner_states=inner)
+        return (new_net, new_opt, active & ~stop), {**aux, "done": active.astype(jnp.float32)}
 
     net0 = {"actor": st.actor, "critic": st.critic}
     (net, opt, _), ep = jax.lax.scan(epoch, (net0, st.opt_state, jnp.asarray(True)), None, length=cfg.num_epochs)

@@ -545,7 +545,7 @@ def test_neural_train_states_record_one_static_network_spec():
         (ecop, ecop.Config(width=7, activation="relu"), "one_hot", True),
         (pl, pl.Config(width=7, initial_log_std=-1.0), "xy", False),
         (cpo, cpo.Config(width=7, observation="xyt"), "xyt", False),
-        (saute, saute.Config(width=7), "xy", False),
+        (saute, saute.Config(width=7), "xyt", False),
     )
     for module, cfg, observation, normalized in cases:
         state = module.init(jax.random.key(0), module.setup(grid, params, cfg), cfg)

@@ -62,8 +62,8 @@ def _cases():
         "cpo_xy": (cpo, cpo.Config(**small)),
         "cpo_xyt": (cpo, cpo.Config(**small, observation="xyt")),
         "ecop": (ecop, ecop.Config(**small, multiplier_method="paper", multiplier_max=20.0)),
-        "saute": (saute, saute.Config(**small, multiplier_method="pid")),
-        "saute_geometric": (saute, saute.Config(**small)),
+        "saute": (saute, saute.Config(**small, multiplier_method="pid", observation="xy")),
+        "saute_geometric": (saute, saute.Config(**small)),  # the default observation: "xyt" here
     }
 
 

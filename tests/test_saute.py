@@ -402,7 +402,7 @@ def test_config_and_environment_validation():
     with pytest.raises(ValueError, match="cost counts track one constraint, GridWorld has 2"):
         saute.make_train(two, two.default_params, saute.Config(budget="count"))
     setup = saute.setup(two, two.default_params, saute.Config())  # two budgets, continuous
-    assert setup.budget == "continuous" and setup.env.observation_shape == (4,)
+    assert setup.budget == "continuous" and setup.env.observation_shape == (5,)  # (x, y, h / H, z1, z2)
     zero = fhc.TabularEnv(_chain(alpha=0.0))
     with pytest.raises(ValueError, match=r"needs thresholds alpha > 0, found \[0.0\]"):
         saute.setup(zero, zero.default_params, saute.Config())

@@ -104,7 +104,9 @@ class Config(ppo.Config):
             asks for the count representation.
         observation: the input of the base state: "xy", "xyt", "one_hot" (encoders the
             environment supports), "env" (its own observation), "env_t" (with h / H), or
-            "auto" (the default: "xy" on a spatial tabular environment, else "env").
+            "auto" (the default: the stage with the state on a tabular environment, "xyt" on
+            a spatial one, else "env_t"; "env" elsewhere: the finite-horizon optimum is
+            non-stationary, and (s, z) alone gives one action law for every stage).
     Numeric fields:
         unsafe_reward: n >= 0, the reward once a budget is exhausted (z_{h+1} <= 0) is
             min(r, -n) (a penalty r < -n is kept), in training units (rewards divided by their

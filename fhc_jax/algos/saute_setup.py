@@ -81,11 +81,16 @@ class Setup:
 
 
 def resolve_base_observation(env: Environment, observation: str) -> str:
-    """``Config.observation = "auto"``: "xy" on a tabular environment that supports it (a
-    spatial one), else "env"; any other value unchanged."""
+    """``Config.observation = "auto"``: on a tabular environment the base state with its stage,
+    "xyt" where the environment supports it (a spatial one), else "env_t" (its own observation
+    with h / H appended); "env" elsewhere (whose observation carries the stage if the task
+    needs it); any other value unchanged. The finite-horizon optimum is non-stationary: the
+    augmented state (s, z) alone leaves the network one action law for every stage."""
     if observation != "auto":
         return observation
-    return "xy" if env.is_tabular and "xy" in env.supported_observations else "env"
+    if not env.is_tabular:
+        return "env"
+    return "xyt" if "xyt" in env.supported_observations else "env_t"
 
 
 def check_observation(env: Environment, observation: str) -> None:

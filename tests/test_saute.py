@@ -169,12 +169,12 @@ def test_detect_cost_unit(values, unit):
 @pytest.mark.slow
 def test_budget_representation_and_default_observation():
     """ "auto": cost counts where the exact model's stage costs are integer multiples of a unit
-    (the gridworld: "xy"; a model paying 0 or 2 counts in units of 2, also once its signals
-    are scaled), else the continuous budget on the environment's own observation; the budget in
+    (the gridworld, on its coordinates and stage "xyt"; a model paying 0 or 2 counts in units of
+    2, also once its signals are scaled), else the continuous budget; the budget in
     units (alpha / unit) does not depend on the units of the costs."""
     grid = fhc.GridWorld(size=4, horizon=6, alpha=3.0)
     st = saute.init(jax.random.key(0), saute.setup(grid, grid.default_params, saute.Config()), saute.Config())
-    assert (st.budget, st.budget_units, st.network.observation) == ("count", 3.0, "xy")
+    assert (st.budget, st.budget_units, st.network.observation) == ("count", 3.0, "xyt")
     cmdp = _chain()
     for scale in (1.0, 2.0, 0.01):
         env = fhc.TabularEnv(suite.rescale(cmdp, 1.0, scale))
@@ -182,15 +182,17 @@ def test_budget_representation_and_default_observation():
         assert saute_setup.resolve_budget(env, params, saute.Config()) == ("count", pytest.approx(2.0))
         scaled = ScaledSignals(env, 1.0, [scale * 0.5])  # the learner's copy in other units still counts 2 units
         setup = saute.setup(scaled, params, saute.Config())
-        assert setup.budget == "count" and setup.env.levels == 4 and setup.ppo.rows.shape == (2 * 4, 3)
+        # rows per (stage, state, level): (H S B, one-hot state + z + h / H)
+        assert setup.budget == "count" and setup.env.levels == 4 and setup.ppo.rows.shape == (4 * 2 * 4, 4)
     garnet = fhc.TabularEnv(suite.garnet(6, 2, 3, 2, 0))
     setup = saute.setup(garnet, garnet.default_params, saute.Config())
     st = saute.init(jax.random.key(0), setup, saute.Config())
-    assert (st.budget, st.network.observation, setup.env.observation_shape) == ("continuous", "env", (7,))
+    # BudgetEnv's observation (one-hot, z); the network appends h / H ("env_t")
+    assert (st.budget, st.network.observation, setup.env.observation_shape) == ("continuous", "env_t", (7,))
     st = saute.init(
         jax.random.key(0), saute.setup(grid, grid.default_params, saute.Config(budget="continuous")), saute.Config()
     )
-    assert (st.budget, st.network.observation) == ("continuous", "xy")  # the grid's coordinates, then z
+    assert (st.budget, st.network.observation) == ("continuous", "xyt")  # the grid's coordinates and stage, then z
     with pytest.raises(
         ValueError,
         match=r"Config.observation must be one of 'one_hot', 'env', 'env_t' or 'auto' "
@@ -339,7 +341,7 @@ def test_starts_and_learns_on_inventory():
     env, params = suite.task("inventory").make()
     cfg = saute.Config(num_iterations=40, episodes_per_iteration=128, eval_every=20, eval_episodes=1024)
     out = jax.jit(saute.make_train(env, params, cfg))(jax.random.key(0))
-    assert (out.state.budget, out.state.network.observation) == ("continuous", "env")
+    assert (out.state.budget, out.state.network.observation) == ("continuous", "env_t")
     _improves(out, env, params, 40.0)  # the initial (uniform) policy earns 23%
 
 
@@ -353,6 +355,19 @@ def test_starts_and_learns_on_a_garnet_task():
     out = jax.jit(saute.make_train(env, params, cfg))(jax.random.key(0))
     assert out.state.budget == "continuous"
     _improves(out, env, params, 82.0)
+
+
+def test_default_observation_carries_the_stage_on_tabular_environments():
+    """ "auto": the base state with its stage on a tabular environment ("xyt" where the
+    environment supports it, else its own observation with h / H, "env_t"), the environment's
+    own observation without a tabular model; a named observation is kept."""
+    grid = fhc.GridWorld(size=4, horizon=6, alpha=3.0)
+    table = fhc.TabularEnv(_chain())
+    hidden = _HiddenModel(_chain())
+    assert saute_setup.resolve_base_observation(grid, "auto") == "xyt"
+    assert saute_setup.resolve_base_observation(table, "auto") == "env_t"
+    assert saute_setup.resolve_base_observation(hidden, "auto") == "env"
+    assert saute_setup.resolve_base_observation(grid, "xy") == "xy"
 
 
 class _HiddenModel(fhc.TabularEnv):

@@ -182,20 +182,20 @@ def test_budget_representation_and_default_observation():
         assert saute_setup.resolve_budget(env, params, saute.Config()) == ("count", pytest.approx(2.0))
         scaled = ScaledSignals(env, 1.0, [scale * 0.5])  # the learner's copy in other units still counts 2 units
         setup = saute.setup(scaled, params, saute.Config())
-        # rows per (stage, state, level): (H S B, one-hot state + z + h / H)
-        assert setup.budget == "count" and setup.env.levels == 4 and setup.ppo.rows.shape == (4 * 2 * 4, 4)
+        # rows per (stage, state, level): (H S B, one-hot state + one-hot stage (H + 1) + z + h / H)
+        assert setup.budget == "count" and setup.env.levels == 4 and setup.ppo.rows.shape == (4 * 2 * 4, 2 + 5 + 2)
     garnet = fhc.TabularEnv(suite.garnet(6, 2, 3, 2, 0))
     setup = saute.setup(garnet, garnet.default_params, saute.Config())
     st = saute.init(jax.random.key(0), setup, saute.Config())
-    # BudgetEnv's observation (one-hot, z); the network appends h / H ("env_t")
-    assert (st.budget, st.network.observation, setup.env.observation_shape) == ("continuous", "env_t", (7,))
+    # BudgetEnv's observation (one-hot state, one-hot stage of H + 1 = 4, z); the network appends h / H
+    assert (st.budget, st.network.observation, setup.env.observation_shape) == ("continuous", "env_stage", (11,))
     st = saute.init(
         jax.random.key(0), saute.setup(grid, grid.default_params, saute.Config(budget="continuous")), saute.Config()
     )
     assert (st.budget, st.network.observation) == ("continuous", "xyt")  # the grid's coordinates and stage, then z
     with pytest.raises(
         ValueError,
-        match=r"Config.observation must be one of 'one_hot', 'env', 'env_t' or 'auto' "
+        match=r"Config.observation must be one of 'one_hot', 'env', 'env_t', 'env_stage' or 'auto' "
         r"for TabularEnv, found 'xy'",
     ):
         saute.setup(garnet, garnet.default_params, saute.Config(observation="xy"))
@@ -341,7 +341,7 @@ def test_starts_and_learns_on_inventory():
     env, params = suite.task("inventory").make()
     cfg = saute.Config(num_iterations=40, episodes_per_iteration=128, eval_every=20, eval_episodes=1024)
     out = jax.jit(saute.make_train(env, params, cfg))(jax.random.key(0))
-    assert (out.state.budget, out.state.network.observation) == ("continuous", "env_t")
+    assert (out.state.budget, out.state.network.observation) == ("continuous", "env_stage")
     _improves(out, env, params, 40.0)  # the initial (uniform) policy earns 23%
 
 
@@ -359,13 +359,14 @@ def test_starts_and_learns_on_a_garnet_task():
 
 def test_default_observation_carries_the_stage_on_tabular_environments():
     """ "auto": the base state with its stage on a tabular environment ("xyt" where the
-    environment supports it, else its own observation with h / H, "env_t"), the environment's
+    environment supports it, else its own observation with the stage one-hot and h / H,
+    "env_stage"), the environment's
     own observation without a tabular model; a named observation is kept."""
     grid = fhc.GridWorld(size=4, horizon=6, alpha=3.0)
     table = fhc.TabularEnv(_chain())
     hidden = _HiddenModel(_chain())
     assert saute_setup.resolve_base_observation(grid, "auto") == "xyt"
-    assert saute_setup.resolve_base_observation(table, "auto") == "env_t"
+    assert saute_setup.resolve_base_observation(table, "auto") == "env_stage"
     assert saute_setup.resolve_base_observation(hidden, "auto") == "env"
     assert saute_setup.resolve_base_observation(grid, "xy") == "xy"
 
@@ -423,3 +424,38 @@ def test_config_and_environment_validation():
         saute.setup(zero, zero.default_params, saute.Config())
     with pytest.raises(ValueError, match="Config.budget = 'count' needs the tabular path"):
         saute.setup(two, two.default_params, saute.Config(budget="count", path="sampled"))
+
+
+def test_stage_observation_is_the_same_input_on_every_path():
+    """ "env_stage": BudgetEnv's observation at stage h is the environment's own observation, then
+    e_h (H + 1 entries), then z; the count path's rows and the continuous path's table inputs
+    (the reported Markov policy's, at states the estimate did not visit) are the same vectors
+    the network reads in BudgetEnv, so one network serves all three."""
+    from fhc_jax.envs.saute import BudgetEnv
+
+    env = fhc.TabularEnv(_chain())
+    params = env.default_params
+    h_max = env.horizon
+    benv = BudgetEnv(env, [2.0], "env_stage")
+    assert benv.observation_shape == (2 + (h_max + 1) + 1,)
+    obs, state = benv.reset(jax.random.key(0), params)
+    seen = [np.asarray(obs)]
+    for h in range(h_max):
+        obs, state, *_ = benv.transition(benv.noise(jax.random.key(h), params), state, jnp.int32(1), params)
+        seen.append(np.asarray(obs))
+    for h, o in enumerate(seen):
+        np.testing.assert_array_equal(o[2 : 2 + h_max + 1], np.eye(h_max + 1)[h])  # e_h
+        np.testing.assert_allclose(o[-1], (2.0 - h) / 2.0)  # z: one unit of cost per stage from h = 0
+    counts = saute.setup(env, params, saute.Config(observation="env_stage"))
+    rows = np.asarray(counts.ppo.rows).reshape(h_max, env.num_states, counts.env.levels, -1)
+    for h in range(h_max):
+        np.testing.assert_array_equal(
+            rows[h, :, :, 2 : 2 + h_max + 1], np.broadcast_to(np.eye(h_max + 1)[h], (2, 4, 5))
+        )
+        np.testing.assert_allclose(rows[h, :, :, -1], h / h_max)  # h / H after z, as PPO appends it
+    cont = saute.setup(env, params, saute.Config(observation="env_stage", budget="continuous"))
+    base = np.asarray(cont.base_inputs)  # (H, S, D): own observation, then e_h
+    assert base.shape == (h_max, 2, 2 + h_max + 1)
+    np.testing.assert_array_equal(base[:, :, 2:], np.broadcast_to(np.eye(h_max + 1)[:h_max, None], (h_max, 2, 5)))
+    with pytest.raises(ValueError, match="'env_stage'"):
+        BudgetEnv(env, [2.0], "stage")

@@ -18,9 +18,10 @@ from fhc_jax.algos import ppo_lagrangian as ppo
 from fhc_jax.algos.core.networks import NetworkSpec
 from fhc_jax.algos.core.paths import ENV_OBSERVATIONS, judged_exactly
 from fhc_jax.algos.core.sampled_inputs import input_table
-from fhc_jax.algos.core.tabular_rollout import TabularModel, observation_table, tabular_model, value_scale
+from fhc_jax.algos.core.tabular_rollout import TabularModel, tabular_model, value_scale
 from fhc_jax.envs.base import Environment
 from fhc_jax.envs.saute import (
+    STAGE_OBSERVATION,
     BudgetEnv,
     SauteEnv,
     _multiples,
@@ -28,14 +29,19 @@ from fhc_jax.envs.saute import (
     budget_levels,
     count_kernel,
     detect_cost_unit,
+    stage_one_hot,
 )
 from fhc_jax.envs.wrappers import ScaledSignals
 
 Array = jax.Array
 
 #: the network inputs of the base state (z is appended): encoders ("xy", "xyt", "one_hot") or
-#: the environment's own observation ("env", "env_t": with h / H appended)
-OBSERVATIONS = ppo.OBSERVATIONS
+#: the environment's own observation ("env"; "env_t": with h / H appended; "env_stage": with the
+#: stage one-hot e_h (H + 1 entries) and h / H)
+OBSERVATIONS = (*ppo.OBSERVATIONS, STAGE_OBSERVATION)
+
+#: the observations that read the environment's own observation (not an encoder of its states)
+OWN_OBSERVATIONS = (*ENV_OBSERVATIONS, STAGE_OBSERVATION)
 
 #: the count representation only while the augmented policy table has at most this many
 #: entries (H S B A; B budget levels); "auto" takes the continuous budget above it
@@ -82,26 +88,28 @@ class Setup:
 
 def resolve_base_observation(env: Environment, observation: str) -> str:
     """``Config.observation = "auto"``: on a tabular environment the base state with its stage,
-    "xyt" where the environment supports it (a spatial one), else "env_t" (its own observation
-    with h / H appended); "env" elsewhere (whose observation carries the stage if the task
-    needs it); any other value unchanged. The finite-horizon optimum is non-stationary: the
-    augmented state (s, z) alone leaves the network one action law for every stage."""
+    "xyt" where the environment supports it (a spatial one), else "env_stage" (its own
+    observation with the stage one-hot and h / H); "env" elsewhere (whose observation carries
+    the stage if the task needs it); any other value unchanged. The finite-horizon optimum is
+    non-stationary: the augmented state (s, z) alone leaves the network one action law for
+    every stage, and a stage read only as h / H leaves neighbouring stages nearly one law where
+    the optimum switches between them (a tight budget spent at the right stages)."""
     if observation != "auto":
         return observation
     if not env.is_tabular:
         return "env"
-    return "xyt" if "xyt" in env.supported_observations else "env_t"
+    return "xyt" if "xyt" in env.supported_observations else STAGE_OBSERVATION
 
 
 def check_observation(env: Environment, observation: str) -> None:
     """Whether ``observation`` can be the input of ``env``'s base state (ValueError if not)."""
-    valid = [o for o in (*env.supported_observations, *ENV_OBSERVATIONS) if o in OBSERVATIONS]
+    valid = [o for o in (*env.supported_observations, *OWN_OBSERVATIONS) if o in OBSERVATIONS]
     if observation not in valid:
         raise ValueError(
             f"saute: Config.observation must be one of {', '.join(map(repr, valid))} or 'auto' for "
             f"{env.name}, found {observation!r}"
         )
-    if observation in ENV_OBSERVATIONS and len(env.observation_shape) != 1:
+    if observation in OWN_OBSERVATIONS and len(env.observation_shape) != 1:
         raise ValueError(
             f"saute: Config.observation = {observation!r}: the networks take flat observations, but "
             f"{env.name}'s have shape {tuple(env.observation_shape)}; flatten them in the environment"
@@ -191,7 +199,7 @@ def count_setup(env: Environment, params: Any, spec: NetworkSpec, units: float, 
     senv = SauteEnv(env, alpha, cost_unit=alpha / units)
     h, s, b = senv.horizon, env.num_states, senv.levels
     base_obs, net_obs = network_observation(spec.observation)
-    base = np.asarray(input_table(env, params, base_obs), np.float32)[:h].reshape(h, s, -1)  # (H, S, D)
+    base = base_table(env, params, base_obs)[:h]  # (H, S, D)
     z = np.asarray(senv.budget(np.arange(b)), np.float32)
     parts = [
         np.broadcast_to(base[:, :, None], (h, s, b, base.shape[-1])),
@@ -250,10 +258,25 @@ def count_setup(env: Environment, params: Any, spec: NetworkSpec, units: float, 
 
 def network_observation(observation: str) -> tuple[str, str]:
     """(the base observation of :class:`BudgetEnv`, PPO's input over it) of a Saute observation:
-    "env_t" appends the stage after z; encoders encode the base state."""
+    "env_t" appends the stage after z; "env_stage" puts the stage one-hot in the base
+    observation and h / H after z; encoders encode the base state."""
+    if observation == STAGE_OBSERVATION:
+        return STAGE_OBSERVATION, "env_t"
     if observation in ENV_OBSERVATIONS:
         return "env", observation
     return observation, "env"
+
+
+def base_table(env: Environment, params: Any, base_obs: str) -> np.ndarray:
+    """The base observation of every (stage, state) of a tabular environment, (H+1, S, D)
+    float32 (host-side): an encoder's, the environment's own ("env"), or that followed by the
+    stage one-hot ("env_stage", D = D_env + H + 1)."""
+    name = "env" if base_obs == STAGE_OBSERVATION else base_obs
+    table = np.asarray(input_table(env, params, name), np.float32).reshape(env.horizon + 1, env.num_states, -1)
+    if base_obs != STAGE_OBSERVATION:
+        return table
+    e = np.asarray(stage_one_hot(np.arange(env.horizon + 1), env.horizon))  # (H+1, H+1)
+    return np.concatenate([table, np.broadcast_to(e[:, None], (*table.shape[:2], e.shape[-1]))], axis=-1)
 
 
 def continuous_setup(env: Environment, params: Any, spec: NetworkSpec, table_episodes: int, config: Any) -> Setup:
@@ -282,9 +305,7 @@ def continuous_setup(env: Environment, params: Any, spec: NetworkSpec, table_epi
     base_inputs = None
     base = benv.env
     if base.is_tabular:
-        name = None if base_obs == "env" else base_obs
-        base_inputs = jnp.asarray(observation_table(base, params, name), jnp.float32)[: base.horizon]
-        base_inputs = base_inputs.reshape(base.horizon, base.num_states, -1)
+        base_inputs = jnp.asarray(base_table(base, params, base_obs)[: base.horizon])
     return Setup(
         ppo=setup_ppo, env=train_env, budget="continuous", base_inputs=base_inputs, table_episodes=table_episodes
     )

@@ -36,6 +36,21 @@ Array = jax.Array
 #: tabular environment, or the environment's own observation (with h / H appended: "env_t")
 BASE_OBSERVATIONS = ("xy", "xyt", "one_hot", "env", "env_t")
 
+#: :class:`BudgetEnv`'s base observation of the environment's own observation followed by the
+#: stage one-hot, e_h of H + 1 entries (one input per stage: a network can then give every stage
+#: its own action law, as the finite-horizon optimum may need)
+STAGE_OBSERVATION = "env_stage"
+
+#: the base observations :class:`BudgetEnv` takes: encoders of a tabular environment, its own
+#: observation, and that with the stage one-hot
+BUDGET_OBSERVATIONS = (*BASE_OBSERVATIONS, STAGE_OBSERVATION)
+
+
+def stage_one_hot(h: Array, horizon: int) -> Array:
+    """The one-hot stage e_h, (..., H + 1) float32 (stages 0..H; ``h`` int, any shape)."""
+    return jax.nn.one_hot(jnp.asarray(h, jnp.int32), horizon + 1, dtype=jnp.float32)
+
+
 #: :func:`detect_cost_unit` tries the units c_min / d for d = 1 .. this (c_min the least
 #: positive stage cost)
 MAX_UNIT_DIVISOR = 16
@@ -317,8 +332,9 @@ class BudgetEnv(Environment):
     Args:
         env: the environment (flat observations, or tabular with the encoder below).
         alpha: the budgets alpha^(k) > 0, (M,) (default: ``env.thresholds(env.default_params)``).
-        observation: x: "env" (``env``'s own observation) or the name of an encoder ``env``
-            supports ("xy", "xyt", "one_hot").
+        observation: x: "env" (``env``'s own observation), "env_stage" (that followed by the
+            stage one-hot e_h, H + 1 entries) or the name of an encoder ``env`` supports ("xy",
+            "xyt", "one_hot").
     Raises:
         ValueError: a threshold that is not > 0, an unsupported or non-flat observation.
     """
@@ -331,13 +347,15 @@ class BudgetEnv(Environment):
             raise ValueError(
                 f"saute: the budget needs thresholds alpha > 0 (M = {m} of them), found {alpha.tolist()} for {env.name}"
             )
-        if observation == "env":
+        if observation in ("env", STAGE_OBSERVATION):
             encoder, shape = None, tuple(env.observation_shape)
         elif observation in env.supported_observations and observation in BASE_OBSERVATIONS:
             encoder = make_encoder(env.name, observation, env.supported_observations)
             shape = tuple(encoder.shape(env))
         else:
-            valid = ", ".join(repr(o) for o in ("env", *env.supported_observations) if o in BASE_OBSERVATIONS)
+            valid = ", ".join(
+                repr(o) for o in ("env", STAGE_OBSERVATION, *env.supported_observations) if o in BUDGET_OBSERVATIONS
+            )
             raise ValueError(
                 f"saute: the observation of the base state must be one of {valid} for {env.name}, found {observation!r}"
             )
@@ -347,7 +365,9 @@ class BudgetEnv(Environment):
                 "flatten them in the environment"
             )
         self.env, self.alpha, self.base_observation = env, tuple(float(a) for a in alpha), observation
-        self._base_encoder, self._base_dim = encoder, int(np.prod(shape, dtype=int))
+        self._stage_one_hot = observation == STAGE_OBSERVATION
+        stage_dim = env.horizon + 1 if self._stage_one_hot else 0
+        self._base_encoder, self._base_dim = encoder, int(np.prod(shape, dtype=int)) + stage_dim
 
     horizon = property(lambda self: self.env.horizon)
     num_actions = property(lambda self: self.env.num_actions)
@@ -367,9 +387,13 @@ class BudgetEnv(Environment):
         return f"BudgetEnv({self.env!r}, alpha={list(self.alpha)}, observation={self.base_observation!r})"
 
     def base_input(self, state: Any, params: Any) -> Array:
-        """x, the observation of a base state, (D,) float32."""
+        """x, the observation of a base state, (D,) float32 ("env_stage": the environment's own
+        observation, then the one-hot stage e_h, H + 1 entries)."""
         x = self.env.observation(state, params) if self._base_encoder is None else self._base_encoder(self.env, state)
-        return jnp.asarray(x, jnp.float32).reshape(self._base_dim)
+        x = jnp.asarray(x, jnp.float32).reshape(-1)
+        if self._stage_one_hot:
+            x = jnp.concatenate([x, stage_one_hot(state.time, self.env.horizon)])
+        return x.reshape(self._base_dim)
 
     def budget(self, state: BudgetState) -> Array:
         """z of a state, (alpha - cost so far) / alpha, (M,)."""

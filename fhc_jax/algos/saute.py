@@ -103,9 +103,10 @@ class Config(ppo.Config):
             default): detected from the exact model (:func:`detect_cost_unit`). Declaring one
             asks for the count representation.
         observation: the input of the base state: "xy", "xyt", "one_hot" (encoders the
-            environment supports), "env" (its own observation), "env_t" (with h / H), or
-            "auto" (the default: the stage with the state on a tabular environment, "xyt" on
-            a spatial one, else "env_t"; "env" elsewhere: the finite-horizon optimum is
+            environment supports), "env" (its own observation), "env_t" (with h / H),
+            "env_stage" (with the stage one-hot e_h, H + 1 entries, and h / H), or "auto" (the
+            default: the stage with the state on a tabular environment, "xyt" on a spatial
+            one, else "env_stage"; "env" elsewhere: the finite-horizon optimum is
             non-stationary, and (s, z) alone gives one action law for every stage).
     Numeric fields:
         unsafe_reward: n >= 0, the reward once a budget is exhausted (z_{h+1} <= 0) is

@@ -26,7 +26,7 @@ Each point is bounded: it is skipped, with the reason recorded, when its memory 
 ``trajectory_bytes``; XLA's buffer assignment of the compiled program, temporaries, arguments
 and outputs, before running, ``xla_bytes``), when the run time predicted from the learner's
 previous point exceeds ``--point-budget-s``, when the whole run has used ``--budget-s``, or
-when the learner does not support it (CPO and Saute-Lagrangian take one constraint). The
+when the learner does not support it (CPO takes at most 6 constraints). The
 machine record includes the load (``uptime``) before and after, since other programs may share
 the CPU. A run where a point fails (an error) or nothing is measured writes
 ``<out>.failed.json`` beside the results, leaves them untouched, and exits 1.

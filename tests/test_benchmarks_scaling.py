@@ -117,8 +117,8 @@ def test_points_are_skipped_with_their_reason():
     spent = scaling.Budget(1e-9)
     assert "time budget" in scaling.learner_point("fh-constrained", point, 1, 2**40, None, 60, spent)["skipped"]
     assert "time budget" in scaling.solver_point({"H": 10, "size": 4, "M": 1}, 1, spent)["skipped"]
-    unsupported = scaling.learner_point("cpo", {**point, "M": 2}, 1, 2**40, None, 60, scaling.Budget(60))
-    assert unsupported["skipped"].startswith("not supported") and "single constraint" in unsupported["skipped"]
+    unsupported = scaling.learner_point("cpo", {**point, "M": 7}, 1, 2**40, None, 60, scaling.Budget(60))
+    assert unsupported["skipped"].startswith("not supported") and "M must be in [1, 6]" in unsupported["skipped"]
 
 
 def test_iterations_memory_estimate_and_slopes():

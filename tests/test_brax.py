@@ -244,7 +244,7 @@ def test_every_gaussian_learner_runs_on_a_brax_env(pendulum, name):
     import importlib
 
     module = importlib.import_module(f"fhc_jax.algos.{name}")
-    kinetic = lambda s, a, n: jnp.square(n.pipeline_state.qd[0])  # one constraint: CPO takes no more
+    kinetic = lambda s, a, n: jnp.square(n.pipeline_state.qd[0])  # one constraint
     env = fhc.envs.from_brax(pendulum, horizon=10, cost_fn=kinetic, alpha=1.0)
     out = _train(module, env, module.Config(num_iterations=2, episodes_per_iteration=8), 1)
     assert np.all(np.isfinite(np.asarray(out.metrics.reward)))

@@ -12,6 +12,7 @@ import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import random_cmdp
 from scipy.optimize import minimize
 
 import fhc_jax as fhc
@@ -472,10 +473,95 @@ def test_config_validation(changes, match):
         cpo.Config(**changes)
 
 
-def test_more_than_one_constraint_is_rejected():
+def test_several_constraints_train_and_too_many_are_rejected():
+    """Two constraints: the multi-constraint subproblem trains (finite metrics, nu* per
+    constraint); more than MAX_CONSTRAINTS are refused before compiling, naming the range."""
     env = GridWorld(size=3, horizon=4, num_constraints=2, alpha=[3.0, 3.0])
-    with pytest.raises(ValueError, match=r"CPO supports a single constraint.*num_constraints = 2"):
-        cpo.make_train(env, env.default_params, cpo.Config())
+    cfg = cpo.Config(num_iterations=3, episodes_per_iteration=16, eval_every=0, observation="xyt")
+    out = jax.jit(cpo.make_train(env, env.default_params, cfg))(jax.random.key(0))
+    assert out.metrics.multipliers.shape == (3, 2) and np.all(np.isfinite(out.metrics.multipliers))
+    assert np.all(np.isfinite(out.metrics.reward)) and np.all(out.metrics.multipliers >= 0)
+    many = fhc.TabularEnv(random_cmdp(0, num_states=3, num_actions=2, horizon=2, num_constraints=7))
+    with pytest.raises(ValueError, match=r"M must be in \[1, 6\].*num_constraints = 7"):
+        cpo.make_train(many, many.default_params, cpo.Config())
+
+
+def _multi_problem(seed: int, m: int, offsets):
+    rng = np.random.default_rng(seed)
+    n = 6
+    q = rng.normal(size=(n, n))
+    f = q @ q.T + 0.5 * np.eye(n)
+    g = rng.normal(size=n)
+    b = rng.normal(size=(m, n)) + 0.5 * g
+    return f, g, b, np.asarray(offsets, np.float64)
+
+
+@pytest.mark.parametrize(
+    "seed,offsets",
+    [
+        (0, [-5.0, -5.0]),  # the whole trust region feasible: the TRPO step
+        (1, [-0.05, -0.08]),  # feasible, one or both constraints cut the trust region
+        (2, [0.05, -0.1]),  # one violated, the trust region meets both
+        (3, [-0.02, -0.03, -0.04]),
+        (4, [0.04, 0.02, -0.2]),
+    ],
+)
+def test_multi_constraint_step_solves_the_subproblem(seed, offsets):
+    """M constraints: the active-set dual's step satisfies the trust region and every
+    linearised constraint and attains the optimum of max g^T d s.t. c_k + b_k^T d <= 0,
+    d^T F d / 2 <= delta (SLSQP from several starts); KKT holds with nu >= 0."""
+    delta = 0.05
+    f, g, b, c = _multi_problem(seed, len(offsets), offsets)
+    x, y = np.linalg.solve(f, g), np.linalg.solve(f, b.T).T
+    with jax.enable_x64(True):
+        d, lam, nu, case = (
+            np.asarray(v)
+            for v in trust_region.cpo_direction_multi(*(jnp.asarray(v) for v in (g, b, x, y, c)), jnp.asarray(delta))
+        )
+    assert int(case) in (1, 2, 3) and float(lam) > 0 and np.all(nu >= 0)
+    assert 0.5 * d @ f @ d <= delta * (1 + 1e-6)
+    assert np.all(c + b @ d <= 1e-7)
+    cons = [{"type": "ineq", "fun": lambda z: delta - 0.5 * z @ f @ z}]
+    cons += [{"type": "ineq", "fun": (lambda z, k=k: -(c[k] + b[k] @ z))} for k in range(len(c))]
+    best = -np.inf
+    for start in np.random.default_rng(1).normal(scale=0.01, size=(6, len(g))):
+        res = minimize(
+            lambda z: -g @ z, start, constraints=cons, method="SLSQP", options={"ftol": 1e-12, "maxiter": 500}
+        )
+        if res.success:
+            best = max(best, -res.fun)
+    np.testing.assert_allclose(g @ d, best, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(float(lam) * f @ d, g - b.T @ nu, rtol=1e-6, atol=1e-8)
+    active = nu > 1e-9
+    np.testing.assert_allclose((c + b @ d)[active], 0.0, atol=1e-6)  # complementary slackness
+
+
+def test_multi_constraint_step_agrees_with_the_closed_form_and_recovers():
+    """One constraint through the active-set dual gives the closed form's step in every case;
+    with M = 2 and no point of the trust region meeting a violated constraint, the step
+    descends the violated constraint within the trust region (CPO's recovery)."""
+    delta = 0.05
+    for seed, c0, align in ((0, -5.0, 0.0), (1, -0.05, 1.0), (3, 0.05, 1.0), (5, 10.0, 0.0)):
+        f, g, b, c = _quadratic_problem(seed, c0, align)
+        x, y = np.linalg.solve(f, g), np.linalg.solve(f, b)
+        with jax.enable_x64(True):
+            one = trust_region.cpo_direction(*(jnp.asarray(v) for v in (g, b, x, y, c)), jnp.asarray(delta))
+            multi = trust_region.cpo_direction_multi(
+                *(jnp.asarray(v) for v in (g, b[None], x, y[None], np.array([c]))), jnp.asarray(delta)
+            )
+        assert int(multi[3]) == int(one[3]), (seed, int(multi[3]), int(one[3]))
+        np.testing.assert_allclose(np.asarray(multi[0]), np.asarray(one[0]), rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(np.asarray(multi[2])[0], float(one[2]), rtol=1e-6, atol=1e-9)
+    f, g, b, c = _multi_problem(6, 2, [10.0, -1.0])
+    x, y = np.linalg.solve(f, g), np.linalg.solve(f, b.T).T
+    with jax.enable_x64(True):
+        d, lam, nu, case = (
+            np.asarray(v)
+            for v in trust_region.cpo_direction_multi(*(jnp.asarray(v) for v in (g, b, x, y, c)), jnp.asarray(delta))
+        )
+    assert int(case) == 0 and float(lam) == 0.0 and nu[1] == 0.0
+    np.testing.assert_allclose(d, -np.sqrt(2 * delta / (b[0] @ y[0])) * y[0], rtol=1e-9)
+    np.testing.assert_allclose(0.5 * d @ f @ d, delta, rtol=1e-9)
 
 
 def test_unsupported_observation_and_other_errors():

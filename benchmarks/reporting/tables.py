@@ -145,7 +145,7 @@ def render_scaling(name: str, data: dict) -> list[str]:
             rows.append([learner] + [si(at.get(v)) if v in at else "" for v in values])
         out += [
             "",
-            f"Along {axis} (empty: not measured; -: not applicable, CPO and Saute-Lagrangian take one constraint):"
+            f"Along {axis} (empty: not measured; -: not applicable, the learner refuses that M):"
             if axis == "M"
             else f"Along {axis} (empty: not measured):",
             "",

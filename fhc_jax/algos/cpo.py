@@ -3,10 +3,10 @@ trust-region baseline of the paper's comparison, compiled as one program per tra
 
 ONE stationary network for all stages, pi_theta(. | o) = softmax(MLP_theta(o)) on the
 observation o ("xy": Env 1, "xyt": Env 2, "one_hot", "env": the environment's own, "env_t":
-with h / H appended), with reward and cost critics of the same shape; a single constraint (the published CPO
-subproblem has one linearised constraint;
-:func:`setup` refuses M > 1). Per iteration: roll out K episodes, finite-horizon GAE with the
-exact terminal values as V_H, surrogates summed over stages (the finite-horizon
+with h / H appended), with reward and cost critics of the same shape; M <= ``MAX_CONSTRAINTS``
+constraints (one: the published closed-form dual; several: the dual over the sets of active
+constraints, :func:`~fhc_jax.algos.trust_region.cpo_dual_multi`). Per iteration: roll out K
+episodes, finite-horizon GAE with the exact terminal values as V_H, surrogates summed over stages (the finite-horizon
 performance-difference lemma, so L_C is in the units of c = S_hat - alpha + m, m the safety
 margin of the learner's own estimates), conjugate gradient
 on autodiff Fisher products, the closed-form dual of the trust-region subproblem with
@@ -51,6 +51,7 @@ from fhc_jax.algos.core.tabular_rollout import (
     tabular_model,
 )
 from fhc_jax.algos.trust_region import (  # noqa: F401 (public here)
+    MAX_CONSTRAINTS,
     CellStatistics,
     SampleStatistics,
     sampled_trust_region_step,
@@ -131,7 +132,7 @@ class Config(NetworkConfig):
 
 @struct.dataclass
 class TrainState(scaffold.NetworkState):
-    """Learner parameters (M = 1 constraint).
+    """Learner parameters (M constraints).
 
     Attributes:
         actor: flax parameters of the policy MLP, o (D,) -> logits (A,) (box action spaces: the
@@ -153,7 +154,7 @@ class TrainState(scaffold.NetworkState):
 
 @struct.dataclass
 class Metrics:
-    """Per-iteration training metrics (N iterations, M = 1 constraint).
+    """Per-iteration training metrics (N iterations, M constraints).
 
     Attributes:
         reward: mean total episode reward of the iteration's K episodes (terminal included), (N,).
@@ -214,7 +215,7 @@ class Setup:
         inputs: the U distinct observations, (U, D); cell: their index per (h, s), (H, S).
         critic_inputs, critic_cell: the same for the critics (with h / H appended where
             ``critic_stage``); None: ``inputs`` and ``cell``.
-        model: the rollout model. threshold: alpha, (). value_scale: the critics' output
+        model: the rollout model. threshold: alpha, (M,). value_scale: the critics' output
             scale per channel (reward, cost), (1 + M,).
         sampled: the sampled path (inputs and cell only for :func:`table_logits`, None without
             tabular states); env, params: what it rolls out; observation: "env" or "env_t";
@@ -274,7 +275,7 @@ def _sampled_setup(env, params, spec: NetworkSpec, config: Config | None) -> Set
         {}
         if config is None
         else dict(
-            threshold=jnp.asarray(env.thresholds(params), jnp.float32)[0],
+            threshold=jnp.asarray(env.thresholds(params), jnp.float32).reshape(-1),
             value_scale=jnp.asarray(critic_value_scale(env, params)),
             critic_stage=config.critic_time and spec.observation == "env",
         )
@@ -298,17 +299,18 @@ def setup(env, params, config: Config) -> Setup:
     """Networks, distinct inputs, rollout model, threshold and value scales of ``env``.
 
     Raises:
-        ValueError: an environment with more than one constraint (CPO's trust-region
-            subproblem has a single linearised constraint); an observation the environment
+        ValueError: an environment with more than ``MAX_CONSTRAINTS`` constraints (the
+            subproblem's dual enumerates the sets of active constraints); an observation the environment
             does not support; more critic minibatches than distinct inputs (H K samples on the
             sampled path); ``path="tabular"`` without a tabular exact model, or non-flat
             observations (:func:`~fhc_jax.algos.core.paths.resolve_path`).
     """
     m = env.num_constraints
-    if m != 1:
+    if m > MAX_CONSTRAINTS:
         raise ValueError(
-            f"cpo: CPO supports a single constraint, but {env!r} has num_constraints = {m}; use "
-            "an environment with one constraint (or a Lagrangian learner for several)"
+            f"cpo: the trust-region subproblem's dual enumerates the 2^M sets of active constraints, "
+            f"so M must be in [1, {MAX_CONSTRAINTS}], but {env.name} has num_constraints = {m}; use "
+            "a Lagrangian learner (ppo_lagrangian, ecop, fh_constrained) for more"
         )
     if resolve_path("cpo", env, config.path, config.observation):
         n = env.horizon * config.episodes_per_iteration
@@ -343,7 +345,7 @@ def setup(env, params, config: Config) -> Setup:
         inputs=jnp.asarray(inputs),
         cell=jnp.asarray(cell),
         model=model,
-        threshold=jnp.asarray(env.thresholds(params), jnp.float32)[0],
+        threshold=jnp.asarray(env.thresholds(params), jnp.float32).reshape(-1),
         value_scale=jnp.asarray(critic_value_scale(env, params)),
         head=head,
         critic_inputs=None if critic_inputs is None else jnp.asarray(critic_inputs),
@@ -538,13 +540,15 @@ def update(
     # c = J_C_hat - alpha + m: the step asks the linearised cost for the safety margin m below
     # alpha that every learner's multiplier aims at (multipliers.relative_violation), so the
     # returned policy's upper cost bound, not only its mean, comes within alpha
+    m = setup.threshold.shape[0]
     c = multipliers.relative_violation(
-        batch.episode_costs[:, :1],
-        setup.threshold[None],
-        jnp.ones((1,), jnp.float32),
+        batch.episode_costs[:, :m],
+        setup.threshold,
+        jnp.ones((m,), jnp.float32),
         config.eval_episodes,
         config.eval_episodes * config.eval_chunks_max,
-    )[0]
+    )
+    c = c[0] if m == 1 else c  # one constraint: the closed-form dual's scalar
     if setup.sampled:  # per-sample statistics and the action head's log-probabilities and KL
         inputs, critic_inputs = setup.sample_inputs(batch)  # (H K, D), (H K, Dc): the points of stats
         out_old = setup.actor.apply(st.actor, inputs)  # (H K, O)

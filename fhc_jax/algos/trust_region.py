@@ -195,6 +195,100 @@ def cpo_direction(g: Array, b: Array, x: Array, y: Array, c: Array, delta: Array
     return d, lam, nu, case
 
 
+#: the most constraints the multi-constraint subproblem takes: its dual enumerates the 2^M sets
+#: of active constraints (64 small M x M solves at M = 6)
+MAX_CONSTRAINTS = 6
+
+
+def cpo_dual_multi(q: Array, r: Array, s: Array, c: Array, delta: Array):
+    """The dual of max_d g^T d s.t. c_k + b_k^T d <= 0 (k = 1..M), d^T F d / 2 <= delta, for
+    M >= 1 constraints, by its active sets (:func:`cpo_dual` is the closed form for M = 1).
+
+    With q = g^T F^-1 g, r = B^T F^-1 g (M,), S = B^T F^-1 B (M, M), the dual
+    D(lambda, nu) = (q - 2 r^T nu + nu^T S nu) / (2 lambda) + lambda delta - nu^T c is minimised
+    over lambda > 0, nu >= 0. For a set A of active constraints, stationarity gives
+    nu_A = S_AA^-1 (r_A + lambda c_A) and
+    lambda = sqrt((q - r_A^T S_AA^-1 r_A) / (2 delta - c_A^T S_AA^-1 c_A)) (A empty: the TRPO
+    step, lambda = sqrt(q / (2 delta))); A is the solution when nu_A >= 0, the denominator is
+    positive and the inactive constraints hold at d = F^-1 (g - B nu) / lambda. Every set is
+    tried (2^M of them, vmapped); among the valid ones the least D is taken (they agree up to
+    rounding). No valid set: the linearised constraints do not meet the trust region (case 0).
+
+    Args:
+        q: (). r: (M,). s: (M, M). c: (M,) constraint values. delta: trust-region radius.
+    Returns:
+        (lambda* (), nu* (M,), case int32 ()): case 3 every c_k < 0 and nu = 0 (the TRPO step), 2
+        every c_k < 0 and some constraint active, 1 some c_k >= 0 and the trust region meets
+        the linearised constraints, 0 none of the sets is valid (lambda* = 0, nu* undefined:
+        :func:`cpo_direction_multi` recovers).
+    """
+    m = c.shape[0]
+    dtype = c.dtype
+    subsets = jnp.asarray(
+        [[(i >> k) & 1 for k in range(m)] for i in range(1 << m)], dtype
+    )  # (2^M, M), the empty set first
+    q_ = jnp.maximum(q, 1e-12)
+    diag = jnp.maximum(jnp.diagonal(s), 1e-12)
+    ridge = 1e-9 * jnp.mean(diag)
+    size = jnp.sqrt(2.0 * delta * diag) + jnp.abs(c)  # the magnitude of c_k + b_k^T d in the trust region
+
+    def one(a):
+        act = a > 0
+        s_a = jnp.where(act[:, None] & act[None, :], s, 0.0) + jnp.diag(jnp.where(act, ridge, 1.0))
+        r_a, c_a = r * a, c * a
+        sr, sc = jnp.linalg.solve(s_a, r_a) * a, jnp.linalg.solve(s_a, c_a) * a
+        top = jnp.maximum(q_ - r_a @ sr, 0.0)
+        bottom = 2.0 * delta - c_a @ sc
+        lam = jnp.where(jnp.any(act), jnp.sqrt(top / jnp.maximum(bottom, 1e-12)), jnp.sqrt(q_ / (2.0 * delta)))
+        lam = jnp.maximum(lam, 1e-8)
+        nu = sr + lam * sc
+        predicted = c + (r - s @ nu) / lam  # c_k + b_k^T d at d = F^-1 (g - B nu) / lambda
+        tol = 1e-5 * size
+        valid = (
+            (~jnp.any(act) | (bottom > 0.0))
+            & jnp.all(nu >= -tol)
+            & jnp.all(jnp.where(act, True, predicted <= tol))
+            & jnp.all(jnp.isfinite(nu))
+            & jnp.isfinite(lam)
+        )
+        nu = jnp.maximum(nu, 0.0)
+        dual = (q_ - 2.0 * r @ nu + nu @ s @ nu) / (2.0 * lam) + lam * delta - nu @ c
+        return lam, nu, valid, jnp.where(valid, dual, jnp.inf)
+
+    lams, nus, valid, duals = jax.vmap(one)(subsets)
+    best = jnp.argmin(duals)
+    found = jnp.any(valid)
+    lam, nu = lams[best], nus[best]
+    feasible_now = jnp.all(c < 0)
+    case = jnp.where(~found, 0, jnp.where(feasible_now, jnp.where(jnp.all(nu <= 0.0), 3, 2), 1)).astype(jnp.int32)
+    return jnp.where(found, lam, 0.0), jnp.where(found, nu, 0.0), case
+
+
+def cpo_direction_multi(g: Array, b: Array, x: Array, y: Array, c: Array, delta: Array):
+    """The CPO step d* for M >= 1 constraints (:func:`cpo_dual_multi`).
+
+    Args:
+        g: reward-surrogate gradient, (P,). b: cost-surrogate gradients, (M, P).
+        x: F^-1 g, (P,). y: F^-1 b_k, (M, P). c: constraint values, (M,). delta: radius.
+    Returns:
+        (d (P,), lambda* (), nu* (M,), case int32 ()): d = (x - y^T nu*) / lambda* in cases
+        1-3; case 0 (recovery): d = -sqrt(2 delta / s_w) y^T w, the steepest descent within the
+        trust region of the violated constraints' sum sum_k w_k (c_k + b_k^T d), each weighted
+        by w_k = 1 / sqrt(S_kk) (one constraint: CPO's recovery step), with nu* = that scale
+        times w.
+    """
+    q, r, s = jnp.vdot(g, x), b @ x, b @ y.T
+    lam, nu, case = cpo_dual_multi(q, r, s, c, delta)
+    diag = jnp.maximum(jnp.diagonal(s), 1e-12)
+    w = jnp.where(c >= 0.0, 1.0 / jnp.sqrt(diag), 0.0)
+    s_w = jnp.maximum(w @ s @ w, 1e-12)
+    scale = jnp.sqrt(2.0 * delta / s_w)
+    recovery = -scale * (w @ y)
+    d = jnp.where(case > 0, (x - nu @ y) / jnp.maximum(lam, 1e-8), recovery)
+    nu = jnp.where(case > 0, nu, scale * w)
+    return d, lam, nu, case
+
+
 class CellStatistics(NamedTuple):
     """CPO's batch regrouped per distinct input u and action a (:mod:`fhc_jax.algos.cpo`;
     on its sampled path each of the H K samples is its own u); C = 1 + M channels (reward, cost).
@@ -345,11 +439,16 @@ def _step(
     backtracking line search (first accepted candidate) on the surrogates and the mean KL."""
     # --- gradients, Fisher solves, CPO direction
     sur_old, vjp_sur = jax.vjp(lambda th: surrogates_and_kl(th)[0], theta0)
-    g = vjp_sur(jnp.array([1.0, 0.0], sur_old.dtype))[0]
-    b = vjp_sur(jnp.array([0.0, 1.0], sur_old.dtype))[0]
     fvp = fisher(theta0)
-    xy = jax.vmap(lambda rhs: conjugate_gradient(fvp, rhs, cfg.cg_iterations))(jnp.stack([g, b]))
-    d, _, nu, case = cpo_direction(g, b, xy[0], xy[1], c, cfg.max_kl)
+    if sur_old.shape[0] == 2:  # one constraint: the closed-form dual (c is a scalar)
+        g = vjp_sur(jnp.array([1.0, 0.0], sur_old.dtype))[0]
+        b = vjp_sur(jnp.array([0.0, 1.0], sur_old.dtype))[0]
+        xy = jax.vmap(lambda rhs: conjugate_gradient(fvp, rhs, cfg.cg_iterations))(jnp.stack([g, b]))
+        d, _, nu, case = cpo_direction(g, b, xy[0], xy[1], c, cfg.max_kl)
+    else:  # M constraints (c is (M,)): the dual over the active sets
+        grads = jax.vmap(lambda e: vjp_sur(e)[0])(jnp.eye(sur_old.shape[0], dtype=sur_old.dtype))  # (1 + M, P)
+        xy = jax.vmap(lambda rhs: conjugate_gradient(fvp, rhs, cfg.cg_iterations))(grads)
+        d, _, nu, case = cpo_direction_multi(grads[0], grads[1:], xy[0], xy[1:], c, cfg.max_kl)
 
     # --- backtracking line search (first accepted candidate)
     max_cost_change = jnp.maximum(-c, 0.0)
@@ -362,7 +461,7 @@ def _step(
             & jnp.isfinite(kl)
             & (kl <= cfg.max_kl)
             & ((sur[0] >= sur_old[0]) | (case < 2))
-            & (sur[1] - sur_old[1] <= max_cost_change)
+            & jnp.all(sur[1:] - sur_old[1:] <= max_cost_change)
         )
         return ok, kl
 

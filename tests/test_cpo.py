@@ -197,14 +197,14 @@ def _per_sample_objectives(setup, state, batch, config):
     n = config.eval_episodes * multipliers.estimate_chunks(
         jnp.std(batch.episode_costs, 0),
         jnp.max(jnp.abs(batch.episode_costs), 0),
-        setup.threshold[None],
+        setup.threshold,
         config.eval_chunks_max,
         config.eval_episodes,
     )
     margin = multipliers.spread_excess(
         jnp.std(batch.episode_costs[:, 0]), jnp.max(jnp.abs(batch.episode_costs[:, 0])), n, multipliers.SAFETY_MARGIN
     )
-    c = jnp.mean(batch.episode_costs[:, 0]) - setup.threshold + margin
+    c = jnp.mean(batch.episode_costs[:, 0]) - setup.threshold[0] + margin
     return theta0, unravel, surrogates, mean_kl, c
 
 

@@ -246,7 +246,7 @@ def test_estimated_markov_policy_matches_the_budget_policy_played_in_budget_env(
     state = _sharpened(saute.init(jax.random.key(0), setup, cfg), jax.random.key(3))
     table = saute.policy_table(state, env, params)
     exact = fhc.evaluate(env.to_cmdp(params), table)
-    benv = saute_envs.BudgetEnv(env)
+    benv = saute_envs.BudgetEnv(env, observation="env_stage")  # the default input on a tabular Garnet
     rewards, costs = _mc(benv, params, saute.policy(state, benv, params), 20_000)
     _within(rewards, exact.reward, extra=0.01 * abs(float(exact.reward)))
     _within(costs[:, 0], exact.costs[0], extra=0.01 * float(exact.costs[0]))

@@ -29,7 +29,6 @@ from fhc_jax.envs.saute import (
     budget_levels,
     count_kernel,
     detect_cost_unit,
-    stage_one_hot,
 )
 from fhc_jax.envs.wrappers import ScaledSignals
 
@@ -270,12 +269,16 @@ def network_observation(observation: str) -> tuple[str, str]:
 def base_table(env: Environment, params: Any, base_obs: str) -> np.ndarray:
     """The base observation of every (stage, state) of a tabular environment, (H+1, S, D)
     float32 (host-side): an encoder's, the environment's own ("env"), or that followed by the
-    stage one-hot ("env_stage", D = D_env + H + 1)."""
+    stage one-hot ("env_stage", D = D_env + H + 1). Computed at once even while a caller's
+    ``jit`` traces (e.g. :func:`policy_setup` inside the program that plays the policy), as long
+    as ``params`` are concrete."""
     name = "env" if base_obs == STAGE_OBSERVATION else base_obs
-    table = np.asarray(input_table(env, params, name), np.float32).reshape(env.horizon + 1, env.num_states, -1)
+    with jax.ensure_compile_time_eval():
+        table = np.asarray(input_table(env, params, name), np.float32)
+    table = table.reshape(env.horizon + 1, env.num_states, -1)
     if base_obs != STAGE_OBSERVATION:
         return table
-    e = np.asarray(stage_one_hot(np.arange(env.horizon + 1), env.horizon))  # (H+1, H+1)
+    e = np.eye(env.horizon + 1, dtype=np.float32)  # e_h of stage h, (H+1, H+1): BudgetEnv's stage_one_hot
     return np.concatenate([table, np.broadcast_to(e[:, None], (*table.shape[:2], e.shape[-1]))], axis=-1)
 
 

@@ -65,10 +65,12 @@ def _solve_direction(f, g, b, c, delta):
 
 
 def _qcqp_best(f, g, b, c, delta, objective):
-    """max objective^T d s.t. d^T F d / 2 <= delta (and c + b^T d <= 0 unless c is None), SLSQP."""
+    """max objective^T d s.t. d^T F d / 2 <= delta (and c_k + b_k^T d <= 0 unless c is None; b (P,)
+    or (M, P), c () or (M,)), SLSQP."""
     cons = [{"type": "ineq", "fun": lambda z: delta - 0.5 * z @ f @ z}]
     if c is not None:
-        cons.append({"type": "ineq", "fun": lambda z: -(c + b @ z)})
+        bs, cs = np.atleast_2d(b), np.atleast_1d(c)
+        cons += [{"type": "ineq", "fun": (lambda z, k=k: -(cs[k] + bs[k] @ z))} for k in range(len(cs))]
     best = -np.inf
     for start in np.random.default_rng(1).normal(scale=0.01, size=(4, len(g))):
         res = minimize(
@@ -521,15 +523,7 @@ def test_multi_constraint_step_solves_the_subproblem(seed, offsets):
     assert int(case) in (1, 2, 3) and float(lam) > 0 and np.all(nu >= 0)
     assert 0.5 * d @ f @ d <= delta * (1 + 1e-6)
     assert np.all(c + b @ d <= 1e-7)
-    cons = [{"type": "ineq", "fun": lambda z: delta - 0.5 * z @ f @ z}]
-    cons += [{"type": "ineq", "fun": (lambda z, k=k: -(c[k] + b[k] @ z))} for k in range(len(c))]
-    best = -np.inf
-    for start in np.random.default_rng(1).normal(scale=0.01, size=(6, len(g))):
-        res = minimize(
-            lambda z: -g @ z, start, constraints=cons, method="SLSQP", options={"ftol": 1e-12, "maxiter": 500}
-        )
-        if res.success:
-            best = max(best, -res.fun)
+    best = _qcqp_best(f, g, b, c, delta, g)
     np.testing.assert_allclose(g @ d, best, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(float(lam) * f @ d, g - b.T @ nu, rtol=1e-6, atol=1e-8)
     active = nu > 1e-9

@@ -480,6 +480,9 @@ def test_status_advice_names_only_the_settings_the_learner_has():
         fields = {f.name for f in dataclasses.fields(cfg)}
         for trace, costs, met in ((steep, costs_high, False), (steep, np.full((n, 1), 24.0), True)):
             line = describe_status(constraint_status(trace, costs, alpha, units, nu_unit, met, None, settings))
+            if line is None:  # CPO keeps no multiplier: a met run whose cost is within alpha is ok
+                assert what == "cpo" and met, what
+                continue
             named = set(re.findall(r"[a-z_]+", line)) & set(known)
             assert named <= fields, (what, named - fields, line)
             assert steps <= named or not met, (what, line)
@@ -489,6 +492,46 @@ def test_status_advice_names_only_the_settings_the_learner_has():
         )
     )
     assert "settled above alpha" in cpo_line and "multiplier_max" not in cpo_line
+
+
+def test_a_multiplier_holding_the_cost_at_alpha_is_settled_however_it_wanders():
+    """A multiplier still moving while the batch cost over the last tenth sits within d / 50 of
+    alpha (d the violation unit) holds the cost where the law aims: settled (its wander is the
+    batch's noise passing through the law). The same trend with the cost below that band (the
+    multiplier still falling toward a cheaper level) or above it is not."""
+    from fhc_jax.algos.core.selection import constraint_status
+
+    n = 100
+    steep = np.concatenate([np.ones(70), np.linspace(1.0, 3.0, 30)])[:, None]
+    alpha, units, nu_unit = np.array([25.0]), np.array([25.0]), np.array([1.0])  # band: 25 +- 0.5
+    for cost, trending in ((25.0, False), (25.45, False), (24.55, False), (24.4, True), (25.6, True)):
+        st = constraint_status(steep, np.full((n, 1), cost), alpha, units, nu_unit, True)
+        assert bool(st.trending[0]) == trending, cost
+        assert bool(st.ok) == (not trending), cost
+    assert bool(constraint_status(steep, np.full((n, 1), 25.6), alpha, units, nu_unit, True).above[0])
+
+
+def test_a_learner_without_a_multiplier_is_judged_on_its_cost():
+    """CPO's nu* is each update's dual, solved afresh from the batch: it is not judged for a
+    trend (it swings between 0 and the recovery step's value by nature); CPO's run is settled
+    when its cost over the last tenth is within alpha and unsettled when it is above. A learner
+    that keeps a multiplier is judged on both."""
+    from fhc_jax.algos import cpo, ppo_lagrangian
+    from fhc_jax.algos.core.selection import constraint_status, multiplier_settings
+
+    n = 100
+    rising = np.concatenate([np.ones(70), np.linspace(1.0, 60.0, 30)])
+    swinging = np.where(np.arange(n) % 3 == 0, 0.0, rising)[:, None]  # a dual that is 0 where inactive
+    alpha, units, nu_unit = np.array([25.0]), np.array([25.0]), np.array([1.0])
+    within, above = np.full((n, 1), 24.0), np.full((n, 1), 26.0)
+
+    def status(cfg, costs):
+        return constraint_status(swinging, costs, alpha, units, nu_unit, True, None, multiplier_settings(cfg))
+
+    assert bool(status(cpo.Config(), within).ok) and not bool(np.any(status(cpo.Config(), within).trending))
+    assert not bool(status(cpo.Config(), above).settled)
+    ppo = status(ppo_lagrangian.Config(multiplier_method="pid"), within)
+    assert bool(np.all(ppo.trending)) and not bool(ppo.ok)
 
 
 @pytest.mark.slow

@@ -232,7 +232,14 @@ class Status:
             level per tenth of the run: the least-squares trend over the last
             :data:`TREND_TENTHS` tenths (long enough that the batch-to-batch swings of a law's
             proportional terms and the wander of a noisy integral average out; a multiplier still
-            travelling shows over all of them), bool (M,).
+            travelling shows over all of them), bool (M,). Not while the law holds the cost at
+            alpha: a multiplier whose mean episode cost over the last tenth is within d / 50 of
+            alpha (d the violation unit) has done its job, and its wander there is the batch's
+            noise passing through the law, not travel still to come (a multiplier trending with
+            the cost below that band is still falling toward a cheaper level, or rising toward
+            one it has not reached). Never for a learner that keeps no multiplier (CPO: its nu*
+            is each update's dual, solved afresh from the batch, not a state that settles; its
+            status judges the cost alone).
         above: over the last tenth of the run, the batch's mean episode cost still exceeded
             alpha + d / 50 (d the violation unit), bool (M,).
         short: the run has fewer than :data:`MIN_TREND_POINTS` updates in its last tenth, too
@@ -322,9 +329,12 @@ def constraint_status(
         met: whether the returned policy meets the constraints, bool ()
             (:meth:`~fhc_jax.algos.core.scaffold.Learner.verify`).
         returned_costs: the costs ``met`` was judged on, (M,) (environment's units), or None.
-        settings: :func:`multiplier_settings` of the learner's config (the advice's names).
+        settings: :func:`multiplier_settings` of the learner's config (the advice's names; a
+            learner whose settings name no multiplier keeps none, and its multipliers are not
+            judged for a trend).
     """
     n = multipliers.shape[0]
+    keeps = not settings or any(names for _, names in settings)  # CPO's settings name no multiplier
     w = max(1, n // 10)  # a tenth of the run
     span = min(n, TREND_TENTHS * w)
     nu = jnp.asarray(multipliers[n - span :], jnp.float32)
@@ -334,11 +344,13 @@ def constraint_status(
     level = jnp.maximum(jnp.abs(nu).mean(0), 0.1 * jnp.asarray(multiplier_units, jnp.float32))
     window_costs = jnp.asarray(costs[n - w :], jnp.float32).mean(0)
     alpha = jnp.asarray(thresholds, jnp.float32)
-    above = window_costs > alpha + jnp.asarray(violation_units, jnp.float32) / 50.0
+    band = jnp.asarray(violation_units, jnp.float32) / 50.0
+    above = window_costs > alpha + band
+    held = jnp.abs(window_costs - alpha) <= band  # the law holds the cost at alpha: its wander is noise
     returned = jnp.full(alpha.shape, jnp.nan) if returned_costs is None else jnp.asarray(returned_costs, jnp.float32)
     return Status(
         met=jnp.asarray(met),
-        trending=jnp.abs(change) > TREND_TOLERANCE * level,
+        trending=(jnp.abs(change) > TREND_TOLERANCE * level) & ~held & keeps,
         above=above,
         short=jnp.asarray(w < MIN_TREND_POINTS),
         change=change,
